@@ -1,0 +1,374 @@
+//! The outbox row as the relay sees it: columns found by name in the Relation message, so
+//! adding or reordering outbox columns does not break decoding.
+
+use bytes::Bytes;
+
+use crate::pgoutput::{ColumnValue, Relation, TupleData};
+
+/// The outbox columns the relay needs, by their name in `migrations/`.
+pub mod column {
+    /// Outbox sequence number (not commit order).
+    pub const ID: &str = "id";
+    /// Event id; consumers deduplicate on it.
+    pub const EVENT_ID: &str = "event_id";
+    /// Aggregate type; selects the topic.
+    pub const AGGREGATE_TYPE: &str = "aggregate_type";
+    /// Aggregate id; the Kafka key.
+    pub const AGGREGATE_ID: &str = "aggregate_id";
+    /// Event type name.
+    pub const EVENT_TYPE: &str = "event_type";
+    /// Protobuf payload; the Kafka value.
+    pub const PAYLOAD: &str = "payload";
+}
+
+/// One outbox row, decoded from an Insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// Outbox sequence number.
+    pub id: i64,
+    /// Event id in canonical UUID text form.
+    pub event_id: String,
+    /// Aggregate type, e.g. `contact`.
+    pub aggregate_type: String,
+    /// Aggregate id.
+    pub aggregate_id: String,
+    /// Event type, e.g. `ContactCreated`.
+    pub event_type: String,
+    /// Protobuf payload.
+    pub payload: Bytes,
+}
+
+/// Why an outbox relation or row cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutboxError {
+    /// The relation lacks a column the relay needs.
+    #[error(
+        "outbox table {table} has no column {column:?}; was a migration skipped or the column renamed?"
+    )]
+    MissingColumn {
+        /// Qualified table name.
+        table: String,
+        /// The missing column.
+        column: &'static str,
+    },
+    /// A row carries fewer values than its relation announced.
+    #[error("outbox row has {found} values but column {column:?} is at position {index}")]
+    ShortRow {
+        /// Column looked for.
+        column: &'static str,
+        /// Its position in the relation.
+        index: usize,
+        /// Values in the row.
+        found: usize,
+    },
+    /// A required value is NULL or was not sent.
+    #[error("outbox column {column:?} is NULL or missing")]
+    Missing {
+        /// The column.
+        column: &'static str,
+    },
+    /// A value could not be parsed.
+    #[error("outbox column {column:?} has an invalid value: {reason}")]
+    Invalid {
+        /// The column.
+        column: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Where each needed column sits in the outbox relation's tuples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxLayout {
+    id: usize,
+    event_id: usize,
+    aggregate_type: usize,
+    aggregate_id: usize,
+    event_type: usize,
+    payload: usize,
+}
+
+impl OutboxLayout {
+    /// Finds the needed columns of `relation` by name.
+    pub fn from_relation(relation: &Relation) -> Result<Self, OutboxError> {
+        let find = |column: &'static str| {
+            relation
+                .column_index(column)
+                .ok_or_else(|| OutboxError::MissingColumn {
+                    table: format!("{}.{}", relation.namespace, relation.name),
+                    column,
+                })
+        };
+        Ok(Self {
+            id: find(column::ID)?,
+            event_id: find(column::EVENT_ID)?,
+            aggregate_type: find(column::AGGREGATE_TYPE)?,
+            aggregate_id: find(column::AGGREGATE_ID)?,
+            event_type: find(column::EVENT_TYPE)?,
+            payload: find(column::PAYLOAD)?,
+        })
+    }
+
+    /// Decodes one inserted tuple.
+    pub fn row(&self, tuple: &TupleData) -> Result<OutboxRow, OutboxError> {
+        let value = |column: &'static str, index: usize| -> Result<&ColumnValue, OutboxError> {
+            let value = tuple.0.get(index).ok_or(OutboxError::ShortRow {
+                column,
+                index,
+                found: tuple.0.len(),
+            })?;
+            match value {
+                ColumnValue::Null | ColumnValue::UnchangedToast => {
+                    Err(OutboxError::Missing { column })
+                }
+                present => Ok(present),
+            }
+        };
+        Ok(OutboxRow {
+            id: bigint(column::ID, value(column::ID, self.id)?)?,
+            event_id: uuid(column::EVENT_ID, value(column::EVENT_ID, self.event_id)?)?,
+            aggregate_type: text(
+                column::AGGREGATE_TYPE,
+                value(column::AGGREGATE_TYPE, self.aggregate_type)?,
+            )?,
+            aggregate_id: text(
+                column::AGGREGATE_ID,
+                value(column::AGGREGATE_ID, self.aggregate_id)?,
+            )?,
+            event_type: text(column::EVENT_TYPE, value(column::EVENT_TYPE, self.event_type)?)?,
+            payload: bytea(column::PAYLOAD, value(column::PAYLOAD, self.payload)?)?,
+        })
+    }
+}
+
+fn invalid(column: &'static str, reason: impl Into<String>) -> OutboxError {
+    OutboxError::Invalid {
+        column,
+        reason: reason.into(),
+    }
+}
+
+fn text(column: &'static str, value: &ColumnValue) -> Result<String, OutboxError> {
+    match value {
+        ColumnValue::Text(bytes) | ColumnValue::Binary(bytes) => std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| invalid(column, "not UTF-8")),
+        _ => Err(OutboxError::Missing { column }),
+    }
+}
+
+fn bigint(column: &'static str, value: &ColumnValue) -> Result<i64, OutboxError> {
+    match value {
+        ColumnValue::Binary(bytes) => <[u8; 8]>::try_from(bytes.as_ref())
+            .map(i64::from_be_bytes)
+            .map_err(|_| invalid(column, format!("{} bytes, expected 8", bytes.len()))),
+        _ => text(column, value)?
+            .parse()
+            .map_err(|error| invalid(column, format!("{error}"))),
+    }
+}
+
+fn uuid(column: &'static str, value: &ColumnValue) -> Result<String, OutboxError> {
+    match value {
+        ColumnValue::Binary(bytes) => {
+            let raw = <[u8; 16]>::try_from(bytes.as_ref())
+                .map_err(|_| invalid(column, format!("{} bytes, expected 16", bytes.len())))?;
+            let hex: String = raw.iter().map(|byte| format!("{byte:02x}")).collect();
+            Ok(format!(
+                "{}-{}-{}-{}-{}",
+                &hex[0..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..32]
+            ))
+        }
+        _ => text(column, value),
+    }
+}
+
+/// `bytea` arrives in text format as `\x` followed by hex digits.
+fn bytea(column: &'static str, value: &ColumnValue) -> Result<Bytes, OutboxError> {
+    match value {
+        ColumnValue::Binary(bytes) => Ok(bytes.clone()),
+        ColumnValue::Text(text) => decode_bytea_hex(text).map_err(|reason| invalid(column, reason)),
+        _ => Err(OutboxError::Missing { column }),
+    }
+}
+
+/// Decodes PostgreSQL's hex `bytea` output (`\x0a1b…`).
+pub fn decode_bytea_hex(text: &[u8]) -> Result<Bytes, String> {
+    let digits = text
+        .strip_prefix(b"\\x")
+        .ok_or("bytea text does not start with \\x; is bytea_output set to 'escape'?")?;
+    if digits.len() % 2 != 0 {
+        return Err(format!("odd number of hex digits ({})", digits.len()));
+    }
+    let nibble = |digit: u8| match digit {
+        b'0'..=b'9' => Ok(digit - b'0'),
+        b'a'..=b'f' => Ok(digit - b'a' + 10),
+        b'A'..=b'F' => Ok(digit - b'A' + 10),
+        other => Err(format!("{:?} is not a hex digit", other as char)),
+    };
+    digits
+        .chunks_exact(2)
+        .map(|pair| Ok(nibble(pair[0])? << 4 | nibble(pair[1])?))
+        .collect::<Result<Vec<u8>, String>>()
+        .map(Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pgoutput::RelationColumn;
+
+    fn relation(names: &[&str]) -> Relation {
+        Relation {
+            oid: 1,
+            namespace: "public".into(),
+            name: "outbox".into(),
+            replica_identity: b'd',
+            columns: names
+                .iter()
+                .map(|name| RelationColumn {
+                    flags: 0,
+                    name: (*name).into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    fn text(value: &str) -> ColumnValue {
+        ColumnValue::Text(Bytes::copy_from_slice(value.as_bytes()))
+    }
+
+    #[test]
+    fn finds_columns_by_name_whatever_their_order() {
+        // Reordered, with an extra column the relay does not know about.
+        let relation = relation(&[
+            "payload",
+            "created_at",
+            "event_type",
+            "aggregate_id",
+            "aggregate_type",
+            "event_id",
+            "id",
+        ]);
+        let layout = OutboxLayout::from_relation(&relation).unwrap();
+        let row = layout
+            .row(&TupleData(vec![
+                text("\\x0aff"),
+                text("2026-11-29 10:00:00+00"),
+                text("ContactCreated"),
+                text("c-1"),
+                text("contact"),
+                text("0192f0c4-0000-7000-8000-000000000001"),
+                text("17"),
+            ]))
+            .unwrap();
+        assert_eq!(
+            row,
+            OutboxRow {
+                id: 17,
+                event_id: "0192f0c4-0000-7000-8000-000000000001".into(),
+                aggregate_type: "contact".into(),
+                aggregate_id: "c-1".into(),
+                event_type: "ContactCreated".into(),
+                payload: Bytes::from_static(&[0x0a, 0xff]),
+            }
+        );
+    }
+
+    #[test]
+    fn decodes_binary_format_values() {
+        let layout = OutboxLayout::from_relation(&relation(&[
+            "id",
+            "event_id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+        ]))
+        .unwrap();
+        let uuid: Vec<u8> = (0..16).collect();
+        let row = layout
+            .row(&TupleData(vec![
+                ColumnValue::Binary(Bytes::copy_from_slice(&5i64.to_be_bytes())),
+                ColumnValue::Binary(Bytes::from(uuid)),
+                text("contact"),
+                text("c-1"),
+                text("ContactCreated"),
+                ColumnValue::Binary(Bytes::from_static(&[1, 2])),
+            ]))
+            .unwrap();
+        assert_eq!(row.id, 5);
+        assert_eq!(row.event_id, "00010203-0405-0607-0809-0a0b0c0d0e0f");
+        assert_eq!(row.payload, Bytes::from_static(&[1, 2]));
+    }
+
+    #[test]
+    fn a_missing_column_names_the_column_and_table() {
+        let error = OutboxLayout::from_relation(&relation(&["id", "event_id"])).unwrap_err();
+        assert_eq!(
+            error,
+            OutboxError::MissingColumn {
+                table: "public.outbox".into(),
+                column: "aggregate_type",
+            }
+        );
+        assert!(error.to_string().contains("public.outbox"));
+    }
+
+    #[test]
+    fn null_short_and_invalid_values_are_named() {
+        let layout = OutboxLayout::from_relation(&relation(&[
+            "id",
+            "event_id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+        ]))
+        .unwrap();
+        let mut values = vec![
+            text("1"),
+            text("e"),
+            text("contact"),
+            text("c"),
+            text("T"),
+            text("\\x00"),
+        ];
+        values[5] = ColumnValue::Null;
+        assert_eq!(
+            layout.row(&TupleData(values.clone())),
+            Err(OutboxError::Missing { column: "payload" })
+        );
+        assert!(matches!(
+            layout.row(&TupleData(values[..3].to_vec())),
+            Err(OutboxError::ShortRow {
+                column: "aggregate_id",
+                index: 3,
+                found: 3
+            })
+        ));
+        values[0] = text("one");
+        assert!(matches!(
+            layout.row(&TupleData(values)),
+            Err(OutboxError::Invalid { column: "id", .. })
+        ));
+    }
+
+    #[test]
+    fn bytea_hex_decoding() {
+        assert_eq!(decode_bytea_hex(b"\\x").unwrap(), Bytes::new());
+        assert_eq!(
+            decode_bytea_hex(b"\\x00Ff10").unwrap(),
+            Bytes::from_static(&[0x00, 0xff, 0x10])
+        );
+        assert!(decode_bytea_hex(b"\\x0").unwrap_err().contains("odd"));
+        assert!(decode_bytea_hex(b"\\xzz").unwrap_err().contains("hex digit"));
+        assert!(decode_bytea_hex(b"abc").unwrap_err().contains("escape"));
+    }
+}

@@ -1,0 +1,80 @@
+//! Connections to PostgreSQL: a pool for services, single clients for tools.
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::{Client, NoTls};
+
+/// Why connecting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The URL does not parse.
+    #[error("invalid database URL: {0}")]
+    Url(#[source] tokio_postgres::Error),
+    /// Connecting or authenticating failed.
+    #[error("cannot connect to PostgreSQL at {target}: {source}. Is the stack up (`deploy/stack status`)?")]
+    Connect {
+        /// Host and port tried, without credentials.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// Building the pool failed.
+    #[error("cannot build the connection pool: {0}")]
+    Pool(#[from] deadpool_postgres::BuildError),
+}
+
+/// Parses `url` and sets `application_name`, so operators can find the connection in
+/// `pg_stat_activity`.
+pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, DbError> {
+    let mut config = tokio_postgres::Config::from_str(url).map_err(DbError::Url)?;
+    config.application_name(application_name);
+    Ok(config)
+}
+
+/// Describes where a config points, without the password.
+pub fn target(config: &tokio_postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_default();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let dbname = config.get_dbname().unwrap_or_default();
+    format!("{host}:{port}/{dbname}")
+}
+
+/// Opens one connection and drives it on a background task.
+pub async fn connect(url: &str, application_name: &str) -> Result<Client, DbError> {
+    let config = config(url, application_name)?;
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|source| DbError::Connect {
+            target: target(&config),
+            source,
+        })?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%error, "PostgreSQL connection closed with an error");
+        }
+    });
+    Ok(client)
+}
+
+/// Builds a pool of at most `max_size` connections.
+pub fn pool(url: &str, application_name: &str, max_size: usize) -> Result<Pool, DbError> {
+    let config = config(url, application_name)?;
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Ok(Pool::builder(manager).max_size(max_size).build()?)
+}

@@ -1,0 +1,63 @@
+//! Schema migrations: the numbered SQL files in `migrations/`, embedded in the binary.
+//!
+//! `ledger migrate` and every service start call [`run`]. Applying is idempotent (refinery
+//! records what ran in `refinery_schema_history`), and a PostgreSQL advisory lock makes
+//! concurrent starters take turns, so two processes never apply the same migration.
+
+use tokio_postgres::Client;
+
+refinery::embed_migrations!("../migrations");
+
+/// Advisory lock key held while migrating ("RALEDGER" in ASCII). Advisory locks are scoped
+/// to the current database, so each database migrates independently.
+pub const MIGRATION_LOCK_KEY: i64 = 0x5241_4c45_4447_4552;
+
+/// What a migration run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Migrations applied by this run, as `V<version>__<name>`.
+    pub applied: Vec<String>,
+}
+
+/// Why migrating failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// Taking or releasing the advisory lock failed.
+    #[error("could not take the migration lock: {0}")]
+    Lock(#[source] tokio_postgres::Error),
+    /// A migration failed; refinery rolled it back.
+    #[error("migration failed: {0}")]
+    Apply(#[source] refinery::Error),
+}
+
+/// Applies every pending migration, waiting for any other process migrating the same
+/// database to finish first.
+pub async fn run(client: &mut Client) -> Result<MigrationReport, MigrateError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
+        .await
+        .map_err(MigrateError::Lock)?;
+    let outcome = migrations::runner().run_async(client).await;
+    // Release even when applying failed; the lock also dies with the session.
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
+        .await;
+    let report = outcome.map_err(MigrateError::Apply)?;
+    unlocked.map_err(MigrateError::Lock)?;
+    Ok(MigrationReport {
+        applied: report
+            .applied_migrations()
+            .iter()
+            .map(|migration| format!("V{}__{}", migration.version(), migration.name()))
+            .collect(),
+    })
+}
+
+/// Names of all embedded migrations, in order.
+pub fn embedded() -> Vec<String> {
+    migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|migration| format!("V{}__{}", migration.version(), migration.name()))
+        .collect()
+}

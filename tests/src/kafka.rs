@@ -1,0 +1,96 @@
+//! Topics of their own for each test, on the run's broker.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+
+use crate::stack::stack;
+
+/// Partitions of every test topic: more than one, so ordering bugs can show.
+pub const TEST_PARTITIONS: i32 = 3;
+
+/// A namespace of topics for one test: `<prefix>.<name>`.
+#[derive(Debug)]
+pub struct TestTopics {
+    /// Unique prefix of this test's topics.
+    pub prefix: String,
+    created: Vec<String>,
+}
+
+impl TestTopics {
+    /// A fresh, empty namespace.
+    pub fn new() -> Self {
+        Self {
+            prefix: format!("t{}", crate::random_suffix()),
+            created: Vec::new(),
+        }
+    }
+
+    /// Creates `<prefix>.<name>` with [`TEST_PARTITIONS`] partitions and returns its name.
+    pub async fn create(&mut self, name: &str) -> anyhow::Result<String> {
+        let topic = format!("{}.{name}", self.prefix);
+        let admin = admin_client()?;
+        let results = admin
+            .create_topics(
+                [&NewTopic::new(&topic, TEST_PARTITIONS, TopicReplication::Fixed(1))],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await
+            .with_context(|| format!("creating topic {topic}"))?;
+        for result in results {
+            result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
+        }
+        self.created.push(topic.clone());
+        Ok(topic)
+    }
+}
+
+impl Default for TestTopics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Client settings for the run's broker.
+pub fn client_config() -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &stack().kafka_brokers);
+    config
+}
+
+fn admin_client() -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    client_config()
+        .create()
+        .context("creating a Kafka admin client")
+}
+
+impl Drop for TestTopics {
+    fn drop(&mut self) {
+        if self.created.is_empty() {
+            return;
+        }
+        let topics = std::mem::take(&mut self.created);
+        // Best effort: a shared external broker should not fill up with test topics.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let admin = admin_client().ok()?;
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                admin
+                    .delete_topics(
+                        &names,
+                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(5))),
+                    )
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}

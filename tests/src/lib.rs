@@ -1,0 +1,19 @@
+//! Test harness of RA Ledger: a real PostgreSQL (`wal_level=logical`) and a real
+//! Kafka-protocol broker per test run, a fresh database and fresh topics per test.
+
+pub mod database;
+pub mod kafka;
+pub mod stack;
+
+pub use database::TestDatabase;
+pub use kafka::TestTopics;
+pub use stack::stack;
+
+/// A random lowercase suffix for names that must not collide between tests or runs.
+pub fn random_suffix() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..12)
+        .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+        .collect()
+}

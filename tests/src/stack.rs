@@ -1,0 +1,348 @@
+//! One PostgreSQL and one Kafka-protocol broker per test run.
+//!
+//! The first test that asks for [`stack`] starts both, on free loopback ports, in a private
+//! temporary folder; every later test reuses them. When `LEDGER_TEST_DATABASE_URL` and/or
+//! `LEDGER_TEST_KAFKA_BROKERS` are set, the harness uses those servers instead (for example
+//! an Apache Kafka elsewhere) and starts nothing for them.
+//!
+//! Nothing outlives the run: every server is started through `setpriv --pdeathsig` from a
+//! keeper thread that lives as long as the test process, so the kernel signals the servers
+//! the moment the process ends, whether the tests passed, panicked or were killed. Folders
+//! of earlier runs whose process is gone are removed at the next start.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// Superuser password of the harness's own PostgreSQL cluster (loopback only, temporary).
+const PG_PASSWORD: &str = "ra-ledger-test";
+/// Prefix of the per-run folders under the system temporary folder.
+const RUN_DIR_PREFIX: &str = "ra-ledger-test-";
+/// Version of tansu the harness expects, as built by `deploy/test`.
+const TANSU_VERSION: &str = "0.6.0";
+
+/// The servers of this test run.
+#[derive(Debug)]
+pub struct Stack {
+    /// URL of a PostgreSQL role that may create databases, roles and replication slots,
+    /// connected to its maintenance database.
+    pub admin_url: String,
+    /// Kafka bootstrap servers.
+    pub kafka_brokers: String,
+    /// Our own PostgreSQL, when the harness started one (restart tests need it).
+    pub postgres: Option<PostgresServer>,
+    /// Our own broker, when the harness started one (outage tests need it).
+    pub broker: Option<BrokerServer>,
+}
+
+/// A PostgreSQL cluster started by the harness.
+#[derive(Debug, Clone)]
+pub struct PostgresServer {
+    /// Server binaries.
+    pub bindir: PathBuf,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Listening port on 127.0.0.1.
+    pub port: u16,
+}
+
+/// A broker started by the harness.
+#[derive(Debug, Clone)]
+pub struct BrokerServer {
+    /// The tansu binary.
+    pub binary: PathBuf,
+    /// Listening port on 127.0.0.1.
+    pub port: u16,
+}
+
+/// The stack of this test run, started on first use.
+///
+/// # Panics
+/// When a server cannot be started; the message says what to install or set.
+pub fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| match start_on_keeper_thread() {
+        Ok(stack) => stack,
+        Err(error) => panic!("cannot start the test stack: {error:#}"),
+    })
+}
+
+/// Starts the servers on a thread that never exits, so `PR_SET_PDEATHSIG` (which fires
+/// when the *thread* that forked a child ends) fires only when the whole process ends.
+fn start_on_keeper_thread() -> anyhow::Result<Stack> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("test-stack-keeper".into())
+        .spawn(move || {
+            let mut children = Vec::new();
+            let result = start(&mut children);
+            // Keep the children's handles (and this thread) alive for the whole run.
+            let _ = sender.send(result);
+            loop {
+                std::thread::park();
+            }
+        })
+        .context("spawning the keeper thread")?;
+    receiver
+        .recv()
+        .context("the keeper thread died while starting the stack")?
+}
+
+fn start(children: &mut Vec<Child>) -> anyhow::Result<Stack> {
+    let run_dir = std::env::temp_dir().join(format!("{RUN_DIR_PREFIX}{}", std::process::id()));
+    remove_stale_run_dirs();
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+
+    let (admin_url, postgres) = match std::env::var("LEDGER_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (url, None),
+        _ => {
+            let server = start_postgres(&run_dir, children)?;
+            let url = format!(
+                "postgres://postgres:{PG_PASSWORD}@127.0.0.1:{}/postgres",
+                server.port
+            );
+            (url, Some(server))
+        }
+    };
+    let (kafka_brokers, broker) = match std::env::var("LEDGER_TEST_KAFKA_BROKERS") {
+        Ok(brokers) if !brokers.is_empty() => (brokers, None),
+        _ => {
+            let server = BrokerServer {
+                binary: tansu_binary()?,
+                port: free_port()?,
+            };
+            children.push(server.start(&run_dir)?);
+            (format!("127.0.0.1:{}", server.port), Some(server))
+        }
+    };
+    Ok(Stack {
+        admin_url,
+        kafka_brokers,
+        postgres,
+        broker,
+    })
+}
+
+fn start_postgres(run_dir: &Path, children: &mut Vec<Child>) -> anyhow::Result<PostgresServer> {
+    let bindir = postgres_bindir()?;
+    let pg_dir = run_dir.join("postgres");
+    std::fs::create_dir_all(&pg_dir)?;
+    let password_file = pg_dir.join("pwfile");
+    std::fs::write(&password_file, PG_PASSWORD)?;
+    let owner = server_user()?;
+    if let Some(user) = &owner {
+        // initdb and postgres refuse to run as root: hand the folder to `postgres`.
+        std::os::unix::fs::chown(run_dir, Some(user.uid), Some(user.gid))?;
+        std::os::unix::fs::chown(&pg_dir, Some(user.uid), Some(user.gid))?;
+        std::os::unix::fs::chown(&password_file, Some(user.uid), Some(user.gid))?;
+    }
+    let data_dir = pg_dir.join("data");
+    let output = as_server_user(&owner, &bindir.join("initdb"), None)
+        .arg("-D")
+        .arg(&data_dir)
+        .args(["-U", "postgres", "--auth=scram-sha-256", "--encoding=UTF8"])
+        .args(["--locale=C.UTF-8", "--no-sync"])
+        .arg(format!("--pwfile={}", password_file.display()))
+        .output()
+        .context("running initdb")?;
+    if !output.status.success() {
+        bail!(
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    std::fs::write(
+        data_dir.join("pg_hba.conf"),
+        "host all all 127.0.0.1/32 scram-sha-256\nhost replication all 127.0.0.1/32 scram-sha-256\n",
+    )?;
+    let server = PostgresServer {
+        bindir,
+        data_dir,
+        port: free_port()?,
+    };
+    children.push(server.start(&owner)?);
+    Ok(server)
+}
+
+impl PostgresServer {
+    /// Starts the server and waits until it accepts connections. It dies with the test
+    /// process (SIGQUIT: immediate shutdown).
+    fn start(&self, owner: &Option<ServerUser>) -> anyhow::Result<Child> {
+        let log = std::fs::File::create(self.data_dir.with_file_name("postgres.log"))?;
+        if let Some(user) = owner {
+            std::os::unix::fs::chown(self.data_dir.with_file_name("postgres.log"), Some(user.uid), Some(user.gid))?;
+        }
+        let mut child = as_server_user(owner, &self.bindir.join("postgres"), Some("SIGQUIT"))
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-c", "listen_addresses=127.0.0.1", "-c"])
+            .arg(format!("port={}", self.port))
+            .args(["-c", "unix_socket_directories="])
+            .args(["-c", "wal_level=logical"])
+            .args(["-c", "max_wal_senders=64", "-c", "max_replication_slots=64"])
+            .args(["-c", "max_connections=300"])
+            // The machine does not crash under a test; the server may.
+            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting postgres")?;
+        wait_for_port(self.port, &mut child, Duration::from_secs(60), "postgres")?;
+        Ok(child)
+    }
+}
+
+impl BrokerServer {
+    /// Starts the broker with memory storage and waits until it listens.
+    fn start(&self, run_dir: &Path) -> anyhow::Result<Child> {
+        let log = std::fs::File::create(run_dir.join("tansu.log"))?;
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let mut child = Command::new("setpriv")
+            .args(["--pdeathsig", "SIGKILL", "--"])
+            .arg(&self.binary)
+            .arg("broker")
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting tansu")?;
+        wait_for_port(self.port, &mut child, Duration::from_secs(30), "tansu")?;
+        Ok(child)
+    }
+}
+
+/// The `postgres` system user, when we run as root.
+#[derive(Debug, Clone)]
+struct ServerUser {
+    uid: u32,
+    gid: u32,
+}
+
+fn server_user() -> anyhow::Result<Option<ServerUser>> {
+    let id = |flag: &str| -> anyhow::Result<u32> {
+        let output = Command::new("id").args([flag, "postgres"]).output()?;
+        if !output.status.success() {
+            bail!("there is no `postgres` system user; install PostgreSQL (deploy/test does)");
+        }
+        Ok(String::from_utf8(output.stdout)?.trim().parse()?)
+    };
+    let me = Command::new("id").arg("-u").output()?;
+    if String::from_utf8(me.stdout)?.trim() != "0" {
+        return Ok(None);
+    }
+    Ok(Some(ServerUser {
+        uid: id("-u")?,
+        gid: id("-g")?,
+    }))
+}
+
+/// A command run as `postgres` when we are root, with an optional parent-death signal.
+/// setpriv changes the user first and sets the signal last, since changing credentials
+/// clears it.
+fn as_server_user(owner: &Option<ServerUser>, program: &Path, death_signal: Option<&str>) -> Command {
+    let mut command = Command::new("setpriv");
+    if let Some(user) = owner {
+        command
+            .arg(format!("--reuid={}", user.uid))
+            .arg(format!("--regid={}", user.gid))
+            .arg("--clear-groups");
+    }
+    if let Some(signal) = death_signal {
+        command.args(["--pdeathsig", signal]);
+    }
+    command.arg("--").arg(program);
+    command.stdin(Stdio::null());
+    command
+}
+
+fn postgres_bindir() -> anyhow::Result<PathBuf> {
+    if let Ok(dir) = std::env::var("LEDGER_PG_BINDIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut candidates: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("postgres").exists().then_some((major, bin))
+        })
+        .filter(|(major, _)| *major >= 15)
+        .collect();
+    candidates.sort();
+    candidates.pop().map(|(_, bin)| bin).context(
+        "no PostgreSQL 15+ server in /usr/lib/postgresql/*/bin; run deploy/test (it installs it) \
+         or set LEDGER_TEST_DATABASE_URL",
+    )
+}
+
+fn tansu_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(path) = std::env::var("LEDGER_TANSU_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let cache = std::env::var_os("RA_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("ra-ledger")))
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/ra-ledger")))
+        .context("HOME is not set")?;
+    let binary = cache.join(format!("tansu-{TANSU_VERSION}/bin/tansu"));
+    if !binary.exists() {
+        bail!(
+            "{} is missing; run deploy/test (it builds tansu once), set LEDGER_TANSU_BIN, \
+             or point LEDGER_TEST_KAFKA_BROKERS at a running broker",
+            binary.display()
+        );
+    }
+    Ok(binary)
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for_port(port: u16, child: &mut Child, timeout: Duration, name: &str) -> anyhow::Result<()> {
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("{name} exited with {status} before listening on {address}; see its log in the run folder");
+        }
+        if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{name} did not listen on {address} within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Removes folders of earlier runs whose test process is gone.
+fn remove_stale_run_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(RUN_DIR_PREFIX))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
