@@ -135,7 +135,10 @@ impl OutboxLayout {
                 column::AGGREGATE_ID,
                 value(column::AGGREGATE_ID, self.aggregate_id)?,
             )?,
-            event_type: text(column::EVENT_TYPE, value(column::EVENT_TYPE, self.event_type)?)?,
+            event_type: text(
+                column::EVENT_TYPE,
+                value(column::EVENT_TYPE, self.event_type)?,
+            )?,
             payload: bytea(column::PAYLOAD, value(column::PAYLOAD, self.payload)?)?,
         })
     }
@@ -368,7 +371,11 @@ mod tests {
             Bytes::from_static(&[0x00, 0xff, 0x10])
         );
         assert!(decode_bytea_hex(b"\\x0").unwrap_err().contains("odd"));
-        assert!(decode_bytea_hex(b"\\xzz").unwrap_err().contains("hex digit"));
+        assert!(
+            decode_bytea_hex(b"\\xzz")
+                .unwrap_err()
+                .contains("hex digit")
+        );
         assert!(decode_bytea_hex(b"abc").unwrap_err().contains("escape"));
     }
 }

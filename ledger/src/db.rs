@@ -12,7 +12,9 @@ pub enum DbError {
     #[error("invalid database URL: {0}")]
     Url(#[source] tokio_postgres::Error),
     /// Connecting or authenticating failed.
-    #[error("cannot connect to PostgreSQL at {target}: {source}. Is the stack up (`deploy/stack status`)?")]
+    #[error(
+        "cannot connect to PostgreSQL at {target}: {source}. Is the stack up (`deploy/stack status`)?"
+    )]
     Connect {
         /// Host and port tried, without credentials.
         target: String,

@@ -11,7 +11,11 @@ use ra_ledger::{db, health, migrate};
 const DEFAULT_DATABASE_URL: &str = "postgres://ledger:ledger@127.0.0.1:54329/ledger";
 
 #[derive(Debug, Parser)]
-#[command(name = "ledger", version, about = "RA Ledger: registered-agent contacts and assignments as an append-only ledger")]
+#[command(
+    name = "ledger",
+    version,
+    about = "RA Ledger: registered-agent contacts and assignments as an append-only ledger"
+)]
 struct Cli {
     /// PostgreSQL URL of the ledger database.
     #[arg(long, env = "LEDGER_DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
@@ -46,8 +50,7 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let cli = Cli::parse();
@@ -59,9 +62,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate { list: false } => migrate_database(&cli.database_url).await,
-        Command::Serve { listen, pool_size } => {
-            serve(&cli.database_url, listen, pool_size).await
-        }
+        Command::Serve { listen, pool_size } => serve(&cli.database_url, listen, pool_size).await,
     }
 }
 

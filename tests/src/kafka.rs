@@ -35,7 +35,11 @@ impl TestTopics {
         let admin = admin_client()?;
         let results = admin
             .create_topics(
-                [&NewTopic::new(&topic, TEST_PARTITIONS, TopicReplication::Fixed(1))],
+                [&NewTopic::new(
+                    &topic,
+                    TEST_PARTITIONS,
+                    TopicReplication::Fixed(1),
+                )],
                 &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
             )
             .await

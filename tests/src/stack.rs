@@ -177,7 +177,11 @@ impl PostgresServer {
     fn start(&self, owner: &Option<ServerUser>) -> anyhow::Result<Child> {
         let log = std::fs::File::create(self.data_dir.with_file_name("postgres.log"))?;
         if let Some(user) = owner {
-            std::os::unix::fs::chown(self.data_dir.with_file_name("postgres.log"), Some(user.uid), Some(user.gid))?;
+            std::os::unix::fs::chown(
+                self.data_dir.with_file_name("postgres.log"),
+                Some(user.uid),
+                Some(user.gid),
+            )?;
         }
         let mut child = as_server_user(owner, &self.bindir.join("postgres"), Some("SIGQUIT"))
             .arg("-D")
@@ -247,7 +251,11 @@ fn server_user() -> anyhow::Result<Option<ServerUser>> {
 /// A command run as `postgres` when we are root, with an optional parent-death signal.
 /// setpriv changes the user first and sets the signal last, since changing credentials
 /// clears it.
-fn as_server_user(owner: &Option<ServerUser>, program: &Path, death_signal: Option<&str>) -> Command {
+fn as_server_user(
+    owner: &Option<ServerUser>,
+    program: &Path,
+    death_signal: Option<&str>,
+) -> Command {
     let mut command = Command::new("setpriv");
     if let Some(user) = owner {
         command
@@ -291,8 +299,12 @@ fn tansu_binary() -> anyhow::Result<PathBuf> {
     }
     let cache = std::env::var_os("RA_CACHE_DIR")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("ra-ledger")))
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/ra-ledger")))
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("ra-ledger"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/ra-ledger"))
+        })
         .context("HOME is not set")?;
     let binary = cache.join(format!("tansu-{TANSU_VERSION}/bin/tansu"));
     if !binary.exists() {
@@ -310,12 +322,19 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_for_port(port: u16, child: &mut Child, timeout: Duration, name: &str) -> anyhow::Result<()> {
+fn wait_for_port(
+    port: u16,
+    child: &mut Child,
+    timeout: Duration,
+    name: &str,
+) -> anyhow::Result<()> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait()? {
-            bail!("{name} exited with {status} before listening on {address}; see its log in the run folder");
+            bail!(
+                "{name} exited with {status} before listening on {address}; see its log in the run folder"
+            );
         }
         if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
             return Ok(());

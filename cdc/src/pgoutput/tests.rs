@@ -144,7 +144,9 @@ fn decodes_updates_with_and_without_an_old_tuple() {
     };
     assert_eq!(
         old,
-        Some(TupleData(vec![ColumnValue::Text(Bytes::from_static(b"old"))]))
+        Some(TupleData(vec![ColumnValue::Text(Bytes::from_static(
+            b"old"
+        ))]))
     );
 }
 
@@ -168,7 +170,11 @@ fn decodes_delete_truncate_type_and_origin() {
         }
     );
 
-    let type_message = Wire::tag(b'Y').u32(99).string("public").string("mood").bytes();
+    let type_message = Wire::tag(b'Y')
+        .u32(99)
+        .string("public")
+        .string("mood")
+        .bytes();
     assert_eq!(
         decode(&type_message).unwrap(),
         LogicalMessage::Type {
@@ -258,7 +264,13 @@ fn names_what_is_wrong_with_a_bad_message() {
             expected: "'N' (new tuple)",
         })
     );
-    let negative = Wire::tag(b'I').u32(1).u8(b'N').u16(1).u8(b't').i32(-4).bytes();
+    let negative = Wire::tag(b'I')
+        .u32(1)
+        .u8(b'N')
+        .u16(1)
+        .u8(b't')
+        .i32(-4)
+        .bytes();
     assert_eq!(
         decode(&negative),
         Err(DecodeError::NegativeLength {

@@ -26,7 +26,11 @@ async fn running_migrations_twice_changes_nothing() -> anyhow::Result<()> {
 
     let mut client = database.connect().await?;
     let report = migrate::run(&mut client).await?;
-    assert!(report.applied.is_empty(), "second run applied {:?}", report.applied);
+    assert!(
+        report.applied.is_empty(),
+        "second run applied {:?}",
+        report.applied
+    );
     assert_eq!(history(&database).await?, before);
     Ok(())
 }
@@ -45,7 +49,10 @@ async fn concurrent_starters_apply_each_migration_once() -> anyhow::Result<()> {
     applied.sort();
     let mut expected = migrate::embedded();
     expected.sort();
-    assert_eq!(applied, expected, "each migration applied by exactly one starter");
+    assert_eq!(
+        applied, expected,
+        "each migration applied by exactly one starter"
+    );
     assert_eq!(history(&database).await?.len(), expected.len());
     Ok(())
 }
@@ -65,7 +72,10 @@ async fn outbox_has_an_insert_only_publication() -> anyhow::Result<()> {
         .await?;
     let (insert, update, delete, truncate): (bool, bool, bool, bool) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
-    assert_eq!((insert, update, delete, truncate), (true, false, false, false));
+    assert_eq!(
+        (insert, update, delete, truncate),
+        (true, false, false, false)
+    );
     assert_eq!(row.get::<_, Vec<String>>(4), vec!["outbox".to_owned()]);
 
     let wal_level: String = client.query_one("SHOW wal_level", &[]).await?.get(0);

@@ -122,7 +122,10 @@ fn idempotent_producer() -> anyhow::Result<FutureProducer> {
 
 fn consumer(topic: &str) -> anyhow::Result<StreamConsumer> {
     let consumer: StreamConsumer = kafka::client_config()
-        .set("group.id", format!("smoke-{}", ra_ledger_tests::random_suffix()))
+        .set(
+            "group.id",
+            format!("smoke-{}", ra_ledger_tests::random_suffix()),
+        )
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
         .create()?;
@@ -176,9 +179,18 @@ async fn outbox_row_travels_from_the_wal_through_kafka_intact() -> anyhow::Resul
     let producer = idempotent_producer()?;
     let xid_text = xid.to_string();
     let headers = OwnedHeaders::new()
-        .insert(Header { key: "id", value: Some(row.event_id.as_str()) })
-        .insert(Header { key: "event_type", value: Some(row.event_type.as_str()) })
-        .insert(Header { key: "txid", value: Some(xid_text.as_str()) });
+        .insert(Header {
+            key: "id",
+            value: Some(row.event_id.as_str()),
+        })
+        .insert(Header {
+            key: "event_type",
+            value: Some(row.event_type.as_str()),
+        })
+        .insert(Header {
+            key: "txid",
+            value: Some(xid_text.as_str()),
+        });
     producer
         .send(
             FutureRecord::to(&topic)
@@ -249,7 +261,11 @@ async fn rolled_back_transaction_yields_nothing_on_the_slot() -> anyhow::Result<
         .map(|row| row.get(0))
         .collect();
     let tags: Vec<char> = pending.iter().map(|data| data[0] as char).collect();
-    assert_eq!(tags, vec!['B', 'R', 'I', 'C'], "one transaction with one insert");
+    assert_eq!(
+        tags,
+        vec!['B', 'R', 'I', 'C'],
+        "one transaction with one insert"
+    );
 
     // And streaming it yields only the committed row.
     let replicated = read_outbox(&database, &slot, 1).await?;
