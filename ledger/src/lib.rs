@@ -1,6 +1,14 @@
 //! RA Ledger: the append-only system of record for registered-agent contacts and their
 //! assignments, with a transactional outbox read by the CDC relay.
 
+pub mod api;
+pub mod commands;
 pub mod db;
+pub mod domain;
 pub mod health;
 pub mod migrate;
+pub mod projections;
+pub mod queries;
+pub mod rebuild;
+pub mod store;
+pub mod verify;

@@ -1,11 +1,18 @@
-//! The `ledger` command: migrations and the ledger service.
+//! The `ledger` command: migrations, the ledger service, verification, projection rebuilds
+//! and audit queries.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::time::Instant;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
-use ra_ledger::{db, health, migrate};
+use ra_ledger::api::{self, AppState, CursorKey, Tokens};
+use ra_ledger::commands::Ledger;
+use ra_ledger::domain::Jurisdiction;
+use ra_ledger::{db, health, migrate, queries, rebuild, verify};
+use uuid::Uuid;
 
 /// Default database of the local stack (`deploy/stack up`).
 const DEFAULT_DATABASE_URL: &str = "postgres://ledger:ledger@127.0.0.1:54329/ledger";
@@ -41,7 +48,85 @@ enum Command {
         /// Maximum PostgreSQL connections in the pool.
         #[arg(long, env = "LEDGER_POOL_SIZE", default_value_t = 16)]
         pool_size: usize,
+        /// Bearer tokens, `role:name:token` separated by commas; role is writer or auditor.
+        #[arg(long, env = "LEDGER_TOKENS", hide_env_values = true)]
+        tokens: String,
+        /// Secret that signs history cursors; random per process when unset (cursors then
+        /// do not survive a restart).
+        #[arg(long, env = "LEDGER_CURSOR_KEY", hide_env_values = true)]
+        cursor_key: Option<String>,
     },
+    /// Recompute every stream's hash chain; exits 1 and names the first broken link.
+    Verify,
+    /// Projection maintenance.
+    Projections {
+        #[command(subcommand)]
+        command: ProjectionsCommand,
+    },
+    /// Audit questions, answered from the projections.
+    Audit {
+        #[command(subcommand)]
+        question: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ProjectionsCommand {
+    /// Replay the ledger into fresh tables and swap them in (commands wait meanwhile).
+    Rebuild {
+        /// Compare the rebuilt tables with the live ones instead of swapping; exits 1 on a
+        /// difference.
+        #[arg(long)]
+        verify: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Who was the RA of a business in a jurisdiction at an instant.
+    At {
+        /// Business id.
+        #[arg(long)]
+        business: Uuid,
+        /// Jurisdiction code, e.g. TX.
+        #[arg(long, value_parser = parse_jurisdiction)]
+        jurisdiction: Jurisdiction,
+        /// Business time (RFC 3339); defaults to now.
+        #[arg(long)]
+        at: Option<DateTime<Utc>>,
+        /// Only what the ledger had recorded by then (RFC 3339); defaults to now.
+        #[arg(long)]
+        known_at: Option<DateTime<Utc>>,
+    },
+    /// Every RA of a business in a jurisdiction during [from, to).
+    During {
+        /// Business id.
+        #[arg(long)]
+        business: Uuid,
+        /// Jurisdiction code.
+        #[arg(long, value_parser = parse_jurisdiction)]
+        jurisdiction: Jurisdiction,
+        /// Start (RFC 3339, inclusive).
+        #[arg(long)]
+        from: DateTime<Utc>,
+        /// End (RFC 3339, exclusive).
+        #[arg(long)]
+        to: DateTime<Utc>,
+    },
+    /// The supersede lineage of a contact.
+    Lineage {
+        /// Contact id.
+        contact: Uuid,
+    },
+    /// The whole assignment history of a business.
+    History {
+        /// Business id.
+        business: Uuid,
+    },
+}
+
+fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
+    Jurisdiction::parse("jurisdiction", code).map_err(|error| error.reason)
 }
 
 #[tokio::main]
@@ -62,8 +147,143 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate { list: false } => migrate_database(&cli.database_url).await,
-        Command::Serve { listen, pool_size } => serve(&cli.database_url, listen, pool_size).await,
+        Command::Serve {
+            listen,
+            pool_size,
+            tokens,
+            cursor_key,
+        } => {
+            let tokens = Tokens::parse(&tokens)?;
+            if tokens.is_empty() {
+                bail!(
+                    "LEDGER_TOKENS configures no token; set e.g. writer:cs-tool:<secret>,auditor:audit:<secret>"
+                );
+            }
+            let cursor_key = match cursor_key {
+                Some(key) if key.len() >= 16 => CursorKey::new(key.as_bytes()),
+                Some(_) => bail!("LEDGER_CURSOR_KEY must be at least 16 characters"),
+                None => {
+                    tracing::warn!(
+                        "LEDGER_CURSOR_KEY is not set; history cursors will not survive a restart"
+                    );
+                    CursorKey::random()
+                }
+            };
+            serve(&cli.database_url, listen, pool_size, tokens, cursor_key).await
+        }
+        Command::Verify => {
+            let client = db::connect(&cli.database_url, "ledger-verify").await?;
+            let report =
+                verify::verify(&client, |done| eprintln!("verified {done} events…")).await?;
+            match report.broken {
+                None => {
+                    println!(
+                        "ok: {} events in {} streams, every hash chain intact",
+                        report.events, report.streams
+                    );
+                    Ok(())
+                }
+                Some(link) => {
+                    println!("BROKEN: {link}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Command::Projections {
+            command: ProjectionsCommand::Rebuild { verify },
+        } => {
+            let mut client = db::connect(&cli.database_url, "ledger-rebuild").await?;
+            let started = Instant::now();
+            let report = rebuild::rebuild(&mut client, verify, |done, total| {
+                let rate = done as f64 / started.elapsed().as_secs_f64().max(0.001);
+                eprintln!("replayed {done}/{total} events ({rate:.0}/s)");
+            })
+            .await?;
+            if !verify {
+                println!(
+                    "rebuilt projections from {} events and swapped them in",
+                    report.events
+                );
+                return Ok(());
+            }
+            let different: u64 = report.differences.iter().map(|(_, count)| count).sum();
+            for (table, count) in &report.differences {
+                println!("{table}: {count} differing rows");
+            }
+            for example in &report.examples {
+                println!("  e.g. {example}");
+            }
+            if different > 0 {
+                println!("DIFFERENT: live projections disagree with the ledger");
+                std::process::exit(1);
+            }
+            println!(
+                "ok: rebuilt projections from {} events equal the live ones",
+                report.events
+            );
+            Ok(())
+        }
+        Command::Audit { question } => audit(&cli.database_url, question).await,
     }
+}
+
+async fn audit(database_url: &str, question: AuditCommand) -> anyhow::Result<()> {
+    let client = db::connect(database_url, "ledger-audit").await?;
+    let json = match question {
+        AuditCommand::At {
+            business,
+            jurisdiction,
+            at,
+            known_at,
+        } => {
+            let now = Utc::now();
+            let answer = queries::registered_agent_at(
+                &client,
+                business,
+                jurisdiction,
+                at.unwrap_or(now),
+                known_at.unwrap_or(now),
+            )
+            .await?;
+            serde_json::to_string_pretty(&answer)?
+        }
+        AuditCommand::During {
+            business,
+            jurisdiction,
+            from,
+            to,
+        } => {
+            if to <= from {
+                bail!("--to {to} must be after --from {from}");
+            }
+            serde_json::to_string_pretty(
+                &queries::registered_agents_during(&client, business, jurisdiction, from, to)
+                    .await?,
+            )?
+        }
+        AuditCommand::Lineage { contact } => {
+            serde_json::to_string_pretty(&queries::lineage(&client, contact).await?)?
+        }
+        AuditCommand::History { business } => {
+            let mut all = Vec::new();
+            let mut after = None;
+            loop {
+                let page = queries::assignment_history(&client, business, after, 500).await?;
+                let full = page.len() == 500;
+                after = page.last().map(|last| queries::HistoryCursor {
+                    started_at: last.started_at,
+                    assignment_id: last.assignment_id,
+                });
+                all.extend(page);
+                if !full {
+                    break;
+                }
+            }
+            serde_json::to_string_pretty(&all)?
+        }
+    };
+    println!("{json}");
+    Ok(())
 }
 
 async fn migrate_database(database_url: &str) -> anyhow::Result<()> {
@@ -78,14 +298,26 @@ async fn migrate_database(database_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(database_url: &str, listen: SocketAddr, pool_size: usize) -> anyhow::Result<()> {
+async fn serve(
+    database_url: &str,
+    listen: SocketAddr,
+    pool_size: usize,
+    tokens: Tokens,
+    cursor_key: CursorKey,
+) -> anyhow::Result<()> {
     migrate_database(database_url).await?;
     let pool = db::pool(database_url, "ledger-api", pool_size)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}; is another ledger running?"))?;
+    let state = AppState {
+        ledger: Ledger::new(pool.clone()),
+        tokens,
+        cursor_key,
+    };
+    let app = api::router(state).merge(health::router(pool));
     tracing::info!(%listen, "ledger serving");
-    axum::serve(listener, health::router(pool))
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     tracing::info!("ledger stopped");

@@ -1,6 +1,7 @@
 //! Test harness of RA Ledger: a real PostgreSQL (`wal_level=logical`) and a real
 //! Kafka-protocol broker per test run, a fresh database and fresh topics per test.
 
+pub mod api;
 pub mod database;
 pub mod kafka;
 pub mod stack;

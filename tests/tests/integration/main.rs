@@ -1,4 +1,5 @@
 //! Integration tests, in one binary so the whole run shares one PostgreSQL and one broker.
 
+mod ledger;
 mod migrations;
 mod smoke;

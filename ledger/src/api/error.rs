@@ -1,0 +1,109 @@
+//! API errors: a stable machine-readable code, a human message, and the HTTP status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::commands::CommandError;
+use crate::store::AppendError;
+
+/// An error answer: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error with an explicit status and code.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "request failed");
+        }
+        let body = Body {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<CommandError> for ApiError {
+    fn from(error: CommandError) -> Self {
+        let message = error.to_string();
+        match error {
+            CommandError::Validation(_) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", message)
+            }
+            CommandError::NotFound { .. } => Self::not_found(message),
+            CommandError::Conflict(_) | CommandError::Append(AppendError::Conflict { .. }) => {
+                Self::new(StatusCode::CONFLICT, "conflict", message)
+            }
+            CommandError::Append(AppendError::Backdated { .. }) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "backdated_effective_at",
+                message,
+            ),
+            CommandError::Pool(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+            }
+            CommandError::Append(AppendError::Database(_))
+            | CommandError::Projection(_)
+            | CommandError::Database(_) => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        CommandError::Database(error).into()
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for ApiError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        CommandError::Pool(error).into()
+    }
+}

@@ -1,0 +1,327 @@
+//! Read side: contacts, assignments and the audit questions, answered from the projections.
+//!
+//! Time has two axes. `at` is business time (`effective_at`: when a change took effect);
+//! `known_at` is transaction time (`recorded_at`: when the ledger learned it). "Who was the
+//! RA at T, as known at K" ignores everything recorded after K.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::{GenericClient, Row};
+use uuid::Uuid;
+
+use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
+
+const CONTACT_COLUMNS: &str = "c.contact_id, c.jurisdiction, c.name, c.address_line1, c.address_line2, \
+     c.city, c.region, c.postal_code, c.status, c.supersedes, c.superseded_by, c.created_at, \
+     c.recorded_at, c.superseded_at, c.superseded_recorded_at, c.stream_version";
+
+const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.business_id, a.jurisdiction, a.contact_id, \
+     a.started_at, a.ended_at, a.end_reason, a.replaces, a.replaced_by, a.recorded_at, a.ended_recorded_at";
+
+/// A contact as the projection holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContactView {
+    /// Contact id.
+    pub contact_id: Uuid,
+    /// Jurisdiction code.
+    pub jurisdiction: String,
+    /// Office name.
+    pub name: String,
+    /// Postal address.
+    pub address: PostalAddress,
+    /// Current status.
+    pub status: ContactStatus,
+    /// The contact this one replaced.
+    pub supersedes: Option<Uuid>,
+    /// The contact that replaced this one.
+    pub superseded_by: Option<Uuid>,
+    /// When it took effect.
+    pub created_at: DateTime<Utc>,
+    /// When the ledger recorded it.
+    pub recorded_at: DateTime<Utc>,
+    /// When it was superseded.
+    pub superseded_at: Option<DateTime<Utc>>,
+    /// When the ledger recorded the supersede.
+    pub superseded_recorded_at: Option<DateTime<Utc>>,
+    /// Version of the contact's stream.
+    pub version: i64,
+}
+
+impl ContactView {
+    fn from_row(row: &Row, offset: usize) -> Self {
+        let status: String = row.get(offset + 8);
+        Self {
+            contact_id: row.get(offset),
+            jurisdiction: row.get(offset + 1),
+            name: row.get(offset + 2),
+            address: PostalAddress {
+                line1: row.get(offset + 3),
+                line2: row.get(offset + 4),
+                city: row.get(offset + 5),
+                region: row.get(offset + 6),
+                postal_code: row.get(offset + 7),
+            },
+            status: if status == "primary" {
+                ContactStatus::Primary
+            } else {
+                ContactStatus::OnFile
+            },
+            supersedes: row.get(offset + 9),
+            superseded_by: row.get(offset + 10),
+            created_at: row.get(offset + 11),
+            recorded_at: row.get(offset + 12),
+            superseded_at: row.get(offset + 13),
+            superseded_recorded_at: row.get(offset + 14),
+            version: row.get(offset + 15),
+        }
+    }
+
+    /// The contact's status at business time `at`, as known at `known_at`.
+    pub fn status_at(&self, at: DateTime<Utc>, known_at: DateTime<Utc>) -> ContactStatus {
+        match (self.superseded_at, self.superseded_recorded_at) {
+            (Some(superseded), Some(recorded)) if superseded <= at && recorded <= known_at => {
+                ContactStatus::OnFile
+            }
+            _ => ContactStatus::Primary,
+        }
+    }
+}
+
+/// An assignment with its validity interval `[started_at, ended_at)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AssignmentView {
+    /// Assignment id.
+    pub assignment_id: Uuid,
+    /// The customer's business.
+    pub business_id: Uuid,
+    /// Jurisdiction code.
+    pub jurisdiction: String,
+    /// The serving contact.
+    pub contact_id: Uuid,
+    /// Start (business time).
+    pub started_at: DateTime<Utc>,
+    /// End (business time); open while active.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Why it ended.
+    pub end_reason: Option<EndReason>,
+    /// The assignment this one replaced.
+    pub replaces: Option<Uuid>,
+    /// The assignment that replaced this one.
+    pub replaced_by: Option<Uuid>,
+    /// When the ledger recorded the start.
+    pub recorded_at: DateTime<Utc>,
+    /// When the ledger recorded the end.
+    pub ended_recorded_at: Option<DateTime<Utc>>,
+}
+
+impl AssignmentView {
+    fn from_row(row: &Row) -> Self {
+        let reason: Option<String> = row.get(6);
+        Self {
+            assignment_id: row.get(0),
+            business_id: row.get(1),
+            jurisdiction: row.get(2),
+            contact_id: row.get(3),
+            started_at: row.get(4),
+            ended_at: row.get(5),
+            end_reason: reason.map(|reason| {
+                if reason == "replaced" {
+                    EndReason::Replaced
+                } else {
+                    EndReason::Cancelled
+                }
+            }),
+            replaces: row.get(7),
+            replaced_by: row.get(8),
+            recorded_at: row.get(9),
+            ended_recorded_at: row.get(10),
+        }
+    }
+}
+
+/// The answer to "who was the RA": the assignment and its contact as they were.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RegisteredAgent {
+    /// The assignment in force.
+    pub assignment: AssignmentView,
+    /// The contact serving it (contacts never change; only their status does).
+    pub contact: ContactView,
+    /// The contact's status at that time.
+    pub contact_status: ContactStatus,
+}
+
+/// One contact.
+pub async fn contact(
+    client: &impl GenericClient,
+    contact_id: Uuid,
+) -> Result<Option<ContactView>, tokio_postgres::Error> {
+    let sql = format!("SELECT {CONTACT_COLUMNS} FROM contacts c WHERE c.contact_id = $1");
+    Ok(client
+        .query_opt(&sql, &[&contact_id])
+        .await?
+        .map(|row| ContactView::from_row(&row, 0)))
+}
+
+/// The jurisdiction's primary contact, if any.
+pub async fn primary_contact(
+    client: &impl GenericClient,
+    jurisdiction: Jurisdiction,
+) -> Result<Option<ContactView>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT {CONTACT_COLUMNS} FROM contacts c WHERE c.jurisdiction = $1 AND c.status = 'primary'"
+    );
+    Ok(client
+        .query_opt(&sql, &[&jurisdiction.code()])
+        .await?
+        .map(|row| ContactView::from_row(&row, 0)))
+}
+
+/// One assignment.
+pub async fn assignment(
+    client: &impl GenericClient,
+    assignment_id: Uuid,
+) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
+    let sql = format!("SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.assignment_id = $1");
+    Ok(client
+        .query_opt(&sql, &[&assignment_id])
+        .await?
+        .map(|row| AssignmentView::from_row(&row)))
+}
+
+/// The business's active assignment in a jurisdiction, if any.
+pub async fn active_assignment(
+    client: &impl GenericClient,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a \
+         WHERE a.business_id = $1 AND a.jurisdiction = $2 AND a.ended_at IS NULL"
+    );
+    Ok(client
+        .query_opt(&sql, &[&business_id, &jurisdiction.code()])
+        .await?
+        .map(|row| AssignmentView::from_row(&row)))
+}
+
+/// Who was the RA of `business_id` in `jurisdiction` at business time `at`, as known at
+/// `known_at`.
+pub async fn registered_agent_at(
+    client: &impl GenericClient,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: DateTime<Utc>,
+) -> Result<Option<RegisteredAgent>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT {ASSIGNMENT_COLUMNS}, {CONTACT_COLUMNS} \
+         FROM assignments a JOIN contacts c ON c.contact_id = a.contact_id \
+         WHERE a.business_id = $1 AND a.jurisdiction = $2 \
+           AND a.started_at <= $3 AND a.recorded_at <= $4 \
+           AND (a.ended_at IS NULL OR a.ended_at > $3 OR a.ended_recorded_at > $4) \
+         ORDER BY a.started_at DESC, a.assignment_id DESC LIMIT 1"
+    );
+    let row = client
+        .query_opt(&sql, &[&business_id, &jurisdiction.code(), &at, &known_at])
+        .await?;
+    Ok(row.map(|row| {
+        let contact = ContactView::from_row(&row, 11);
+        RegisteredAgent {
+            assignment: AssignmentView::from_row(&row),
+            contact_status: contact.status_at(at, known_at),
+            contact,
+        }
+    }))
+}
+
+/// Every RA of `business_id` in `jurisdiction` whose assignment overlaps `[from, to)`, in
+/// order.
+pub async fn registered_agents_during(
+    client: &impl GenericClient,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<RegisteredAgent>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT {ASSIGNMENT_COLUMNS}, {CONTACT_COLUMNS} \
+         FROM assignments a JOIN contacts c ON c.contact_id = a.contact_id \
+         WHERE a.business_id = $1 AND a.jurisdiction = $2 \
+           AND a.started_at < $4 AND (a.ended_at IS NULL OR a.ended_at > $3) \
+         ORDER BY a.started_at, a.assignment_id"
+    );
+    let rows = client
+        .query(&sql, &[&business_id, &jurisdiction.code(), &from, &to])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let contact = ContactView::from_row(row, 11);
+            let assignment = AssignmentView::from_row(row);
+            RegisteredAgent {
+                contact_status: contact.status_at(assignment.started_at.max(from), Utc::now()),
+                assignment,
+                contact,
+            }
+        })
+        .collect())
+}
+
+/// The supersede lineage of a contact: its ancestors, itself and its successors, oldest
+/// first.
+pub async fn lineage(
+    client: &impl GenericClient,
+    contact_id: Uuid,
+) -> Result<Vec<ContactView>, tokio_postgres::Error> {
+    let sql = format!(
+        "WITH RECURSIVE back AS ( \
+             SELECT contact_id, supersedes, 0 AS depth FROM contacts WHERE contact_id = $1 \
+             UNION ALL SELECT c.contact_id, c.supersedes, back.depth - 1 FROM contacts c \
+             JOIN back ON c.contact_id = back.supersedes), \
+         forward AS ( \
+             SELECT contact_id, superseded_by, 0 AS depth FROM contacts WHERE contact_id = $1 \
+             UNION ALL SELECT c.contact_id, c.superseded_by, forward.depth + 1 FROM contacts c \
+             JOIN forward ON c.contact_id = forward.superseded_by), \
+         chain AS (SELECT contact_id, depth FROM back UNION SELECT contact_id, depth FROM forward) \
+         SELECT {CONTACT_COLUMNS} FROM chain JOIN contacts c USING (contact_id) ORDER BY chain.depth"
+    );
+    Ok(client
+        .query(&sql, &[&contact_id])
+        .await?
+        .iter()
+        .map(|row| ContactView::from_row(row, 0))
+        .collect())
+}
+
+/// Where a history page starts: after this assignment in (started_at, assignment_id) order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryCursor {
+    /// Start of the last assignment returned.
+    pub started_at: DateTime<Utc>,
+    /// Id of the last assignment returned.
+    pub assignment_id: Uuid,
+}
+
+/// One page of a business's assignment history, every jurisdiction, oldest first. Keyset
+/// pagination: the cost of a page does not grow with its position.
+pub async fn assignment_history(
+    client: &impl GenericClient,
+    business_id: Uuid,
+    after: Option<HistoryCursor>,
+    limit: i64,
+) -> Result<Vec<AssignmentView>, tokio_postgres::Error> {
+    let (started_at, assignment_id) = after.map_or((None, None), |cursor| {
+        (Some(cursor.started_at), Some(cursor.assignment_id))
+    });
+    let sql = format!(
+        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.business_id = $1 \
+           AND ($2::timestamptz IS NULL OR (a.started_at, a.assignment_id) > ($2, $3)) \
+         ORDER BY a.started_at, a.assignment_id LIMIT $4"
+    );
+    Ok(client
+        .query(&sql, &[&business_id, &started_at, &assignment_id, &limit])
+        .await?
+        .iter()
+        .map(AssignmentView::from_row)
+        .collect())
+}

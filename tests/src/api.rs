@@ -1,0 +1,120 @@
+//! Drives the ledger's HTTP API in process: the real router, state and database, without
+//! a TCP hop.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use ra_ledger::api::{AppState, CursorKey, Tokens};
+use ra_ledger::commands::Ledger;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::TestDatabase;
+
+/// Writer token of test APIs.
+pub const WRITER: &str = "writer-token-for-tests";
+/// Auditor token of test APIs.
+pub const AUDITOR: &str = "auditor-token-for-tests";
+
+/// The API over one test database.
+#[derive(Debug, Clone)]
+pub struct TestApi {
+    router: Router,
+    /// The command side, for tests that call it directly.
+    pub ledger: Ledger,
+}
+
+/// A response: status and JSON body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Parsed body (`null` when empty).
+    pub body: Value,
+}
+
+impl Reply {
+    /// The `error.code` of an error body.
+    pub fn error_code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or_default()
+    }
+
+    /// A string field of the body.
+    pub fn str(&self, field: &str) -> String {
+        self.body[field].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+impl TestApi {
+    /// The API over `database`.
+    pub fn new(database: &TestDatabase) -> anyhow::Result<Self> {
+        let pool = ra_ledger::db::pool(&database.url, "ledger-api-test", 8)?;
+        let ledger = Ledger::new(pool.clone());
+        let tokens = Tokens::parse(&format!(
+            "writer:test-writer:{WRITER},auditor:test-auditor:{AUDITOR}"
+        ))?;
+        let state = AppState {
+            ledger: ledger.clone(),
+            tokens,
+            cursor_key: CursorKey::new(b"test cursor key"),
+        };
+        let router = ra_ledger::api::router(state).merge(ra_ledger::health::router(pool));
+        Ok(Self { router, ledger })
+    }
+
+    /// Sends a request with an optional token and JSON body.
+    pub async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string())),
+            None => request.body(Body::empty()),
+        }
+        .expect("a valid request");
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router is infallible");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 16 * 1024 * 1024)
+            .await
+            .expect("a body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        Reply { status, body }
+    }
+
+    /// POST as the writer.
+    pub async fn post(&self, uri: &str, body: Value) -> Reply {
+        self.call(Method::POST, uri, Some(WRITER), Some(body)).await
+    }
+
+    /// GET as the auditor.
+    pub async fn get(&self, uri: &str) -> Reply {
+        self.call(Method::GET, uri, Some(AUDITOR), None).await
+    }
+}
+
+/// A valid contact body for `jurisdiction`.
+pub fn contact_body(jurisdiction: &str, name: &str) -> Value {
+    serde_json::json!({
+        "jurisdiction": jurisdiction,
+        "name": name,
+        "address": {"line1": "211 E 7th St", "line2": "Suite 620", "city": "Austin", "region": "TX", "postal_code": "78701"}
+    })
+}

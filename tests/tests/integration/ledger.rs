@@ -1,0 +1,478 @@
+//! The ledger against a real PostgreSQL: commands, conflicts, rollbacks, immutability,
+//! bad input, rebuild and verify.
+
+use axum::http::{Method, StatusCode};
+use ra_ledger_tests::TestDatabase;
+use ra_ledger_tests::api::{AUDITOR, TestApi, WRITER, contact_body};
+use serde_json::json;
+use uuid::Uuid;
+
+/// Rows in the ledger's tables, to prove a refused command wrote nothing.
+async fn counts(database: &TestDatabase) -> anyhow::Result<[i64; 4]> {
+    let client = database.connect().await?;
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM outbox), \
+                    (SELECT count(*) FROM contacts), (SELECT count(*) FROM assignments)",
+            &[],
+        )
+        .await?;
+    Ok([row.get(0), row.get(1), row.get(2), row.get(3)])
+}
+
+/// A jurisdiction with a primary contact and one business assigned to it.
+async fn seeded(api: &TestApi) -> (String, String, String) {
+    let contact = api
+        .post("/v1/contacts", contact_body("TX", "Lone Star Agents"))
+        .await;
+    assert_eq!(contact.status, StatusCode::CREATED, "{:?}", contact.body);
+    let business = Uuid::now_v7().to_string();
+    let assignment = api
+        .post(
+            "/v1/assignments",
+            json!({"business_id": business, "jurisdiction": "TX"}),
+        )
+        .await;
+    assert_eq!(
+        assignment.status,
+        StatusCode::CREATED,
+        "{:?}",
+        assignment.body
+    );
+    (
+        contact.str("contact_id"),
+        business,
+        assignment.str("assignment_id"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_write_events_outbox_and_projections_together() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (contact_id, business, assignment_id) = seeded(&api).await;
+
+    let replaced = api
+        .post(
+            &format!("/v1/assignments/{assignment_id}/replace"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(replaced.status, StatusCode::CREATED, "{:?}", replaced.body);
+    assert_eq!(replaced.body["replaces"], json!(assignment_id));
+    let old = api.get(&format!("/v1/assignments/{assignment_id}")).await;
+    assert_eq!(old.body["end_reason"], json!("replaced"));
+    assert_eq!(old.body["replaced_by"], replaced.body["assignment_id"]);
+    assert_eq!(
+        old.body["ended_at"], replaced.body["started_at"],
+        "REPLACE happens at one instant"
+    );
+
+    // Every event has exactly one outbox row with the same id and bytes.
+    let client = database.connect().await?;
+    let rows = client
+        .query(
+            "SELECT e.event_type, o.aggregate_type, o.aggregate_id, e.payload = o.payload \
+             FROM events e JOIN outbox o USING (event_id) ORDER BY e.position",
+            &[],
+        )
+        .await?;
+    let got: Vec<(String, String, String, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let registration = format!("{business}-TX");
+    assert_eq!(
+        got,
+        vec![
+            (
+                "ContactCreated".into(),
+                "contact".into(),
+                contact_id.clone(),
+                true
+            ),
+            (
+                "AssignmentStarted".into(),
+                "assignment".into(),
+                registration.clone(),
+                true
+            ),
+            (
+                "AssignmentEnded".into(),
+                "assignment".into(),
+                registration.clone(),
+                true
+            ),
+            (
+                "AssignmentStarted".into(),
+                "assignment".into(),
+                registration,
+                true
+            ),
+        ]
+    );
+    assert_eq!(counts(&database).await?, [4, 4, 1, 2]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_on_the_same_stream_version_get_exactly_one_conflict() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (_, _, assignment_id) = seeded(&api).await;
+    // Both saw the registration stream at version 1.
+    let uri = format!("/v1/assignments/{assignment_id}/replace");
+    let (first, second) = tokio::join!(
+        api.post(&uri, json!({"expected_version": 1})),
+        api.post(&uri, json!({"expected_version": 1}))
+    );
+    let mut statuses = [first.status, second.status];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::CREATED, StatusCode::CONFLICT],
+        "{first:?} {second:?}"
+    );
+    let loser = if first.status == StatusCode::CONFLICT {
+        first
+    } else {
+        second
+    };
+    assert_eq!(loser.error_code(), "conflict");
+
+    // A stale expected version is refused outright.
+    let stale = api.post(&uri, json!({"expected_version": 1})).await;
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert_eq!(counts(&database).await?, [4, 4, 1, 2]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_fails_midway_leaves_no_trace() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (_, _, _) = seeded(&api).await;
+    let before = counts(&database).await?;
+    // Make the projection step fail after the events and outbox rows were inserted.
+    let poisoned = Uuid::now_v7();
+    database
+        .connect()
+        .await?
+        .batch_execute(&format!(
+            "CREATE FUNCTION fail_projection() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'injected failure'; END $$; \
+             CREATE TRIGGER fail_projection BEFORE INSERT ON assignments FOR EACH ROW \
+             WHEN (NEW.business_id = '{poisoned}') EXECUTE FUNCTION fail_projection();"
+        ))
+        .await?;
+    let reply = api
+        .post(
+            "/v1/assignments",
+            json!({"business_id": poisoned, "jurisdiction": "TX"}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{:?}",
+        reply.body
+    );
+    assert_eq!(reply.error_code(), "internal");
+    assert_eq!(
+        counts(&database).await?,
+        before,
+        "no event, outbox row or projection row"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_refuses_to_rewrite_events() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    seeded(&api).await;
+    let client = database.connect().await?;
+    for statement in [
+        "UPDATE events SET actor = 'mallory'",
+        "DELETE FROM events",
+        "TRUNCATE events CASCADE",
+    ] {
+        let error = client.batch_execute(statement).await.expect_err(statement);
+        let db_error = error.as_db_error().expect("a server error");
+        assert_eq!(db_error.code().code(), "RAL01", "{statement}: {db_error}");
+        assert!(
+            db_error.message().contains("append-only"),
+            "{}",
+            db_error.message()
+        );
+    }
+    assert_eq!(counts(&database).await?[0], 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_4xx_and_writes_nothing() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (contact_id, business, assignment_id) = seeded(&api).await;
+    let before = counts(&database).await?;
+    let unknown = Uuid::now_v7();
+    let long_ago = "2001-01-01T00:00:00Z";
+
+    let mut missing_field = contact_body("CA", "Golden Agents");
+    missing_field.as_object_mut().unwrap().remove("name");
+    let cases = [
+        (
+            "unknown jurisdiction",
+            api.post("/v1/contacts", contact_body("XX", "Nowhere"))
+                .await,
+            422,
+            "invalid_field",
+        ),
+        (
+            "missing field",
+            api.post("/v1/contacts", missing_field).await,
+            400,
+            "bad_request",
+        ),
+        (
+            "unknown contact",
+            api.post(
+                &format!("/v1/contacts/{unknown}/supersede"),
+                json!({"name": "N", "address": contact_body("TX", "x")["address"]}),
+            )
+            .await,
+            404,
+            "not_found",
+        ),
+        (
+            "second primary",
+            api.post("/v1/contacts", contact_body("TX", "Another"))
+                .await,
+            409,
+            "conflict",
+        ),
+        (
+            "second active assignment",
+            api.post(
+                "/v1/assignments",
+                json!({"business_id": business, "jurisdiction": "TX"}),
+            )
+            .await,
+            409,
+            "conflict",
+        ),
+        (
+            "backdated effective_at",
+            api.post(
+                &format!("/v1/assignments/{assignment_id}/end"),
+                json!({"effective_at": long_ago}),
+            )
+            .await,
+            422,
+            "backdated_effective_at",
+        ),
+        (
+            "malformed cursor",
+            api.get(&format!(
+                "/v1/businesses/{business}/assignments?cursor=not-a-cursor"
+            ))
+            .await,
+            400,
+            "invalid_cursor",
+        ),
+        (
+            "huge limit",
+            api.get(&format!(
+                "/v1/businesses/{business}/assignments?limit=100000000000000000000"
+            ))
+            .await,
+            400,
+            "bad_request",
+        ),
+        (
+            "no token",
+            api.call(
+                Method::POST,
+                "/v1/contacts",
+                None,
+                Some(contact_body("CA", "Golden")),
+            )
+            .await,
+            401,
+            "unauthorized",
+        ),
+        (
+            "wrong role",
+            api.call(
+                Method::POST,
+                "/v1/contacts",
+                Some(AUDITOR),
+                Some(contact_body("CA", "Golden")),
+            )
+            .await,
+            403,
+            "forbidden",
+        ),
+        (
+            "unknown token",
+            api.call(
+                Method::GET,
+                &format!("/v1/contacts/{contact_id}"),
+                Some("not-a-real-token"),
+                None,
+            )
+            .await,
+            401,
+            "unauthorized",
+        ),
+        (
+            "malformed id",
+            api.get("/v1/contacts/not-a-uuid").await,
+            400,
+            "bad_request",
+        ),
+        (
+            "future effective_at",
+            api.post(
+                &format!("/v1/assignments/{assignment_id}/end"),
+                json!({"effective_at": "2999-01-01T00:00:00Z"}),
+            )
+            .await,
+            422,
+            "invalid_field",
+        ),
+    ];
+    for (name, reply, status, code) in cases {
+        assert_eq!(reply.status.as_u16(), status, "{name}: {:?}", reply.body);
+        assert_eq!(reply.error_code(), code, "{name}: {:?}", reply.body);
+        assert!(
+            !reply.body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{name} has a message"
+        );
+    }
+    assert_eq!(
+        counts(&database).await?,
+        before,
+        "refused requests wrote nothing"
+    );
+
+    // A large but valid limit is clamped, not refused.
+    let clamped = api
+        .get(&format!(
+            "/v1/businesses/{business}/assignments?limit=1000000"
+        ))
+        .await;
+    assert_eq!(clamped.status, StatusCode::OK);
+    assert_eq!(clamped.body["limit"], json!(500));
+    let _ = WRITER;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_pages_with_signed_cursors() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (_, business, mut assignment_id) = seeded(&api).await;
+    for _ in 0..4 {
+        let replaced = api
+            .post(
+                &format!("/v1/assignments/{assignment_id}/replace"),
+                json!({}),
+            )
+            .await;
+        assignment_id = replaced.str("assignment_id");
+    }
+    let mut seen = Vec::new();
+    let mut uri = format!("/v1/businesses/{business}/assignments?limit=2");
+    loop {
+        let page = api.get(&uri).await;
+        assert_eq!(page.status, StatusCode::OK, "{:?}", page.body);
+        for item in page.body["items"].as_array().unwrap() {
+            seen.push(item["assignment_id"].as_str().unwrap().to_owned());
+        }
+        match page.body["next_cursor"].as_str() {
+            Some(cursor) => {
+                // A tampered cursor is refused.
+                let tampered = format!("{}x", cursor);
+                let refused = api
+                    .get(&format!(
+                        "/v1/businesses/{business}/assignments?cursor={tampered}"
+                    ))
+                    .await;
+                assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+                uri = format!("/v1/businesses/{business}/assignments?limit=2&cursor={cursor}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 5);
+    assert_eq!(seen.last().unwrap(), &assignment_id);
+    let mut unique = seen.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), 5, "no row twice");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (contact_id, _, assignment_id) = seeded(&api).await;
+    api.post(
+        &format!("/v1/assignments/{assignment_id}/replace"),
+        json!({}),
+    )
+    .await;
+    let superseded = api
+        .post(
+            &format!("/v1/contacts/{contact_id}/supersede"),
+            json!({"name": "New Office", "address": contact_body("TX", "x")["address"]}),
+        )
+        .await;
+    assert_eq!(superseded.status, StatusCode::OK, "{:?}", superseded.body);
+
+    let mut client = database.connect().await?;
+    let report = ra_ledger::rebuild::rebuild(&mut client, true, |_, _| {}).await?;
+    assert_eq!(report.events, 6);
+    assert_eq!(
+        report.differences,
+        vec![("contacts".into(), 0), ("assignments".into(), 0)]
+    );
+
+    // A projection row drifts: verify notices, rebuild repairs.
+    client
+        .batch_execute("UPDATE contacts SET name = 'drifted' WHERE status = 'primary'")
+        .await?;
+    let drifted = ra_ledger::rebuild::rebuild(&mut client, true, |_, _| {}).await?;
+    assert_eq!(
+        drifted.differences,
+        vec![("contacts".into(), 2), ("assignments".into(), 0)]
+    );
+    ra_ledger::rebuild::rebuild(&mut client, false, |_, _| {}).await?;
+    let repaired = ra_ledger::rebuild::rebuild(&mut client, true, |_, _| {}).await?;
+    assert_eq!(
+        repaired.differences,
+        vec![("contacts".into(), 0), ("assignments".into(), 0)]
+    );
+
+    // The chains verify; then a superuser edits an event with the guard disabled.
+    let clean = ra_ledger::verify::verify(&client, |_| {}).await?;
+    assert_eq!((clean.events, clean.broken), (6, None));
+    client
+        .batch_execute(
+            "ALTER TABLE events DISABLE TRIGGER events_append_only_rows; \
+             UPDATE events SET actor = 'mallory' WHERE event_type = 'AssignmentEnded'; \
+             ALTER TABLE events ENABLE TRIGGER events_append_only_rows;",
+        )
+        .await?;
+    let tampered = ra_ledger::verify::verify(&client, |_| {}).await?;
+    let broken = tampered.broken.expect("the edit is detected");
+    assert_eq!(broken.stream_version, 2);
+    assert!(broken.stream.starts_with("assignment-"), "{broken}");
+    assert!(broken.problem.contains("altered"), "{broken}");
+    Ok(())
+}
