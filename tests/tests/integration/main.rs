@@ -1,5 +1,6 @@
 //! Integration tests, in one binary so the whole run shares one PostgreSQL and one broker.
 
+mod as_of;
 mod ledger;
 mod migrations;
 mod smoke;
