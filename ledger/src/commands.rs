@@ -169,7 +169,7 @@ impl Ledger {
         let tx = client.transaction().await?;
         let now = transaction_time(&tx).await?;
         let effective_at = effective_at(command.effective_at, now)?;
-        if let Some(primary) = queries::primary_contact(&*tx, jurisdiction).await? {
+        if let Some(primary) = queries::primary_contact(&tx, jurisdiction).await? {
             return Err(CommandError::Conflict(format!(
                 "{} already has primary contact {}; supersede it instead",
                 jurisdiction.code(),
@@ -204,7 +204,7 @@ impl Ledger {
         let tx = client.transaction().await?;
         let now = transaction_time(&tx).await?;
         let effective_at = effective_at(command.effective_at, now)?;
-        let old = queries::contact(&*tx, contact_id)
+        let old = queries::contact(&tx, contact_id)
             .await?
             .ok_or_else(|| not_found("contact", contact_id))?;
         if let Some(successor) = old.superseded_by {
@@ -257,7 +257,7 @@ impl Ledger {
         let tx = client.transaction().await?;
         let now = transaction_time(&tx).await?;
         let effective_at = effective_at(command.effective_at, now)?;
-        let primary = queries::primary_contact(&*tx, jurisdiction)
+        let primary = queries::primary_contact(&tx, jurisdiction)
             .await?
             .ok_or_else(|| {
                 CommandError::Conflict(format!(
@@ -267,7 +267,7 @@ impl Ledger {
             })?;
         check_not_before_contact(&primary, effective_at)?;
         if let Some(active) =
-            queries::active_assignment(&*tx, command.business_id, jurisdiction).await?
+            queries::active_assignment(&tx, command.business_id, jurisdiction).await?
         {
             return Err(CommandError::Conflict(format!(
                 "business {} already has active assignment {} in {}",
@@ -278,7 +278,7 @@ impl Ledger {
         }
         let assignment_id = Uuid::now_v7();
         let aggregate_id = registration_id(command.business_id, jurisdiction);
-        let version = store::heads(&*tx, &[format!("{ASSIGNMENT_AGGREGATE}-{aggregate_id}")])
+        let version = store::heads(&tx, &[format!("{ASSIGNMENT_AGGREGATE}-{aggregate_id}")])
             .await?
             .into_values()
             .next()
@@ -343,7 +343,7 @@ impl Ledger {
         let now = transaction_time(&tx).await?;
         let effective_at = effective_at(command.effective_at, now)?;
         let (active, jurisdiction, version) = load_active(&tx, assignment_id).await?;
-        let primary = queries::primary_contact(&*tx, jurisdiction)
+        let primary = queries::primary_contact(&tx, jurisdiction)
             .await?
             .ok_or_else(|| {
                 CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
@@ -369,7 +369,7 @@ impl Ledger {
     /// One contact.
     pub async fn contact(&self, contact_id: Uuid) -> Result<ContactView, CommandError> {
         let client = self.pool.get().await?;
-        queries::contact(&**client, contact_id)
+        queries::contact(&client, contact_id)
             .await?
             .ok_or_else(|| not_found("contact", contact_id))
     }
@@ -377,7 +377,7 @@ impl Ledger {
     /// One assignment.
     pub async fn assignment(&self, assignment_id: Uuid) -> Result<AssignmentView, CommandError> {
         let client = self.pool.get().await?;
-        queries::assignment(&**client, assignment_id)
+        queries::assignment(&client, assignment_id)
             .await?
             .ok_or_else(|| not_found("assignment", assignment_id))
     }
@@ -504,7 +504,7 @@ async fn load_active(
     tx: &Transaction<'_>,
     assignment_id: Uuid,
 ) -> Result<(AssignmentView, Jurisdiction, i64), CommandError> {
-    let assignment = queries::assignment(&**tx, assignment_id)
+    let assignment = queries::assignment(tx, assignment_id)
         .await?
         .ok_or_else(|| not_found("assignment", assignment_id))?;
     if let Some(ended_at) = assignment.ended_at {
@@ -517,7 +517,7 @@ async fn load_active(
         "{ASSIGNMENT_AGGREGATE}-{}",
         registration_id(assignment.business_id, jurisdiction)
     );
-    let version = store::heads(&**tx, &[stream])
+    let version = store::heads(tx, &[stream])
         .await?
         .into_values()
         .next()
@@ -532,9 +532,9 @@ async fn commit(
     metadata: &Metadata,
     now: DateTime<Utc>,
 ) -> Result<Vec<RecordedEvent>, CommandError> {
-    let recorded = store::append(&*tx, appends, metadata, now).await?;
+    let recorded = store::append(&tx, appends, metadata, now).await?;
     for event in &recorded {
-        projections::apply(&*tx, &event.envelope)
+        projections::apply(&tx, &event.envelope)
             .await
             .map_err(|error| match error {
                 ProjectionError::Database(db) => CommandError::from(db),

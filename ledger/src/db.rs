@@ -80,3 +80,51 @@ pub fn pool(url: &str, application_name: &str, max_size: usize) -> Result<Pool, 
     );
     Ok(Pool::builder(manager).max_size(max_size).build()?)
 }
+
+/// Statements prepared once per connection and reused: one round trip per execution
+/// instead of two. Everything on the hot path goes through these.
+pub mod cached {
+    use deadpool_postgres::GenericClient;
+    use tokio_postgres::types::ToSql;
+    use tokio_postgres::{Error, Row};
+
+    /// Runs a cached statement and returns its rows.
+    pub async fn query(
+        client: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, Error> {
+        let statement = client.prepare_cached(sql).await?;
+        client.query(&statement, params).await
+    }
+
+    /// Runs a cached statement that returns at most one row.
+    pub async fn query_opt(
+        client: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, Error> {
+        let statement = client.prepare_cached(sql).await?;
+        client.query_opt(&statement, params).await
+    }
+
+    /// Runs a cached statement that returns exactly one row.
+    pub async fn query_one(
+        client: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, Error> {
+        let statement = client.prepare_cached(sql).await?;
+        client.query_one(&statement, params).await
+    }
+
+    /// Runs a cached statement and returns the number of rows it changed.
+    pub async fn execute(
+        client: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, Error> {
+        let statement = client.prepare_cached(sql).await?;
+        client.execute(&statement, params).await
+    }
+}

@@ -192,7 +192,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Projections {
             command: ProjectionsCommand::Rebuild { verify },
         } => {
-            let mut client = db::connect(&cli.database_url, "ledger-rebuild").await?;
+            let mut client = db::pool(&cli.database_url, "ledger-rebuild", 1)?
+                .get()
+                .await?;
             let started = Instant::now();
             let report = rebuild::rebuild(&mut client, verify, |done, total| {
                 let rate = done as f64 / started.elapsed().as_secs_f64().max(0.001);
@@ -228,7 +230,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn audit(database_url: &str, question: AuditCommand) -> anyhow::Result<()> {
-    let client = db::connect(database_url, "ledger-audit").await?;
+    let client = db::pool(database_url, "ledger-audit", 1)?.get().await?;
     let json = match question {
         AuditCommand::At {
             business,

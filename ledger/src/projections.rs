@@ -5,8 +5,10 @@
 //! events say so.
 
 use chrono::{DateTime, TimeZone, Utc};
+use deadpool_postgres::GenericClient;
 use ra_ledger_proto::v1::{self, envelope::Event};
-use tokio_postgres::GenericClient;
+
+use crate::db::cached;
 use uuid::Uuid;
 
 /// Why an event could not be applied.
@@ -77,8 +79,7 @@ pub async fn apply(
             } else {
                 "primary"
             };
-            client
-                .execute(
+            cached::execute(client,
                     "INSERT INTO contacts (contact_id, jurisdiction, name, address_line1, address_line2, \
                      city, region, postal_code, status, supersedes, created_at, recorded_at, stream_version) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
@@ -100,8 +101,9 @@ pub async fn apply(
                 )
                 .await?
         }
-        Event::ContactSuperseded(superseded) => client
-            .execute(
+        Event::ContactSuperseded(superseded) => {
+            cached::execute(
+                client,
                 "UPDATE contacts SET status = 'on_file', superseded_by = $2, superseded_at = $3, \
                      superseded_recorded_at = $4, stream_version = $5 \
                      WHERE contact_id = $1 AND status = 'primary'",
@@ -113,9 +115,11 @@ pub async fn apply(
                     &envelope.stream_version,
                 ],
             )
-            .await?,
-        Event::AssignmentStarted(started) => client
-            .execute(
+            .await?
+        }
+        Event::AssignmentStarted(started) => {
+            cached::execute(
+                client,
                 "INSERT INTO assignments (assignment_id, business_id, jurisdiction, contact_id, \
                      started_at, replaces, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 &[
@@ -128,26 +132,27 @@ pub async fn apply(
                     &recorded_at,
                 ],
             )
-            .await?,
+            .await?
+        }
         Event::AssignmentEnded(ended) => {
             let reason = if ended.reason == v1::EndReason::Replaced as i32 {
                 "replaced"
             } else {
                 "cancelled"
             };
-            client
-                .execute(
-                    "UPDATE assignments SET ended_at = $2, end_reason = $3, replaced_by = $4, \
+            cached::execute(
+                client,
+                "UPDATE assignments SET ended_at = $2, end_reason = $3, replaced_by = $4, \
                      ended_recorded_at = $5 WHERE assignment_id = $1 AND ended_at IS NULL",
-                    &[
-                        &uuid("assignment_id", &ended.assignment_id, envelope)?,
-                        &effective_at,
-                        &reason,
-                        &optional_uuid("replaced_by", &ended.replaced_by, envelope)?,
-                        &recorded_at,
-                    ],
-                )
-                .await?
+                &[
+                    &uuid("assignment_id", &ended.assignment_id, envelope)?,
+                    &effective_at,
+                    &reason,
+                    &optional_uuid("replaced_by", &ended.replaced_by, envelope)?,
+                    &recorded_at,
+                ],
+            )
+            .await?
         }
     };
     if changed != 1 {

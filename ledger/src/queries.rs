@@ -5,8 +5,11 @@
 //! RA at T, as known at K" ignores everything recorded after K.
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
 use serde::Serialize;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
+
+use crate::db::cached;
 use uuid::Uuid;
 
 use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
@@ -156,8 +159,7 @@ pub async fn contact(
     contact_id: Uuid,
 ) -> Result<Option<ContactView>, tokio_postgres::Error> {
     let sql = format!("SELECT {CONTACT_COLUMNS} FROM contacts c WHERE c.contact_id = $1");
-    Ok(client
-        .query_opt(&sql, &[&contact_id])
+    Ok(cached::query_opt(client, &sql, &[&contact_id])
         .await?
         .map(|row| ContactView::from_row(&row, 0)))
 }
@@ -170,8 +172,7 @@ pub async fn primary_contact(
     let sql = format!(
         "SELECT {CONTACT_COLUMNS} FROM contacts c WHERE c.jurisdiction = $1 AND c.status = 'primary'"
     );
-    Ok(client
-        .query_opt(&sql, &[&jurisdiction.code()])
+    Ok(cached::query_opt(client, &sql, &[&jurisdiction.code()])
         .await?
         .map(|row| ContactView::from_row(&row, 0)))
 }
@@ -182,8 +183,7 @@ pub async fn assignment(
     assignment_id: Uuid,
 ) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
     let sql = format!("SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.assignment_id = $1");
-    Ok(client
-        .query_opt(&sql, &[&assignment_id])
+    Ok(cached::query_opt(client, &sql, &[&assignment_id])
         .await?
         .map(|row| AssignmentView::from_row(&row)))
 }
@@ -198,10 +198,11 @@ pub async fn active_assignment(
         "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a \
          WHERE a.business_id = $1 AND a.jurisdiction = $2 AND a.ended_at IS NULL"
     );
-    Ok(client
-        .query_opt(&sql, &[&business_id, &jurisdiction.code()])
-        .await?
-        .map(|row| AssignmentView::from_row(&row)))
+    Ok(
+        cached::query_opt(client, &sql, &[&business_id, &jurisdiction.code()])
+            .await?
+            .map(|row| AssignmentView::from_row(&row)),
+    )
 }
 
 /// Who was the RA of `business_id` in `jurisdiction` at business time `at`, as known at
@@ -221,9 +222,12 @@ pub async fn registered_agent_at(
            AND (a.ended_at IS NULL OR a.ended_at > $3 OR a.ended_recorded_at > $4) \
          ORDER BY a.started_at DESC, a.assignment_id DESC LIMIT 1"
     );
-    let row = client
-        .query_opt(&sql, &[&business_id, &jurisdiction.code(), &at, &known_at])
-        .await?;
+    let row = cached::query_opt(
+        client,
+        &sql,
+        &[&business_id, &jurisdiction.code(), &at, &known_at],
+    )
+    .await?;
     Ok(row.map(|row| {
         let contact = ContactView::from_row(&row, 11);
         RegisteredAgent {
@@ -250,9 +254,12 @@ pub async fn registered_agents_during(
            AND a.started_at < $4 AND (a.ended_at IS NULL OR a.ended_at > $3) \
          ORDER BY a.started_at, a.assignment_id"
     );
-    let rows = client
-        .query(&sql, &[&business_id, &jurisdiction.code(), &from, &to])
-        .await?;
+    let rows = cached::query(
+        client,
+        &sql,
+        &[&business_id, &jurisdiction.code(), &from, &to],
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|row| {
@@ -285,8 +292,7 @@ pub async fn lineage(
          chain AS (SELECT contact_id, depth FROM back UNION SELECT contact_id, depth FROM forward) \
          SELECT {CONTACT_COLUMNS} FROM chain JOIN contacts c USING (contact_id) ORDER BY chain.depth"
     );
-    Ok(client
-        .query(&sql, &[&contact_id])
+    Ok(cached::query(client, &sql, &[&contact_id])
         .await?
         .iter()
         .map(|row| ContactView::from_row(row, 0))
@@ -318,10 +324,13 @@ pub async fn assignment_history(
            AND ($2::timestamptz IS NULL OR (a.started_at, a.assignment_id) > ($2, $3)) \
          ORDER BY a.started_at, a.assignment_id LIMIT $4"
     );
-    Ok(client
-        .query(&sql, &[&business_id, &started_at, &assignment_id, &limit])
-        .await?
-        .iter()
-        .map(AssignmentView::from_row)
-        .collect())
+    Ok(cached::query(
+        client,
+        &sql,
+        &[&business_id, &started_at, &assignment_id, &limit],
+    )
+    .await?
+    .iter()
+    .map(AssignmentView::from_row)
+    .collect())
 }

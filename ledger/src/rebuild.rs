@@ -5,9 +5,10 @@
 //! while it runs and no event can slip between the replay and the swap. Verify runs at one
 //! REPEATABLE READ snapshot and blocks nobody.
 
+use deadpool_postgres::Object;
 use prost::Message as _;
 use ra_ledger_proto::v1;
-use tokio_postgres::{Client, IsolationLevel};
+use tokio_postgres::IsolationLevel;
 
 use crate::projections::{self, ProjectionError};
 
@@ -48,10 +49,24 @@ pub enum RebuildError {
 
 /// Rebuilds the projections. With `verify_only`, compares instead of swapping and leaves the
 /// live tables untouched. `progress(done, total)` is called every 10,000 events.
+///
+/// Takes a connection of its own: its statement cache is cleared before and after, since
+/// the same statement text resolves to the temporary tables while the rebuild runs.
 pub async fn rebuild(
-    client: &mut Client,
+    client: &mut Object,
     verify_only: bool,
     mut progress: impl FnMut(u64, u64),
+) -> Result<RebuildReport, RebuildError> {
+    client.statement_cache.clear();
+    let outcome = replay(client, verify_only, &mut progress).await;
+    client.statement_cache.clear();
+    outcome
+}
+
+async fn replay(
+    client: &mut Object,
+    verify_only: bool,
+    progress: &mut impl FnMut(u64, u64),
 ) -> Result<RebuildReport, RebuildError> {
     let tx = client
         .build_transaction()

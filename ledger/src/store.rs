@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
 use prost::Message as _;
 use ra_ledger_proto::v1::{self, envelope::Event};
 use sha2::{Digest, Sha256};
-use tokio_postgres::GenericClient;
+
+use crate::db::cached;
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
@@ -128,9 +130,7 @@ pub async fn heads(
     client: &impl GenericClient,
     streams: &[String],
 ) -> Result<HashMap<String, StreamHead>, tokio_postgres::Error> {
-    let rows = client
-        .query(include_str!("sql/stream_heads.sql"), &[&streams])
-        .await?;
+    let rows = cached::query(client, include_str!("sql/stream_heads.sql"), &[&streams]).await?;
     Ok(rows
         .into_iter()
         .map(|row| {
@@ -224,29 +224,29 @@ pub async fn append(
             });
         }
     }
-    client
-        .execute(
-            include_str!("sql/insert_events.sql"),
-            &[
-                &columns.event_id,
-                &columns.stream,
-                &columns.stream_version,
-                &columns.event_type,
-                &columns.schema_version,
-                &columns.payload,
-                &columns.effective_at,
-                &columns.actor,
-                &columns.correlation_id,
-                &columns.causation_id,
-                &columns.prev_hash,
-                &columns.hash,
-                &columns.aggregate_type,
-                &columns.aggregate_id,
-                &recorded_at,
-            ],
-        )
-        .await
-        .map_err(|error| version_race(error, &columns))?;
+    cached::execute(
+        client,
+        include_str!("sql/insert_events.sql"),
+        &[
+            &columns.event_id,
+            &columns.stream,
+            &columns.stream_version,
+            &columns.event_type,
+            &columns.schema_version,
+            &columns.payload,
+            &columns.effective_at,
+            &columns.actor,
+            &columns.correlation_id,
+            &columns.causation_id,
+            &columns.prev_hash,
+            &columns.hash,
+            &columns.aggregate_type,
+            &columns.aggregate_id,
+            &recorded_at,
+        ],
+    )
+    .await
+    .map_err(|error| version_race(error, &columns))?;
     Ok(recorded)
 }
 

@@ -133,7 +133,7 @@ async fn contact_lineage(
 ) -> Result<Json<Vec<ContactView>>, ApiError> {
     let id = uuid_param("contact id", &id)?;
     let client = state.ledger.pool().get().await?;
-    let lineage = queries::lineage(&**client, id).await?;
+    let lineage = queries::lineage(&client, id).await?;
     if lineage.is_empty() {
         return Err(ApiError::not_found(format!("contact {id} not found")));
     }
@@ -219,7 +219,7 @@ async fn registered_agent_at(
     let at = query.at.unwrap_or(now);
     let known_at = query.known_at.unwrap_or(now);
     let client = state.ledger.pool().get().await?;
-    queries::registered_agent_at(&**client, business_id, jurisdiction, at, known_at)
+    queries::registered_agent_at(&client, business_id, jurisdiction, at, known_at)
         .await?
         .map(Json)
         .ok_or_else(|| {
@@ -255,14 +255,8 @@ async fn registered_agents_during(
     }
     let client = state.ledger.pool().get().await?;
     Ok(Json(
-        queries::registered_agents_during(
-            &**client,
-            business_id,
-            jurisdiction,
-            query.from,
-            query.to,
-        )
-        .await?,
+        queries::registered_agents_during(&client, business_id, jurisdiction, query.from, query.to)
+            .await?,
     ))
 }
 
@@ -306,8 +300,7 @@ async fn assignment_history(
         .transpose()
         .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "invalid_cursor", reason))?;
     let client = state.ledger.pool().get().await?;
-    let items =
-        queries::assignment_history(&**client, business_id, after, i64::from(limit)).await?;
+    let items = queries::assignment_history(&client, business_id, after, i64::from(limit)).await?;
     let next_cursor = (items.len() == limit as usize).then(|| {
         let last = items.last().expect("a full page is not empty");
         state.cursor_key.encode(&HistoryCursor {

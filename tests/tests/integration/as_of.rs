@@ -158,7 +158,7 @@ async fn run_case(ops: Vec<(Op, u32)>, probes: Vec<(u32, usize)>) -> anyhow::Res
         }
     }
 
-    let client = database.connect().await?;
+    let client = pool.get().await?;
     let events: Vec<v1::Envelope> = client
         .query("SELECT payload FROM events ORDER BY position", &[])
         .await?

@@ -435,7 +435,9 @@ async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Resul
         .await;
     assert_eq!(superseded.status, StatusCode::OK, "{:?}", superseded.body);
 
-    let mut client = database.connect().await?;
+    let mut client = ra_ledger::db::pool(&database.url, "rebuild-test", 1)?
+        .get()
+        .await?;
     let report = ra_ledger::rebuild::rebuild(&mut client, true, |_, _| {}).await?;
     assert_eq!(report.events, 6);
     assert_eq!(
