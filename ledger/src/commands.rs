@@ -181,11 +181,13 @@ impl Ledger {
         let appends = [StreamAppend {
             aggregate_type: CONTACT_AGGREGATE,
             aggregate_id: contact_id.to_string(),
-            expected_version: 0,
+            expected_version: Some(0),
             events: vec![NewEvent::new(created, effective_at)],
         }];
-        commit(tx, &appends, metadata, now).await?;
-        self.contact(contact_id).await
+        record(&tx, &appends, metadata, now).await?;
+        let contact = contact_in(&tx, contact_id).await?;
+        tx.commit().await?;
+        Ok(contact)
     }
 
     /// Demotes a primary contact to on_file and creates its successor as primary.
@@ -219,7 +221,7 @@ impl Ledger {
             StreamAppend {
                 aggregate_type: CONTACT_AGGREGATE,
                 aggregate_id: contact_id.to_string(),
-                expected_version: expected,
+                expected_version: Some(expected),
                 events: vec![NewEvent::new(
                     Event::ContactSuperseded(v1::ContactSuperseded {
                         contact_id: contact_id.to_string(),
@@ -232,21 +234,25 @@ impl Ledger {
             StreamAppend {
                 aggregate_type: CONTACT_AGGREGATE,
                 aggregate_id: new_id.to_string(),
-                expected_version: 0,
+                expected_version: Some(0),
                 events: vec![NewEvent::new(
                     contact_created(new_id, jurisdiction, &details, Some(contact_id)),
                     effective_at,
                 )],
             },
         ];
-        commit(tx, &appends, metadata, now).await?;
-        Ok(Superseded {
-            old: self.contact(contact_id).await?,
-            new: self.contact(new_id).await?,
-        })
+        record(&tx, &appends, metadata, now).await?;
+        let superseded = Superseded {
+            old: contact_in(&tx, contact_id).await?,
+            new: contact_in(&tx, new_id).await?,
+        };
+        tx.commit().await?;
+        Ok(superseded)
     }
 
     /// Starts an assignment of a business to the jurisdiction's primary contact.
+    ///
+    /// The hot path of bulk onboarding: one lookup, one append, one projection row.
     pub async fn assign(
         &self,
         command: Assign,
@@ -255,49 +261,66 @@ impl Ledger {
         let jurisdiction = Jurisdiction::parse("jurisdiction", &command.jurisdiction)?;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let now = transaction_time(&tx).await?;
+        let aggregate_id = registration_id(command.business_id, jurisdiction);
+        let stream = [format!("{ASSIGNMENT_AGGREGATE}-{aggregate_id}")];
+        // Both lookups travel in one round trip (tokio-postgres pipelines them).
+        let (context, heads) = tokio::try_join!(
+            queries::assign_context(&tx, command.business_id, jurisdiction),
+            store::heads(&tx, &stream),
+        )?;
+        let now = context.now;
         let effective_at = effective_at(command.effective_at, now)?;
-        let primary = queries::primary_contact(&tx, jurisdiction)
-            .await?
-            .ok_or_else(|| {
-                CommandError::Conflict(format!(
-                    "{} has no primary contact yet; create one first",
-                    jurisdiction.code()
-                ))
-            })?;
-        check_not_before_contact(&primary, effective_at)?;
-        if let Some(active) =
-            queries::active_assignment(&tx, command.business_id, jurisdiction).await?
-        {
+        let Some((contact_id, contact_created_at)) = context.primary else {
             return Err(CommandError::Conflict(format!(
-                "business {} already has active assignment {} in {}",
+                "{} has no primary contact yet; create one first",
+                jurisdiction.code()
+            )));
+        };
+        if effective_at < contact_created_at {
+            return Err(ValidationError::new(
+                "effective_at",
+                format!("{effective_at} is before contact {contact_id} took effect ({contact_created_at})"),
+            )
+            .into());
+        }
+        if let Some(active) = context.active_assignment {
+            return Err(CommandError::Conflict(format!(
+                "business {} already has active assignment {active} in {}",
                 command.business_id,
-                active.assignment_id,
                 jurisdiction.code()
             )));
         }
         let assignment_id = Uuid::now_v7();
-        let aggregate_id = registration_id(command.business_id, jurisdiction);
-        let version = store::heads(&tx, &[format!("{ASSIGNMENT_AGGREGATE}-{aggregate_id}")])
-            .await?
-            .into_values()
-            .next()
-            .map_or(0, |head| head.version);
         let started = assignment_started(
             assignment_id,
             command.business_id,
             jurisdiction,
-            primary.contact_id,
+            contact_id,
             None,
         );
         let appends = [StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
             aggregate_id,
-            expected_version: version,
+            // The active-assignment check above and the unique index guard this append.
+            expected_version: None,
             events: vec![NewEvent::new(started, effective_at)],
         }];
-        commit(tx, &appends, metadata, now).await?;
-        self.assignment(assignment_id).await
+        let recorded = store::append_at(&tx, &appends, &heads, metadata, now).await?;
+        project(&tx, &recorded).await?;
+        tx.commit().await?;
+        Ok(AssignmentView {
+            assignment_id,
+            business_id: command.business_id,
+            jurisdiction: jurisdiction.code().to_owned(),
+            contact_id,
+            started_at: effective_at,
+            ended_at: None,
+            end_reason: None,
+            replaces: None,
+            replaced_by: None,
+            recorded_at: now,
+            ended_recorded_at: None,
+        })
     }
 
     /// Ends an assignment because the subscription was cancelled.
@@ -311,7 +334,7 @@ impl Ledger {
         let tx = client.transaction().await?;
         let now = transaction_time(&tx).await?;
         let effective_at = effective_at(command.effective_at, now)?;
-        let (active, jurisdiction, version) = load_active(&tx, assignment_id).await?;
+        let (active, jurisdiction) = load_active(&tx, assignment_id).await?;
         let ended = Event::AssignmentEnded(v1::AssignmentEnded {
             assignment_id: assignment_id.to_string(),
             business_id: active.business_id.to_string(),
@@ -323,11 +346,13 @@ impl Ledger {
         let appends = [StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
             aggregate_id: registration_id(active.business_id, jurisdiction),
-            expected_version: command.expected_version.unwrap_or(version),
+            expected_version: command.expected_version,
             events: vec![NewEvent::new(ended, effective_at)],
         }];
-        commit(tx, &appends, metadata, now).await?;
-        self.assignment(assignment_id).await
+        record(&tx, &appends, metadata, now).await?;
+        let assignment = assignment_in(&tx, assignment_id).await?;
+        tx.commit().await?;
+        Ok(assignment)
     }
 
     /// REPLACE: ends an assignment and starts a new one on the jurisdiction's current
@@ -342,7 +367,7 @@ impl Ledger {
         let tx = client.transaction().await?;
         let now = transaction_time(&tx).await?;
         let effective_at = effective_at(command.effective_at, now)?;
-        let (active, jurisdiction, version) = load_active(&tx, assignment_id).await?;
+        let (active, jurisdiction) = load_active(&tx, assignment_id).await?;
         let primary = queries::primary_contact(&tx, jurisdiction)
             .await?
             .ok_or_else(|| {
@@ -353,7 +378,7 @@ impl Ledger {
         let appends = [StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
             aggregate_id: registration_id(active.business_id, jurisdiction),
-            expected_version: command.expected_version.unwrap_or(version),
+            expected_version: command.expected_version,
             events: replace_events(
                 &active,
                 jurisdiction,
@@ -362,8 +387,10 @@ impl Ledger {
                 effective_at,
             ),
         }];
-        commit(tx, &appends, metadata, now).await?;
-        self.assignment(new_id).await
+        record(&tx, &appends, metadata, now).await?;
+        let assignment = assignment_in(&tx, new_id).await?;
+        tx.commit().await?;
+        Ok(assignment)
     }
 
     /// One contact.
@@ -499,11 +526,11 @@ fn check_not_before_contact(
     Ok(())
 }
 
-/// The active assignment with its jurisdiction and registration stream version, locked.
+/// The active assignment with its jurisdiction.
 async fn load_active(
     tx: &Transaction<'_>,
     assignment_id: Uuid,
-) -> Result<(AssignmentView, Jurisdiction, i64), CommandError> {
+) -> Result<(AssignmentView, Jurisdiction), CommandError> {
     let assignment = queries::assignment(tx, assignment_id)
         .await?
         .ok_or_else(|| not_found("assignment", assignment_id))?;
@@ -513,34 +540,47 @@ async fn load_active(
         )));
     }
     let jurisdiction = Jurisdiction::parse("jurisdiction", &assignment.jurisdiction)?;
-    let stream = format!(
-        "{ASSIGNMENT_AGGREGATE}-{}",
-        registration_id(assignment.business_id, jurisdiction)
-    );
-    let version = store::heads(tx, &[stream])
-        .await?
-        .into_values()
-        .next()
-        .map_or(0, |head| head.version);
-    Ok((assignment, jurisdiction, version))
+    Ok((assignment, jurisdiction))
 }
 
-/// Appends, projects and commits; on any error the transaction rolls back on drop.
-async fn commit(
-    tx: Transaction<'_>,
+/// Appends and projects inside the caller's transaction; on any error the transaction
+/// rolls back when dropped. Views are read back on the same connection before the commit:
+/// a second pool checkout while holding this one could deadlock a saturated pool.
+pub async fn record(
+    tx: &Transaction<'_>,
     appends: &[StreamAppend],
     metadata: &Metadata,
     now: DateTime<Utc>,
 ) -> Result<Vec<RecordedEvent>, CommandError> {
-    let recorded = store::append(&tx, appends, metadata, now).await?;
-    for event in &recorded {
-        projections::apply(&tx, &event.envelope)
+    let recorded = store::append(tx, appends, metadata, now).await?;
+    project(tx, &recorded).await?;
+    Ok(recorded)
+}
+
+/// Folds freshly recorded events into the projections, in the same transaction.
+async fn project(tx: &Transaction<'_>, recorded: &[RecordedEvent]) -> Result<(), CommandError> {
+    for event in recorded {
+        projections::apply(tx, &event.envelope)
             .await
             .map_err(|error| match error {
                 ProjectionError::Database(db) => CommandError::from(db),
                 other => CommandError::Projection(other),
             })?;
     }
-    tx.commit().await?;
-    Ok(recorded)
+    Ok(())
+}
+
+async fn contact_in(tx: &Transaction<'_>, contact_id: Uuid) -> Result<ContactView, CommandError> {
+    queries::contact(tx, contact_id)
+        .await?
+        .ok_or_else(|| not_found("contact", contact_id))
+}
+
+async fn assignment_in(
+    tx: &Transaction<'_>,
+    assignment_id: Uuid,
+) -> Result<AssignmentView, CommandError> {
+    queries::assignment(tx, assignment_id)
+        .await?
+        .ok_or_else(|| not_found("assignment", assignment_id))
 }

@@ -2,6 +2,7 @@
 //! assignments, with a transactional outbox read by the CDC relay.
 
 pub mod api;
+pub mod bench;
 pub mod commands;
 pub mod db;
 pub mod domain;

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use ra_ledger::api::{self, AppState, CursorKey, Tokens};
 use ra_ledger::commands::Ledger;
 use ra_ledger::domain::Jurisdiction;
-use ra_ledger::{db, health, migrate, queries, rebuild, verify};
+use ra_ledger::{bench, db, health, migrate, queries, rebuild, verify};
 use uuid::Uuid;
 
 /// Default database of the local stack (`deploy/stack up`).
@@ -63,6 +63,11 @@ enum Command {
         #[command(subcommand)]
         command: ProjectionsCommand,
     },
+    /// Print throughput and latency figures, measured in a scratch database.
+    Bench {
+        #[command(subcommand)]
+        benchmark: BenchCommand,
+    },
     /// Audit questions, answered from the projections.
     Audit {
         #[command(subcommand)]
@@ -78,6 +83,31 @@ enum ProjectionsCommand {
         /// difference.
         #[arg(long)]
         verify: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Assignments per second through the ledger's write path vs raw INSERTs of the same rows.
+    Write {
+        /// Assignments per round and path.
+        #[arg(long, default_value_t = 5_000)]
+        rows: usize,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Alternating rounds (ledger, raw, ledger, raw, ...).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// As-of query latency (p50/p99) over a large assignment history.
+    AsOf {
+        /// Assignment history rows to seed.
+        #[arg(long, default_value_t = 1_000_000)]
+        history_rows: usize,
+        /// Queries to time.
+        #[arg(long, default_value_t = 20_000)]
+        queries: usize,
     },
 }
 
@@ -226,6 +256,62 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Audit { question } => audit(&cli.database_url, question).await,
+        Command::Bench {
+            benchmark:
+                BenchCommand::Write {
+                    rows,
+                    concurrency,
+                    rounds,
+                },
+        } => {
+            if rows == 0 || concurrency == 0 || rounds == 0 {
+                bail!("--rows, --concurrency and --rounds must be at least 1");
+            }
+            println!(
+                "write path: {rows} assignments per round, {concurrency} concurrent writers, one transaction each"
+            );
+            let results = bench::write(&cli.database_url, rows, concurrency, rounds).await?;
+            for (round, result) in results.iter().enumerate() {
+                println!(
+                    "round {}: ledger {:.0}/s, raw INSERTs {:.0}/s, ratio {:.2}",
+                    round + 1,
+                    result.ledger_per_second,
+                    result.raw_per_second,
+                    result.ledger_per_second / result.raw_per_second
+                );
+            }
+            let ledger: f64 =
+                results.iter().map(|r| r.ledger_per_second).sum::<f64>() / results.len() as f64;
+            let raw: f64 =
+                results.iter().map(|r| r.raw_per_second).sum::<f64>() / results.len() as f64;
+            println!(
+                "mean: ledger {ledger:.0}/s, raw {raw:.0}/s, ratio {:.2} (target >= 0.70)",
+                ledger / raw
+            );
+            Ok(())
+        }
+        Command::Bench {
+            benchmark:
+                BenchCommand::AsOf {
+                    history_rows,
+                    queries,
+                },
+        } => {
+            if queries == 0 {
+                bail!("--queries must be at least 1");
+            }
+            eprintln!("seeding {history_rows} assignment history rows…");
+            let figures = bench::as_of(&cli.database_url, history_rows, queries).await?;
+            println!(
+                "as-of query over {} history rows, {} queries: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (target p99 <= 2 ms)",
+                figures.history_rows,
+                figures.queries,
+                figures.p50.as_secs_f64() * 1e3,
+                figures.p99.as_secs_f64() * 1e3,
+                figures.max.as_secs_f64() * 1e3
+            );
+            Ok(())
+        }
     }
 }
 

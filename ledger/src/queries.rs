@@ -188,6 +188,41 @@ pub async fn assignment(
         .map(|row| AssignmentView::from_row(&row)))
 }
 
+/// What `assign` needs to know, in one round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssignContext {
+    /// Transaction time.
+    pub now: DateTime<Utc>,
+    /// The jurisdiction's primary contact and when it took effect.
+    pub primary: Option<(Uuid, DateTime<Utc>)>,
+    /// The business's active assignment in the jurisdiction.
+    pub active_assignment: Option<Uuid>,
+}
+
+/// Transaction time, primary contact and active assignment, in one query.
+pub async fn assign_context(
+    client: &impl GenericClient,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+) -> Result<AssignContext, tokio_postgres::Error> {
+    let row = cached::query_one(
+        client,
+        "SELECT now(), c.contact_id, c.created_at, \
+           (SELECT a.assignment_id FROM assignments a \
+             WHERE a.business_id = $2 AND a.jurisdiction = $1 AND a.ended_at IS NULL) \
+         FROM (SELECT 1) AS one \
+         LEFT JOIN contacts c ON c.jurisdiction = $1 AND c.status = 'primary'",
+        &[&jurisdiction.code(), &business_id],
+    )
+    .await?;
+    let contact: Option<Uuid> = row.get(1);
+    Ok(AssignContext {
+        now: row.get(0),
+        primary: contact.map(|id| (id, row.get(2))),
+        active_assignment: row.get(3),
+    })
+}
+
 /// The business's active assignment in a jurisdiction, if any.
 pub async fn active_assignment(
     client: &impl GenericClient,

@@ -56,8 +56,10 @@ pub struct StreamAppend {
     pub aggregate_type: &'static str,
     /// Aggregate id: the Kafka key. The stream is `<aggregate_type>-<aggregate_id>`.
     pub aggregate_id: String,
-    /// The version the stream must be at (0 for a new stream).
-    pub expected_version: i64,
+    /// The version the stream must be at (0 for a new stream), or `None` to append at
+    /// whatever the head is. Either way, two writers racing for the same version are
+    /// settled by `UNIQUE (stream, stream_version)`: one of them gets a conflict.
+    pub expected_version: Option<i64>,
     /// The events, in order.
     pub events: Vec<NewEvent>,
 }
@@ -159,14 +161,29 @@ pub async fn append(
 ) -> Result<Vec<RecordedEvent>, AppendError> {
     let streams: Vec<String> = appends.iter().map(StreamAppend::stream).collect();
     let heads = heads(client, &streams).await?;
+    append_at(client, appends, &heads, metadata, recorded_at).await
+}
+
+/// [`append`] with the streams' heads already read, e.g. pipelined with the caller's own
+/// lookups on the same connection.
+pub async fn append_at(
+    client: &impl GenericClient,
+    appends: &[StreamAppend],
+    heads: &HashMap<String, StreamHead>,
+    metadata: &Metadata,
+    recorded_at: DateTime<Utc>,
+) -> Result<Vec<RecordedEvent>, AppendError> {
+    let streams: Vec<String> = appends.iter().map(StreamAppend::stream).collect();
     let mut columns = Columns::default();
     let mut recorded = Vec::new();
     for (append, stream) in appends.iter().zip(&streams) {
         let head = heads.get(stream).cloned().unwrap_or_default();
-        if head.version != append.expected_version {
+        if let Some(expected) = append.expected_version
+            && head.version != expected
+        {
             return Err(AppendError::Conflict {
                 stream: stream.clone(),
-                expected: append.expected_version,
+                expected,
                 actual: head.version,
             });
         }

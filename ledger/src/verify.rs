@@ -83,7 +83,7 @@ pub async fn verify(
             causation_id: row.get(10),
         };
         report.events += 1;
-        if report.events % 100_000 == 0 {
+        if report.events.is_multiple_of(100_000) {
             progress(report.events);
         }
         let same_stream = previous

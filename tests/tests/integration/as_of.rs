@@ -72,13 +72,13 @@ fn fold(
             Some(Event::AssignmentStarted(started)) if started.business_id == business => {
                 active = Some((started.assignment_id.clone(), started.contact_id.clone()));
             }
-            Some(Event::AssignmentEnded(ended)) if ended.business_id == business => {
-                if active
-                    .as_ref()
-                    .is_some_and(|(id, _)| *id == ended.assignment_id)
-                {
-                    active = None;
-                }
+            Some(Event::AssignmentEnded(ended))
+                if ended.business_id == business
+                    && active
+                        .as_ref()
+                        .is_some_and(|(id, _)| *id == ended.assignment_id) =>
+            {
+                active = None;
             }
             _ => {}
         }
