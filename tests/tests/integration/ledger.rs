@@ -368,7 +368,6 @@ async fn bad_input_gets_a_4xx_and_writes_nothing() -> anyhow::Result<()> {
         .await;
     assert_eq!(clamped.status, StatusCode::OK);
     assert_eq!(clamped.body["limit"], json!(500));
-    let _ = WRITER;
     Ok(())
 }
 
@@ -476,5 +475,128 @@ async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Resul
     assert_eq!(broken.stream_version, 2);
     assert!(broken.stream.starts_with("assignment-"), "{broken}");
     assert!(broken.problem.contains("altered"), "{broken}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_operation_is_routed() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let document = api.call(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(document.status, StatusCode::OK);
+    assert_eq!(document.body["openapi"], json!("3.1.0"));
+    let paths = document.body["paths"].as_object().expect("paths");
+    assert!(paths.len() >= 13, "{} paths documented", paths.len());
+    let id = Uuid::now_v7().to_string();
+    for (path, operations) in paths {
+        let uri = path
+            .replace("{id}", &id)
+            .replace("{business_id}", &id)
+            .replace("{jurisdiction}", "TX");
+        for method in operations.as_object().unwrap().keys() {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes())?;
+            let body = (method == Method::POST).then(|| json!({}));
+            let reply = api.call(method.clone(), &uri, Some(WRITER), body).await;
+            // An unrouted path gets axum's bare 404 or 405; our handlers always answer JSON.
+            assert!(
+                !reply.body.is_null() && reply.status != StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path} is documented but not routed ({})",
+                reply.status
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_questions_over_http() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let address = contact_body("TX", "x")["address"].clone();
+    let first = api
+        .post("/v1/contacts", json!({"jurisdiction": "TX", "name": "First Office", "address": address, "effective_at": "2024-01-01T00:00:00Z"}))
+        .await;
+    let first_id = first.str("contact_id");
+    let business = Uuid::now_v7().to_string();
+    let assigned = api
+        .post("/v1/assignments", json!({"business_id": business, "jurisdiction": "TX", "effective_at": "2024-02-01T00:00:00Z"}))
+        .await;
+    assert_eq!(assigned.status, StatusCode::CREATED, "{:?}", assigned.body);
+    let superseded = api
+        .post(&format!("/v1/contacts/{first_id}/supersede"), json!({"name": "Second Office", "address": address, "effective_at": "2025-01-01T00:00:00Z"}))
+        .await;
+    let second_id = superseded.body["new"]["contact_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let replaced = api
+        .post(
+            &format!("/v1/assignments/{}/replace", assigned.str("assignment_id")),
+            json!({"effective_at": "2025-03-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(replaced.status, StatusCode::CREATED, "{:?}", replaced.body);
+
+    let base = format!("/v1/businesses/{business}/jurisdictions/TX");
+    let in_2024 = api
+        .get(&format!("{base}/registered-agent?at=2024-06-01T00:00:00Z"))
+        .await;
+    assert_eq!(in_2024.body["contact"]["name"], json!("First Office"));
+    assert_eq!(in_2024.body["contact_status"], json!("primary"));
+    // Between the supersede and the REPLACE the business was still served by the old,
+    // now on-file contact.
+    let in_between = api
+        .get(&format!("{base}/registered-agent?at=2025-02-01T00:00:00Z"))
+        .await;
+    assert_eq!(in_between.body["contact"]["name"], json!("First Office"));
+    assert_eq!(in_between.body["contact_status"], json!("on_file"));
+    let now = api.get(&format!("{base}/registered-agent")).await;
+    assert_eq!(now.body["contact"]["contact_id"], json!(second_id));
+    // As known before anything was recorded: nothing.
+    let unknown = api
+        .get(&format!(
+            "{base}/registered-agent?at=2024-06-01T00:00:00Z&known_at=2020-01-01T00:00:00Z"
+        ))
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    let before_start = api
+        .get(&format!("{base}/registered-agent?at=2024-01-15T00:00:00Z"))
+        .await;
+    assert_eq!(before_start.status, StatusCode::NOT_FOUND);
+
+    let in_2025 = api
+        .get(&format!(
+            "{base}/registered-agents?from=2025-01-01T00:00:00Z&to=2026-01-01T00:00:00Z"
+        ))
+        .await;
+    let names: Vec<&str> = in_2025
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ra| ra["contact"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["First Office", "Second Office"]);
+    let backwards = api
+        .get(&format!(
+            "{base}/registered-agents?from=2026-01-01T00:00:00Z&to=2025-01-01T00:00:00Z"
+        ))
+        .await;
+    assert_eq!(backwards.status, StatusCode::BAD_REQUEST);
+
+    let lineage = api.get(&format!("/v1/contacts/{second_id}/lineage")).await;
+    let chain: Vec<&str> = lineage
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(chain, vec!["First Office", "Second Office"]);
+    let from_first = api.get(&format!("/v1/contacts/{first_id}/lineage")).await;
+    assert_eq!(
+        from_first.body, lineage.body,
+        "the same lineage from either end"
+    );
     Ok(())
 }
