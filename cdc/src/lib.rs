@@ -1,5 +1,12 @@
 //! The CDC side of RA Ledger: decoding the outbox from PostgreSQL's logical replication
-//! stream, and publishing it to Kafka.
+//! stream, publishing it to Kafka in commit order, and confirming the slot only behind
+//! Kafka's acknowledgements.
 
+pub mod ack;
+pub mod config;
+pub mod metrics;
 pub mod outbox;
+pub mod parking;
 pub mod pgoutput;
+pub mod publish;
+pub mod relay;

@@ -63,6 +63,14 @@ enum Command {
         #[command(subcommand)]
         command: ProjectionsCommand,
     },
+    /// Run the CDC relay: outbox rows from the WAL to Kafka, in commit order.
+    Relay {
+        /// TOML file with relay settings (see README); defaults suit the local stack.
+        #[arg(long, env = "LEDGER_RELAY_CONFIG")]
+        config: Option<String>,
+        #[command(subcommand)]
+        command: Option<RelayCommand>,
+    },
     /// Print throughput and latency figures, measured in a scratch database.
     Bench {
         #[command(subcommand)]
@@ -83,6 +91,31 @@ enum ProjectionsCommand {
         /// difference.
         #[arg(long)]
         verify: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RelayCommand {
+    /// Messages Kafka refused for good, parked by the relay.
+    Parked {
+        #[command(subcommand)]
+        command: ParkedCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ParkedCommand {
+    /// List parked messages (not yet re-published, unless --all).
+    List {
+        /// Include re-published ones.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Re-publish parked messages with their original key and headers.
+    Republish {
+        /// Only this parked row id; default every pending one.
+        #[arg(long)]
+        id: Option<i64>,
     },
 }
 
@@ -168,8 +201,22 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let explicit_database_url = matches
+        .value_source("database_url")
+        .is_some_and(|source| source != clap::parser::ValueSource::DefaultValue);
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
     match cli.command {
+        Command::Relay { config, command } => {
+            let mut relay_config = ra_ledger_cdc::config::RelayConfig::load(config.as_deref())?;
+            if explicit_database_url {
+                relay_config.database_url = cli.database_url.clone();
+            }
+            match command {
+                None => Ok(ra_ledger_cdc::relay::run_process(relay_config).await?),
+                Some(RelayCommand::Parked { command }) => parked(&relay_config, command).await,
+            }
+        }
         Command::Migrate { list: true } => {
             for name in migrate::embedded() {
                 println!("{name}");
@@ -315,6 +362,48 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
+async fn parked(
+    config: &ra_ledger_cdc::config::RelayConfig,
+    command: ParkedCommand,
+) -> anyhow::Result<()> {
+    let client = db::connect(&config.database_url, "ledger-relay-parked").await?;
+    match command {
+        ParkedCommand::List { all } => {
+            let parked = ra_ledger_cdc::parking::list(&client, all).await?;
+            println!("{}", serde_json::to_string_pretty(&parked)?);
+            eprintln!("{} parked message(s)", parked.len());
+            Ok(())
+        }
+        ParkedCommand::Republish { id } => {
+            let producer = ra_ledger_cdc::publish::producer(config)?;
+            let outcomes = ra_ledger_cdc::parking::republish(&client, &producer, id).await?;
+            let mut refused = 0;
+            for outcome in &outcomes {
+                match outcome {
+                    ra_ledger_cdc::parking::Republished::Sent { id } => {
+                        println!("parked #{id}: republished")
+                    }
+                    ra_ledger_cdc::parking::Republished::Refused { id, error } => {
+                        refused += 1;
+                        println!("parked #{id}: still refused: {error}");
+                    }
+                }
+            }
+            if let Some(id) = id
+                && outcomes.is_empty()
+            {
+                bail!("no pending parked message with id {id}");
+            }
+            if refused > 0 {
+                bail!(
+                    "{refused} message(s) still refused; fix the cause (topic, size limit) and retry"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
 async fn audit(database_url: &str, question: AuditCommand) -> anyhow::Result<()> {
     let client = db::pool(database_url, "ledger-audit", 1)?.get().await?;
     let json = match question {
@@ -377,6 +466,19 @@ async fn audit(database_url: &str, question: AuditCommand) -> anyhow::Result<()>
 async fn migrate_database(database_url: &str) -> anyhow::Result<()> {
     let mut client = db::connect(database_url, "ledger-migrate").await?;
     let report = migrate::run(&mut client).await?;
+    let slot =
+        std::env::var("LEDGER_RELAY_SLOT").unwrap_or_else(|_| migrate::DEFAULT_RELAY_SLOT.into());
+    match migrate::ensure_relay_slot(&client, &slot).await {
+        Ok(true) => {
+            tracing::info!(%slot, "created the relay's replication slot; the outbox is captured from now on")
+        }
+        Ok(false) => {}
+        Err(error) => tracing::warn!(
+            %slot, %error,
+            "cannot create the relay's replication slot (does the role have REPLICATION?); \
+             outbox rows committed before the relay first runs will not be published"
+        ),
+    }
     if report.applied.is_empty() {
         tracing::info!("schema is up to date");
     }

@@ -61,3 +61,36 @@ pub fn embedded() -> Vec<String> {
         .map(|migration| format!("V{}__{}", migration.version(), migration.name()))
         .collect()
 }
+
+/// Default name of the relay's logical replication slot.
+pub const DEFAULT_RELAY_SLOT: &str = "ra_ledger_relay";
+
+/// Creates the relay's logical replication slot when it is missing, so every outbox row
+/// committed from now on is kept for the relay even if it has never run: rows committed
+/// before a slot exists are never in it. Returns whether it created the slot.
+pub async fn ensure_relay_slot(client: &Client, slot: &str) -> Result<bool, tokio_postgres::Error> {
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await?
+        .is_some();
+    if exists {
+        return Ok(false);
+    }
+    match client
+        .query_one(
+            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        // Another process created it a moment ago.
+        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}

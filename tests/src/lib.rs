@@ -4,6 +4,7 @@
 pub mod api;
 pub mod database;
 pub mod kafka;
+pub mod relay;
 pub mod stack;
 
 pub use database::TestDatabase;

@@ -3,4 +3,5 @@
 mod as_of;
 mod ledger;
 mod migrations;
+mod relay;
 mod smoke;

@@ -1,0 +1,187 @@
+//! Which LSN the slot may confirm: the end of the newest transaction whose messages, and
+//! every earlier transaction's messages, Kafka has acknowledged. Never past an
+//! unacknowledged one.
+//!
+//! Pure bookkeeping, no I/O: the relay registers each transaction as it reads it, reports
+//! each delivery, and asks what it may confirm.
+
+use std::collections::VecDeque;
+
+/// Identifies one published message: its transaction's sequence number in this session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransactionSeq(pub u64);
+
+#[derive(Debug)]
+struct Pending {
+    seq: TransactionSeq,
+    end_lsn: u64,
+    commit_time_micros: i64,
+    messages: usize,
+    remaining: usize,
+}
+
+/// A transaction whose messages, and every earlier one's, are all acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// End LSN of the transaction.
+    pub end_lsn: u64,
+    /// Its commit time.
+    pub commit_time_micros: i64,
+    /// How many messages it carried.
+    pub messages: usize,
+}
+
+/// Transactions read from the slot whose messages are not all acknowledged yet, in commit
+/// order.
+#[derive(Debug, Default)]
+pub struct AckTracker {
+    pending: VecDeque<Pending>,
+    next_seq: u64,
+    in_flight_messages: usize,
+    confirmable: Option<(u64, i64)>,
+    settled: Vec<Settled>,
+}
+
+impl AckTracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a committed transaction carrying `messages` messages to publish. A
+    /// transaction with none (a heartbeat, or changes to other tables) is confirmable as
+    /// soon as everything before it is.
+    pub fn begin(
+        &mut self,
+        end_lsn: u64,
+        commit_time_micros: i64,
+        messages: usize,
+    ) -> TransactionSeq {
+        let seq = TransactionSeq(self.next_seq);
+        self.next_seq += 1;
+        self.pending.push_back(Pending {
+            seq,
+            end_lsn,
+            commit_time_micros,
+            messages,
+            remaining: messages,
+        });
+        self.in_flight_messages += messages;
+        self.settle();
+        seq
+    }
+
+    /// Records that one message of `seq` is durably in Kafka (or durably parked).
+    ///
+    /// # Panics
+    /// If `seq` has no outstanding message: a bookkeeping bug that must not pass silently.
+    pub fn delivered(&mut self, seq: TransactionSeq) {
+        let entry = self
+            .pending
+            .iter_mut()
+            .find(|entry| entry.seq == seq)
+            .expect("a delivery for a transaction that is not pending");
+        assert!(
+            entry.remaining > 0,
+            "more deliveries than messages for {seq:?}"
+        );
+        entry.remaining -= 1;
+        self.in_flight_messages -= 1;
+        self.settle();
+    }
+
+    /// Pops every fully acknowledged transaction at the head of the queue.
+    fn settle(&mut self) {
+        while let Some(head) = self.pending.front() {
+            if head.remaining > 0 {
+                break;
+            }
+            self.confirmable = Some((head.end_lsn, head.commit_time_micros));
+            self.settled.push(Settled {
+                end_lsn: head.end_lsn,
+                commit_time_micros: head.commit_time_micros,
+                messages: head.messages,
+            });
+            self.pending.pop_front();
+        }
+    }
+
+    /// The LSN the slot may confirm now, with the commit time of that transaction: the end
+    /// of the newest transaction that is acknowledged along with everything before it.
+    pub fn confirmable(&self) -> Option<(u64, i64)> {
+        self.confirmable
+    }
+
+    /// Transactions settled since the last call, oldest first.
+    pub fn take_settled(&mut self) -> Vec<Settled> {
+        std::mem::take(&mut self.settled)
+    }
+
+    /// Messages sent and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight_messages
+    }
+
+    /// Transactions not yet confirmable.
+    pub fn pending_transactions(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confirms_only_up_to_the_first_unacknowledged_transaction() {
+        let mut tracker = AckTracker::new();
+        let first = tracker.begin(100, 1, 2);
+        let second = tracker.begin(200, 2, 1);
+        let third = tracker.begin(300, 3, 1);
+        assert_eq!(tracker.confirmable(), None);
+        assert_eq!(tracker.in_flight(), 4);
+
+        // Later transactions acknowledged first do not move the position.
+        tracker.delivered(third);
+        tracker.delivered(second);
+        assert_eq!(tracker.confirmable(), None);
+        tracker.delivered(first);
+        assert_eq!(
+            tracker.confirmable(),
+            None,
+            "one message of the first is still out"
+        );
+        tracker.delivered(first);
+        assert_eq!(tracker.confirmable(), Some((300, 3)));
+        let settled: Vec<(u64, usize)> = tracker
+            .take_settled()
+            .iter()
+            .map(|s| (s.end_lsn, s.messages))
+            .collect();
+        assert_eq!(settled, vec![(100, 2), (200, 1), (300, 1)]);
+        assert!(tracker.take_settled().is_empty());
+        assert_eq!(tracker.in_flight(), 0);
+        assert_eq!(tracker.pending_transactions(), 0);
+    }
+
+    #[test]
+    fn empty_transactions_are_confirmable_behind_earlier_ones() {
+        let mut tracker = AckTracker::new();
+        let first = tracker.begin(100, 1, 1);
+        tracker.begin(150, 2, 0); // a heartbeat
+        assert_eq!(tracker.confirmable(), None);
+        tracker.delivered(first);
+        assert_eq!(tracker.confirmable(), Some((150, 2)));
+        tracker.begin(180, 3, 0);
+        assert_eq!(tracker.confirmable(), Some((180, 3)));
+    }
+
+    #[test]
+    #[should_panic(expected = "not pending")]
+    fn a_delivery_for_a_settled_transaction_is_a_bug() {
+        let mut tracker = AckTracker::new();
+        let first = tracker.begin(100, 1, 1);
+        tracker.delivered(first);
+        tracker.delivered(first);
+    }
+}

@@ -1,0 +1,300 @@
+//! Relay configuration: a TOML file (optional) plus environment overrides, validated once
+//! before anything starts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// librdkafka settings the relay owns: changing them would break its guarantees.
+const FIXED_KAFKA_SETTINGS: [(&str, &str); 4] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    // Never give up on a message: while the broker is down the relay stops reading and
+    // waits, rather than failing messages it would then have to re-order.
+    ("message.timeout.ms", "0"),
+    ("max.in.flight.requests.per.connection", "5"),
+];
+
+/// Everything the relay needs.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    /// PostgreSQL URL of a role with REPLICATION that may read the outbox.
+    pub database_url: String,
+    /// Logical replication slot (created with pgoutput when missing).
+    pub slot: String,
+    /// Publication of the outbox table (created insert-only when missing).
+    pub publication: String,
+    /// Topic of an aggregate type: `<topic_prefix><aggregate_type>` unless `topics` maps it.
+    /// The default follows Debezium's outbox EventRouter (`outbox.event.<type>`).
+    pub topic_prefix: String,
+    /// Explicit topic per aggregate type, e.g. `{ contact = "ra.contacts" }`.
+    pub topics: BTreeMap<String, String>,
+    /// librdkafka settings passed through, e.g. `bootstrap.servers`, `linger.ms`.
+    pub kafka: BTreeMap<String, String>,
+    /// How often to emit a heartbeat through the slot, so an idle outbox does not pin WAL.
+    pub heartbeat_interval_ms: u64,
+    /// Most messages in flight to Kafka before the relay stops reading the slot.
+    pub max_in_flight: usize,
+    /// How long SIGTERM waits for in-flight deliveries before exiting.
+    pub shutdown_grace_ms: u64,
+    /// Where `/metrics` listens; empty string to disable.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Longest wait between reconnect attempts.
+    pub reconnect_backoff_max_ms: u64,
+    /// How often confirmed positions are reported to PostgreSQL.
+    pub status_interval_ms: u64,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            database_url: "postgres://ledger:ledger@127.0.0.1:54329/ledger".into(),
+            slot: "ra_ledger_relay".into(),
+            publication: "ra_ledger_outbox".into(),
+            topic_prefix: "outbox.event.".into(),
+            topics: BTreeMap::new(),
+            kafka: BTreeMap::from([("bootstrap.servers".into(), "127.0.0.1:19092".into())]),
+            heartbeat_interval_ms: 10_000,
+            max_in_flight: 50_000,
+            shutdown_grace_ms: 10_000,
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 19_100))),
+            reconnect_backoff_max_ms: 30_000,
+            status_interval_ms: 1_000,
+        }
+    }
+}
+
+impl std::fmt::Debug for RelayConfig {
+    // The database URL carries a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayConfig")
+            .field("database_url", &"<redacted>")
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("topics", &self.topics)
+            .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
+            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("shutdown_grace_ms", &self.shutdown_grace_ms)
+            .field("metrics_listen", &self.metrics_listen)
+            .finish()
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file does not parse.
+    #[error("cannot read relay config {path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is invalid.
+    #[error("relay config: {field} = {value:?}: {reason}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl RelayConfig {
+    /// Reads `path` (when given) over the defaults, then applies `LEDGER_DATABASE_URL`,
+    /// `LEDGER_RELAY_SLOT`, `LEDGER_KAFKA_BROKERS`, `LEDGER_TOPIC_PREFIX` and
+    /// `LEDGER_METRICS_LISTEN`, and validates.
+    pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| ConfigError::File {
+                    path: path.into(),
+                    message: error.to_string(),
+                })?;
+                toml::from_str(&text).map_err(|error| ConfigError::File {
+                    path: path.into(),
+                    message: error.to_string(),
+                })?
+            }
+            None => Self::default(),
+        };
+        if let Ok(url) = std::env::var("LEDGER_DATABASE_URL") {
+            config.database_url = url;
+        }
+        if let Ok(slot) = std::env::var("LEDGER_RELAY_SLOT") {
+            config.slot = slot;
+        }
+        if let Ok(brokers) = std::env::var("LEDGER_KAFKA_BROKERS") {
+            config.kafka.insert("bootstrap.servers".into(), brokers);
+        }
+        if let Ok(prefix) = std::env::var("LEDGER_TOPIC_PREFIX") {
+            config.topic_prefix = prefix;
+        }
+        if let Ok(listen) = std::env::var("LEDGER_METRICS_LISTEN") {
+            config.metrics_listen = if listen.is_empty() {
+                None
+            } else {
+                Some(listen.parse().map_err(|_| ConfigError::Invalid {
+                    field: "LEDGER_METRICS_LISTEN",
+                    value: listen.clone(),
+                    reason: "expected host:port, or empty to disable",
+                })?)
+            };
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let identifier = |name: &str| {
+            !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        if !identifier(&self.slot) {
+            return Err(ConfigError::Invalid {
+                field: "slot",
+                value: self.slot.clone(),
+                reason: "a slot name is 1-63 characters of a-z, 0-9 and _",
+            });
+        }
+        if !identifier(&self.publication) {
+            return Err(ConfigError::Invalid {
+                field: "publication",
+                value: self.publication.clone(),
+                reason: "a publication name is 1-63 characters of a-z, 0-9 and _",
+            });
+        }
+        if self
+            .kafka
+            .get("bootstrap.servers")
+            .is_none_or(|servers| servers.is_empty())
+        {
+            return Err(ConfigError::Invalid {
+                field: "kafka.\"bootstrap.servers\"",
+                value: String::new(),
+                reason: "the relay needs at least one broker",
+            });
+        }
+        for (key, required) in FIXED_KAFKA_SETTINGS {
+            if let Some(value) = self.kafka.get(key)
+                && value != required
+            {
+                return Err(ConfigError::Invalid {
+                    field: "kafka",
+                    value: format!("{key}={value}"),
+                    reason: "the relay sets this itself; other values would break ordering or lose messages",
+                });
+            }
+        }
+        for (field, value) in [
+            ("max_in_flight", self.max_in_flight as u64),
+            ("heartbeat_interval_ms", self.heartbeat_interval_ms),
+            ("status_interval_ms", self.status_interval_ms),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    field,
+                    value: "0".into(),
+                    reason: "must be at least 1",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The topic of an aggregate type.
+    pub fn topic(&self, aggregate_type: &str) -> String {
+        self.topics
+            .get(aggregate_type)
+            .cloned()
+            .unwrap_or_else(|| format!("{}{aggregate_type}", self.topic_prefix))
+    }
+
+    /// The librdkafka settings of the producer: the pass-through ones, then the fixed ones.
+    pub fn producer_settings(&self) -> BTreeMap<String, String> {
+        let mut settings = BTreeMap::from([
+            ("linger.ms".to_owned(), "5".to_owned()),
+            (
+                "queue.buffering.max.messages".to_owned(),
+                (self.max_in_flight * 2).max(100_000).to_string(),
+            ),
+        ]);
+        settings.extend(self.kafka.clone());
+        for (key, value) in FIXED_KAFKA_SETTINGS {
+            settings.insert(key.into(), value.into());
+        }
+        settings
+    }
+
+    /// Heartbeat interval.
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_interval_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_debezium_layout_and_validate() {
+        let config = RelayConfig::default();
+        config.validate().unwrap();
+        assert_eq!(config.topic("contact"), "outbox.event.contact");
+        let settings = config.producer_settings();
+        assert_eq!(settings["enable.idempotence"], "true");
+        assert_eq!(settings["acks"], "all");
+    }
+
+    #[test]
+    fn topics_can_be_mapped_and_settings_passed_through() {
+        let config: RelayConfig = toml::from_str(
+            r#"
+            topic_prefix = "ra."
+            topics = { contact = "contacts-v1" }
+            kafka = { "bootstrap.servers" = "k:9092", "linger.ms" = "20", "compression.type" = "zstd" }
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.topic("contact"), "contacts-v1");
+        assert_eq!(config.topic("assignment"), "ra.assignment");
+        let settings = config.producer_settings();
+        assert_eq!(settings["linger.ms"], "20");
+        assert_eq!(settings["compression.type"], "zstd");
+    }
+
+    #[test]
+    fn refuses_settings_that_break_guarantees_and_unknown_fields() {
+        let unsafe_acks: RelayConfig =
+            toml::from_str(r#"kafka = { "bootstrap.servers" = "k:9092", acks = "1" }"#).unwrap();
+        let error = unsafe_acks.validate().unwrap_err().to_string();
+        assert!(error.contains("acks=1"), "{error}");
+        assert!(toml::from_str::<RelayConfig>("slott = \"x\"").is_err());
+        let bad_slot = RelayConfig {
+            slot: "Bad-Slot".into(),
+            ..RelayConfig::default()
+        };
+        assert!(
+            bad_slot
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("slot")
+        );
+        let debug = format!("{:?}", RelayConfig::default());
+        assert!(!debug.contains("ledger:ledger"), "{debug}");
+    }
+}

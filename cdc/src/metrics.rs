@@ -1,0 +1,250 @@
+//! The relay's Prometheus metrics: every name is defined here, updated per transaction or
+//! per batch (never per row), and rendered in the text exposition format on `/metrics`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Bytes of WAL between the server's current end and the slot's confirmed position.
+pub const REPLICATION_LAG_BYTES: &str = "ra_relay_replication_lag_bytes";
+/// Seconds since the commit of the newest transaction confirmed to the slot.
+pub const NEWEST_PUBLISHED_COMMIT_AGE: &str = "ra_relay_newest_published_commit_age_seconds";
+/// Outbox events acknowledged by Kafka.
+pub const EVENTS_PUBLISHED: &str = "ra_relay_events_published_total";
+/// Seconds from a transaction's commit to Kafka's acknowledgement of its last message.
+pub const COMMIT_TO_ACK: &str = "ra_relay_commit_to_ack_seconds";
+/// Messages Kafka refused for good and the relay parked.
+pub const PARKED_MESSAGES: &str = "ra_relay_parked_messages_total";
+/// Messages sent to Kafka and not yet acknowledged.
+pub const IN_FLIGHT: &str = "ra_relay_in_flight_messages";
+/// Replication sessions started (1 + reconnects).
+pub const SESSIONS: &str = "ra_relay_sessions_total";
+/// 1 while the relay holds the slot and streams, 0 while it waits or reconnects.
+pub const STREAMING: &str = "ra_relay_streaming";
+
+/// Upper bounds of the commit→ack histogram buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The relay's metrics; cheap to update from any task.
+#[derive(Debug, Default)]
+pub struct RelayMetrics {
+    wal_end: AtomicU64,
+    confirmed_lsn: AtomicU64,
+    newest_commit_micros: AtomicI64,
+    events_published: AtomicU64,
+    parked: AtomicU64,
+    in_flight: AtomicU64,
+    sessions: AtomicU64,
+    streaming: AtomicU64,
+    buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_micros: AtomicU64,
+}
+
+/// Microseconds since the Unix epoch, now.
+pub fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros() as i64)
+}
+
+/// PostgreSQL timestamps count from 2000-01-01; this many microseconds after the Unix epoch.
+pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+impl RelayMetrics {
+    /// The server's WAL end, from a keepalive or data message.
+    pub fn observe_wal_end(&self, lsn: u64) {
+        self.wal_end.fetch_max(lsn, Ordering::Relaxed);
+    }
+
+    /// A position was confirmed to the slot; `commit_micros` is its commit time (Unix).
+    pub fn confirmed(&self, lsn: u64, commit_micros: i64) {
+        self.confirmed_lsn.fetch_max(lsn, Ordering::Relaxed);
+        self.newest_commit_micros
+            .fetch_max(commit_micros, Ordering::Relaxed);
+    }
+
+    /// `count` events acknowledged by Kafka.
+    pub fn published(&self, count: u64) {
+        self.events_published.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// A transaction fully acknowledged `seconds` after its commit.
+    pub fn commit_to_ack(&self, seconds: f64) {
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_micros
+            .fetch_add((seconds.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// A message was parked.
+    pub fn parked(&self) {
+        self.parked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Messages currently in flight.
+    pub fn set_in_flight(&self, count: usize) {
+        self.in_flight.store(count as u64, Ordering::Relaxed);
+    }
+
+    /// A replication session started.
+    pub fn session_started(&self) {
+        self.sessions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the relay is streaming.
+    pub fn set_streaming(&self, streaming: bool) {
+        self.streaming
+            .store(u64::from(streaming), Ordering::Relaxed);
+    }
+
+    /// Events acknowledged so far.
+    pub fn events_published(&self) -> u64 {
+        self.events_published.load(Ordering::Relaxed)
+    }
+
+    /// Messages parked so far.
+    pub fn parked_total(&self) -> u64 {
+        self.parked.load(Ordering::Relaxed)
+    }
+
+    /// Renders the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let wal_end = self.wal_end.load(Ordering::Relaxed);
+        let confirmed = self.confirmed_lsn.load(Ordering::Relaxed);
+        let lag = wal_end.saturating_sub(confirmed);
+        let newest = self.newest_commit_micros.load(Ordering::Relaxed);
+        let age = if newest == 0 {
+            0.0
+        } else {
+            (now_micros() - newest).max(0) as f64 / 1e6
+        };
+        let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        gauge(
+            REPLICATION_LAG_BYTES,
+            "WAL bytes between the server's end and the slot's confirmed position.",
+            "gauge",
+            lag.to_string(),
+        );
+        gauge(
+            NEWEST_PUBLISHED_COMMIT_AGE,
+            "Seconds since the commit of the newest transaction confirmed to the slot.",
+            "gauge",
+            format!("{age:.3}"),
+        );
+        gauge(
+            EVENTS_PUBLISHED,
+            "Outbox events acknowledged by Kafka.",
+            "counter",
+            self.events_published.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            PARKED_MESSAGES,
+            "Messages Kafka refused for good, parked in outbox_parked.",
+            "counter",
+            self.parked.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            IN_FLIGHT,
+            "Messages sent to Kafka and not yet acknowledged.",
+            "gauge",
+            self.in_flight.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            SESSIONS,
+            "Replication sessions started.",
+            "counter",
+            self.sessions.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            STREAMING,
+            "1 while the relay holds the slot and streams.",
+            "gauge",
+            self.streaming.load(Ordering::Relaxed).to_string(),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {COMMIT_TO_ACK} Seconds from a transaction's commit to Kafka's acknowledgement of its last message."
+        );
+        let _ = writeln!(out, "# TYPE {COMMIT_TO_ACK} histogram");
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+            let _ = writeln!(
+                out,
+                "{COMMIT_TO_ACK}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{COMMIT_TO_ACK}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{COMMIT_TO_ACK}_sum {:.6}",
+            self.latency_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{COMMIT_TO_ACK}_count {count}");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_metric_with_its_value() {
+        let metrics = RelayMetrics::default();
+        metrics.observe_wal_end(1_000);
+        metrics.confirmed(400, now_micros());
+        metrics.published(7);
+        metrics.commit_to_ack(0.003);
+        metrics.commit_to_ack(12.0);
+        metrics.parked();
+        metrics.set_in_flight(3);
+        let text = metrics.render();
+        assert!(
+            text.contains("ra_relay_replication_lag_bytes 600\n"),
+            "{text}"
+        );
+        assert!(text.contains("ra_relay_events_published_total 7\n"));
+        assert!(text.contains("ra_relay_parked_messages_total 1\n"));
+        assert!(text.contains("ra_relay_in_flight_messages 3\n"));
+        assert!(text.contains("ra_relay_commit_to_ack_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("ra_relay_commit_to_ack_seconds_bucket{le=\"30\"} 2\n"));
+        assert!(text.contains("ra_relay_commit_to_ack_seconds_count 2\n"));
+        assert!(text.contains("# TYPE ra_relay_newest_published_commit_age_seconds gauge"));
+    }
+}
+
+/// `/metrics` (Prometheus text format) and `/healthz`.
+pub fn router(metrics: std::sync::Arc<RelayMetrics>) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4",
+                        )],
+                        metrics.render(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+}

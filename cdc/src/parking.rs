@@ -1,0 +1,172 @@
+//! Parked messages: ones Kafka refused for good, kept durably in `outbox_parked` with every
+//! header, listed and re-published by operators.
+
+use std::time::Duration;
+
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use crate::publish::{OutgoingMessage, format_lsn};
+
+/// A parked message, as operators see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParkedMessage {
+    /// Row id in `outbox_parked`.
+    pub id: i64,
+    /// Event id.
+    pub event_id: String,
+    /// Aggregate type.
+    pub aggregate_type: String,
+    /// Aggregate id (the Kafka key).
+    pub aggregate_id: String,
+    /// Event type.
+    pub event_type: String,
+    /// Topic it was meant for.
+    pub topic: String,
+    /// Payload size in bytes.
+    pub payload_bytes: i64,
+    /// Headers it carried.
+    pub headers: serde_json::Value,
+    /// Commit LSN of its transaction.
+    pub commit_lsn: String,
+    /// Why Kafka refused it.
+    pub error: String,
+    /// When it was parked.
+    pub parked_at: chrono::DateTime<chrono::Utc>,
+    /// When it was re-published, if it was.
+    pub republished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Parks a message durably. Parking the same event twice (after a crash and a replay) keeps
+/// the first row.
+pub async fn park(
+    client: &Client,
+    message: &OutgoingMessage,
+    commit_lsn: u64,
+    error: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let headers: serde_json::Map<String, serde_json::Value> = message
+        .headers
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), serde_json::Value::String(value.clone())))
+        .collect();
+    client
+        .execute(
+            "INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, event_type, topic, payload, \
+             headers, commit_lsn, error) VALUES ($1::text::uuid, $2, $3, $4, $5, $6, $7, $8::text::pg_lsn, $9) \
+             ON CONFLICT (event_id) DO NOTHING",
+            &[
+                &message.row.event_id,
+                &message.row.aggregate_type,
+                &message.row.aggregate_id,
+                &message.row.event_type,
+                &message.topic,
+                &message.row.payload.as_ref(),
+                &serde_json::Value::Object(headers),
+                &format_lsn(commit_lsn),
+                &error,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Parked messages, oldest first; only those not re-published unless `all`.
+pub async fn list(client: &Client, all: bool) -> Result<Vec<ParkedMessage>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT id, event_id::text, aggregate_type, aggregate_id, event_type, topic, length(payload)::bigint, \
+             headers, commit_lsn::text, error, parked_at, republished_at FROM outbox_parked \
+             WHERE $1 OR republished_at IS NULL ORDER BY id",
+            &[&all],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| ParkedMessage {
+            id: row.get(0),
+            event_id: row.get(1),
+            aggregate_type: row.get(2),
+            aggregate_id: row.get(3),
+            event_type: row.get(4),
+            topic: row.get(5),
+            payload_bytes: row.get(6),
+            headers: row.get(7),
+            commit_lsn: row.get(8),
+            error: row.get(9),
+            parked_at: row.get(10),
+            republished_at: row.get(11),
+        })
+        .collect())
+}
+
+/// Outcome of re-publishing one parked message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Republished {
+    /// Kafka took it; the row is marked.
+    Sent {
+        /// Parked row id.
+        id: i64,
+    },
+    /// Kafka still refuses it.
+    Refused {
+        /// Parked row id.
+        id: i64,
+        /// Kafka's error.
+        error: String,
+    },
+}
+
+/// Re-publishes parked messages (one id, or every pending one), with their original key
+/// and headers, and marks those Kafka acknowledged.
+pub async fn republish(
+    client: &Client,
+    producer: &FutureProducer,
+    only: Option<i64>,
+) -> Result<Vec<Republished>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT id, topic, aggregate_id, payload, headers FROM outbox_parked \
+             WHERE republished_at IS NULL AND ($1::bigint IS NULL OR id = $1) ORDER BY id",
+            &[&only],
+        )
+        .await?;
+    let mut outcomes = Vec::new();
+    for row in rows {
+        let id: i64 = row.get(0);
+        let topic: String = row.get(1);
+        let key: String = row.get(2);
+        let payload: Vec<u8> = row.get(3);
+        let headers: serde_json::Value = row.get(4);
+        let mut kafka_headers = rdkafka::message::OwnedHeaders::new();
+        if let Some(map) = headers.as_object() {
+            for (name, value) in map {
+                kafka_headers = kafka_headers.insert(rdkafka::message::Header {
+                    key: name,
+                    value: Some(value.as_str().unwrap_or_default().as_bytes()),
+                });
+            }
+        }
+        let record = FutureRecord::to(&topic)
+            .key(key.as_bytes())
+            .payload(&payload)
+            .headers(kafka_headers);
+        match producer.send(record, Duration::from_secs(30)).await {
+            Ok(_) => {
+                client
+                    .execute(
+                        "UPDATE outbox_parked SET republished_at = now() WHERE id = $1",
+                        &[&id],
+                    )
+                    .await?;
+                outcomes.push(Republished::Sent { id });
+            }
+            Err((error, _)) => outcomes.push(Republished::Refused {
+                id,
+                error: error.to_string(),
+            }),
+        }
+    }
+    Ok(outcomes)
+}

@@ -1,0 +1,15 @@
+//! The relay as its own process, for tests that kill it with SIGKILL or SIGTERM. It runs
+//! exactly what `ledger relay` runs, configured from the environment.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let config = ra_ledger_cdc::config::RelayConfig::load(
+        std::env::var("LEDGER_RELAY_CONFIG").ok().as_deref(),
+    )?;
+    ra_ledger_cdc::relay::run_process(config).await?;
+    Ok(())
+}

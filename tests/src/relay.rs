@@ -1,0 +1,220 @@
+//! Running the relay in tests, and reading back what reached Kafka.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::metrics::RelayMetrics;
+use rdkafka::Message as _;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Headers;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{TestDatabase, TestTopics, kafka};
+
+/// Aggregate types the relay tests publish.
+pub const AGGREGATES: [&str; 2] = ["contact", "assignment"];
+
+/// A relay configuration for one test: its own slot and topics, fast heartbeats.
+pub async fn test_config(
+    database: &TestDatabase,
+    topics: &mut TestTopics,
+) -> anyhow::Result<RelayConfig> {
+    for aggregate in AGGREGATES {
+        topics.create(&format!("outbox.event.{aggregate}")).await?;
+    }
+    // The slot exists before anything is written, as `ledger migrate` arranges in
+    // production: rows committed before a slot exists are never in it.
+    let slot = format!("relay_{}", crate::random_suffix());
+    database
+        .connect()
+        .await?
+        .query_one(
+            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await?;
+    Ok(RelayConfig {
+        database_url: database.url.clone(),
+        slot,
+        topic_prefix: format!("{}.outbox.event.", topics.prefix),
+        kafka: BTreeMap::from([(
+            "bootstrap.servers".into(),
+            crate::stack().kafka_brokers.clone(),
+        )]),
+        heartbeat_interval_ms: 200,
+        status_interval_ms: 100,
+        metrics_listen: None,
+        shutdown_grace_ms: 10_000,
+        reconnect_backoff_max_ms: 1_000,
+        ..RelayConfig::default()
+    })
+}
+
+/// A relay running in this process.
+#[derive(Debug)]
+pub struct RunningRelay {
+    /// Its metrics.
+    pub metrics: Arc<RelayMetrics>,
+    /// Cancel for a clean shutdown.
+    pub shutdown: CancellationToken,
+    /// The task.
+    pub task: JoinHandle<Result<(), ra_ledger_cdc::relay::RelayError>>,
+}
+
+impl RunningRelay {
+    /// Starts the relay.
+    pub fn start(config: RelayConfig) -> Self {
+        let metrics = Arc::new(RelayMetrics::default());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(ra_ledger_cdc::relay::run(
+            config,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        Self {
+            metrics,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Clean shutdown; returns the relay's result.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// One message as a consumer saw it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key.
+    pub key: String,
+    /// Value.
+    pub payload: Vec<u8>,
+    /// Headers.
+    pub headers: HashMap<String, String>,
+}
+
+impl Received {
+    /// The `id` header: the event id.
+    pub fn id(&self) -> &str {
+        self.headers
+            .get("id")
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// Reads every message of `topics` from the beginning.
+pub struct Collector {
+    consumer: StreamConsumer,
+    /// Everything received so far, in arrival order.
+    pub received: Vec<Received>,
+}
+
+impl std::fmt::Debug for Collector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Collector({} received)", self.received.len())
+    }
+}
+
+impl Collector {
+    /// Subscribes to the test's outbox topics.
+    pub fn new(topics: &TestTopics) -> anyhow::Result<Self> {
+        let consumer: StreamConsumer = kafka::client_config()
+            .set("group.id", format!("collector-{}", crate::random_suffix()))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let names: Vec<String> = AGGREGATES
+            .iter()
+            .map(|a| format!("{}.outbox.event.{a}", topics.prefix))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        consumer.subscribe(&names)?;
+        Ok(Self {
+            consumer,
+            received: Vec::new(),
+        })
+    }
+
+    /// Receives until `done(received)` holds or `timeout` passes; returns whether it held.
+    pub async fn until(&mut self, timeout: Duration, done: impl Fn(&[Received]) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !done(&self.received) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match tokio::time::timeout(left.min(Duration::from_millis(500)), self.consumer.recv())
+                .await
+            {
+                Ok(Ok(message)) => self.received.push(Received {
+                    topic: message.topic().to_owned(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    key: String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned(),
+                    payload: message.payload().unwrap_or_default().to_vec(),
+                    headers: message
+                        .headers()
+                        .map(|headers| {
+                            headers
+                                .iter()
+                                .map(|h| {
+                                    (
+                                        h.key.to_owned(),
+                                        String::from_utf8_lossy(h.value.unwrap_or_default())
+                                            .into_owned(),
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                }),
+                Ok(Err(error)) => eprintln!("consumer error (continuing): {error}"),
+                Err(_) => {}
+            }
+        }
+        true
+    }
+
+    /// Distinct event ids received.
+    pub fn distinct_ids(&self) -> std::collections::HashSet<String> {
+        self.received.iter().map(|r| r.id().to_owned()).collect()
+    }
+}
+
+/// Inserts `transactions` transactions of `per_transaction` outbox rows each, alternating
+/// aggregate types, in one server-side statement per transaction. Returns the event ids.
+pub async fn insert_backlog(
+    client: &tokio_postgres::Client,
+    transactions: usize,
+    per_transaction: usize,
+    payload_bytes: usize,
+) -> anyhow::Result<Vec<String>> {
+    let mut ids = Vec::with_capacity(transactions * per_transaction);
+    for _ in 0..transactions {
+        let rows = client
+            .query(
+                "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT gen_random_uuid(), CASE WHEN n % 2 = 0 THEN 'contact' ELSE 'assignment' END, \
+                        'agg-' || (n % 17), 'TestEvent', convert_to(repeat('x', $2), 'UTF8') \
+                 FROM generate_series(1, $1) n RETURNING event_id::text",
+                &[&(per_transaction as i32), &(payload_bytes as i32)],
+            )
+            .await?;
+        ids.extend(rows.iter().map(|row| row.get::<_, String>(0)));
+    }
+    Ok(ids)
+}

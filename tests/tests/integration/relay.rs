@@ -1,0 +1,312 @@
+//! The CDC relay against the real PostgreSQL and broker: headers, commit order, parking,
+//! takeover, idle WAL.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
+use ra_ledger_tests::{TestDatabase, TestTopics};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_committed_rows_with_key_value_and_headers() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let ids = insert_backlog(&client, 1, 3, 10).await?;
+    let relay = RunningRelay::start(config.clone());
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 3)
+            .await,
+        "got {:?}",
+        collector.received
+    );
+    relay.stop().await?;
+
+    let expected: HashSet<String> = ids.iter().cloned().collect();
+    assert_eq!(collector.distinct_ids(), expected);
+    let rows = client
+        .query("SELECT event_id::text, aggregate_type, aggregate_id, payload, xmin::text::bigint FROM outbox", &[])
+        .await?;
+    for row in rows {
+        let id: String = row.get(0);
+        let message = collector
+            .received
+            .iter()
+            .find(|m| m.id() == id)
+            .expect("published");
+        assert_eq!(
+            message.topic,
+            format!("{}.outbox.event.{}", topics.prefix, row.get::<_, String>(1))
+        );
+        assert_eq!(message.key, row.get::<_, String>(2));
+        assert_eq!(message.payload, row.get::<_, Vec<u8>>(3));
+        assert_eq!(message.headers["event_type"], "TestEvent");
+        assert_eq!(message.headers["txid"], row.get::<_, i64>(4).to_string());
+        assert!(
+            message.headers["commit_lsn"].contains('/'),
+            "{:?}",
+            message.headers
+        );
+        assert!(
+            message.headers["commit_timestamp"].ends_with('Z'),
+            "{:?}",
+            message.headers
+        );
+    }
+    let mut ordinals: Vec<String> = collector
+        .received
+        .iter()
+        .map(|m| m.headers["ordinal"].clone())
+        .collect();
+    ordinals.sort();
+    assert_eq!(ordinals, vec!["0", "1", "2"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_committing_transaction_is_published_after_the_one_that_committed_first()
+-> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let relay = RunningRelay::start(config);
+    let mut slow = database.connect().await?;
+    let fast = database.connect().await?;
+    let insert = "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES (gen_random_uuid(), 'contact', 'same-aggregate', $1, '\\x00') RETURNING id, event_id::text";
+
+    // The slow transaction takes the lower outbox id, then waits.
+    let slow_tx = slow.transaction().await?;
+    let slow_row = slow_tx.query_one(insert, &[&"Slow"]).await?;
+    let fast_row = fast.query_one(insert, &[&"Fast"]).await?;
+    assert!(
+        slow_row.get::<_, i64>(0) < fast_row.get::<_, i64>(0),
+        "the slow one holds the lower id"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    slow_tx.commit().await?;
+
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 2)
+            .await,
+        "got {:?}",
+        collector.received
+    );
+    relay.stop().await?;
+    let order: Vec<&str> = collector
+        .received
+        .iter()
+        .map(|m| m.headers["event_type"].as_str())
+        .collect();
+    assert_eq!(
+        order,
+        vec!["Fast", "Slow"],
+        "commit order, not id order, and nothing skipped"
+    );
+    assert_eq!(
+        collector.received[0].partition,
+        collector.received[1].partition
+    );
+    assert!(collector.received[0].offset < collector.received[1].offset);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_parked_and_the_stream_goes_on() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let mut config = test_config(&database, &mut topics).await?;
+    // Kafka refuses anything above this size for good.
+    config
+        .kafka
+        .insert("message.max.bytes".into(), "100000".into());
+    let client = database.connect().await?;
+    let big = insert_backlog(&client, 1, 1, 300_000).await?;
+    let after = insert_backlog(&client, 2, 2, 100).await?;
+    let relay = RunningRelay::start(config.clone());
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 4)
+            .await,
+        "got {:?}",
+        collector.received
+    );
+    // The slot moves past the parked message too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let lag: Option<i64> = client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+                &[&config.slot],
+            )
+            .await?
+            .get(0);
+        if lag.is_some_and(|lag| lag < 64 * 1024) || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(relay.metrics.parked_total(), 1);
+    let render = relay.metrics.render();
+    relay.stop().await?;
+    assert!(
+        render.contains("ra_relay_parked_messages_total 1"),
+        "{render}"
+    );
+
+    let expected: HashSet<String> = after.iter().cloned().collect();
+    assert_eq!(
+        collector.distinct_ids(),
+        expected,
+        "everything after the poison arrived"
+    );
+    let parked = ra_ledger_cdc::parking::list(&client, false).await?;
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0].event_id, big[0]);
+    assert_eq!(parked[0].payload_bytes, 300_000);
+    assert_eq!(parked[0].headers["id"], big[0].as_str());
+    assert!(
+        parked[0].headers["commit_lsn"]
+            .as_str()
+            .unwrap()
+            .contains('/')
+    );
+    assert!(
+        parked[0].error.to_lowercase().contains("too large"),
+        "{}",
+        parked[0].error
+    );
+
+    // Once the limit is raised, re-publishing delivers it with its headers.
+    config
+        .kafka
+        .insert("message.max.bytes".into(), "1000000".into());
+    let producer = ra_ledger_cdc::publish::producer(&config)?;
+    let outcomes = ra_ledger_cdc::parking::republish(&client, &producer, None).await?;
+    assert_eq!(
+        outcomes,
+        vec![ra_ledger_cdc::parking::Republished::Sent { id: parked[0].id }]
+    );
+    assert!(
+        collector
+            .until(Duration::from_secs(30), |r| r
+                .iter()
+                .any(|m| m.id() == big[0]))
+            .await
+    );
+    assert!(
+        ra_ledger_cdc::parking::list(&client, false)
+            .await?
+            .is_empty()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_relay_waits_and_takes_over_when_the_first_dies() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let first = RunningRelay::start(config.clone());
+    let mut collector = Collector::new(&topics)?;
+    let before = insert_backlog(&client, 1, 2, 10).await?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 2)
+            .await
+    );
+
+    let second = RunningRelay::start(config.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        second.metrics.render().contains("ra_relay_streaming 0"),
+        "the second waits while the first holds the slot"
+    );
+    // The first dies without a goodbye.
+    first.task.abort();
+    let after = insert_backlog(&client, 1, 2, 10).await?;
+    let want: HashSet<String> = before.iter().chain(&after).cloned().collect();
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| want
+                .iter()
+                .all(|id| r.iter().any(|m| m.id() == id)))
+            .await,
+        "the second relay took over"
+    );
+    assert!(second.metrics.render().contains("ra_relay_streaming 1"));
+    second.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_an_idle_outbox_from_pinning_wal() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let relay = RunningRelay::start(config.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    client
+        .batch_execute("CREATE TABLE churn (id bigserial, filler text)")
+        .await?;
+    let start_lsn: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    // Other tables churn (about 40 MB of WAL) while the outbox stays idle.
+    for _ in 0..20 {
+        client
+            .batch_execute(
+                "INSERT INTO churn (filler) SELECT repeat('x', 1000) FROM generate_series(1, 2000)",
+            )
+            .await?;
+    }
+    let churned: i64 = client
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::bigint",
+            &[&start_lsn],
+        )
+        .await?
+        .get(0);
+    assert!(
+        churned > 20_000_000,
+        "the churn wrote {churned} bytes of WAL"
+    );
+    // A checkpoint lets the slot's restart point move along with its confirmed position.
+    client.batch_execute("CHECKPOINT").await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (retained, confirmed_lag) = loop {
+        let row = client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, \
+                        pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&config.slot],
+            )
+            .await?;
+        let (retained, lag): (i64, i64) = (row.get(0), row.get(1));
+        if (retained < 4_000_000 && lag < 1_000_000) || std::time::Instant::now() > deadline {
+            break (retained, lag);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.batch_execute("CHECKPOINT").await?;
+    };
+    relay.stop().await?;
+    assert!(
+        confirmed_lag < 1_000_000,
+        "confirmed position lags {confirmed_lag} bytes after {churned} bytes of churn"
+    );
+    assert!(
+        retained < 4_000_000,
+        "the slot retains {retained} bytes of WAL after {churned} bytes of churn"
+    );
+    Ok(())
+}
