@@ -198,6 +198,28 @@ impl RelayMetrics {
     }
 }
 
+/// `/metrics` (Prometheus text format) and `/healthz`.
+pub fn router(metrics: std::sync::Arc<RelayMetrics>) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4",
+                        )],
+                        metrics.render(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,26 +247,4 @@ mod tests {
         assert!(text.contains("ra_relay_commit_to_ack_seconds_count 2\n"));
         assert!(text.contains("# TYPE ra_relay_newest_published_commit_age_seconds gauge"));
     }
-}
-
-/// `/metrics` (Prometheus text format) and `/healthz`.
-pub fn router(metrics: std::sync::Arc<RelayMetrics>) -> axum::Router {
-    use axum::routing::get;
-    axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        metrics.render(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
 }

@@ -212,7 +212,8 @@ async fn session(
                             let message = OutgoingMessage::new(config, row, &commit, ordinal);
                             match send(&producer, seq, message, commit.commit_lsn) {
                                 Ok(delivery) => deliveries.push(delivery),
-                                Err((message, error)) => {
+                                Err(refused) => {
+                                    let (message, error) = *refused;
                                     settle_delivery(&sql, &mut tracker, seq, &message, commit.commit_lsn, Err(error), metrics).await?;
                                 }
                             }
@@ -267,7 +268,7 @@ fn send(
     seq: TransactionSeq,
     message: OutgoingMessage,
     commit_lsn: u64,
-) -> Result<BoxFuture<'static, Delivery>, (OutgoingMessage, KafkaError)> {
+) -> Result<BoxFuture<'static, Delivery>, Box<(OutgoingMessage, KafkaError)>> {
     let record = FutureRecord::to(&message.topic)
         .key(message.row.aggregate_id.as_bytes())
         .payload(message.row.payload.as_ref())
@@ -281,7 +282,7 @@ fn send(
             };
             (seq, message, commit_lsn, result)
         })),
-        Err((error, _record)) => Err((message, error)),
+        Err((error, _record)) => Err(Box::new((message, error))),
     }
 }
 
