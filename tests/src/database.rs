@@ -13,8 +13,9 @@ use crate::stack::stack;
 pub struct TestDatabase {
     /// Database name (`t_` and a random suffix).
     pub name: String,
-    /// URL of the database, as the stack's admin role.
+    /// URL of the database, as the server's admin role.
     pub url: String,
+    admin_url: String,
 }
 
 impl TestDatabase {
@@ -26,17 +27,32 @@ impl TestDatabase {
         Ok(database)
     }
 
+    /// Creates a migrated database on another server (e.g. a private one a test restarts).
+    pub async fn on(admin_url: &str) -> anyhow::Result<Self> {
+        let database = Self::create(admin_url).await?;
+        let mut client = database.connect().await?;
+        ra_ledger::migrate::run(&mut client).await?;
+        Ok(database)
+    }
+
     /// Creates an empty database, without migrations.
     pub async fn unmigrated() -> anyhow::Result<Self> {
-        let stack = stack();
+        Self::create(&stack().admin_url).await
+    }
+
+    async fn create(admin_url: &str) -> anyhow::Result<Self> {
         let name = format!("t_{}", crate::random_suffix());
-        let admin = connect(&stack.admin_url).await?;
+        let admin = connect(admin_url).await?;
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .with_context(|| format!("creating database {name}"))?;
-        let url = with_database(&stack.admin_url, &name)?;
-        Ok(Self { name, url })
+        let url = with_database(admin_url, &name)?;
+        Ok(Self {
+            name,
+            url,
+            admin_url: admin_url.to_owned(),
+        })
     }
 
     /// A new connection to this database.
@@ -83,7 +99,7 @@ impl Drop for TestDatabase {
     fn drop(&mut self) {
         // Drop runs outside any runtime we may block on: clean up on a thread of its own.
         let name = self.name.clone();
-        let admin_url = stack().admin_url.clone();
+        let admin_url = self.admin_url.clone();
         let cleanup = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -17,14 +17,22 @@ pub const TEST_PARTITIONS: i32 = 3;
 pub struct TestTopics {
     /// Unique prefix of this test's topics.
     pub prefix: String,
+    /// Bootstrap servers of the broker holding them.
+    pub brokers: String,
     created: Vec<String>,
 }
 
 impl TestTopics {
-    /// A fresh, empty namespace.
+    /// A fresh, empty namespace on the run's broker.
     pub fn new() -> Self {
+        Self::on(stack().kafka_brokers.clone())
+    }
+
+    /// A fresh, empty namespace on another broker.
+    pub fn on(brokers: String) -> Self {
         Self {
             prefix: format!("t{}", crate::random_suffix()),
+            brokers,
             created: Vec::new(),
         }
     }
@@ -32,7 +40,7 @@ impl TestTopics {
     /// Creates `<prefix>.<name>` with [`TEST_PARTITIONS`] partitions and returns its name.
     pub async fn create(&mut self, name: &str) -> anyhow::Result<String> {
         let topic = format!("{}.{name}", self.prefix);
-        let admin = admin_client()?;
+        let admin = admin_client(&self.brokers)?;
         let results = admin
             .create_topics(
                 [&NewTopic::new(
@@ -65,10 +73,10 @@ pub fn client_config() -> ClientConfig {
     config
 }
 
-fn admin_client() -> anyhow::Result<AdminClient<DefaultClientContext>> {
-    client_config()
-        .create()
-        .context("creating a Kafka admin client")
+fn admin_client(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    config.create().context("creating a Kafka admin client")
 }
 
 impl Drop for TestTopics {
@@ -77,6 +85,7 @@ impl Drop for TestTopics {
             return;
         }
         let topics = std::mem::take(&mut self.created);
+        let brokers = self.brokers.clone();
         // Best effort: a shared external broker should not fill up with test topics.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -84,7 +93,7 @@ impl Drop for TestTopics {
                 .build()
                 .ok()?;
             runtime.block_on(async {
-                let admin = admin_client().ok()?;
+                let admin = admin_client(&brokers).ok()?;
                 let names: Vec<&str> = topics.iter().map(String::as_str).collect();
                 admin
                     .delete_topics(

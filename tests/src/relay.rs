@@ -132,7 +132,15 @@ impl std::fmt::Debug for Collector {
 impl Collector {
     /// Subscribes to the test's outbox topics.
     pub fn new(topics: &TestTopics) -> anyhow::Result<Self> {
+        Self::on(topics, &topics.brokers)
+    }
+
+    /// Subscribes to the test's outbox topics on a given broker.
+    pub fn on(topics: &TestTopics, brokers: &str) -> anyhow::Result<Self> {
         let consumer: StreamConsumer = kafka::client_config()
+            .set("bootstrap.servers", brokers)
+            // tansu answers a fetch with one record batch per partition: fetch often.
+            .set("fetch.wait.max.ms", "10")
             .set("group.id", format!("collector-{}", crate::random_suffix()))
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")

@@ -10,11 +10,12 @@
 //! the moment the process ends, whether the tests passed, panicked or were killed. Folders
 //! of earlier runs whose process is gone are removed at the next start.
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -49,6 +50,8 @@ pub struct PostgresServer {
     pub data_dir: PathBuf,
     /// Listening port on 127.0.0.1.
     pub port: u16,
+    owner: Option<ServerUser>,
+    pid: Arc<Mutex<Option<u32>>>,
 }
 
 /// A broker started by the harness.
@@ -58,6 +61,8 @@ pub struct BrokerServer {
     pub binary: PathBuf,
     /// Listening port on 127.0.0.1.
     pub port: u16,
+    log: PathBuf,
+    pid: Arc<Mutex<Option<u32>>>,
 }
 
 /// The stack of this test run, started on first use.
@@ -66,35 +71,97 @@ pub struct BrokerServer {
 /// When a server cannot be started; the message says what to install or set.
 pub fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
-    STACK.get_or_init(|| match start_on_keeper_thread() {
+    STACK.get_or_init(|| match start() {
         Ok(stack) => stack,
         Err(error) => panic!("cannot start the test stack: {error:#}"),
     })
 }
 
-/// Starts the servers on a thread that never exits, so `PR_SET_PDEATHSIG` (which fires
-/// when the *thread* that forked a child ends) fires only when the whole process ends.
-fn start_on_keeper_thread() -> anyhow::Result<Stack> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("test-stack-keeper".into())
-        .spawn(move || {
-            let mut children = Vec::new();
-            let result = start(&mut children);
-            // Keep the children's handles (and this thread) alive for the whole run.
-            let _ = sender.send(result);
-            loop {
-                std::thread::park();
-            }
-        })
-        .context("spawning the keeper thread")?;
-    receiver
-        .recv()
-        .context("the keeper thread died while starting the stack")?
+/// What the keeper thread is asked to do.
+enum Request {
+    Spawn(Command, mpsc::Sender<std::io::Result<u32>>),
+    Stop(u32, &'static str, mpsc::Sender<anyhow::Result<()>>),
 }
 
-fn start(children: &mut Vec<Child>) -> anyhow::Result<Stack> {
-    let run_dir = std::env::temp_dir().join(format!("{RUN_DIR_PREFIX}{}", std::process::id()));
+/// The keeper thread spawns every server and never exits, so `PR_SET_PDEATHSIG` (which
+/// fires when the *thread* that forked a child ends) fires only when the process ends.
+fn keeper() -> &'static Mutex<mpsc::Sender<Request>> {
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    KEEPER.get_or_init(|| {
+        let (sender, receiver) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("test-stack-keeper".into())
+            .spawn(move || {
+                let mut children: HashMap<u32, Child> = HashMap::new();
+                for request in receiver {
+                    match request {
+                        Request::Spawn(mut command, reply) => {
+                            let spawned = command.spawn().map(|child| {
+                                let pid = child.id();
+                                children.insert(pid, child);
+                                pid
+                            });
+                            let _ = reply.send(spawned);
+                        }
+                        Request::Stop(pid, signal, reply) => {
+                            let outcome = match children.remove(&pid) {
+                                None => Err(anyhow::anyhow!("no server with pid {pid}")),
+                                Some(mut child) => send_signal(pid, signal).and_then(|()| {
+                                    child.wait()?;
+                                    Ok(())
+                                }),
+                            };
+                            let _ = reply.send(outcome);
+                        }
+                    }
+                }
+                // The sender lives in a static: this point is never reached.
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawning the keeper thread");
+        Mutex::new(sender)
+    })
+}
+
+/// Spawns `command` from the keeper thread; returns its pid.
+pub fn spawn_kept(command: Command) -> anyhow::Result<u32> {
+    let (reply, answer) = mpsc::channel();
+    keeper()
+        .lock()
+        .expect("keeper lock")
+        .send(Request::Spawn(command, reply))?;
+    Ok(answer.recv()??)
+}
+
+/// Sends `signal` (e.g. `INT`, `KILL`) to a kept server and waits until it exited.
+pub fn stop_kept(pid: u32, signal: &'static str) -> anyhow::Result<()> {
+    let (reply, answer) = mpsc::channel();
+    keeper()
+        .lock()
+        .expect("keeper lock")
+        .send(Request::Stop(pid, signal, reply))?;
+    answer.recv()?
+}
+
+/// Sends `signal` to a process without waiting (e.g. `STOP`, `CONT`).
+pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
+}
+
+/// The folder of this run's servers.
+pub fn run_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("{RUN_DIR_PREFIX}{}", std::process::id()))
+}
+
+fn start() -> anyhow::Result<Stack> {
+    let run_dir = run_dir();
     remove_stale_run_dirs();
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
@@ -102,23 +169,17 @@ fn start(children: &mut Vec<Child>) -> anyhow::Result<Stack> {
     let (admin_url, postgres) = match std::env::var("LEDGER_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => (url, None),
         _ => {
-            let server = start_postgres(&run_dir, children)?;
-            let url = format!(
-                "postgres://postgres:{PG_PASSWORD}@127.0.0.1:{}/postgres",
-                server.port
-            );
-            (url, Some(server))
+            let server = PostgresServer::init(&run_dir.join("postgres"))?;
+            server.start()?;
+            (server.admin_url(), Some(server))
         }
     };
     let (kafka_brokers, broker) = match std::env::var("LEDGER_TEST_KAFKA_BROKERS") {
         Ok(brokers) if !brokers.is_empty() => (brokers, None),
         _ => {
-            let server = BrokerServer {
-                binary: tansu_binary()?,
-                port: free_port()?,
-            };
-            children.push(server.start(&run_dir)?);
-            (format!("127.0.0.1:{}", server.port), Some(server))
+            let server = BrokerServer::new(&run_dir)?;
+            server.start()?;
+            (server.brokers(), Some(server))
         }
     };
     Ok(Stack {
@@ -129,61 +190,92 @@ fn start(children: &mut Vec<Child>) -> anyhow::Result<Stack> {
     })
 }
 
-fn start_postgres(run_dir: &Path, children: &mut Vec<Child>) -> anyhow::Result<PostgresServer> {
-    let bindir = postgres_bindir()?;
-    let pg_dir = run_dir.join("postgres");
-    std::fs::create_dir_all(&pg_dir)?;
-    let password_file = pg_dir.join("pwfile");
-    std::fs::write(&password_file, PG_PASSWORD)?;
-    let owner = server_user()?;
-    if let Some(user) = &owner {
-        // initdb and postgres refuse to run as root: hand the folder to `postgres`.
-        std::os::unix::fs::chown(run_dir, Some(user.uid), Some(user.gid))?;
-        std::os::unix::fs::chown(&pg_dir, Some(user.uid), Some(user.gid))?;
-        std::os::unix::fs::chown(&password_file, Some(user.uid), Some(user.gid))?;
-    }
-    let data_dir = pg_dir.join("data");
-    let output = as_server_user(&owner, &bindir.join("initdb"), None)
-        .arg("-D")
-        .arg(&data_dir)
-        .args(["-U", "postgres", "--auth=scram-sha-256", "--encoding=UTF8"])
-        .args(["--locale=C.UTF-8", "--no-sync"])
-        .arg(format!("--pwfile={}", password_file.display()))
-        .output()
-        .context("running initdb")?;
-    if !output.status.success() {
-        bail!(
-            "initdb failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    std::fs::write(
-        data_dir.join("pg_hba.conf"),
-        "host all all 127.0.0.1/32 scram-sha-256\nhost replication all 127.0.0.1/32 scram-sha-256\n",
-    )?;
-    let server = PostgresServer {
-        bindir,
-        data_dir,
-        port: free_port()?,
-    };
-    children.push(server.start(&owner)?);
+/// A PostgreSQL cluster of its own, for tests that restart it: stopping the shared one
+/// would break the tests running beside them.
+pub fn private_postgres() -> anyhow::Result<PostgresServer> {
+    // The shared stack clears the run folder when it starts: start it first.
+    stack();
+    let server =
+        PostgresServer::init(&run_dir().join(format!("postgres-{}", crate::random_suffix())))?;
+    server.start()?;
+    Ok(server)
+}
+
+/// A broker of its own, for tests that pause it.
+pub fn private_broker() -> anyhow::Result<BrokerServer> {
+    stack();
+    let dir = run_dir().join(format!("tansu-{}", crate::random_suffix()));
+    std::fs::create_dir_all(&dir)?;
+    let server = BrokerServer::new(&dir)?;
+    server.start()?;
     Ok(server)
 }
 
 impl PostgresServer {
+    /// Creates a cluster in `pg_dir` (initdb), owned by `postgres` when we are root.
+    pub fn init(pg_dir: &Path) -> anyhow::Result<Self> {
+        let bindir = postgres_bindir()?;
+        std::fs::create_dir_all(pg_dir)?;
+        let password_file = pg_dir.join("pwfile");
+        std::fs::write(&password_file, PG_PASSWORD)?;
+        let owner = server_user()?;
+        if let Some(user) = &owner {
+            // initdb and postgres refuse to run as root: hand the folders to `postgres`.
+            for path in [pg_dir.parent().unwrap_or(pg_dir), pg_dir, &password_file] {
+                std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))?;
+            }
+        }
+        let data_dir = pg_dir.join("data");
+        let output = as_server_user(&owner, &bindir.join("initdb"), None)
+            .arg("-D")
+            .arg(&data_dir)
+            .args(["-U", "postgres", "--auth=scram-sha-256", "--encoding=UTF8"])
+            .args(["--locale=C.UTF-8", "--no-sync"])
+            .arg(format!("--pwfile={}", password_file.display()))
+            .output()
+            .context("running initdb")?;
+        if !output.status.success() {
+            bail!(
+                "initdb failed: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::fs::write(
+            data_dir.join("pg_hba.conf"),
+            "host all all 127.0.0.1/32 scram-sha-256\nhost replication all 127.0.0.1/32 scram-sha-256\n",
+        )?;
+        Ok(Self {
+            bindir,
+            data_dir,
+            port: free_port()?,
+            owner,
+            pid: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// URL of the superuser on the maintenance database.
+    pub fn admin_url(&self) -> String {
+        format!(
+            "postgres://postgres:{PG_PASSWORD}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
     /// Starts the server and waits until it accepts connections. It dies with the test
     /// process (SIGQUIT: immediate shutdown).
-    fn start(&self, owner: &Option<ServerUser>) -> anyhow::Result<Child> {
-        let log = std::fs::File::create(self.data_dir.with_file_name("postgres.log"))?;
-        if let Some(user) = owner {
-            std::os::unix::fs::chown(
-                self.data_dir.with_file_name("postgres.log"),
-                Some(user.uid),
-                Some(user.gid),
-            )?;
+    pub fn start(&self) -> anyhow::Result<()> {
+        let log_path = self.data_dir.with_file_name("postgres.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        if let Some(user) = &self.owner {
+            std::os::unix::fs::chown(&log_path, Some(user.uid), Some(user.gid))?;
         }
-        let mut child = as_server_user(owner, &self.bindir.join("postgres"), Some("SIGQUIT"))
+        let mut command =
+            as_server_user(&self.owner, &self.bindir.join("postgres"), Some("SIGQUIT"));
+        command
             .arg("-D")
             .arg(&self.data_dir)
             .args(["-c", "listen_addresses=127.0.0.1", "-c"])
@@ -195,31 +287,86 @@ impl PostgresServer {
             // The machine does not crash under a test; the server may.
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting postgres")?;
-        wait_for_port(self.port, &mut child, Duration::from_secs(60), "postgres")?;
-        Ok(child)
+            .stderr(log);
+        let pid = spawn_kept(command).context("starting postgres")?;
+        *self.pid.lock().expect("pid lock") = Some(pid);
+        wait_for_port(self.port, Duration::from_secs(60), "postgres", &log_path)?;
+        // Listening is not yet accepting: wait out recovery after a restart.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = Command::new(self.bindir.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|status| status.success());
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "postgres on port {} is not ready after 60 s; see {}",
+                    self.port,
+                    log_path.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the server: `INT` is a fast shutdown, `QUIT` an immediate one (a crash).
+    pub fn stop(&self, signal: &'static str) -> anyhow::Result<()> {
+        let pid = self
+            .pid
+            .lock()
+            .expect("pid lock")
+            .take()
+            .context("postgres is not running")?;
+        stop_kept(pid, signal)
     }
 }
 
 impl BrokerServer {
+    /// A broker (not started yet) on a free port, logging into `dir`.
+    pub fn new(dir: &Path) -> anyhow::Result<Self> {
+        Ok(Self {
+            binary: tansu_binary()?,
+            port: free_port()?,
+            log: dir.join("tansu.log"),
+            pid: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// Bootstrap servers.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
     /// Starts the broker with memory storage and waits until it listens.
-    fn start(&self, run_dir: &Path) -> anyhow::Result<Child> {
-        let log = std::fs::File::create(run_dir.join("tansu.log"))?;
+    pub fn start(&self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
         let url = format!("tcp://127.0.0.1:{}", self.port);
-        let mut child = Command::new("setpriv")
+        let mut command = Command::new("setpriv");
+        command
             .args(["--pdeathsig", "SIGKILL", "--"])
             .arg(&self.binary)
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])
+            .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting tansu")?;
-        wait_for_port(self.port, &mut child, Duration::from_secs(30), "tansu")?;
-        Ok(child)
+            .stderr(log);
+        let pid = spawn_kept(command).context("starting tansu")?;
+        *self.pid.lock().expect("pid lock") = Some(pid);
+        wait_for_port(self.port, Duration::from_secs(30), "tansu", &self.log)
+    }
+
+    /// Freezes (`STOP`) or thaws (`CONT`) the broker: to its clients it is unreachable,
+    /// and unlike a restart of memory storage it keeps what it had.
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = (*self.pid.lock().expect("pid lock")).context("tansu is not running")?;
+        send_signal(pid, signal)
     }
 }
 
@@ -322,25 +469,18 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_for_port(
-    port: u16,
-    child: &mut Child,
-    timeout: Duration,
-    name: &str,
-) -> anyhow::Result<()> {
+fn wait_for_port(port: u16, timeout: Duration, name: &str, log: &Path) -> anyhow::Result<()> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(status) = child.try_wait()? {
-            bail!(
-                "{name} exited with {status} before listening on {address}; see its log in the run folder"
-            );
-        }
         if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{name} did not listen on {address} within {timeout:?}");
+            bail!(
+                "{name} did not listen on {address} within {timeout:?}; see {}",
+                log.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }

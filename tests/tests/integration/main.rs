@@ -4,4 +4,5 @@ mod as_of;
 mod ledger;
 mod migrations;
 mod relay;
+mod relay_faults;
 mod smoke;

@@ -1,0 +1,233 @@
+//! The relay under faults: kill -9 at random moments, a frozen broker, a restarted
+//! PostgreSQL, SIGTERM. "Lost" means an outbox event id missing from Kafka.
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
+use ra_ledger_tests::stack::{private_broker, private_postgres};
+use ra_ledger_tests::{TestDatabase, TestTopics};
+use rand::Rng;
+
+/// Starts the relay as a process; it dies with this test's thread if the test fails.
+fn spawn_relay(config: &RelayConfig) -> anyhow::Result<Child> {
+    Ok(Command::new("setpriv")
+        .args([
+            "--pdeathsig",
+            "SIGKILL",
+            "--",
+            env!("CARGO_BIN_EXE_relay-under-test"),
+        ])
+        .env("LEDGER_DATABASE_URL", &config.database_url)
+        .env("LEDGER_RELAY_SLOT", &config.slot)
+        .env("LEDGER_KAFKA_BROKERS", &config.kafka["bootstrap.servers"])
+        .env("LEDGER_TOPIC_PREFIX", &config.topic_prefix)
+        .env("LEDGER_METRICS_LISTEN", "")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?)
+}
+
+fn report(name: &str, expected: &HashSet<String>, collector: &Collector) -> usize {
+    let received = collector.distinct_ids();
+    let lost = expected.difference(&received).count();
+    let duplicates = collector.received.len() - received.len();
+    println!(
+        "{name}: {} events, {lost} lost, {duplicates} duplicates delivered",
+        expected.len()
+    );
+    lost
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let ids = insert_backlog(&client, 1_000, 100, 64).await?;
+    let expected: HashSet<String> = ids.into_iter().collect();
+    assert_eq!(expected.len(), 100_000);
+    let mut collector = Collector::new(&topics)?;
+
+    for kill in 1..=10 {
+        let mut relay = spawn_relay(&config)?;
+        let pause = rand::rng().random_range(100..700);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        relay.kill()?; // SIGKILL: no drain, no goodbye
+        relay.wait()?;
+        collector.until(Duration::from_millis(200), |_| false).await;
+        println!(
+            "kill {kill} after {pause} ms: {} distinct so far",
+            collector.distinct_ids().len()
+        );
+    }
+    let mut relay = spawn_relay(&config)?;
+    let done = collector
+        .until(Duration::from_secs(240), |received| {
+            received.len() >= expected.len()
+                && received
+                    .iter()
+                    .map(|m| m.id())
+                    .collect::<HashSet<_>>()
+                    .len()
+                    >= expected.len()
+        })
+        .await;
+    relay.kill()?;
+    relay.wait()?;
+    let lost = report("kill -9 x10", &expected, &collector);
+    assert!(done && lost == 0, "{lost} events lost");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_broker_pauses_the_relay_and_it_resumes_without_loss() -> anyhow::Result<()> {
+    let broker = private_broker()?;
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::on(broker.brokers());
+    let mut config = test_config(&database, &mut topics).await?;
+    config
+        .kafka
+        .insert("bootstrap.servers".into(), broker.brokers());
+    let client = database.connect().await?;
+    let relay = RunningRelay::start(config.clone());
+    let mut collector = Collector::on(&topics, &broker.brokers())?;
+    let mut expected: HashSet<String> = insert_backlog(&client, 20, 50, 64)
+        .await?
+        .into_iter()
+        .collect();
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 1_000)
+            .await
+    );
+
+    broker.signal("STOP")?;
+    let frozen_at = Instant::now();
+    let mut lag_during = 0u64;
+    while frozen_at.elapsed() < Duration::from_secs(30) {
+        expected.extend(insert_backlog(&client, 5, 20, 64).await?);
+        lag_during = lag_during.max(lag_bytes(&relay));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    broker.signal("CONT")?;
+    let done = collector
+        .until(Duration::from_secs(120), |r| {
+            r.iter().map(|m| m.id()).collect::<HashSet<_>>().len() >= expected.len()
+        })
+        .await;
+    // Let the slot catch up, then read the lag again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lag_after = lag_bytes(&relay);
+    relay.stop().await?;
+    let lost = report("broker frozen 30 s", &expected, &collector);
+    println!("replication lag: {lag_during} bytes during the outage, {lag_after} after");
+    assert!(done && lost == 0, "{lost} events lost");
+    assert!(
+        lag_during > lag_after,
+        "lag rose ({lag_during}) during the outage and fell ({lag_after}) after"
+    );
+    Ok(())
+}
+
+fn lag_bytes(relay: &RunningRelay) -> u64 {
+    relay
+        .metrics
+        .render()
+        .lines()
+        .find_map(|line| line.strip_prefix("ra_relay_replication_lag_bytes "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_restart_mid_stream_loses_nothing() -> anyhow::Result<()> {
+    let postgres = private_postgres()?;
+    let database = TestDatabase::on(&postgres.admin_url()).await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let relay = RunningRelay::start(config.clone());
+    let mut collector = Collector::new(&topics)?;
+    let mut expected: HashSet<String> = {
+        let client = database.connect().await?;
+        insert_backlog(&client, 40, 50, 64)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 200)
+            .await
+    );
+    // Fast shutdown mid-stream, then back up on the same data directory.
+    postgres.stop("INT")?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    postgres.start()?;
+    let client = database.connect().await?;
+    expected.extend(insert_backlog(&client, 20, 50, 64).await?);
+    let done = collector
+        .until(Duration::from_secs(120), |r| {
+            r.iter().map(|m| m.id()).collect::<HashSet<_>>().len() >= expected.len()
+        })
+        .await;
+    let sessions = relay.metrics.render();
+    relay.stop().await?;
+    let lost = report("PostgreSQL restarted", &expected, &collector);
+    assert!(done && lost == 0, "{lost} events lost");
+    assert!(
+        !sessions.contains("ra_relay_sessions_total 1\n"),
+        "the relay reconnected:\n{sessions}"
+    );
+    drop(client);
+    drop(database);
+    postgres.stop("INT")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_confirms_and_exits_zero() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let expected: HashSet<String> = insert_backlog(&client, 50, 100, 64)
+        .await?
+        .into_iter()
+        .collect();
+    let mut relay = spawn_relay(&config)?;
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 1_000)
+            .await
+    );
+    ra_ledger_tests::stack::send_signal(relay.id(), "TERM")?;
+    let status = tokio::task::spawn_blocking(move || relay.wait()).await??;
+    assert!(status.success(), "exit status {status}");
+    // Everything it took from the slot is in Kafka; the slot confirms exactly that.
+    let confirmed_end: bool = client
+        .query_one(
+            "SELECT confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+            &[&config.slot],
+        )
+        .await?
+        .get(0);
+    assert!(confirmed_end);
+    // A new relay finishes the rest; nothing is lost.
+    let mut next = spawn_relay(&config)?;
+    let done = collector
+        .until(Duration::from_secs(120), |r| {
+            r.iter().map(|m| m.id()).collect::<HashSet<_>>().len() >= expected.len()
+        })
+        .await;
+    next.kill()?;
+    next.wait()?;
+    let lost = report("SIGTERM then restart", &expected, &collector);
+    assert!(done && lost == 0, "{lost} events lost");
+    Ok(())
+}
