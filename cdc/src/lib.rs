@@ -4,6 +4,7 @@
 
 pub mod ack;
 pub mod config;
+pub mod consumer;
 pub mod metrics;
 pub mod outbox;
 pub mod parking;

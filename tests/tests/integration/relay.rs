@@ -310,3 +310,118 @@ async fn heartbeats_keep_an_idle_outbox_from_pinning_wal() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_library_applies_each_event_once_despite_duplicates() -> anyhow::Result<()> {
+    use ra_ledger_cdc::consumer::{self, INBOX_SCHEMA, Outcome};
+    use ra_ledger_proto::v1::envelope::Event;
+
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let api = ra_ledger_tests::api::TestApi::new(&database)?;
+    let contact = api
+        .post(
+            "/v1/contacts",
+            ra_ledger_tests::api::contact_body("TX", "Agents"),
+        )
+        .await;
+    assert_eq!(contact.status.as_u16(), 201);
+    let mut assignments = Vec::new();
+    for _ in 0..10 {
+        let business = uuid::Uuid::now_v7();
+        let reply = api
+            .post(
+                "/v1/assignments",
+                serde_json::json!({"business_id": business, "jurisdiction": "TX"}),
+            )
+            .await;
+        assignments.push(reply.str("assignment_id"));
+    }
+    for assignment in &assignments[..5] {
+        api.post(
+            &format!("/v1/assignments/{assignment}/replace"),
+            serde_json::json!({}),
+        )
+        .await;
+    }
+    // 1 contact event + 10 starts + 5 × (end + start) = 21 events.
+    let relay = RunningRelay::start(config);
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 21)
+            .await
+    );
+    relay.stop().await?;
+
+    // Every message arrives three times, and two consumers race on each copy.
+    let consumer_db = TestDatabase::new().await?;
+    let mut first = consumer_db.connect().await?;
+    let mut second = consumer_db.connect().await?;
+    first.batch_execute(INBOX_SCHEMA).await?;
+    first
+        .batch_execute("CREATE TABLE applied (event_id text, event_type text)")
+        .await?;
+    let deliveries: Vec<_> = collector
+        .received
+        .iter()
+        .flat_map(|m| [m.clone(), m.clone(), m.clone()])
+        .collect();
+    let (mut applied, mut duplicates) = (0, 0);
+    async fn handle(
+        client: &mut tokio_postgres::Client,
+        payload: Vec<u8>,
+    ) -> Result<Outcome, consumer::ConsumeError> {
+        let envelope = consumer::decode(&payload)?;
+        consumer::apply_once(client, "test-consumer", &envelope, |tx, envelope| {
+            Box::pin(async move {
+                tx.execute(
+                    "INSERT INTO applied VALUES ($1, $2)",
+                    &[&envelope.event_id, &envelope.event_type],
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+    for pair in deliveries.chunks(2) {
+        let outcomes: Vec<Outcome> = match pair {
+            [a, b] => {
+                let (x, y) = tokio::join!(
+                    handle(&mut first, a.payload.clone()),
+                    handle(&mut second, b.payload.clone())
+                );
+                vec![x?, y?]
+            }
+            [a] => vec![handle(&mut first, a.payload.clone()).await?],
+            _ => unreachable!(),
+        };
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Applied => applied += 1,
+                Outcome::Duplicate => duplicates += 1,
+            }
+        }
+    }
+    assert_eq!((applied, duplicates), (21, 42));
+    let rows: i64 = first
+        .query_one("SELECT count(DISTINCT event_id) FROM applied", &[])
+        .await?
+        .get(0);
+    let total: i64 = first
+        .query_one("SELECT count(*) FROM applied", &[])
+        .await?
+        .get(0);
+    assert_eq!((rows, total), (21, 21), "each event applied exactly once");
+    // Decoding gives the domain event back.
+    let started = collector
+        .received
+        .iter()
+        .filter_map(|m| consumer::decode(&m.payload).ok())
+        .filter(|e| matches!(e.event, Some(Event::AssignmentStarted(_))))
+        .count();
+    assert_eq!(started, 15);
+    Ok(())
+}
