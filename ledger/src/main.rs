@@ -96,6 +96,11 @@ enum ProjectionsCommand {
 
 #[derive(Debug, Subcommand)]
 enum RelayCommand {
+    /// Grant a LOGIN REPLICATION role the least the relay needs in the ledger database.
+    Grant {
+        /// The role the relay connects as.
+        role: String,
+    },
     /// Messages Kafka refused for good, parked by the relay.
     Parked {
         #[command(subcommand)]
@@ -215,6 +220,14 @@ async fn main() -> anyhow::Result<()> {
             match command {
                 None => Ok(ra_ledger_cdc::relay::run_process(relay_config).await?),
                 Some(RelayCommand::Parked { command }) => parked(&relay_config, command).await,
+                Some(RelayCommand::Grant { role }) => {
+                    let client = db::connect(&cli.database_url, "ledger-grant").await?;
+                    migrate::grant_relay_role(&client, &role).await?;
+                    println!(
+                        "granted {role} SELECT on outbox and SELECT, INSERT, UPDATE on outbox_parked"
+                    );
+                    Ok(())
+                }
             }
         }
         Command::Migrate { list: true } => {

@@ -94,3 +94,21 @@ pub async fn ensure_relay_slot(client: &Client, slot: &str) -> Result<bool, toki
         Err(error) => Err(error),
     }
 }
+
+/// Grants a relay role exactly what the relay needs in this database: read the outbox,
+/// park refused messages. The role itself (LOGIN REPLICATION) is created by the operator;
+/// it can read nothing else, and write nothing but `outbox_parked`.
+pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
+    let role = quote_identifier(role);
+    client
+        .batch_execute(&format!(
+            "GRANT SELECT ON outbox TO {role}; \
+             GRANT SELECT, INSERT, UPDATE ON outbox_parked TO {role};"
+        ))
+        .await
+}
+
+/// Quotes an SQL identifier.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -425,3 +425,75 @@ async fn the_consumer_library_applies_each_event_once_despite_duplicates() -> an
     assert_eq!(started, 15);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_runs_as_a_least_privilege_role() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let mut config = test_config(&database, &mut topics).await?;
+    let role = format!("relay_{}", ra_ledger_tests::random_suffix());
+    let client = database.connect().await?;
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN REPLICATION PASSWORD 'relay-secret'"
+        ))
+        .await?;
+    ra_ledger::migrate::grant_relay_role(&client, &role).await?;
+    let admin: tokio_postgres::Config = database.url.parse()?;
+    config.database_url = format!(
+        "postgres://{role}:relay-secret@127.0.0.1:{}/{}",
+        admin.get_ports()[0],
+        database.name
+    );
+    // Oversized messages make it use outbox_parked too.
+    config
+        .kafka
+        .insert("message.max.bytes".into(), "100000".into());
+    let ids = insert_backlog(&client, 2, 2, 10).await?;
+    insert_backlog(&client, 1, 1, 200_000).await?;
+    let relay = RunningRelay::start(config.clone());
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r.len() >= 4)
+            .await
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(relay.metrics.parked_total(), 1);
+    let metrics = relay.metrics.render();
+    relay.stop().await?;
+    assert!(
+        metrics.contains("ra_relay_sessions_total 1\n"),
+        "no reconnect loop (heartbeats are allowed):\n{metrics}"
+    );
+    assert_eq!(
+        collector.distinct_ids(),
+        ids.into_iter().collect::<HashSet<_>>()
+    );
+
+    // It may read the outbox and nothing else, and write nothing but outbox_parked.
+    let (relay_client, connection) =
+        tokio_postgres::connect(&config.database_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    for statement in [
+        "SELECT count(*) FROM events",
+        "SELECT count(*) FROM assignments",
+        "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), 'x', 'x', 'x', '')",
+        "DELETE FROM outbox",
+    ] {
+        let error = relay_client
+            .batch_execute(statement)
+            .await
+            .expect_err(statement);
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{statement}: {error}"
+        );
+    }
+    drop(relay_client);
+    client
+        .batch_execute(&format!("DROP OWNED BY {role}"))
+        .await?;
+    Ok(())
+}
