@@ -313,3 +313,393 @@ pub async fn as_of(url: &str, history_rows: usize, queries: usize) -> anyhow::Re
     scratch.drop().await?;
     Ok(figures)
 }
+
+/// Figures of the relay benchmark.
+#[derive(Debug, Clone)]
+pub struct RelayFigures {
+    /// Outbox rows in the backlog.
+    pub rows: u64,
+    /// `pg_recvlogical` draining the backlog to /dev/null: the slot's ceiling, rows/s.
+    pub slot_ceiling: f64,
+    /// rdkafka alone producing the same messages: the broker's ceiling, rows/s.
+    pub broker_ceiling: f64,
+    /// The relay draining the backlog to the broker, rows/s.
+    pub relay: f64,
+}
+
+/// Drains a backlog of `rows` outbox rows (`per_transaction` per transaction) through
+/// `pg_recvlogical`, through rdkafka alone and through the relay, in one run.
+pub async fn relay(
+    url: &str,
+    brokers: &str,
+    rows: u64,
+    per_transaction: u64,
+) -> anyhow::Result<RelayFigures> {
+    use ra_ledger_cdc::config::RelayConfig;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+
+    let scratch = ScratchDatabase::create(url).await?;
+    let client = db::connect(&scratch.url, "ledger-bench").await?;
+    for slot in ["bench_recvlogical", "bench_relay"] {
+        client
+            .query_one(
+                "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await?;
+    }
+    eprintln!("inserting {rows} outbox rows, {per_transaction} per transaction…");
+    let transactions = rows.div_ceil(per_transaction);
+    for _ in 0..transactions {
+        client
+            .execute(
+                "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT gen_random_uuid(), 'assignment', 'agg-' || (n % 1000), 'AssignmentStarted', \
+                        convert_to(repeat('x', 120), 'UTF8') FROM generate_series(1, $1) n",
+                &[&(per_transaction as i32)],
+            )
+            .await?;
+    }
+    let end_lsn: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    let total_rows: i64 = client
+        .query_one("SELECT count(*) FROM outbox", &[])
+        .await?
+        .get(0);
+
+    // Topics for the two producers.
+    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let mut admin_config = rdkafka::ClientConfig::new();
+    admin_config.set("bootstrap.servers", brokers);
+    let admin: AdminClient<DefaultClientContext> = admin_config.create()?;
+    let topics = [
+        format!("{prefix}raw.assignment"),
+        format!("{prefix}relay.assignment"),
+    ];
+    let new_topics: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, 3, TopicReplication::Fixed(1)))
+        .collect();
+    for result in admin
+        .create_topics(&new_topics, &AdminOptions::new())
+        .await?
+    {
+        result.map_err(|(topic, code)| anyhow::anyhow!("creating {topic}: {code}"))?;
+    }
+    let relay_config = RelayConfig {
+        database_url: scratch.url.clone(),
+        slot: "bench_relay".into(),
+        topic_prefix: format!("{prefix}relay."),
+        kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
+        metrics_listen: None,
+        ..RelayConfig::default()
+    };
+
+    // Ceiling 2: the same messages produced by rdkafka alone, same producer settings.
+    let payloads: Vec<(Uuid, String)> = client
+        .query("SELECT event_id, aggregate_id FROM outbox ORDER BY id", &[])
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let producer = ra_ledger_cdc::publish::producer(&relay_config)?;
+    let payload = vec![b'x'; 120];
+    let started = Instant::now();
+    let mut pending = futures::stream::FuturesUnordered::new();
+    for (index, (event_id, key)) in payloads.iter().enumerate() {
+        let id = event_id.to_string();
+        let ordinal = (index % per_transaction as usize).to_string();
+        let headers = rdkafka::message::OwnedHeaders::new()
+            .insert(rdkafka::message::Header {
+                key: "id",
+                value: Some(id.as_bytes()),
+            })
+            .insert(rdkafka::message::Header {
+                key: "event_type",
+                value: Some(&b"AssignmentStarted"[..]),
+            })
+            .insert(rdkafka::message::Header {
+                key: "commit_lsn",
+                value: Some(&b"0/16B3748"[..]),
+            })
+            .insert(rdkafka::message::Header {
+                key: "txid",
+                value: Some(&b"742"[..]),
+            })
+            .insert(rdkafka::message::Header {
+                key: "commit_timestamp",
+                value: Some(&b"2026-11-30T00:00:00.000000Z"[..]),
+            })
+            .insert(rdkafka::message::Header {
+                key: "ordinal",
+                value: Some(ordinal.as_bytes()),
+            });
+        let record = rdkafka::producer::FutureRecord::to(&topics[0])
+            .key(key.as_bytes())
+            .payload(&payload)
+            .headers(headers);
+        let future = producer.send_result(record).map_err(|(error, _)| error)?;
+        pending.push(future);
+        // Same bound as the relay's max_in_flight.
+        while pending.len() >= relay_config.max_in_flight {
+            use futures::StreamExt;
+            pending.next().await;
+        }
+    }
+    {
+        use futures::StreamExt;
+        while let Some(result) = pending.next().await {
+            result?.map_err(|(error, _)| error)?;
+        }
+    }
+    let broker_ceiling = total_rows as f64 / started.elapsed().as_secs_f64();
+
+    // The relay, from the same backlog, until the slot confirms the end.
+    let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let started = Instant::now();
+    let task = tokio::spawn(ra_ledger_cdc::relay::run(
+        relay_config,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    while metrics.events_published() < total_rows as u64 {
+        anyhow::ensure!(!task.is_finished(), "the relay stopped early");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let relay = total_rows as f64 / started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    task.await??;
+    // Ceiling 1: the slot itself, read by PostgreSQL's own client. It runs last, so the
+    // relay, not this ceiling, pays for any cold start of decoding.
+    let parsed: tokio_postgres::Config = scratch.url.parse()?;
+    let password = parsed
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let host = match parsed.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    let started = Instant::now();
+    let status = tokio::process::Command::new(pg_recvlogical()?)
+        .args([
+            "-h",
+            &host,
+            "-p",
+            &parsed
+                .get_ports()
+                .first()
+                .copied()
+                .unwrap_or(5432)
+                .to_string(),
+        ])
+        .args([
+            "-U",
+            parsed.get_user().unwrap_or("postgres"),
+            "-d",
+            &scratch.name,
+        ])
+        .args([
+            "--slot",
+            "bench_recvlogical",
+            "--start",
+            "--no-loop",
+            "-f",
+            "/dev/null",
+            "-E",
+            &end_lsn,
+        ])
+        .args([
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=ra_ledger_outbox",
+        ])
+        .env("PGPASSWORD", password)
+        .status()
+        .await?;
+    anyhow::ensure!(status.success(), "pg_recvlogical failed: {status}");
+    let slot_ceiling = total_rows as f64 / started.elapsed().as_secs_f64();
+
+    drop(client);
+    scratch.drop().await?;
+    Ok(RelayFigures {
+        rows: total_rows as u64,
+        slot_ceiling,
+        broker_ceiling,
+        relay,
+    })
+}
+
+fn pg_recvlogical() -> anyhow::Result<std::path::PathBuf> {
+    let mut candidates: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")?
+        .flatten()
+        .map(|entry| entry.path().join("bin/pg_recvlogical"))
+        .filter(|path| path.exists())
+        .collect();
+    candidates.sort();
+    candidates
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("pg_recvlogical not found under /usr/lib/postgresql"))
+}
+
+/// Figures of the steady-load benchmark.
+#[derive(Debug, Clone)]
+pub struct LatencyFigures {
+    /// Events committed.
+    pub sent: u64,
+    /// Events received by the consumer.
+    pub received: u64,
+    /// Commit → consumer receipt, median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Worst.
+    pub max: Duration,
+}
+
+/// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
+/// transaction) through the relay to a consumer; measures commit → consumer receipt using
+/// the `commit_timestamp` header (same machine clock).
+pub async fn latency(
+    url: &str,
+    brokers: &str,
+    rate: u64,
+    seconds: u64,
+) -> anyhow::Result<LatencyFigures> {
+    use futures::StreamExt;
+    use ra_ledger_cdc::config::RelayConfig;
+    use rdkafka::Message as _;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Headers as _;
+
+    let scratch = ScratchDatabase::create(url).await?;
+    let client = db::connect(&scratch.url, "ledger-bench").await?;
+    client
+        .query_one(
+            "SELECT 1 FROM pg_create_logical_replication_slot('bench_latency', 'pgoutput')",
+            &[],
+        )
+        .await?;
+    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let topic = format!("{prefix}assignment");
+    let mut admin_config = rdkafka::ClientConfig::new();
+    admin_config.set("bootstrap.servers", brokers);
+    let admin: AdminClient<DefaultClientContext> = admin_config.create()?;
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await?
+    {
+        result.map_err(|(topic, code)| anyhow::anyhow!("creating {topic}: {code}"))?;
+    }
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()?;
+    consumer.subscribe(&[&topic])?;
+    let relay_config = RelayConfig {
+        database_url: scratch.url.clone(),
+        slot: "bench_latency".into(),
+        topic_prefix: prefix,
+        kafka: std::collections::BTreeMap::from([
+            ("bootstrap.servers".into(), brokers.into()),
+            ("linger.ms".into(), "1".into()),
+        ]),
+        metrics_listen: None,
+        status_interval_ms: 100,
+        ..RelayConfig::default()
+    };
+    let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
+        relay_config,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+
+    let per_tick = (rate / 100).max(1) as i32;
+    let ticks = seconds * 100;
+    let expected = per_tick as u64 * ticks;
+    // Warm up: one row through relay, broker and consumer, so connecting, producer id
+    // negotiation and the consumer group's first assignment are not in the figures.
+    let insert = "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  SELECT gen_random_uuid(), 'assignment', 'agg-' || (n % 1000), $2, \
+                         convert_to(repeat('x', 120), 'UTF8') FROM generate_series(1, $1) n";
+    client.execute(insert, &[&1i32, &"WarmUp"]).await?;
+    {
+        let mut stream = consumer.stream();
+        tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("warm-up row did not arrive within 60 s"))?;
+    }
+    let receiver = tokio::spawn(async move {
+        let mut latencies = Vec::with_capacity(expected as usize);
+        let mut stream = consumer.stream();
+        while (latencies.len() as u64) < expected {
+            let Ok(Some(Ok(message))) =
+                tokio::time::timeout(Duration::from_secs(60), stream.next()).await
+            else {
+                break;
+            };
+            let received = chrono::Utc::now();
+            let committed = message
+                .headers()
+                .and_then(|headers| headers.iter().find(|h| h.key == "commit_timestamp"))
+                .and_then(|h| std::str::from_utf8(h.value?).ok().map(str::to_owned))
+                .and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok());
+            if let Some(committed) = committed {
+                latencies.push(
+                    (received - committed.with_timezone(&chrono::Utc))
+                        .to_std()
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        latencies
+    });
+    eprintln!("steady load: {rate} events/s for {seconds} s ({per_tick} rows every 10 ms)…");
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for _ in 0..ticks {
+        tick.tick().await;
+        client
+            .execute(insert, &[&per_tick, &"AssignmentStarted"])
+            .await?;
+    }
+    let mut latencies = receiver.await?;
+    // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
+    for line in metrics
+        .render()
+        .lines()
+        .filter(|line| line.starts_with("ra_relay_commit_to_ack_seconds"))
+    {
+        eprintln!("{line}");
+    }
+    shutdown.cancel();
+    relay.await??;
+    drop(client);
+    scratch.drop().await?;
+    latencies.sort();
+    anyhow::ensure!(!latencies.is_empty(), "the consumer received nothing");
+    let percentile =
+        |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    Ok(LatencyFigures {
+        sent: expected,
+        received: latencies.len() as u64,
+        p50: percentile(0.5),
+        p99: percentile(0.99),
+        max: *latencies.last().unwrap_or(&Duration::ZERO),
+    })
+}

@@ -138,6 +138,30 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Relay throughput draining an outbox backlog, against pg_recvlogical and rdkafka alone.
+    Relay {
+        /// Outbox rows in the backlog.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 100)]
+        per_transaction: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+        brokers: String,
+    },
+    /// Commit → consumer receipt latency under a steady load through the relay.
+    Latency {
+        /// Events per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        /// Duration in seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+        brokers: String,
+    },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
         /// Assignment history rows to seed.
@@ -347,6 +371,63 @@ async fn main() -> anyhow::Result<()> {
             println!(
                 "mean: ledger {ledger:.0}/s, raw {raw:.0}/s, ratio {:.2} (target >= 0.70)",
                 ledger / raw
+            );
+            Ok(())
+        }
+        Command::Bench {
+            benchmark:
+                BenchCommand::Latency {
+                    rate,
+                    seconds,
+                    brokers,
+                },
+        } => {
+            if rate == 0 || seconds == 0 {
+                bail!("--rate and --seconds must be at least 1");
+            }
+            let figures = bench::latency(&cli.database_url, &brokers, rate, seconds).await?;
+            println!(
+                "steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (target p99 <= 50 ms)",
+                figures.sent,
+                figures.received,
+                figures.p50.as_secs_f64() * 1e3,
+                figures.p99.as_secs_f64() * 1e3,
+                figures.max.as_secs_f64() * 1e3
+            );
+            Ok(())
+        }
+        Command::Bench {
+            benchmark:
+                BenchCommand::Relay {
+                    rows,
+                    per_transaction,
+                    brokers,
+                },
+        } => {
+            if rows == 0 || per_transaction == 0 {
+                bail!("--rows and --per-transaction must be at least 1");
+            }
+            let figures = bench::relay(&cli.database_url, &brokers, rows, per_transaction).await?;
+            let ceiling = figures.slot_ceiling.min(figures.broker_ceiling);
+            println!(
+                "backlog: {} outbox rows, {per_transaction} per transaction",
+                figures.rows
+            );
+            println!(
+                "slot ceiling   (pg_recvlogical to /dev/null): {:.0} rows/s",
+                figures.slot_ceiling
+            );
+            println!(
+                "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
+                figures.broker_ceiling
+            );
+            println!(
+                "relay          (slot -> Kafka, acknowledged): {:.0} rows/s",
+                figures.relay
+            );
+            println!(
+                "relay / lower ceiling = {:.2} (target >= 0.80)",
+                figures.relay / ceiling
             );
             Ok(())
         }
