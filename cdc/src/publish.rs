@@ -116,11 +116,10 @@ pub fn classify(error: &KafkaError) -> DeliveryFailure {
             | RDKafkaErrorCode::InvalidMessage
             | RDKafkaErrorCode::InvalidRecord
             | RDKafkaErrorCode::MessageBatchTooLarge
-            | RDKafkaErrorCode::UnknownTopic
-            | RDKafkaErrorCode::UnknownTopicOrPartition
-            | RDKafkaErrorCode::TopicAuthorizationFailed
             | RDKafkaErrorCode::InvalidTopic,
         ) => DeliveryFailure::Permanent,
+        // A missing topic or a missing grant is the environment, not the message: parking
+        // would shunt every event aside. Stall loudly instead, until an operator fixes it.
         _ => DeliveryFailure::Transient,
     }
 }
@@ -181,5 +180,7 @@ mod tests {
         assert_eq!(classify(&timeout), DeliveryFailure::Transient);
         let fatal = KafkaError::MessageProduction(RDKafkaErrorCode::OutOfOrderSequenceNumber);
         assert_eq!(classify(&fatal), DeliveryFailure::Transient);
+        let missing_topic = KafkaError::MessageProduction(RDKafkaErrorCode::UnknownTopic);
+        assert_eq!(classify(&missing_topic), DeliveryFailure::Transient);
     }
 }

@@ -311,7 +311,18 @@ async fn settle_delivery(
             metrics.parked();
             tracker.delivered(seq);
         }
-        Err(error) => return Err(error.into()),
+        Err(error) => {
+            if matches!(
+                error.rdkafka_error_code(),
+                Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
+            ) {
+                error!(
+                    topic = %message.topic,
+                    "topic does not exist; create it (the relay never auto-creates) — the relay retries from the slot meanwhile"
+                );
+            }
+            return Err(error.into());
+        }
     }
     metrics.set_in_flight(tracker.in_flight());
     Ok(())
@@ -474,11 +485,6 @@ fn replication_config(
     .with_status_interval(Duration::from_millis(config.status_interval_ms))
     .with_wakeup_interval(Duration::from_secs(1))
     .with_application_name(application_name))
-}
-
-/// Kafka error codes that mean this relay's producer is unusable.
-pub fn is_fatal(error: &KafkaError) -> bool {
-    matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal))
 }
 
 /// Runs the relay as a process does: `/metrics` on the configured address, SIGTERM or

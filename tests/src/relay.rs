@@ -17,7 +17,8 @@ use crate::{TestDatabase, TestTopics, kafka};
 /// Aggregate types the relay tests publish.
 pub const AGGREGATES: [&str; 2] = ["contact", "assignment"];
 
-/// A relay configuration for one test: its own slot and topics, fast heartbeats.
+/// A relay configuration for one test: its own slot, its topics (on their broker), fast
+/// heartbeats.
 pub async fn test_config(
     database: &TestDatabase,
     topics: &mut TestTopics,
@@ -40,10 +41,7 @@ pub async fn test_config(
         database_url: database.url.clone(),
         slot,
         topic_prefix: format!("{}.outbox.event.", topics.prefix),
-        kafka: BTreeMap::from([(
-            "bootstrap.servers".into(),
-            crate::stack().kafka_brokers.clone(),
-        )]),
+        kafka: BTreeMap::from([("bootstrap.servers".into(), topics.brokers.clone())]),
         heartbeat_interval_ms: 200,
         status_interval_ms: 100,
         metrics_listen: None,

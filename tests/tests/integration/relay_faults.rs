@@ -50,9 +50,6 @@ async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()>
     let database = TestDatabase::new().await?;
     let mut topics = TestTopics::on(broker.brokers());
     let mut config = test_config(&database, &mut topics).await?;
-    config
-        .kafka
-        .insert("bootstrap.servers".into(), broker.brokers());
     // A short pipeline slows the drain, so all ten kills land while the backlog drains.
     config.max_in_flight = 100;
     let client = database.connect().await?;
@@ -144,10 +141,7 @@ async fn a_frozen_broker_pauses_the_relay_and_it_resumes_without_loss() -> anyho
     let broker = private_broker()?;
     let database = TestDatabase::new().await?;
     let mut topics = TestTopics::on(broker.brokers());
-    let mut config = test_config(&database, &mut topics).await?;
-    config
-        .kafka
-        .insert("bootstrap.servers".into(), broker.brokers());
+    let config = test_config(&database, &mut topics).await?;
     let client = database.connect().await?;
     let relay = RunningRelay::start(config.clone());
     let mut collector = Collector::on(&topics, &broker.brokers())?;
