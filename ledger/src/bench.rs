@@ -38,7 +38,7 @@ impl ScratchDatabase {
                     "cannot create scratch database {name}: {error}; the role needs CREATEDB"
                 )
             })?;
-        let scratch_url = replace_database(url, &name);
+        let scratch_url = db::with_database(url, &name);
         let mut client = db::connect(&scratch_url, "ledger-bench").await?;
         crate::migrate::run(&mut client).await?;
         Ok(Self {
@@ -59,22 +59,6 @@ impl ScratchDatabase {
             .await?;
         Ok(())
     }
-}
-
-fn replace_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| i + authority);
-    let mut out = format!("{}/{name}", &base[..path]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }
 
 fn texas_address() -> PostalAddress {

@@ -81,6 +81,44 @@ pub fn pool(url: &str, application_name: &str, max_size: usize) -> Result<Pool, 
     Ok(Pool::builder(manager).max_size(max_size).build()?)
 }
 
+/// `url` with its database replaced by `database` (credentials, host and query kept).
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(base, query)| (base, Some(query)));
+    let authority = base.find("://").map_or(0, |scheme| scheme + 3);
+    let path = base[authority..]
+        .find('/')
+        .map_or(base.len(), |slash| slash + authority);
+    let mut out = format!("{}/{database}", &base[..path]);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn replaces_the_database_of_a_url() {
+        assert_eq!(
+            with_database("postgres://u:p@h:1/postgres", "t_1"),
+            "postgres://u:p@h:1/t_1"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h:1", "t_1"),
+            "postgres://u:p@h:1/t_1"
+        );
+        assert_eq!(
+            with_database("postgres://u@h/db?sslmode=disable", "t_1"),
+            "postgres://u@h/t_1?sslmode=disable"
+        );
+    }
+}
+
 /// Statements prepared once per connection and reused: one round trip per execution
 /// instead of two. Everything on the hot path goes through these.
 pub mod cached {

@@ -47,7 +47,7 @@ impl TestDatabase {
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .with_context(|| format!("creating database {name}"))?;
-        let url = with_database(admin_url, &name)?;
+        let url = ra_ledger::db::with_database(admin_url, &name);
         Ok(Self {
             name,
             url,
@@ -161,47 +161,4 @@ pub async fn connect(url: &str) -> anyhow::Result<Client> {
         let _ = connection.await;
     });
     Ok(client)
-}
-
-/// `url` with its database replaced by `database`.
-fn with_database(url: &str, database: &str) -> anyhow::Result<String> {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_end = base
-        .find("://")
-        .map(|scheme| scheme + 3)
-        .context("database URL has no scheme")?;
-    let path_start = base[authority_end..]
-        .find('/')
-        .map(|slash| slash + authority_end)
-        .unwrap_or(base.len());
-    let mut out = format!("{}/{}", &base[..path_start], database);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn replaces_the_database_of_a_url() {
-        assert_eq!(
-            with_database("postgres://u:p@h:1/postgres", "t_1").unwrap(),
-            "postgres://u:p@h:1/t_1"
-        );
-        assert_eq!(
-            with_database("postgres://u:p@h:1", "t_1").unwrap(),
-            "postgres://u:p@h:1/t_1"
-        );
-        assert_eq!(
-            with_database("postgres://u@h/db?sslmode=disable", "t_1").unwrap(),
-            "postgres://u@h/t_1?sslmode=disable"
-        );
-    }
 }
