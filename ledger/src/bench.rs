@@ -592,7 +592,12 @@ pub async fn latency(
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "5")
         .create()?;
-    consumer.subscribe(&[&topic])?;
+    // Assigned partitions rather than a group subscription: no rebalance pauses in the figures.
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..3 {
+        assignment.add_partition_offset(&topic, partition, rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
     let relay_config = RelayConfig {
         database_url: scratch.url.clone(),
         slot: "bench_latency".into(),
