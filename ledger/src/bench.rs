@@ -207,19 +207,55 @@ async fn raw_assign(pool: Pool, contact_id: Uuid) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The distribution of a set of measured durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latencies {
+    /// How many were measured.
+    pub count: usize,
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Slowest.
+    pub max: Duration,
+}
+
+impl Latencies {
+    /// Summarizes `samples`; `None` when there are none.
+    pub fn from_samples(mut samples: Vec<Duration>) -> Option<Self> {
+        samples.sort();
+        let last = *samples.last()?;
+        let percentile =
+            |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+        Some(Self {
+            count: samples.len(),
+            p50: percentile(0.50),
+            p99: percentile(0.99),
+            max: last,
+        })
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.max)
+        )
+    }
+}
+
 /// Latency figures of the as-of query.
 #[derive(Debug, Clone, Copy)]
 pub struct AsOfFigures {
     /// Assignment history rows in the table.
     pub history_rows: i64,
-    /// Queries timed.
-    pub queries: usize,
-    /// Median latency.
-    pub p50: Duration,
-    /// 99th percentile latency.
-    pub p99: Duration,
-    /// Slowest query.
-    pub max: Duration,
+    /// Query latencies.
+    pub latencies: Latencies,
 }
 
 /// As-of query latency over a projection of `history_rows` assignment rows: businesses with
@@ -282,15 +318,11 @@ pub async fn as_of(url: &str, history_rows: usize, queries: usize) -> anyhow::Re
             "no RA for {business} at {at}: the seed is wrong"
         );
     }
-    latencies.sort();
-    let percentile =
-        |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    let latencies =
+        Latencies::from_samples(latencies).ok_or_else(|| anyhow::anyhow!("no query was timed"))?;
     let figures = AsOfFigures {
         history_rows,
-        queries: latencies.len(),
-        p50: percentile(0.50),
-        p99: percentile(0.99),
-        max: *latencies.last().unwrap_or(&Duration::ZERO),
+        latencies,
     };
     drop(client);
     pool.close();
@@ -536,14 +568,8 @@ fn pg_recvlogical() -> anyhow::Result<std::path::PathBuf> {
 pub struct LatencyFigures {
     /// Events committed.
     pub sent: u64,
-    /// Events received by the consumer.
-    pub received: u64,
-    /// Commit → consumer receipt, median.
-    pub p50: Duration,
-    /// 99th percentile.
-    pub p99: Duration,
-    /// Worst.
-    pub max: Duration,
+    /// Commit → consumer receipt, one sample per event received.
+    pub latencies: Latencies,
 }
 
 /// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
@@ -667,7 +693,7 @@ pub async fn latency(
             .execute(insert, &[&per_tick, &"AssignmentStarted"])
             .await?;
     }
-    let mut latencies = receiver.await?;
+    let latencies = receiver.await?;
     // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
     for line in metrics
         .render()
@@ -680,15 +706,10 @@ pub async fn latency(
     relay.await??;
     drop(client);
     scratch.drop().await?;
-    latencies.sort();
-    anyhow::ensure!(!latencies.is_empty(), "the consumer received nothing");
-    let percentile =
-        |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    let latencies = Latencies::from_samples(latencies)
+        .ok_or_else(|| anyhow::anyhow!("the consumer received nothing"))?;
     Ok(LatencyFigures {
         sent: expected,
-        received: latencies.len() as u64,
-        p50: percentile(0.5),
-        p99: percentile(0.99),
-        max: *latencies.last().unwrap_or(&Duration::ZERO),
+        latencies,
     })
 }
