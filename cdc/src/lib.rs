@@ -11,3 +11,4 @@ pub mod parking;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;
+pub mod signal;

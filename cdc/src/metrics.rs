@@ -38,9 +38,69 @@ pub struct RelayMetrics {
     in_flight: AtomicU64,
     sessions: AtomicU64,
     streaming: AtomicU64,
+    commit_to_ack: Histogram,
+}
+
+/// A Prometheus histogram of seconds with fixed buckets from 1 ms to 30 s.
+#[derive(Debug, Default)]
+pub struct Histogram {
     buckets: [AtomicU64; BUCKETS.len()],
-    latency_count: AtomicU64,
-    latency_sum_micros: AtomicU64,
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, seconds: f64) {
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((seconds.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Appends the histogram in the text exposition format.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {:.6}",
+            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// Appends one gauge or counter in the text exposition format.
+pub fn render_value(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    value: impl std::fmt::Display,
+) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
 }
 
 /// Microseconds since the Unix epoch, now.
@@ -73,14 +133,7 @@ impl RelayMetrics {
 
     /// A transaction fully acknowledged `seconds` after its commit.
     pub fn commit_to_ack(&self, seconds: f64) {
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_micros
-            .fetch_add((seconds.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+        self.commit_to_ack.observe(seconds);
     }
 
     /// A message was parked.
@@ -127,10 +180,7 @@ impl RelayMetrics {
             (now_micros() - newest).max(0) as f64 / 1e6
         };
         let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
+            render_value(&mut out, name, help, kind, value);
         };
         gauge(
             REPLICATION_LAG_BYTES,
@@ -174,45 +224,57 @@ impl RelayMetrics {
             "gauge",
             self.streaming.load(Ordering::Relaxed).to_string(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP {COMMIT_TO_ACK} Seconds from a transaction's commit to Kafka's acknowledgement of its last message."
+        self.commit_to_ack.render(
+            &mut out,
+            COMMIT_TO_ACK,
+            "Seconds from a transaction's commit to Kafka's acknowledgement of its last message.",
         );
-        let _ = writeln!(out, "# TYPE {COMMIT_TO_ACK} histogram");
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
-            let _ = writeln!(
-                out,
-                "{COMMIT_TO_ACK}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.latency_count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{COMMIT_TO_ACK}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "{COMMIT_TO_ACK}_sum {:.6}",
-            self.latency_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{COMMIT_TO_ACK}_count {count}");
         out
     }
 }
 
 /// `/metrics` (Prometheus text format) and `/healthz`.
 pub fn router(metrics: std::sync::Arc<RelayMetrics>) -> axum::Router {
+    text_router(move || metrics.render())
+}
+
+/// Serves `router` on `address` until `shutdown`; logs and carries on without it when the
+/// address is taken.
+pub async fn serve(
+    address: std::net::SocketAddr,
+    router: axum::Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    match tokio::net::TcpListener::bind(address).await {
+        Ok(listener) => {
+            tracing::info!(%address, "serving /metrics");
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, router)
+                    .with_graceful_shutdown(shutdown.cancelled_owned())
+                    .await;
+            });
+        }
+        Err(error) => {
+            tracing::warn!(%address, %error, "cannot serve /metrics; continuing without it")
+        }
+    }
+}
+
+/// `/metrics` serving whatever `render` returns, and `/healthz`.
+pub fn text_router(render: impl Fn() -> String + Clone + Send + Sync + 'static) -> axum::Router {
     use axum::routing::get;
     axum::Router::new()
         .route(
             "/metrics",
             get(move || {
-                let metrics = metrics.clone();
+                let render = render.clone();
                 async move {
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
                             "text/plain; version=0.0.4",
                         )],
-                        metrics.render(),
+                        render(),
                     )
                 }
             }),

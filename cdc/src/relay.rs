@@ -493,36 +493,14 @@ pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
     let metrics = Arc::new(RelayMetrics::default());
     let shutdown = CancellationToken::new();
     if let Some(address) = config.metrics_listen {
-        match tokio::net::TcpListener::bind(address).await {
-            Ok(listener) => {
-                info!(%address, "serving /metrics");
-                let router = crate::metrics::router(metrics.clone());
-                let stop = shutdown.clone();
-                tokio::spawn(async move {
-                    let _ = axum::serve(listener, router)
-                        .with_graceful_shutdown(stop.cancelled_owned())
-                        .await;
-                });
-            }
-            Err(error) => warn!(%address, %error, "cannot serve /metrics; continuing without it"),
-        }
+        crate::metrics::serve(
+            address,
+            crate::metrics::router(metrics.clone()),
+            shutdown.clone(),
+        )
+        .await;
     }
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(terminate) => terminate,
-                Err(error) => {
-                    warn!(%error, "cannot listen for SIGTERM");
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = terminate.recv() => info!("SIGTERM: stopping"),
-            _ = tokio::signal::ctrl_c() => info!("Ctrl-C: stopping"),
-        }
-        signal.cancel();
-    });
+    crate::signal::cancel_on_signal(shutdown.clone());
     let outcome = run(config, metrics, shutdown.clone()).await;
     shutdown.cancel();
     outcome

@@ -14,6 +14,7 @@ use crate::domain::{
 };
 use crate::projections::{self, ProjectionError};
 use crate::queries::{self, AssignmentView, ContactView};
+use crate::reassign::{self, RunStarted};
 use crate::store::{self, AppendError, Metadata, NewEvent, RecordedEvent, StreamAppend};
 
 /// How far ahead of the server clock an `effective_at` may be (clock skew).
@@ -100,6 +101,18 @@ pub struct SupersedeContact {
     /// The old contact's stream version the caller saw; a mismatch is a conflict.
     #[serde(default)]
     pub expected_version: Option<i64>,
+    /// Rows per page of the reassignment run (default 1,000, at most 10,000).
+    #[serde(default)]
+    pub page_size: Option<u32>,
+}
+
+/// Start another reassignment run for a superseded contact.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartReassignment {
+    /// Rows per page (default 1,000, at most 10,000).
+    #[serde(default)]
+    pub page_size: Option<u32>,
 }
 
 /// A business subscribes in a jurisdiction.
@@ -134,6 +147,9 @@ pub struct Superseded {
     pub old: ContactView,
     /// The new primary contact.
     pub new: ContactView,
+    /// The run that repoints the old contact's active assignments, started by the same
+    /// transaction.
+    pub run: RunStarted,
 }
 
 /// Runs commands against the ledger database.
@@ -202,6 +218,7 @@ impl Ledger {
             address: command.address,
         }
         .validated()?;
+        let page_size = reassign::page_size(command.page_size)?;
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
         let now = transaction_time(&tx).await?;
@@ -242,12 +259,50 @@ impl Ledger {
             },
         ];
         record(&tx, &appends, metadata, now).await?;
+        let old = contact_in(&tx, contact_id).await?;
+        // The first page request commits with the supersede, or neither does.
+        let run = reassign::start_in(&tx, &old, new_id, page_size, metadata, now).await?;
         let superseded = Superseded {
-            old: contact_in(&tx, contact_id).await?,
+            old,
             new: contact_in(&tx, new_id).await?,
+            run,
         };
         tx.commit().await?;
         Ok(superseded)
+    }
+
+    /// Starts another run that repoints a superseded contact's remaining active assignments
+    /// to the jurisdiction's current primary contact: after a run left failed rows, or to
+    /// re-raise a chain. Rows already moved are skipped.
+    pub async fn start_reassignment(
+        &self,
+        contact_id: Uuid,
+        command: StartReassignment,
+        metadata: &Metadata,
+    ) -> Result<RunStarted, CommandError> {
+        let page_size = reassign::page_size(command.page_size)?;
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let now = transaction_time(&tx).await?;
+        let old = queries::contact(&tx, contact_id)
+            .await?
+            .ok_or_else(|| not_found("contact", contact_id))?;
+        let jurisdiction = Jurisdiction::parse("jurisdiction", &old.jurisdiction)?;
+        if old.superseded_by.is_none() {
+            return Err(CommandError::Conflict(format!(
+                "contact {contact_id} is the primary contact of {}; supersede it first",
+                jurisdiction.code()
+            )));
+        }
+        let primary = queries::primary_contact(&tx, jurisdiction)
+            .await?
+            .ok_or_else(|| {
+                CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
+            })?;
+        let run =
+            reassign::start_in(&tx, &old, primary.contact_id, page_size, metadata, now).await?;
+        tx.commit().await?;
+        Ok(run)
     }
 
     /// Starts an assignment of a business to the jurisdiction's primary contact.

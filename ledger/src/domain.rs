@@ -190,6 +190,8 @@ impl EndReason {
 pub const CONTACT_AGGREGATE: &str = "contact";
 /// Aggregate type of assignments (topic `outbox.event.assignment`).
 pub const ASSIGNMENT_AGGREGATE: &str = "assignment";
+/// Aggregate type of reassignment runs (topic `outbox.event.reassignment`, key = run id).
+pub const REASSIGNMENT_AGGREGATE: &str = "reassignment";
 
 /// The stream of one contact.
 pub fn contact_stream(contact_id: Uuid) -> String {

@@ -154,6 +154,11 @@ pub async fn apply(
             )
             .await?
         }
+        // A run's progress lives in the reassignment tables, which the worker keeps in the
+        // page's own transaction; the contact and assignment views do not change.
+        Event::ReassignmentPageRequested(_)
+        | Event::ReassignmentRowFailed(_)
+        | Event::ReassignmentCompleted(_) => return Ok(()),
     };
     if changed != 1 {
         return Err(mismatch(
@@ -162,4 +167,162 @@ pub async fn apply(
         ));
     }
     Ok(())
+}
+
+/// Folds a batch of recorded events, in order, with as few statements as the batch allows.
+///
+/// A batch of only assignment ends and starts where no assignment both starts and ends
+/// (REPLACE pairs of distinct registrations, bulk assigns) is folded with one set-based
+/// UPDATE for every end and then one INSERT for every start. That equals applying them one
+/// by one: ends touch only rows that existed before the batch, starts only insert, and
+/// ending first is what the one-active-assignment index needs. Any other batch falls back
+/// to [`apply`] per event.
+pub async fn apply_batch(
+    client: &impl GenericClient,
+    envelopes: &[&v1::Envelope],
+) -> Result<(), ProjectionError> {
+    let mut ends = EndColumns::default();
+    let mut starts = StartColumns::default();
+    for envelope in envelopes {
+        match &envelope.event {
+            Some(Event::AssignmentEnded(ended)) => ends.push(envelope, ended)?,
+            Some(Event::AssignmentStarted(started)) => starts.push(envelope, started)?,
+            _ => return apply_each(client, envelopes).await,
+        }
+    }
+    if ends
+        .assignment_id
+        .iter()
+        .any(|id| starts.assignment_id.contains(id))
+    {
+        return apply_each(client, envelopes).await;
+    }
+    if !ends.assignment_id.is_empty() {
+        let changed = cached::execute(
+            client,
+            "UPDATE assignments a SET ended_at = e.ended_at, end_reason = e.reason, \
+             replaced_by = e.replaced_by, ended_recorded_at = e.recorded_at \
+             FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::uuid[], $5::timestamptz[]) \
+                  AS e(assignment_id, ended_at, reason, replaced_by, recorded_at) \
+             WHERE a.assignment_id = e.assignment_id AND a.ended_at IS NULL",
+            &[
+                &ends.assignment_id,
+                &ends.ended_at,
+                &ends.reason,
+                &ends.replaced_by,
+                &ends.recorded_at,
+            ],
+        )
+        .await?;
+        if changed != ends.assignment_id.len() as u64 {
+            return Err(ProjectionError::Mismatch {
+                event_id: ends.event_id.join(","),
+                event_type: "AssignmentEnded".into(),
+                reason: format!(
+                    "{} of {} assignments to end are missing or already ended",
+                    ends.assignment_id.len() as u64 - changed,
+                    ends.assignment_id.len()
+                ),
+            });
+        }
+    }
+    if !starts.assignment_id.is_empty() {
+        cached::execute(
+            client,
+            "INSERT INTO assignments (assignment_id, business_id, jurisdiction, contact_id, \
+             started_at, replaces, recorded_at) \
+             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], \
+                                  $5::timestamptz[], $6::uuid[], $7::timestamptz[])",
+            &[
+                &starts.assignment_id,
+                &starts.business_id,
+                &starts.jurisdiction,
+                &starts.contact_id,
+                &starts.started_at,
+                &starts.replaces,
+                &starts.recorded_at,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn apply_each(
+    client: &impl GenericClient,
+    envelopes: &[&v1::Envelope],
+) -> Result<(), ProjectionError> {
+    for envelope in envelopes {
+        apply(client, envelope).await?;
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct EndColumns {
+    event_id: Vec<String>,
+    assignment_id: Vec<Uuid>,
+    ended_at: Vec<DateTime<Utc>>,
+    reason: Vec<&'static str>,
+    replaced_by: Vec<Option<Uuid>>,
+    recorded_at: Vec<DateTime<Utc>>,
+}
+
+impl EndColumns {
+    fn push(
+        &mut self,
+        envelope: &v1::Envelope,
+        ended: &v1::AssignmentEnded,
+    ) -> Result<(), ProjectionError> {
+        self.event_id.push(envelope.event_id.clone());
+        self.assignment_id
+            .push(uuid("assignment_id", &ended.assignment_id, envelope)?);
+        self.ended_at
+            .push(from_micros(envelope.effective_at_micros));
+        self.reason
+            .push(if ended.reason == v1::EndReason::Replaced as i32 {
+                "replaced"
+            } else {
+                "cancelled"
+            });
+        self.replaced_by
+            .push(optional_uuid("replaced_by", &ended.replaced_by, envelope)?);
+        self.recorded_at
+            .push(from_micros(envelope.recorded_at_micros));
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct StartColumns {
+    assignment_id: Vec<Uuid>,
+    business_id: Vec<Uuid>,
+    jurisdiction: Vec<String>,
+    contact_id: Vec<Uuid>,
+    started_at: Vec<DateTime<Utc>>,
+    replaces: Vec<Option<Uuid>>,
+    recorded_at: Vec<DateTime<Utc>>,
+}
+
+impl StartColumns {
+    fn push(
+        &mut self,
+        envelope: &v1::Envelope,
+        started: &v1::AssignmentStarted,
+    ) -> Result<(), ProjectionError> {
+        self.assignment_id
+            .push(uuid("assignment_id", &started.assignment_id, envelope)?);
+        self.business_id
+            .push(uuid("business_id", &started.business_id, envelope)?);
+        self.jurisdiction.push(started.jurisdiction.clone());
+        self.contact_id
+            .push(uuid("contact_id", &started.contact_id, envelope)?);
+        self.started_at
+            .push(from_micros(envelope.effective_at_micros));
+        self.replaces
+            .push(optional_uuid("replaces", &started.replaces, envelope)?);
+        self.recorded_at
+            .push(from_micros(envelope.recorded_at_micros));
+        Ok(())
+    }
 }

@@ -18,7 +18,7 @@ const CONTACT_COLUMNS: &str = "c.contact_id, c.jurisdiction, c.name, c.address_l
      c.city, c.region, c.postal_code, c.status, c.supersedes, c.superseded_by, c.created_at, \
      c.recorded_at, c.superseded_at, c.superseded_recorded_at, c.stream_version";
 
-const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.business_id, a.jurisdiction, a.contact_id, \
+pub(crate) const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.business_id, a.jurisdiction, a.contact_id, \
      a.started_at, a.ended_at, a.end_reason, a.replaces, a.replaced_by, a.recorded_at, a.ended_recorded_at";
 
 /// A contact as the projection holds it.
@@ -118,7 +118,7 @@ pub struct AssignmentView {
 }
 
 impl AssignmentView {
-    fn from_row(row: &Row) -> Self {
+    pub(crate) fn from_row(row: &Row) -> Self {
         let reason: Option<String> = row.get(6);
         Self {
             assignment_id: row.get(0),

@@ -304,6 +304,9 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::ContactSuperseded(_) => "ContactSuperseded",
         Event::AssignmentStarted(_) => "AssignmentStarted",
         Event::AssignmentEnded(_) => "AssignmentEnded",
+        Event::ReassignmentPageRequested(_) => "ReassignmentPageRequested",
+        Event::ReassignmentRowFailed(_) => "ReassignmentRowFailed",
+        Event::ReassignmentCompleted(_) => "ReassignmentCompleted",
     }
 }
 

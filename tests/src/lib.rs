@@ -6,6 +6,7 @@ pub mod database;
 pub mod kafka;
 pub mod relay;
 pub mod stack;
+pub mod worker;
 
 pub use database::TestDatabase;
 pub use kafka::TestTopics;

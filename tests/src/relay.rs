@@ -1,6 +1,6 @@
 //! Running the relay in tests, and reading back what reached Kafka.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{TestDatabase, TestTopics, kafka};
 
 /// Aggregate types the relay tests publish.
-pub const AGGREGATES: [&str; 2] = ["contact", "assignment"];
+pub const AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignment"];
 
 /// A relay configuration for one test: its own slot, its topics (on their broker), fast
 /// heartbeats.
@@ -156,7 +156,11 @@ impl Collector {
     }
 
     /// Receives until `done(received)` holds or `timeout` passes; returns whether it held.
-    pub async fn until(&mut self, timeout: Duration, done: impl Fn(&[Received]) -> bool) -> bool {
+    pub async fn until(
+        &mut self,
+        timeout: Duration,
+        mut done: impl FnMut(&[Received]) -> bool,
+    ) -> bool {
         let deadline = Instant::now() + timeout;
         while !done(&self.received) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -195,8 +199,23 @@ impl Collector {
         true
     }
 
+    /// Receives until every id of `expected` arrived or `timeout` passes; returns whether
+    /// all did. Checks each message once, so it stays cheap for large sets.
+    pub async fn until_all(&mut self, timeout: Duration, expected: &HashSet<String>) -> bool {
+        let mut missing: HashSet<String> = expected.clone();
+        let mut checked = 0;
+        self.until(timeout, |received| {
+            for message in &received[checked..] {
+                missing.remove(message.id());
+            }
+            checked = received.len();
+            missing.is_empty()
+        })
+        .await
+    }
+
     /// Distinct event ids received.
-    pub fn distinct_ids(&self) -> std::collections::HashSet<String> {
+    pub fn distinct_ids(&self) -> HashSet<String> {
         self.received.iter().map(|r| r.id().to_owned()).collect()
     }
 }

@@ -19,9 +19,12 @@ pub use cursor::CursorKey;
 pub use error::ApiError;
 use extract::{Body, Query};
 
-use crate::commands::{Assign, ChangeAssignment, CreateContact, Ledger, SupersedeContact};
+use crate::commands::{
+    Assign, ChangeAssignment, CreateContact, Ledger, StartReassignment, SupersedeContact,
+};
 use crate::domain::Jurisdiction;
 use crate::queries::{self, AssignmentView, ContactView, HistoryCursor, RegisteredAgent};
+use crate::reassign::{self, RunStarted, RunStatus};
 use crate::store::Metadata;
 
 /// Most history rows one page returns; larger `limit`s are clamped to it.
@@ -48,6 +51,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/contacts/{id}", get(get_contact))
         .route("/v1/contacts/{id}/supersede", post(supersede_contact))
         .route("/v1/contacts/{id}/lineage", get(contact_lineage))
+        .route(
+            "/v1/contacts/{id}/reassignment-runs",
+            post(start_reassignment).get(contact_runs),
+        )
+        .route("/v1/reassignment-runs/{id}", get(reassignment_run))
         .route("/v1/assignments", post(assign))
         .route("/v1/assignments/{id}", get(get_assignment))
         .route("/v1/assignments/{id}/end", post(end_assignment))
@@ -111,19 +119,104 @@ async fn get_contact(
     ))
 }
 
+/// Where a run's progress is served.
+fn status_url(run_id: Uuid) -> String {
+    format!("/v1/reassignment-runs/{run_id}")
+}
+
+/// A started run, as the API answers with 202 Accepted.
+#[derive(Debug, Serialize)]
+struct Accepted<T: Serialize> {
+    #[serde(flatten)]
+    body: T,
+    /// Run id of the reassignment that repoints the old contact's active assignments.
+    run_id: Uuid,
+    /// Poll this for the run's progress.
+    status_url: String,
+}
+
+type AcceptedReply<T> = (
+    StatusCode,
+    [(axum::http::HeaderName, String); 1],
+    Json<Accepted<T>>,
+);
+
+fn accepted<T: Serialize>(run_id: Uuid, body: T) -> AcceptedReply<T> {
+    let url = status_url(run_id);
+    (
+        StatusCode::ACCEPTED,
+        [(axum::http::header::LOCATION, url.clone())],
+        Json(Accepted {
+            body,
+            run_id,
+            status_url: url,
+        }),
+    )
+}
+
 async fn supersede_contact(
     State(state): State<AppState>,
     auth::Writer(principal): auth::Writer,
     Path(id): Path<String>,
     Body(command): Body<SupersedeContact>,
-) -> Result<Json<crate::commands::Superseded>, ApiError> {
+) -> Result<AcceptedReply<crate::commands::Superseded>, ApiError> {
     let id = uuid_param("contact id", &id)?;
-    Ok(Json(
-        state
-            .ledger
-            .supersede_contact(id, command, &metadata(&principal))
-            .await?,
-    ))
+    let superseded = state
+        .ledger
+        .supersede_contact(id, command, &metadata(&principal))
+        .await?;
+    Ok(accepted(superseded.run.run_id, superseded))
+}
+
+async fn start_reassignment(
+    State(state): State<AppState>,
+    auth::Writer(principal): auth::Writer,
+    Path(id): Path<String>,
+    Body(command): Body<StartReassignment>,
+) -> Result<AcceptedReply<RunStarted>, ApiError> {
+    let id = uuid_param("contact id", &id)?;
+    let run = state
+        .ledger
+        .start_reassignment(id, command, &metadata(&principal))
+        .await?;
+    Ok(accepted(run.run_id, run))
+}
+
+async fn reassignment_run(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+    Path(id): Path<String>,
+) -> Result<Json<RunStatus>, ApiError> {
+    let id = uuid_param("run id", &id)?;
+    let client = state.ledger.pool().get().await?;
+    reassign::status(&client, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("reassignment run {id} not found")))
+}
+
+/// Runs of one contact.
+#[derive(Debug, Serialize)]
+struct RunList {
+    /// Newest first.
+    items: Vec<RunStatus>,
+}
+
+async fn contact_runs(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+    Path(id): Path<String>,
+) -> Result<Json<RunList>, ApiError> {
+    let id = uuid_param("contact id", &id)?;
+    let client = state.ledger.pool().get().await?;
+    if queries::contact(&client, id).await?.is_none() {
+        return Err(ApiError::not_found(format!("contact {id} not found")));
+    }
+    let mut items = Vec::new();
+    for run_id in reassign::runs_of(&client, id).await? {
+        items.extend(reassign::status(&client, run_id).await?);
+    }
+    Ok(Json(RunList { items }))
 }
 
 async fn contact_lineage(

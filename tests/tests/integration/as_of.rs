@@ -148,6 +148,7 @@ async fn run_case(ops: Vec<(Op, u32)>, probes: Vec<(u32, usize)>) -> anyhow::Res
                             address: address(index + 1),
                             effective_at: Some(clock),
                             expected_version: None,
+                            page_size: None,
                         },
                         &metadata(),
                     )

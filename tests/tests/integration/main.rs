@@ -3,6 +3,7 @@
 mod as_of;
 mod ledger;
 mod migrations;
+mod reassignment;
 mod relay;
 mod relay_faults;
 mod smoke;

@@ -1,0 +1,345 @@
+//! `ledger worker`: the reassignment page handler. A Kafka consumer group on the
+//! reassignment topic; each `ReassignmentPageRequested` message is one page, handled in one
+//! database transaction (see [`crate::reassign`]), and its offset is committed only after
+//! that transaction committed. A crash before the offset commit redelivers the request,
+//! which the run's cursor fence then drops or processes exactly once.
+//!
+//! Messages are handled one at a time per worker. Pages of one run share a key (the run id),
+//! hence a partition, and the next request exists only once the previous page committed, so
+//! however many workers and partitions there are, a run has one page in flight.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use ra_ledger_cdc::consumer;
+use ra_ledger_cdc::metrics::{Histogram, render_value};
+use rdkafka::Message as _;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::db;
+use crate::reassign::{self, PageOutcome, PageRequest};
+
+/// Pages processed (committed).
+pub const PAGES_PROCESSED: &str = "ra_reassignment_pages_processed_total";
+/// Wall time of page transactions.
+pub const PAGE_DURATION: &str = "ra_reassignment_page_duration_seconds";
+/// Runs in progress (from the database, refreshed every few seconds).
+pub const RUNS_ACTIVE: &str = "ra_reassignment_runs_active";
+/// Runs whose chain this worker ended.
+pub const RUNS_COMPLETED: &str = "ra_reassignment_runs_completed_total";
+/// Rows REPLACEd.
+pub const ROWS_REPLACED: &str = "ra_reassignment_rows_replaced_total";
+/// Rows found already finished.
+pub const ROWS_SKIPPED: &str = "ra_reassignment_rows_skipped_total";
+/// Rows given up on.
+pub const ROWS_FAILED: &str = "ra_reassignment_rows_failed_total";
+/// Redelivered or duplicated page requests dropped by the cursor fence.
+pub const STALE_REQUESTS: &str = "ra_reassignment_stale_requests_total";
+/// Failed page attempts (each is retried).
+pub const PAGE_FAILURES: &str = "ra_reassignment_page_failures_total";
+/// Page transactions open in this worker right now (0 or 1).
+pub const PAGES_IN_FLIGHT: &str = "ra_reassignment_pages_in_flight";
+
+/// The worker's metrics.
+#[derive(Debug, Default)]
+pub struct WorkerMetrics {
+    pages: AtomicU64,
+    page_duration: Histogram,
+    runs_active: AtomicI64,
+    runs_completed: AtomicU64,
+    replaced: AtomicU64,
+    skipped: AtomicU64,
+    failed: AtomicU64,
+    stale: AtomicU64,
+    page_failures: AtomicU64,
+    in_flight: AtomicI64,
+}
+
+impl WorkerMetrics {
+    /// Pages processed so far.
+    pub fn pages(&self) -> u64 {
+        self.pages.load(Ordering::Relaxed)
+    }
+
+    /// Stale requests dropped so far.
+    pub fn stale(&self) -> u64 {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Renders the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        render_value(
+            &mut out,
+            PAGES_PROCESSED,
+            "Reassignment pages processed and committed.",
+            "counter",
+            load(&self.pages),
+        );
+        render_value(
+            &mut out,
+            RUNS_ACTIVE,
+            "Reassignment runs in progress.",
+            "gauge",
+            self.runs_active.load(Ordering::Relaxed),
+        );
+        render_value(
+            &mut out,
+            RUNS_COMPLETED,
+            "Reassignment runs whose chain ended here.",
+            "counter",
+            load(&self.runs_completed),
+        );
+        render_value(
+            &mut out,
+            ROWS_REPLACED,
+            "Assignments REPLACEd onto the new contact.",
+            "counter",
+            load(&self.replaced),
+        );
+        render_value(
+            &mut out,
+            ROWS_SKIPPED,
+            "Assignments found already finished when locked.",
+            "counter",
+            load(&self.skipped),
+        );
+        render_value(
+            &mut out,
+            ROWS_FAILED,
+            "Assignments given up on after repeated failures.",
+            "counter",
+            load(&self.failed),
+        );
+        render_value(
+            &mut out,
+            STALE_REQUESTS,
+            "Redelivered or duplicated page requests dropped by the cursor fence.",
+            "counter",
+            load(&self.stale),
+        );
+        render_value(
+            &mut out,
+            PAGE_FAILURES,
+            "Failed page attempts (retried; row by row after the limit).",
+            "counter",
+            load(&self.page_failures),
+        );
+        render_value(
+            &mut out,
+            PAGES_IN_FLIGHT,
+            "Page transactions open in this worker.",
+            "gauge",
+            self.in_flight.load(Ordering::Relaxed),
+        );
+        self.page_duration.render(
+            &mut out,
+            PAGE_DURATION,
+            "Wall time of reassignment page transactions, commit included.",
+        );
+        out
+    }
+}
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Ledger database.
+    pub database_url: String,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// The reassignment topic.
+    pub topic: String,
+    /// Consumer group.
+    pub group_id: String,
+    /// Whole-page attempts before a page runs row by row.
+    pub max_attempts: u32,
+    /// Where to serve `/metrics`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Longest pause between retries of a failing page.
+    pub retry_backoff_max: Duration,
+    /// Other librdkafka consumer settings.
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            database_url: "postgres://ledger:ledger@127.0.0.1:54329/ledger".into(),
+            brokers: "127.0.0.1:19092".into(),
+            topic: "outbox.event.reassignment".into(),
+            group_id: "ra-ledger-reassignment".into(),
+            max_attempts: reassign::DEFAULT_MAX_ATTEMPTS,
+            metrics_listen: None,
+            retry_backoff_max: Duration::from_secs(5),
+            kafka: BTreeMap::new(),
+        }
+    }
+}
+
+/// Runs the worker until `shutdown`; the page in progress finishes first.
+pub async fn run(
+    config: WorkerConfig,
+    metrics: Arc<WorkerMetrics>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let pool = db::pool(&config.database_url, "ledger-worker", 2)?;
+    let mut client_config = rdkafka::ClientConfig::new();
+    client_config
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", &config.group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        // One page at a time: a request waits in Kafka, not in this process.
+        .set("fetch.wait.max.ms", "10");
+    for (key, value) in &config.kafka {
+        client_config.set(key, value);
+    }
+    let consumer: StreamConsumer = client_config.create()?;
+    consumer.subscribe(&[&config.topic])?;
+    info!(topic = %config.topic, group = %config.group_id, "reassignment worker started");
+    let refresher = tokio::spawn(refresh_runs_active(
+        pool.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            message = consumer.recv() => message,
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(error) => {
+                warn!(%error, "Kafka consumer error; continuing");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let request = match consumer::decode(message.payload().unwrap_or_default())
+            .map_err(|error| error.to_string())
+            .and_then(|envelope| PageRequest::from_envelope(&envelope))
+        {
+            Ok(Some(request)) => Some(request),
+            // Other run events (row failures, completions) share the topic.
+            Ok(None) => None,
+            Err(reason) => {
+                warn!(topic = message.topic(), partition = message.partition(),
+                      offset = message.offset(), %reason, "undecodable page request; skipped");
+                None
+            }
+        };
+        if let Some(request) = request
+            && !handle_with_retries(&pool, &request, &config, &metrics, &shutdown).await
+        {
+            // Shutting down mid-retry: the offset stays uncommitted and the request is
+            // redelivered to whoever takes the partition.
+            break;
+        }
+        if let Err(error) = consumer.commit_message(&message, CommitMode::Sync) {
+            // The page committed; a redelivery is dropped by the fence.
+            warn!(%error, "cannot commit the Kafka offset; the request may be redelivered");
+        }
+    }
+    refresher.abort();
+    info!("reassignment worker stopped");
+    Ok(())
+}
+
+/// Handles one request until it is processed or dropped; `false` when shutdown interrupted
+/// the retries.
+async fn handle_with_retries(
+    pool: &Pool,
+    request: &PageRequest,
+    config: &WorkerConfig,
+    metrics: &WorkerMetrics,
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        let outcome = reassign::handle(pool, request, config.max_attempts).await;
+        metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match outcome {
+            Ok(PageOutcome::Processed(report)) => {
+                metrics.pages.fetch_add(1, Ordering::Relaxed);
+                metrics.page_duration.observe(report.duration.as_secs_f64());
+                metrics
+                    .replaced
+                    .fetch_add(report.replaced as u64, Ordering::Relaxed);
+                metrics
+                    .skipped
+                    .fetch_add(report.skipped as u64, Ordering::Relaxed);
+                metrics
+                    .failed
+                    .fetch_add(report.failed as u64, Ordering::Relaxed);
+                if report.completed {
+                    metrics.runs_completed.fetch_add(1, Ordering::Relaxed);
+                    info!(run = %report.run_id, pages = report.page, "reassignment run completed");
+                }
+                info!(run = %report.run_id, page = report.page, replaced = report.replaced,
+                      skipped = report.skipped, failed = report.failed, isolated = report.isolated,
+                      ms = report.duration.as_millis() as u64, "page processed");
+                return true;
+            }
+            Ok(PageOutcome::Stale { reason }) => {
+                metrics.stale.fetch_add(1, Ordering::Relaxed);
+                info!(run = %request.run_id, page = request.page, %reason, "stale page request dropped");
+                return true;
+            }
+            Ok(PageOutcome::UnknownRun) => {
+                warn!(run = %request.run_id, "page request for an unknown run dropped");
+                return true;
+            }
+            Err(error) => {
+                metrics.page_failures.fetch_add(1, Ordering::Relaxed);
+                warn!(%error, retry_in_ms = backoff.as_millis() as u64, "page failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return false,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(config.retry_backoff_max);
+            }
+        }
+    }
+}
+
+async fn refresh_runs_active(pool: Pool, metrics: Arc<WorkerMetrics>, shutdown: CancellationToken) {
+    loop {
+        if let Ok(client) = pool.get().await
+            && let Ok(count) = reassign::running(&client).await
+        {
+            metrics.runs_active.store(count, Ordering::Relaxed);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
+pub async fn run_process(config: WorkerConfig) -> anyhow::Result<()> {
+    let metrics = Arc::new(WorkerMetrics::default());
+    let shutdown = CancellationToken::new();
+    if let Some(address) = config.metrics_listen {
+        let rendered = metrics.clone();
+        ra_ledger_cdc::metrics::serve(
+            address,
+            ra_ledger_cdc::metrics::text_router(move || rendered.render()),
+            shutdown.clone(),
+        )
+        .await;
+    }
+    ra_ledger_cdc::signal::cancel_on_signal(shutdown.clone());
+    let outcome = run(config, metrics, shutdown.clone()).await;
+    shutdown.cancel();
+    outcome
+}

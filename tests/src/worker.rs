@@ -1,0 +1,107 @@
+//! Running the reassignment worker in tests: in this process, or as a process to kill.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ra_ledger::reassign::RunStatus;
+use ra_ledger::worker::{WorkerConfig, WorkerMetrics};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{TestDatabase, TestTopics};
+
+/// A worker configuration for one test: its topics, its own consumer group, quick retries.
+pub fn test_config(database: &TestDatabase, topics: &TestTopics) -> WorkerConfig {
+    WorkerConfig {
+        database_url: database.url.clone(),
+        brokers: topics.brokers.clone(),
+        topic: format!("{}.outbox.event.reassignment", topics.prefix),
+        group_id: format!("worker-{}", topics.prefix),
+        retry_backoff_max: Duration::from_millis(200),
+        kafka: quick_group_settings(),
+        ..WorkerConfig::default()
+    }
+}
+
+/// A killed consumer leaves the group after seconds, not the default 45 s.
+pub fn quick_group_settings() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([
+        ("session.timeout.ms".into(), "6000".into()),
+        ("heartbeat.interval.ms".into(), "500".into()),
+    ])
+}
+
+/// A worker running in this process.
+#[derive(Debug)]
+pub struct RunningWorker {
+    /// Its metrics.
+    pub metrics: Arc<WorkerMetrics>,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningWorker {
+    /// Starts the worker.
+    pub fn start(config: WorkerConfig) -> Self {
+        let metrics = Arc::new(WorkerMetrics::default());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(ra_ledger::worker::run(
+            config,
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        Self {
+            metrics,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Clean shutdown; returns the worker's result.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// Starts the worker as a process (it dies with the test's thread if the test fails);
+/// `binary` is the test's `env!("CARGO_BIN_EXE_worker-under-test")`.
+pub fn spawn(binary: &str, config: &WorkerConfig) -> anyhow::Result<Child> {
+    Ok(Command::new("setpriv")
+        .args(["--pdeathsig", "SIGKILL", "--", binary])
+        .env("LEDGER_DATABASE_URL", &config.database_url)
+        .env("LEDGER_KAFKA_BROKERS", &config.brokers)
+        .env("LEDGER_REASSIGNMENT_TOPIC", &config.topic)
+        .env("LEDGER_WORKER_GROUP", &config.group_id)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?)
+}
+
+/// Polls the run until `done(status)` holds or `timeout` passes; returns the last status.
+pub async fn wait_for_run(
+    database: &TestDatabase,
+    run_id: uuid::Uuid,
+    timeout: Duration,
+    done: impl Fn(&RunStatus) -> bool,
+) -> anyhow::Result<RunStatus> {
+    let pool = ra_ledger::db::pool(&database.url, "wait-for-run", 1)?;
+    let client = pool.get().await?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = ra_ledger::reassign::status(&client, run_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("run {run_id} not found"))?;
+        if done(&status) {
+            return Ok(status);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "run {run_id} did not get there within {timeout:?}: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
