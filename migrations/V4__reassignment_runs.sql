@@ -3,12 +3,14 @@
 -- event on topic outbox.event.reassignment) handles one keyset page; the page's transaction
 -- raises the next request. These tables are the run's progress: the worker updates them in
 -- the same transaction as the page's events. They are operational state, not projections:
--- the ledger keeps the run's requests, row failures and completion as events.
+-- the ledger keeps the run's requests, row failures and completion as events. They reference
+-- contacts by id without foreign keys: `ledger projections rebuild` truncates and refills the
+-- projections, which must not depend on operational tables.
 
 CREATE TABLE reassignment_runs (
     run_id          uuid        PRIMARY KEY,
-    old_contact_id  uuid        NOT NULL REFERENCES contacts (contact_id),
-    new_contact_id  uuid        NOT NULL REFERENCES contacts (contact_id),
+    old_contact_id  uuid        NOT NULL,
+    new_contact_id  uuid        NOT NULL,
     jurisdiction    text        NOT NULL REFERENCES jurisdictions (code),
     page_size       integer     NOT NULL CHECK (page_size BETWEEN 1 AND 10000),
     status          text        NOT NULL CHECK (status IN ('running', 'completed')),

@@ -713,3 +713,264 @@ pub async fn latency(
         latencies,
     })
 }
+
+/// Creates `topics` with 3 partitions each on `brokers`.
+pub async fn create_topics(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let mut admin_config = rdkafka::ClientConfig::new();
+    admin_config.set("bootstrap.servers", brokers);
+    let admin: AdminClient<DefaultClientContext> = admin_config.create()?;
+    let new_topics: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, 3, TopicReplication::Fixed(1)))
+        .collect();
+    for result in admin
+        .create_topics(&new_topics, &AdminOptions::new())
+        .await?
+    {
+        result.map_err(|(topic, code)| anyhow::anyhow!("creating {topic}: {code}"))?;
+    }
+    Ok(())
+}
+
+/// Figures of `ledger bench reassign`.
+#[derive(Debug, Clone)]
+pub struct ReassignFigures {
+    /// Active assignments moved by each approach.
+    pub rows: usize,
+    /// Rows per page of the chained run.
+    pub page_size: u32,
+    /// Chained run: supersede commit to the last page's commit.
+    pub chained_total: Duration,
+    /// Longest page transaction.
+    pub chained_longest_page: Duration,
+    /// Pages processed.
+    pub pages: u32,
+    /// Most page transactions of the run open at the same time.
+    pub max_pages_in_flight: i64,
+    /// All REPLACEs in one transaction: its duration.
+    pub single_total: Duration,
+}
+
+/// Supersedes a contact with `rows` active assignments and lets `workers` workers run the
+/// chain through the relay and the broker; compares with all REPLACEs in one transaction.
+pub async fn reassign(
+    url: &str,
+    brokers: &str,
+    rows: usize,
+    page_size: u32,
+    workers: usize,
+) -> anyhow::Result<ReassignFigures> {
+    use crate::commands::SupersedeContact;
+    use crate::domain::Jurisdiction;
+    use crate::worker::{WorkerConfig, WorkerMetrics};
+    use ra_ledger_cdc::config::RelayConfig;
+
+    let scratch = ScratchDatabase::create(url).await?;
+    let client = db::connect(&scratch.url, "ledger-bench").await?;
+    client
+        .query_one(
+            "SELECT 1 FROM pg_create_logical_replication_slot('bench_reassign', 'pgoutput')",
+            &[],
+        )
+        .await?;
+    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let topics: Vec<String> = ["contact", "assignment", "reassignment"]
+        .iter()
+        .map(|aggregate| format!("{prefix}{aggregate}"))
+        .collect();
+    create_topics(brokers, &topics).await?;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
+        RelayConfig {
+            database_url: scratch.url.clone(),
+            slot: "bench_reassign".into(),
+            topic_prefix: prefix.clone(),
+            kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
+            metrics_listen: None,
+            status_interval_ms: 100,
+            ..RelayConfig::default()
+        },
+        std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default()),
+        shutdown.clone(),
+    ));
+    let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
+    let ledger = Ledger::new(pool.clone());
+    let metadata = Metadata {
+        actor: "bench".into(),
+        correlation_id: Uuid::now_v7(),
+        causation_id: None,
+    };
+    let seed = |code: &'static str| {
+        let ledger = ledger.clone();
+        let metadata = metadata.clone();
+        let pool = pool.clone();
+        async move {
+            let contact = ledger
+                .create_contact(
+                    CreateContact {
+                        jurisdiction: code.into(),
+                        name: format!("{code} office"),
+                        address: texas_address(),
+                        effective_at: None,
+                    },
+                    &metadata,
+                )
+                .await?;
+            let started = Instant::now();
+            crate::seed::assignments(
+                &pool,
+                Jurisdiction::parse("jurisdiction", code)?,
+                contact.contact_id,
+                rows,
+                5_000,
+                |_| {},
+            )
+            .await?;
+            eprintln!(
+                "seeded {rows} active assignments in {code} in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            anyhow::Ok(contact.contact_id)
+        }
+    };
+    let single_old = seed("OK").await?;
+    let chained_old = seed("TX").await?;
+    let supersede = |contact_id: Uuid| {
+        let ledger = ledger.clone();
+        let metadata = metadata.clone();
+        async move {
+            ledger
+                .supersede_contact(
+                    contact_id,
+                    SupersedeContact {
+                        name: "New office".into(),
+                        address: texas_address(),
+                        effective_at: None,
+                        expected_version: None,
+                        page_size: Some(page_size),
+                    },
+                    &metadata,
+                )
+                .await
+        }
+    };
+    wait_for_relay(&client, "bench_reassign").await?;
+
+    // One transaction for everything (its run's first page, raised by the supersede, finds
+    // nothing left once the workers start).
+    let single = supersede(single_old).await?;
+    eprintln!("single transaction: {rows} REPLACEs…");
+    let started = Instant::now();
+    let moved =
+        crate::reassign::replace_all_at_once(&pool, single_old, single.new.contact_id, &metadata)
+            .await?;
+    let single_total = started.elapsed();
+    anyhow::ensure!(
+        moved == rows,
+        "the single transaction moved {moved} of {rows}"
+    );
+    wait_for_relay(&client, "bench_reassign").await?;
+
+    let worker_metrics: Vec<_> = (0..workers.max(1))
+        .map(|_| std::sync::Arc::new(WorkerMetrics::default()))
+        .collect();
+    let worker_tasks: Vec<_> = worker_metrics
+        .iter()
+        .map(|metrics| {
+            tokio::spawn(crate::worker::run(
+                WorkerConfig {
+                    database_url: scratch.url.clone(),
+                    brokers: brokers.into(),
+                    topic: format!("{prefix}reassignment"),
+                    group_id: format!("{prefix}workers"),
+                    ..WorkerConfig::default()
+                },
+                metrics.clone(),
+                shutdown.clone(),
+            ))
+        })
+        .collect();
+    let leftover = single.run.run_id;
+    wait_run(&pool, leftover).await?;
+    eprintln!("chained pages of {page_size} through relay, broker and {workers} worker(s)…");
+    let chained = supersede(chained_old).await?;
+    let status = wait_run(&pool, chained.run.run_id).await?;
+    anyhow::ensure!(
+        status.replaced == rows as i64,
+        "the chained run replaced {} of {rows}",
+        status.replaced
+    );
+    let in_flight: i64 = client
+        .query_one(
+            "SELECT coalesce(max(overlapping), 0) FROM ( \
+               SELECT (SELECT count(*) FROM reassignment_pages q \
+                       WHERE q.run_id = p.run_id AND q.started_at < p.finished_at \
+                         AND p.started_at < q.finished_at) AS overlapping \
+               FROM reassignment_pages p WHERE p.run_id = $1) o",
+            &[&chained.run.run_id],
+        )
+        .await?
+        .get(0);
+    shutdown.cancel();
+    for task in worker_tasks {
+        task.await??;
+    }
+    relay.await??;
+    // Close every connection before the scratch database is dropped.
+    drop((client, ledger, pool));
+    scratch.drop().await?;
+    Ok(ReassignFigures {
+        rows,
+        page_size,
+        chained_total: Duration::from_secs_f64(status.elapsed_seconds),
+        chained_longest_page: Duration::from_secs_f64(status.longest_page_ms / 1000.0),
+        pages: status.pages,
+        max_pages_in_flight: in_flight,
+        single_total,
+    })
+}
+
+/// Waits until the relay confirmed everything written so far.
+async fn wait_for_relay(client: &tokio_postgres::Client, slot: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let target: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    loop {
+        let caught_up: bool = client
+            .query_one(
+                "SELECT confirmed_flush_lsn >= $2::text::pg_lsn FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+                &[&slot, &target],
+            )
+            .await?
+            .get(0);
+        if caught_up {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the relay did not catch up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Polls a run until it completes.
+async fn wait_run(pool: &Pool, run_id: Uuid) -> anyhow::Result<crate::reassign::RunStatus> {
+    let client = pool.get().await?;
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let status = crate::reassign::status(&client, run_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("run {run_id} vanished"))?;
+        if status.status == "completed" {
+            return Ok(status);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "run {run_id} did not complete: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -5,6 +5,7 @@ pub mod api;
 pub mod bench;
 pub mod commands;
 pub mod db;
+pub mod demo;
 pub mod domain;
 pub mod health;
 pub mod migrate;

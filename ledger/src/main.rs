@@ -71,6 +71,73 @@ enum Command {
         #[command(subcommand)]
         command: Option<RelayCommand>,
     },
+    /// Run the reassignment worker: processes the chained pages of supersede runs.
+    Worker {
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+        brokers: String,
+        /// The reassignment topic.
+        #[arg(
+            long,
+            env = "LEDGER_REASSIGNMENT_TOPIC",
+            default_value = "outbox.event.reassignment"
+        )]
+        topic: String,
+        /// Consumer group shared by every worker.
+        #[arg(
+            long,
+            env = "LEDGER_WORKER_GROUP",
+            default_value = "ra-ledger-reassignment"
+        )]
+        group: String,
+        /// Whole-page attempts before a failing page runs row by row.
+        #[arg(long, env = "LEDGER_WORKER_MAX_ATTEMPTS", default_value_t = ra_ledger::reassign::DEFAULT_MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..=100))]
+        max_attempts: u32,
+        /// Where to serve /metrics; empty to disable.
+        #[arg(
+            long,
+            env = "LEDGER_WORKER_METRICS_LISTEN",
+            default_value = "127.0.0.1:19101"
+        )]
+        metrics_listen: String,
+        /// Other librdkafka consumer settings, `key=value`; repeatable.
+        #[arg(long = "kafka", value_parser = parse_key_value)]
+        kafka: Vec<(String, String)>,
+    },
+    /// Reassignment runs: progress, live watch, re-runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Walk through a supersede on the local stack: seed, supersede, watch, audit, Kafka.
+    Demo {
+        /// Jurisdiction to use.
+        #[arg(long, default_value = "TX", value_parser = parse_jurisdiction)]
+        jurisdiction: Jurisdiction,
+        /// Active assignments to seed before the supersede.
+        #[arg(long, default_value_t = 5_000)]
+        rows: usize,
+        /// Rows per page of the run.
+        #[arg(long, default_value_t = ra_ledger::reassign::DEFAULT_PAGE_SIZE)]
+        page_size: u32,
+        /// The ledger's HTTP API.
+        #[arg(long, env = "LEDGER_API_URL", default_value = "http://127.0.0.1:18080")]
+        api: String,
+        /// A writer token of that API.
+        #[arg(
+            long,
+            env = "LEDGER_WRITER_TOKEN",
+            default_value = "dev-writer-token",
+            hide_env_values = true
+        )]
+        token: String,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+        brokers: String,
+        /// Topic prefix the relay publishes under.
+        #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = "outbox.event.")]
+        topic_prefix: String,
+    },
     /// Print throughput and latency figures, measured in a scratch database.
     Bench {
         #[command(subcommand)]
@@ -80,6 +147,41 @@ enum Command {
     Audit {
         #[command(subcommand)]
         question: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// A run's progress as JSON.
+    Status {
+        /// Run id.
+        run: Uuid,
+    },
+    /// A live progress bar until the run completes.
+    Watch {
+        /// Run id.
+        run: Uuid,
+    },
+    /// Runs in progress, or every run of one contact.
+    List {
+        /// Only runs of this (old) contact.
+        #[arg(long)]
+        contact: Option<Uuid>,
+    },
+    /// Start another run for a superseded contact: moves what is left (e.g. failed rows) to
+    /// the jurisdiction's current primary contact; finished rows are skipped.
+    Start {
+        /// The superseded contact.
+        #[arg(long)]
+        contact: Uuid,
+        /// Rows per page.
+        #[arg(long)]
+        page_size: Option<u32>,
+    },
+    /// Re-raise the page a run waits for (safe: a duplicate is dropped by the cursor fence).
+    Resume {
+        /// Run id.
+        run: Uuid,
     },
 }
 
@@ -162,6 +264,21 @@ enum BenchCommand {
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
         brokers: String,
     },
+    /// Supersede a contact with many active assignments: chained pages vs one transaction.
+    Reassign {
+        /// Active assignments to move.
+        #[arg(long, default_value_t = 50_000)]
+        rows: usize,
+        /// Rows per page.
+        #[arg(long, default_value_t = ra_ledger::reassign::DEFAULT_PAGE_SIZE)]
+        page_size: u32,
+        /// Workers in the consumer group (a run still has one page in flight).
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+        brokers: String,
+    },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
         /// Assignment history rows to seed.
@@ -215,6 +332,15 @@ enum AuditCommand {
         /// Business id.
         business: Uuid,
     },
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!("{text:?} is not key=value")),
+    }
 }
 
 fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
@@ -340,6 +466,96 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Audit { question } => audit(&cli.database_url, question).await,
+        Command::Worker {
+            brokers,
+            topic,
+            group,
+            max_attempts,
+            metrics_listen,
+            kafka,
+        } => {
+            let metrics_listen = match metrics_listen.trim() {
+                "" => None,
+                text => Some(text.parse::<SocketAddr>().map_err(|error| {
+                    anyhow::anyhow!("LEDGER_WORKER_METRICS_LISTEN {text:?}: {error}")
+                })?),
+            };
+            ra_ledger::worker::run_process(ra_ledger::worker::WorkerConfig {
+                database_url: cli.database_url.clone(),
+                brokers,
+                topic,
+                group_id: group,
+                max_attempts,
+                metrics_listen,
+                kafka: kafka.into_iter().collect(),
+                ..Default::default()
+            })
+            .await
+        }
+        Command::Runs { command } => runs(&cli.database_url, command).await,
+        Command::Demo {
+            jurisdiction,
+            rows,
+            page_size,
+            api,
+            token,
+            brokers,
+            topic_prefix,
+        } => {
+            ra_ledger::demo::run(ra_ledger::demo::DemoConfig {
+                database_url: cli.database_url.clone(),
+                jurisdiction,
+                rows,
+                page_size,
+                api,
+                token,
+                brokers,
+                topic_prefix,
+            })
+            .await
+        }
+        Command::Bench {
+            benchmark:
+                BenchCommand::Reassign {
+                    rows,
+                    page_size,
+                    workers,
+                    brokers,
+                },
+        } => {
+            ra_ledger::reassign::page_size(Some(page_size))?;
+            if rows == 0 || workers == 0 {
+                bail!("--rows and --workers must be at least 1");
+            }
+            let f = bench::reassign(&cli.database_url, &brokers, rows, page_size, workers).await?;
+            let chained = f.chained_total.as_secs_f64();
+            let single = f.single_total.as_secs_f64();
+            let longest = f.chained_longest_page.as_secs_f64();
+            // Per row: two events, two outbox rows, one projection update, one insert.
+            const WRITES_PER_ROW: f64 = 6.0;
+            println!("supersede of a contact with {} active assignments", f.rows);
+            println!(
+                "chained pages of {}: total {chained:.3} s, {} pages, longest page transaction {:.1} ms, most pages in flight {}, {:.0} rows/s ({:.0} row writes/s)",
+                f.page_size,
+                f.pages,
+                longest * 1000.0,
+                f.max_pages_in_flight,
+                f.rows as f64 / chained,
+                f.rows as f64 * WRITES_PER_ROW / chained
+            );
+            println!(
+                "one transaction: {single:.3} s, {:.0} rows/s ({:.0} row writes/s)",
+                f.rows as f64 / single,
+                f.rows as f64 * WRITES_PER_ROW / single
+            );
+            println!(
+                "chained total / single = {:.2} (target <= 1.5); longest page / single = 1/{:.0} (target <= 1/20); pages in flight {} (must be 1)",
+                chained / single,
+                single / longest.max(1e-9),
+                f.max_pages_in_flight
+            );
+            Ok(())
+        }
         Command::Bench {
             benchmark:
                 BenchCommand::Write {
@@ -442,6 +658,81 @@ async fn main() -> anyhow::Result<()> {
             println!(
                 "as-of query over {} history rows, {} queries: {} (target p99 <= 2 ms)",
                 figures.history_rows, figures.latencies.count, figures.latencies
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn runs(database_url: &str, command: RunsCommand) -> anyhow::Result<()> {
+    use ra_ledger::reassign;
+    let pool = db::pool(database_url, "ledger-runs", 1)?;
+    match command {
+        RunsCommand::Status { run } => {
+            let client = pool.get().await?;
+            let status = reassign::status(&client, run)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no reassignment run {run}"))?;
+            println!("{}", serde_json::to_string_pretty(&status)?);
+            Ok(())
+        }
+        RunsCommand::Watch { run } => {
+            let status = ra_ledger::demo::watch(&pool, run).await?;
+            if status.failed > 0 {
+                println!(
+                    "{} row(s) failed; see `ledger runs status {run}`, fix the cause, then `ledger runs start --contact {}`",
+                    status.failed, status.old_contact_id
+                );
+            }
+            Ok(())
+        }
+        RunsCommand::List { contact } => {
+            let client = pool.get().await?;
+            let ids: Vec<Uuid> = match contact {
+                Some(contact) => reassign::runs_of(&client, contact).await?,
+                None => client
+                    .query(
+                        "SELECT run_id FROM reassignment_runs WHERE status = 'running' ORDER BY started_at",
+                        &[],
+                    )
+                    .await?
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect(),
+            };
+            for id in &ids {
+                if let Some(status) = reassign::status(&client, *id).await? {
+                    println!("{id} {}", reassign::progress_line(&status));
+                }
+            }
+            eprintln!("{} run(s)", ids.len());
+            Ok(())
+        }
+        RunsCommand::Start { contact, page_size } => {
+            let ledger = Ledger::new(pool);
+            let run = ledger
+                .start_reassignment(
+                    contact,
+                    ra_ledger::commands::StartReassignment { page_size },
+                    &ra_ledger::store::Metadata {
+                        actor: "cli".into(),
+                        correlation_id: Uuid::now_v7(),
+                        causation_id: None,
+                    },
+                )
+                .await?;
+            println!(
+                "started run {} ({} active assignments)",
+                run.run_id, run.total_at_start
+            );
+            Ok(())
+        }
+        RunsCommand::Resume { run } => {
+            let request = reassign::resume(&pool, run).await?;
+            println!(
+                "re-raised page {} of run {run} after cursor {}",
+                request.page,
+                request.cursor.map_or("(start)".into(), |c| c.to_string())
             );
             Ok(())
         }

@@ -893,3 +893,193 @@ pub async fn running(client: &impl GenericClient) -> Result<i64, tokio_postgres:
     .await?
     .get(0))
 }
+
+/// What the chained pages avoid: every active assignment of `old_contact_id` REPLACEd onto
+/// `new_contact_id` in one transaction, with the same statements a page uses. Only for the
+/// benchmark's comparison; returns the rows moved.
+pub async fn replace_all_at_once(
+    pool: &Pool,
+    old_contact_id: Uuid,
+    new_contact_id: Uuid,
+    metadata: &Metadata,
+) -> Result<usize, CommandError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let row = cached::query_one(
+        &tx,
+        "SELECT c.jurisdiction, c.created_at, now() FROM contacts c WHERE c.contact_id = $1",
+        &[&new_contact_id],
+    )
+    .await?;
+    let jurisdiction = Jurisdiction::parse("jurisdiction", row.get(0))?;
+    let now: DateTime<Utc> = row.get(2);
+    let locked: Vec<AssignmentView> = tx
+        .query(
+            &format!(
+                "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a \
+                 WHERE a.contact_id = $1 AND a.ended_at IS NULL \
+                 ORDER BY a.assignment_id FOR UPDATE"
+            ),
+            &[&old_contact_id],
+        )
+        .await?
+        .iter()
+        .map(AssignmentView::from_row)
+        .collect();
+    let target = Target {
+        jurisdiction,
+        new_contact_id,
+        effective_at: now.max(row.get(1)),
+        metadata,
+        now,
+    };
+    replace_all(&tx, &locked, &target).await?;
+    tx.commit().await?;
+    Ok(locked.len())
+}
+
+/// One line of progress: a bar, counts, rate and estimate.
+pub fn progress_line(status: &RunStatus) -> String {
+    const WIDTH: usize = 30;
+    let total = status.total_at_start.max(1) as f64;
+    let done = (status.replaced + status.skipped + status.failed) as f64;
+    let fraction = if status.status == "completed" {
+        1.0
+    } else {
+        (done / total).min(1.0)
+    };
+    let filled = (fraction * WIDTH as f64).round() as usize;
+    let eta = status
+        .eta_seconds
+        .map(|eta| format!(", ETA {eta:.0} s"))
+        .unwrap_or_default();
+    format!(
+        "[{}{}] {:>3.0}% page {} · replaced {} skipped {} failed {} of {} · {:.0} rows/s{eta} · {}",
+        "#".repeat(filled),
+        ".".repeat(WIDTH - filled),
+        fraction * 100.0,
+        status.pages,
+        status.replaced,
+        status.skipped,
+        status.failed,
+        status.total_at_start,
+        status.rows_per_second,
+        status.status
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(request: v1::ReassignmentPageRequested) -> v1::Envelope {
+        v1::Envelope {
+            event_id: Uuid::now_v7().to_string(),
+            event: Some(Event::ReassignmentPageRequested(request)),
+            ..v1::Envelope::default()
+        }
+    }
+
+    fn request(cursor: &str, page: u32, page_size: u32) -> v1::ReassignmentPageRequested {
+        v1::ReassignmentPageRequested {
+            run_id: Uuid::now_v7().to_string(),
+            old_contact_id: Uuid::now_v7().to_string(),
+            new_contact_id: Uuid::now_v7().to_string(),
+            jurisdiction: "TX".into(),
+            page,
+            cursor: cursor.into(),
+            page_size,
+        }
+    }
+
+    #[test]
+    fn page_size_defaults_and_bounds() {
+        assert_eq!(page_size(None).unwrap(), DEFAULT_PAGE_SIZE);
+        assert_eq!(page_size(Some(1)).unwrap(), 1);
+        assert_eq!(page_size(Some(MAX_PAGE_SIZE)).unwrap(), MAX_PAGE_SIZE);
+        for bad in [0, MAX_PAGE_SIZE + 1] {
+            let error = page_size(Some(bad)).unwrap_err();
+            assert_eq!(error.field, "page_size");
+            assert!(error.reason.contains(&bad.to_string()), "{}", error.reason);
+        }
+    }
+
+    #[test]
+    fn decodes_page_requests_and_ignores_other_events() {
+        let cursor = Uuid::now_v7();
+        let decoded = PageRequest::from_envelope(&envelope(request(&cursor.to_string(), 3, 100)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (decoded.page, decoded.cursor, decoded.page_size),
+            (3, Some(cursor), 100)
+        );
+        let first = PageRequest::from_envelope(&envelope(request("", 1, 100)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.cursor, None);
+        let other = v1::Envelope {
+            event: Some(Event::ReassignmentCompleted(
+                v1::ReassignmentCompleted::default(),
+            )),
+            ..v1::Envelope::default()
+        };
+        assert_eq!(PageRequest::from_envelope(&other), Ok(None));
+    }
+
+    #[test]
+    fn refuses_malformed_page_requests() {
+        let bad_cursor = PageRequest::from_envelope(&envelope(request("nope", 2, 100)));
+        assert!(bad_cursor.unwrap_err().contains("cursor \"nope\""));
+        let zero_page = PageRequest::from_envelope(&envelope(request("", 0, 100)));
+        assert!(zero_page.is_err());
+        let huge = PageRequest::from_envelope(&envelope(request("", 1, MAX_PAGE_SIZE + 1)));
+        assert!(huge.is_err());
+    }
+
+    #[test]
+    fn progress_line_shows_counts_and_fills_when_completed() {
+        let now = Utc::now();
+        let mut status = RunStatus {
+            run_id: Uuid::nil(),
+            status: "running".into(),
+            old_contact_id: Uuid::nil(),
+            new_contact_id: Uuid::nil(),
+            jurisdiction: "TX".into(),
+            page_size: 100,
+            cursor: None,
+            pages: 5,
+            replaced: 490,
+            skipped: 5,
+            failed: 5,
+            total_at_start: 1_000,
+            remaining: 500,
+            page_attempts: 0,
+            last_error: None,
+            requested_by: "cs".into(),
+            correlation_id: Uuid::nil(),
+            started_at: now,
+            updated_at: now,
+            completed_at: None,
+            elapsed_seconds: 1.0,
+            rows_per_second: 490.0,
+            eta_seconds: Some(1.02),
+            longest_page_ms: 12.0,
+            failures: Vec::new(),
+        };
+        let line = progress_line(&status);
+        assert!(
+            line.starts_with(&format!("[{}{}]", "#".repeat(15), ".".repeat(15))),
+            "{line}"
+        );
+        assert!(line.contains(" 50% page 5"), "{line}");
+        assert!(
+            line.contains("replaced 490 skipped 5 failed 5 of 1000"),
+            "{line}"
+        );
+        assert!(line.contains("ETA 1 s"), "{line}");
+        status.status = "completed".into();
+        status.eta_seconds = None;
+        assert!(progress_line(&status).starts_with(&format!("[{}]", "#".repeat(30))));
+    }
+}

@@ -343,3 +343,37 @@ pub async fn run_process(config: WorkerConfig) -> anyhow::Result<()> {
     shutdown.cancel();
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_metric() {
+        let metrics = WorkerMetrics::default();
+        metrics.pages.fetch_add(3, Ordering::Relaxed);
+        metrics.stale.fetch_add(2, Ordering::Relaxed);
+        metrics.page_duration.observe(0.02);
+        let text = metrics.render();
+        for name in [
+            PAGES_PROCESSED,
+            PAGE_DURATION,
+            RUNS_ACTIVE,
+            RUNS_COMPLETED,
+            ROWS_REPLACED,
+            ROWS_SKIPPED,
+            ROWS_FAILED,
+            STALE_REQUESTS,
+            PAGE_FAILURES,
+            PAGES_IN_FLIGHT,
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing:\n{text}"
+            );
+        }
+        assert!(text.contains("ra_reassignment_pages_processed_total 3\n"));
+        assert!(text.contains("ra_reassignment_stale_requests_total 2\n"));
+        assert!(text.contains("ra_reassignment_page_duration_seconds_bucket{le=\"0.025\"} 1\n"));
+    }
+}

@@ -469,7 +469,7 @@ async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Resul
 
     // The chains verify; then a superuser edits an event with the guard disabled.
     let clean = ra_ledger::verify::verify(&client, |_| {}).await?;
-    assert_eq!((clean.events, clean.broken), (6, None));
+    assert_eq!((clean.events, clean.broken), (7, None));
     client
         .batch_execute(
             "ALTER TABLE events DISABLE TRIGGER events_append_only_rows; \
