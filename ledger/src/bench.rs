@@ -48,6 +48,21 @@ impl ScratchDatabase {
         })
     }
 
+    /// Creates a pgoutput logical replication slot in the database.
+    pub async fn create_slot(
+        &self,
+        client: &tokio_postgres::Client,
+        slot: &str,
+    ) -> anyhow::Result<()> {
+        client
+            .query_one(
+                "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Drops the database.
     pub async fn drop(self) -> anyhow::Result<()> {
         let admin = db::connect(&self.admin_url, "ledger-bench").await?;
@@ -352,18 +367,11 @@ pub async fn relay(
     per_transaction: u64,
 ) -> anyhow::Result<RelayFigures> {
     use ra_ledger_cdc::config::RelayConfig;
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
 
     let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     for slot in ["bench_recvlogical", "bench_relay"] {
-        client
-            .query_one(
-                "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&slot],
-            )
-            .await?;
+        scratch.create_slot(&client, slot).await?;
     }
     eprintln!("inserting {rows} outbox rows, {per_transaction} per transaction…");
     let transactions = rows.div_ceil(per_transaction);
@@ -388,23 +396,11 @@ pub async fn relay(
 
     // Topics for the two producers.
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
-    let mut admin_config = rdkafka::ClientConfig::new();
-    admin_config.set("bootstrap.servers", brokers);
-    let admin: AdminClient<DefaultClientContext> = admin_config.create()?;
     let topics = [
         format!("{prefix}raw.assignment"),
         format!("{prefix}relay.assignment"),
     ];
-    let new_topics: Vec<NewTopic> = topics
-        .iter()
-        .map(|t| NewTopic::new(t, 3, TopicReplication::Fixed(1)))
-        .collect();
-    for result in admin
-        .create_topics(&new_topics, &AdminOptions::new())
-        .await?
-    {
-        result.map_err(|(topic, code)| anyhow::anyhow!("creating {topic}: {code}"))?;
-    }
+    create_topics(brokers, &topics).await?;
     let relay_config = RelayConfig {
         database_url: scratch.url.clone(),
         slot: "bench_relay".into(),
@@ -584,33 +580,15 @@ pub async fn latency(
     use futures::StreamExt;
     use ra_ledger_cdc::config::RelayConfig;
     use rdkafka::Message as _;
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
     use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::message::Headers as _;
 
     let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
-    client
-        .query_one(
-            "SELECT 1 FROM pg_create_logical_replication_slot('bench_latency', 'pgoutput')",
-            &[],
-        )
-        .await?;
+    scratch.create_slot(&client, "bench_latency").await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topic = format!("{prefix}assignment");
-    let mut admin_config = rdkafka::ClientConfig::new();
-    admin_config.set("bootstrap.servers", brokers);
-    let admin: AdminClient<DefaultClientContext> = admin_config.create()?;
-    for result in admin
-        .create_topics(
-            &[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await?
-    {
-        result.map_err(|(topic, code)| anyhow::anyhow!("creating {topic}: {code}"))?;
-    }
+    create_topics(brokers, std::slice::from_ref(&topic)).await?;
     let consumer: StreamConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
@@ -769,12 +747,7 @@ pub async fn reassign(
 
     let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
-    client
-        .query_one(
-            "SELECT 1 FROM pg_create_logical_replication_slot('bench_reassign', 'pgoutput')",
-            &[],
-        )
-        .await?;
+    scratch.create_slot(&client, "bench_reassign").await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topics: Vec<String> = ["contact", "assignment", "reassignment"]
         .iter()

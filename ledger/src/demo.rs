@@ -21,23 +21,33 @@ use crate::queries;
 use crate::reassign::{self, RunStatus};
 
 /// Settings of the demo.
-#[derive(Debug, Clone)]
-pub struct DemoConfig {
-    /// Ledger database (for seeding).
-    pub database_url: String,
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoOptions {
     /// Jurisdiction to use.
+    #[arg(long, default_value = "TX")]
     pub jurisdiction: Jurisdiction,
-    /// Assignments to seed.
-    pub rows: usize,
-    /// Rows per page.
+    /// Active assignments to seed before the supersede.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub rows: u32,
+    /// Rows per page of the run.
+    #[arg(long, default_value_t = reassign::DEFAULT_PAGE_SIZE)]
     pub page_size: u32,
-    /// The ledger's HTTP API base URL.
+    /// The ledger's HTTP API.
+    #[arg(long, env = "LEDGER_API_URL", default_value = "http://127.0.0.1:18080")]
     pub api: String,
-    /// A writer token.
+    /// A writer token of that API.
+    #[arg(
+        long,
+        env = "LEDGER_WRITER_TOKEN",
+        default_value = "dev-writer-token",
+        hide_env_values = true
+    )]
     pub token: String,
     /// Kafka bootstrap servers.
+    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
     pub brokers: String,
-    /// Topic prefix of the relay.
+    /// Topic prefix the relay publishes under.
+    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = "outbox.event.")]
     pub topic_prefix: String,
 }
 
@@ -78,8 +88,10 @@ pub async fn watch(pool: &Pool, run_id: Uuid) -> anyhow::Result<RunStatus> {
     }
 }
 
-/// Runs the demo.
-pub async fn run(config: DemoConfig) -> anyhow::Result<()> {
+/// Runs the demo; seeds through `database_url`.
+pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> {
+    reassign::page_size(Some(config.page_size))?;
+    let rows = config.rows as usize;
     let api = Api::new(&config.api, &config.token)?;
     api.get("/readyz").await.with_context(|| {
         format!(
@@ -87,11 +99,11 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<()> {
             config.api
         )
     })?;
-    let pool = db::pool(&config.database_url, "ledger-demo", 2)?;
+    let pool = db::pool(database_url, "ledger-demo", 2)?;
     let code = config.jurisdiction.code();
     println!(
         "== RA Ledger demo: supersede a {code} contact with {} active assignments ==",
-        config.rows
+        rows
     );
 
     // 1. A primary contact in the jurisdiction, and N businesses it serves.
@@ -115,20 +127,14 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<()> {
     println!("1. {code} primary contact: {old_id}");
     let started = Instant::now();
     let terminal = std::io::stdout().is_terminal();
-    let businesses = crate::seed::assignments(
-        &pool,
-        config.jurisdiction,
-        old_id,
-        config.rows,
-        1_000,
-        |done| {
+    let businesses =
+        crate::seed::assignments(&pool, config.jurisdiction, old_id, rows, 1_000, |done| {
             if terminal {
-                print!("\r   seeding assignments: {done}/{}", config.rows);
+                print!("\r   seeding assignments: {done}/{}", rows);
                 let _ = std::io::stdout().flush();
             }
-        },
-    )
-    .await?;
+        })
+        .await?;
     println!(
         "{}   seeded {} active assignments on it in {:.1} s",
         if terminal { "\r\x1b[2K" } else { "" },

@@ -61,6 +61,15 @@ impl Jurisdiction {
     }
 }
 
+impl std::str::FromStr for Jurisdiction {
+    type Err = ValidationError;
+
+    /// Parses a command-line value.
+    fn from_str(code: &str) -> Result<Self, Self::Err> {
+        Self::parse("jurisdiction", code)
+    }
+}
+
 /// A postal address as printed on state filings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

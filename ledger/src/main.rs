@@ -110,34 +110,7 @@ enum Command {
         command: RunsCommand,
     },
     /// Walk through a supersede on the local stack: seed, supersede, watch, audit, Kafka.
-    Demo {
-        /// Jurisdiction to use.
-        #[arg(long, default_value = "TX", value_parser = parse_jurisdiction)]
-        jurisdiction: Jurisdiction,
-        /// Active assignments to seed before the supersede.
-        #[arg(long, default_value_t = 5_000)]
-        rows: usize,
-        /// Rows per page of the run.
-        #[arg(long, default_value_t = ra_ledger::reassign::DEFAULT_PAGE_SIZE)]
-        page_size: u32,
-        /// The ledger's HTTP API.
-        #[arg(long, env = "LEDGER_API_URL", default_value = "http://127.0.0.1:18080")]
-        api: String,
-        /// A writer token of that API.
-        #[arg(
-            long,
-            env = "LEDGER_WRITER_TOKEN",
-            default_value = "dev-writer-token",
-            hide_env_values = true
-        )]
-        token: String,
-        /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
-        brokers: String,
-        /// Topic prefix the relay publishes under.
-        #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = "outbox.event.")]
-        topic_prefix: String,
-    },
+    Demo(ra_ledger::demo::DemoOptions),
     /// Print throughput and latency figures, measured in a scratch database.
     Bench {
         #[command(subcommand)]
@@ -490,30 +463,11 @@ async fn main() -> anyhow::Result<()> {
                 kafka: kafka.into_iter().collect(),
                 ..Default::default()
             })
-            .await
+            .await?;
+            Ok(())
         }
         Command::Runs { command } => runs(&cli.database_url, command).await,
-        Command::Demo {
-            jurisdiction,
-            rows,
-            page_size,
-            api,
-            token,
-            brokers,
-            topic_prefix,
-        } => {
-            ra_ledger::demo::run(ra_ledger::demo::DemoConfig {
-                database_url: cli.database_url.clone(),
-                jurisdiction,
-                rows,
-                page_size,
-                api,
-                token,
-                brokers,
-                topic_prefix,
-            })
-            .await
-        }
+        Command::Demo(options) => ra_ledger::demo::run(&cli.database_url, options).await,
         Command::Bench {
             benchmark:
                 BenchCommand::Reassign {

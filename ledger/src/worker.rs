@@ -148,6 +148,17 @@ impl WorkerMetrics {
     }
 }
 
+/// Why the worker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The database settings are unusable.
+    #[error(transparent)]
+    Database(#[from] crate::db::DbError),
+    /// The Kafka consumer could not be created or subscribed.
+    #[error("Kafka consumer: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+}
+
 /// Worker settings.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -189,7 +200,7 @@ pub async fn run(
     config: WorkerConfig,
     metrics: Arc<WorkerMetrics>,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<(), WorkerError> {
     let pool = db::pool(&config.database_url, "ledger-worker", 2)?;
     let mut client_config = rdkafka::ClientConfig::new();
     client_config
@@ -326,7 +337,7 @@ async fn refresh_runs_active(pool: Pool, metrics: Arc<WorkerMetrics>, shutdown: 
 }
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
-pub async fn run_process(config: WorkerConfig) -> anyhow::Result<()> {
+pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
     let metrics = Arc::new(WorkerMetrics::default());
     let shutdown = CancellationToken::new();
     if let Some(address) = config.metrics_listen {

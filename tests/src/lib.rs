@@ -2,12 +2,14 @@
 //! Kafka-protocol broker per test run, a fresh database and fresh topics per test.
 
 pub mod api;
+pub mod background;
 pub mod database;
 pub mod kafka;
 pub mod relay;
 pub mod stack;
 pub mod worker;
 
+pub use background::Background;
 pub use database::TestDatabase;
 pub use kafka::TestTopics;
 pub use stack::stack;

@@ -1,7 +1,6 @@
 //! Running the relay in tests, and reading back what reached Kafka.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::RelayConfig;
@@ -9,10 +8,8 @@ use ra_ledger_cdc::metrics::RelayMetrics;
 use rdkafka::Message as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use crate::{TestDatabase, TestTopics, kafka};
+use crate::{Background, TestDatabase, TestTopics, kafka};
 
 /// Aggregate types the relay tests publish.
 pub const AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignment"];
@@ -52,38 +49,12 @@ pub async fn test_config(
 }
 
 /// A relay running in this process.
-#[derive(Debug)]
-pub struct RunningRelay {
-    /// Its metrics.
-    pub metrics: Arc<RelayMetrics>,
-    /// Cancel for a clean shutdown.
-    pub shutdown: CancellationToken,
-    /// The task.
-    pub task: JoinHandle<Result<(), ra_ledger_cdc::relay::RelayError>>,
-}
+pub type RunningRelay = Background<RelayMetrics, ra_ledger_cdc::relay::RelayError>;
 
 impl RunningRelay {
     /// Starts the relay.
     pub fn start(config: RelayConfig) -> Self {
-        let metrics = Arc::new(RelayMetrics::default());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(ra_ledger_cdc::relay::run(
-            config,
-            metrics.clone(),
-            shutdown.clone(),
-        ));
-        Self {
-            metrics,
-            shutdown,
-            task,
-        }
-    }
-
-    /// Clean shutdown; returns the relay's result.
-    pub async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.task.await??;
-        Ok(())
+        Self::spawn(|metrics, shutdown| ra_ledger_cdc::relay::run(config, metrics, shutdown))
     }
 }
 

@@ -1,15 +1,12 @@
 //! Running the reassignment worker in tests: in this process, or as a process to kill.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ra_ledger::reassign::RunStatus;
-use ra_ledger::worker::{WorkerConfig, WorkerMetrics};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use ra_ledger::worker::{WorkerConfig, WorkerError, WorkerMetrics};
 
-use crate::{TestDatabase, TestTopics};
+use crate::{Background, TestDatabase, TestTopics};
 
 /// A worker configuration for one test: its topics, its own consumer group, quick retries.
 pub fn test_config(database: &TestDatabase, topics: &TestTopics) -> WorkerConfig {
@@ -33,36 +30,12 @@ pub fn quick_group_settings() -> std::collections::BTreeMap<String, String> {
 }
 
 /// A worker running in this process.
-#[derive(Debug)]
-pub struct RunningWorker {
-    /// Its metrics.
-    pub metrics: Arc<WorkerMetrics>,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
-}
+pub type RunningWorker = Background<WorkerMetrics, WorkerError>;
 
 impl RunningWorker {
     /// Starts the worker.
     pub fn start(config: WorkerConfig) -> Self {
-        let metrics = Arc::new(WorkerMetrics::default());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(ra_ledger::worker::run(
-            config,
-            metrics.clone(),
-            shutdown.clone(),
-        ));
-        Self {
-            metrics,
-            shutdown,
-            task,
-        }
-    }
-
-    /// Clean shutdown; returns the worker's result.
-    pub async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.task.await??;
-        Ok(())
+        Self::spawn(|metrics, shutdown| ra_ledger::worker::run(config, metrics, shutdown))
     }
 }
 

@@ -19,5 +19,6 @@ async fn main() -> anyhow::Result<()> {
         kafka: ra_ledger_tests::worker::quick_group_settings(),
         ..WorkerConfig::default()
     };
-    ra_ledger::worker::run_process(config).await
+    ra_ledger::worker::run_process(config).await?;
+    Ok(())
 }

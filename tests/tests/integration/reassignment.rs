@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use ra_ledger::domain::Jurisdiction;
 use ra_ledger::reassign::{self, PageOutcome, PageRequest, RunStatus};
+use ra_ledger::worker::WorkerConfig;
 use ra_ledger_cdc::consumer;
 use ra_ledger_tests::api::{TestApi, contact_body};
 use ra_ledger_tests::relay::{Collector, RunningRelay, test_config};
@@ -49,6 +50,15 @@ async fn seeded(database: &TestDatabase, rows: usize) -> anyhow::Result<Seeded> 
         contact_id,
         businesses,
     })
+}
+
+/// A fresh database and topics, the relay between them, and a worker configuration.
+async fn relayed() -> anyhow::Result<(TestDatabase, TestTopics, RunningRelay, WorkerConfig)> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
+    let config = worker::test_config(&database, &topics);
+    Ok((database, topics, relay, config))
 }
 
 /// Supersedes `contact_id` over HTTP; returns the run id and the new contact id.
@@ -172,12 +182,10 @@ async fn max_pages_in_flight(client: &Client, run_id: Uuid) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_thousand_assignments_move_in_pages_of_100_through_relay_and_broker()
 -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
+    let (database, topics, relay, config) = relayed().await?;
     // Read while writing: the broker's memory storage is slow to re-read long partitions.
     let mut collector = Collector::new(&topics)?;
-    let worker = RunningWorker::start(worker::test_config(&database, &topics));
+    let worker = RunningWorker::start(config.clone());
     let seeded = seeded(&database, 5_000).await?;
     let old = seeded.contact_id;
     let before: DateTime<Utc> = seeded.client.query_one("SELECT now()", &[]).await?.get(0);
@@ -399,10 +407,7 @@ async fn a_redelivered_page_request_rewrites_nothing_and_forks_nothing() -> anyh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_requests_through_the_broker_are_dropped_by_the_fence() -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
-    let config = worker::test_config(&database, &topics);
+    let (database, topics, relay, config) = relayed().await?;
     let worker = RunningWorker::start(config.clone());
     let seeded = seeded(&database, 300).await?;
     let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
@@ -453,10 +458,7 @@ async fn duplicate_requests_through_the_broker_are_dropped_by_the_fence() -> any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn double_clicks_one_after_the_other_and_at_the_same_moment() -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
-    let config = worker::test_config(&database, &topics);
+    let (database, _topics, relay, config) = relayed().await?;
     let seeded = seeded(&database, 1_000).await?;
     let old = seeded.contact_id;
 
@@ -553,10 +555,7 @@ async fn double_clicks_one_after_the_other_and_at_the_same_moment() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
-    let config = worker::test_config(&database, &topics);
+    let (database, _topics, relay, config) = relayed().await?;
     let binary = env!("CARGO_BIN_EXE_worker-under-test");
     let seeded = seeded(&database, 2_000).await?;
     let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 50).await;
@@ -575,8 +574,20 @@ async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow:
     reassign::resume(seeded.api.ledger.pool(), run_id).await?;
     let mut process = worker::spawn(binary, &config)?;
     let status = wait_for_run(&database, run_id, Duration::from_secs(180), completed).await?;
-    process.kill()?;
-    process.wait()?;
+    // SIGTERM: the worker stops cleanly.
+    ra_ledger_tests::stack::send_signal(process.id(), "TERM")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = process.try_wait()? {
+            break exit;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker ignored SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "SIGTERM exit: {exit:?}");
     println!("killed at pages {pages_at_kill:?}; finished with {status:?}");
     assert!(pages_at_kill[0] < 41, "the first kill landed mid-chain");
     assert_eq!(
@@ -601,10 +612,8 @@ async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_row_in_the_first_page_is_recorded_and_the_chain_moves_past_it()
 -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
-    let worker = RunningWorker::start(worker::test_config(&database, &topics));
+    let (database, _topics, relay, config) = relayed().await?;
+    let worker = RunningWorker::start(config.clone());
     let api = TestApi::new(&database)?;
     let created = api
         .post("/v1/contacts", contact_body(TX, "First Office"))
