@@ -2,8 +2,10 @@
 //! every earlier transaction's messages, Kafka has acknowledged. Never past an
 //! unacknowledged one.
 //!
-//! Pure bookkeeping, no I/O: the relay registers each transaction as it reads it, reports
-//! each delivery, and asks what it may confirm.
+//! Pure bookkeeping, no I/O: the relay opens each transaction at its Begin, counts each
+//! message as it sends it (before the transaction's Commit has arrived), closes it at its
+//! Commit with the end LSN, reports each delivery, and asks what it may confirm. An open
+//! transaction is never confirmable, however many of its messages are acknowledged.
 
 use std::collections::VecDeque;
 
@@ -18,6 +20,7 @@ struct Pending {
     commit_time_micros: i64,
     messages: usize,
     remaining: usize,
+    closed: bool,
 }
 
 /// A transaction whose messages, and every earlier one's, are all acknowledged.
@@ -48,27 +51,65 @@ impl AckTracker {
         Self::default()
     }
 
-    /// Registers a committed transaction carrying `messages` messages to publish. A
-    /// transaction with none (a heartbeat, or changes to other tables) is confirmable as
-    /// soon as everything before it is.
+    /// Opens a transaction at its Begin; its messages follow with [`Self::sent`] and its end
+    /// with [`Self::close`].
+    pub fn open(&mut self, commit_time_micros: i64) -> TransactionSeq {
+        let seq = TransactionSeq(self.next_seq);
+        self.next_seq += 1;
+        self.pending.push_back(Pending {
+            seq,
+            end_lsn: 0,
+            commit_time_micros,
+            messages: 0,
+            remaining: 0,
+            closed: false,
+        });
+        seq
+    }
+
+    /// Counts one more message of the open transaction `seq`, about to be sent.
+    ///
+    /// # Panics
+    /// If `seq` is not open: a bookkeeping bug that must not pass silently.
+    pub fn sent(&mut self, seq: TransactionSeq) {
+        let entry = self.entry(seq);
+        assert!(!entry.closed, "a message after the Commit of {seq:?}");
+        entry.messages += 1;
+        entry.remaining += 1;
+        self.in_flight_messages += 1;
+    }
+
+    /// Closes `seq` at its Commit: it becomes confirmable up to `end_lsn` once its messages,
+    /// and every earlier transaction's, are acknowledged.
+    pub fn close(&mut self, seq: TransactionSeq, end_lsn: u64) {
+        let entry = self.entry(seq);
+        entry.end_lsn = end_lsn;
+        entry.closed = true;
+        self.settle();
+    }
+
+    /// Registers a whole committed transaction carrying `messages` messages: open, sent
+    /// `messages` times, close. A transaction with none (a heartbeat, or changes to other
+    /// tables) is confirmable as soon as everything before it is.
     pub fn begin(
         &mut self,
         end_lsn: u64,
         commit_time_micros: i64,
         messages: usize,
     ) -> TransactionSeq {
-        let seq = TransactionSeq(self.next_seq);
-        self.next_seq += 1;
-        self.pending.push_back(Pending {
-            seq,
-            end_lsn,
-            commit_time_micros,
-            messages,
-            remaining: messages,
-        });
-        self.in_flight_messages += messages;
-        self.settle();
+        let seq = self.open(commit_time_micros);
+        for _ in 0..messages {
+            self.sent(seq);
+        }
+        self.close(seq, end_lsn);
         seq
+    }
+
+    fn entry(&mut self, seq: TransactionSeq) -> &mut Pending {
+        self.pending
+            .iter_mut()
+            .find(|entry| entry.seq == seq)
+            .expect("a message for a transaction that is not pending")
     }
 
     /// Records that one message of `seq` is durably in Kafka (or durably parked).
@@ -76,11 +117,7 @@ impl AckTracker {
     /// # Panics
     /// If `seq` has no outstanding message: a bookkeeping bug that must not pass silently.
     pub fn delivered(&mut self, seq: TransactionSeq) {
-        let entry = self
-            .pending
-            .iter_mut()
-            .find(|entry| entry.seq == seq)
-            .expect("a delivery for a transaction that is not pending");
+        let entry = self.entry(seq);
         assert!(
             entry.remaining > 0,
             "more deliveries than messages for {seq:?}"
@@ -93,7 +130,7 @@ impl AckTracker {
     /// Pops every fully acknowledged transaction at the head of the queue.
     fn settle(&mut self) {
         while let Some(head) = self.pending.front() {
-            if head.remaining > 0 {
+            if head.remaining > 0 || !head.closed {
                 break;
             }
             self.confirmable = Some((head.end_lsn, head.commit_time_micros));
@@ -174,6 +211,39 @@ mod tests {
         assert_eq!(tracker.confirmable(), Some((150, 2)));
         tracker.begin(180, 3, 0);
         assert_eq!(tracker.confirmable(), Some((180, 3)));
+    }
+
+    #[test]
+    fn an_open_transaction_is_not_confirmable_until_its_commit() {
+        let mut tracker = AckTracker::new();
+        let first = tracker.begin(100, 1, 0);
+        assert_eq!(tracker.confirmable(), Some((100, 1)));
+        let open = tracker.open(2);
+        tracker.sent(open);
+        tracker.delivered(open);
+        assert_eq!(tracker.in_flight(), 0);
+        assert_eq!(
+            tracker.confirmable(),
+            Some((100, 1)),
+            "all sent messages acknowledged, but more may follow before the Commit"
+        );
+        tracker.sent(open);
+        tracker.close(open, 250);
+        assert_eq!(tracker.confirmable(), Some((100, 1)));
+        tracker.delivered(open);
+        assert_eq!(tracker.confirmable(), Some((250, 2)));
+        assert_eq!(tracker.take_settled().len(), 2);
+        let _ = first;
+    }
+
+    #[test]
+    #[should_panic(expected = "after the Commit")]
+    fn a_message_after_the_commit_is_a_bug() {
+        let mut tracker = AckTracker::new();
+        let seq = tracker.open(1);
+        tracker.sent(seq);
+        tracker.close(seq, 100);
+        tracker.sent(seq);
     }
 
     #[test]

@@ -29,8 +29,6 @@ pub mod header {
 pub struct CommitInfo {
     /// Commit LSN.
     pub commit_lsn: u64,
-    /// End LSN: what the slot confirms.
-    pub end_lsn: u64,
     /// Transaction id.
     pub xid: u32,
     /// Commit time, microseconds since the Unix epoch.
@@ -151,7 +149,6 @@ mod tests {
         };
         let commit = CommitInfo {
             commit_lsn: 0x1_0000_00A0,
-            end_lsn: 0x1_0000_00B0,
             xid: 742,
             commit_time_micros: 1_767_225_600_000_001,
         };

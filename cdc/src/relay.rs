@@ -21,7 +21,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::ack::{AckTracker, TransactionSeq};
 use crate::config::RelayConfig;
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
-use crate::outbox::{OutboxError, OutboxLayout, OutboxRow};
+use crate::outbox::{OutboxError, OutboxLayout};
 use crate::parking;
 use crate::pgoutput::{self, DecodeError, LogicalMessage};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
@@ -149,7 +149,9 @@ async fn session(
     let mut tracker = AckTracker::new();
     let mut deliveries: FuturesUnordered<BoxFuture<'static, Delivery>> = FuturesUnordered::new();
     let mut layouts: HashMap<u32, OutboxLayout> = HashMap::new();
-    let mut transaction: Option<(u32, Vec<OutboxRow>)> = None;
+    // The transaction being streamed: its tracker entry, what its headers need, and how many
+    // rows it carried so far (the next row's ordinal).
+    let mut transaction: Option<(TransactionSeq, CommitInfo, usize)> = None;
     let mut confirmed = 0u64;
     let mut heartbeat = tokio::time::interval(config.heartbeat_interval());
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -172,7 +174,17 @@ async fn session(
                     return Err(RelayError::Replication(PgWireError::Protocol("the server ended the stream".into())));
                 };
                 match event {
-                    ReplicationEvent::Begin { xid, .. } => transaction = Some((xid, Vec::new())),
+                    // Protocol v1 sends a transaction only once it committed, whole and in
+                    // commit order, so its rows are published as they arrive; the slot is
+                    // confirmed past it only after its Commit and every acknowledgement.
+                    ReplicationEvent::Begin { final_lsn, xid, commit_time_micros } => {
+                        let commit = CommitInfo {
+                            commit_lsn: final_lsn.as_u64(),
+                            xid,
+                            commit_time_micros: commit_time_micros + PG_EPOCH_MICROS,
+                        };
+                        transaction = Some((tracker.open(commit.commit_time_micros), commit, 0));
+                    }
                     ReplicationEvent::XLogData { data, wal_end, .. } => {
                         metrics.observe_wal_end(wal_end.as_u64());
                         match pgoutput::decode(&data)? {
@@ -190,33 +202,30 @@ async fn session(
                                     RelayError::Decode(DecodeError::UnknownTag(b'I'))
                                 })?;
                                 let row = layout.row(&new)?;
-                                if let Some((_, rows)) = transaction.as_mut() {
-                                    rows.push(row);
+                                let Some((seq, commit, ordinal)) = transaction.as_mut() else {
+                                    return Err(RelayError::Replication(PgWireError::Protocol(
+                                        "an insert outside a transaction".into(),
+                                    )));
+                                };
+                                let message = OutgoingMessage::new(config, row, commit, *ordinal);
+                                *ordinal += 1;
+                                tracker.sent(*seq);
+                                match send(&producer, *seq, message, commit.commit_lsn) {
+                                    Ok(delivery) => deliveries.push(delivery),
+                                    Err(refused) => {
+                                        let (message, error) = *refused;
+                                        settle_delivery(&sql, &mut tracker, *seq, &message, commit.commit_lsn, Err(error), metrics).await?;
+                                    }
                                 }
                             }
                             // The publication is insert-only; anything else carries no event.
                             _ => {}
                         }
                     }
-                    ReplicationEvent::Commit { lsn, end_lsn, commit_time_micros } => {
-                        let (xid, rows) = transaction.take().unwrap_or_default();
-                        let commit = CommitInfo {
-                            commit_lsn: lsn.as_u64(),
-                            end_lsn: end_lsn.as_u64(),
-                            xid,
-                            commit_time_micros: commit_time_micros + PG_EPOCH_MICROS,
-                        };
-                        metrics.observe_wal_end(commit.end_lsn);
-                        let seq = tracker.begin(commit.end_lsn, commit.commit_time_micros, rows.len());
-                        for (ordinal, row) in rows.into_iter().enumerate() {
-                            let message = OutgoingMessage::new(config, row, &commit, ordinal);
-                            match send(&producer, seq, message, commit.commit_lsn) {
-                                Ok(delivery) => deliveries.push(delivery),
-                                Err(refused) => {
-                                    let (message, error) = *refused;
-                                    settle_delivery(&sql, &mut tracker, seq, &message, commit.commit_lsn, Err(error), metrics).await?;
-                                }
-                            }
+                    ReplicationEvent::Commit { end_lsn, .. } => {
+                        metrics.observe_wal_end(end_lsn.as_u64());
+                        if let Some((seq, _, _)) = transaction.take() {
+                            tracker.close(seq, end_lsn.as_u64());
                         }
                     }
                     ReplicationEvent::KeepAlive { wal_end, .. } => metrics.observe_wal_end(wal_end.as_u64()),

@@ -727,6 +727,8 @@ pub struct ReassignFigures {
     pub pages: u32,
     /// Most page transactions of the run open at the same time.
     pub max_pages_in_flight: i64,
+    /// Time in page transactions and between them.
+    pub timing: crate::reassign::PageTiming,
     /// All REPLACEs in one transaction: its duration.
     pub single_total: Duration,
 }
@@ -875,17 +877,8 @@ pub async fn reassign(
         "the chained run replaced {} of {rows}",
         status.replaced
     );
-    let in_flight: i64 = client
-        .query_one(
-            "SELECT coalesce(max(overlapping), 0) FROM ( \
-               SELECT (SELECT count(*) FROM reassignment_pages q \
-                       WHERE q.run_id = p.run_id AND q.started_at < p.finished_at \
-                         AND p.started_at < q.finished_at) AS overlapping \
-               FROM reassignment_pages p WHERE p.run_id = $1) o",
-            &[&chained.run.run_id],
-        )
-        .await?
-        .get(0);
+    let in_flight = crate::reassign::max_pages_in_flight(&client, chained.run.run_id).await?;
+    let timing = crate::reassign::page_timing(&client, chained.run.run_id).await?;
     shutdown.cancel();
     for task in worker_tasks {
         task.await??;
@@ -901,6 +894,7 @@ pub async fn reassign(
         chained_longest_page: Duration::from_secs_f64(status.longest_page_ms / 1000.0),
         pages: status.pages,
         max_pages_in_flight: in_flight,
+        timing,
         single_total,
     })
 }

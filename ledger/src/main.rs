@@ -498,6 +498,12 @@ async fn main() -> anyhow::Result<()> {
                 f.rows as f64 * WRITES_PER_ROW / chained
             );
             println!(
+                "  of which {:.3} s inside page transactions; between pages (relay, broker, worker) mean {:.1} ms, max {:.1} ms",
+                f.timing.in_pages,
+                f.timing.mean_gap * 1000.0,
+                f.timing.max_gap * 1000.0
+            );
+            println!(
                 "one transaction: {single:.3} s, {:.0} rows/s ({:.0} row writes/s)",
                 f.rows as f64 / single,
                 f.rows as f64 * WRITES_PER_ROW / single

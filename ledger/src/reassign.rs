@@ -448,9 +448,11 @@ async fn process(
                 }
             }
         }
-    } else {
-        replace_all(&tx, &locked, &target).await?;
     }
+    // A whole page either commits every REPLACE or nothing, so its outcome is known before
+    // the REPLACEs are written. Writing the run's events first makes the next page request
+    // the transaction's first outbox row: the relay publishes it while the page's own
+    // events still stream, and the next page starts sooner.
     let replaced = locked.len() - failures.len();
     let completed = candidates.len() < request.page_size as usize;
     let cursor_to = candidates.last().copied().or(request.cursor);
@@ -476,8 +478,6 @@ async fn process(
          skipped = skipped + $4, failed = failed + $5, page_attempts = 0, last_error = NULL, \
          status = CASE WHEN $6 THEN 'completed' ELSE status END, \
          completed_at = CASE WHEN $6 THEN clock_timestamp() END, \
-         longest_page_ms = greatest(longest_page_ms, \
-             extract(epoch FROM clock_timestamp() - now()) * 1000), \
          updated_at = clock_timestamp() \
          WHERE run_id = $1 RETURNING pages, replaced, skipped, failed",
         &[
@@ -518,7 +518,7 @@ async fn process(
             run.now,
         )
     });
-    let last_request_id = run_events.last().map(|event| event.event_id);
+    let last_request_id = run_events.last().map(|event| event.event_id).unwrap_or_default();
     store::append(
         &tx,
         &[StreamAppend {
@@ -531,6 +531,9 @@ async fn process(
         run.now,
     )
     .await?;
+    if !isolated {
+        replace_all(&tx, &locked, &target).await?;
+    }
     if !failures.is_empty() {
         let ids: Vec<Uuid> = failures.iter().map(|(a, _)| a.assignment_id).collect();
         let businesses: Vec<Uuid> = failures.iter().map(|(a, _)| a.business_id).collect();
@@ -557,7 +560,11 @@ async fn process(
              INSERT INTO reassignment_pages (run_id, page, cursor_from, cursor_to, candidates, \
              replaced, skipped, failed, isolated, started_at, finished_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now(), clock_timestamp())) \
-         UPDATE reassignment_runs SET last_request_id = coalesce($10, last_request_id) \
+         UPDATE reassignment_runs SET last_request_id = $10, \
+             longest_page_ms = greatest(longest_page_ms, \
+                 extract(epoch FROM clock_timestamp() - now()) * 1000), \
+             updated_at = clock_timestamp(), \
+             completed_at = CASE WHEN status = 'completed' THEN clock_timestamp() END \
          WHERE run_id = $1",
         &[
             &request.run_id,
@@ -936,6 +943,59 @@ pub async fn replace_all_at_once(
     replace_all(&tx, &locked, &target).await?;
     tx.commit().await?;
     Ok(locked.len())
+}
+
+/// Most page transactions of one run that were open at the same time, from the pages'
+/// recorded transaction intervals (the fence makes anything but 1 impossible).
+pub async fn max_pages_in_flight(
+    client: &tokio_postgres::Client,
+    run_id: Uuid,
+) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one(
+            "SELECT coalesce(max(overlapping), 0) FROM ( \
+               SELECT (SELECT count(*) FROM reassignment_pages q \
+                       WHERE q.run_id = p.run_id AND q.started_at < p.finished_at \
+                         AND p.started_at < q.finished_at) AS overlapping \
+               FROM reassignment_pages p WHERE p.run_id = $1) o",
+            &[&run_id],
+        )
+        .await?
+        .get(0))
+}
+
+/// Where a run's time went: inside page transactions, and between them (relay, broker and
+/// worker carrying the next request).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PageTiming {
+    /// Sum of the page transactions' durations, seconds.
+    pub in_pages: f64,
+    /// Mean time from one page's end to the next page's start, seconds.
+    pub mean_gap: f64,
+    /// Longest such gap, seconds.
+    pub max_gap: f64,
+}
+
+/// The run's [`PageTiming`].
+pub async fn page_timing(
+    client: &tokio_postgres::Client,
+    run_id: Uuid,
+) -> Result<PageTiming, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(extract(epoch FROM finished_at - started_at)), 0)::float8, \
+                    coalesce(avg(gap), 0)::float8, coalesce(max(gap), 0)::float8 \
+             FROM (SELECT started_at, finished_at, extract(epoch FROM started_at - \
+                          lag(finished_at) OVER (ORDER BY page)) AS gap \
+                   FROM reassignment_pages WHERE run_id = $1) p",
+            &[&run_id],
+        )
+        .await?;
+    Ok(PageTiming {
+        in_pages: row.get(0),
+        mean_gap: row.get(1),
+        max_gap: row.get(2),
+    })
 }
 
 /// One line of progress: a bar, counts, rate and estimate.

@@ -165,18 +165,10 @@ fn completed(status: &RunStatus) -> bool {
     status.status == "completed"
 }
 
-/// Most page transactions of one run that were open at the same time.
 async fn max_pages_in_flight(client: &Client, run_id: Uuid) -> i64 {
-    count(
-        client,
-        "SELECT coalesce(max(overlapping), 0) FROM ( \
-           SELECT (SELECT count(*) FROM reassignment_pages q \
-                   WHERE q.run_id = p.run_id AND q.started_at < p.finished_at \
-                     AND p.started_at < q.finished_at) AS overlapping \
-           FROM reassignment_pages p WHERE p.run_id = $1) o",
-        &[&run_id],
-    )
-    .await
+    reassign::max_pages_in_flight(client, run_id)
+        .await
+        .expect("page intervals")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
