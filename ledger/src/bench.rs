@@ -48,24 +48,45 @@ impl ScratchDatabase {
         })
     }
 
-    /// Creates a pgoutput logical replication slot in the database.
+    /// Creates a pgoutput logical replication slot in the database and returns its name,
+    /// unique to this database (slot names are cluster-wide) so a bench that died leaves
+    /// nothing in the way of the next one.
     pub async fn create_slot(
         &self,
         client: &tokio_postgres::Client,
-        slot: &str,
-    ) -> anyhow::Result<()> {
+        purpose: &str,
+    ) -> anyhow::Result<String> {
+        let slot = format!("{}_{purpose}", self.name);
         client
             .query_one(
                 "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
                 &[&slot],
             )
             .await?;
-        Ok(())
+        Ok(slot)
     }
 
     /// Drops the database.
     pub async fn drop(self) -> anyhow::Result<()> {
         let admin = db::connect(&self.admin_url, "ledger-bench").await?;
+        // Slots pin WAL for the whole cluster; none may outlive the database. A relay that
+        // is still stopping holds its slot for a moment.
+        for _ in 0..100 {
+            let left: i64 = admin
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE active) FROM ( \
+                       SELECT active, CASE WHEN NOT active \
+                              THEN pg_drop_replication_slot(slot_name) END \
+                       FROM pg_replication_slots WHERE database = $1) s",
+                    &[&self.name],
+                )
+                .await?
+                .get(0);
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         admin
             .batch_execute(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
@@ -370,9 +391,8 @@ pub async fn relay(
 
     let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
-    for slot in ["bench_recvlogical", "bench_relay"] {
-        scratch.create_slot(&client, slot).await?;
-    }
+    let recvlogical_slot = scratch.create_slot(&client, "recvlogical").await?;
+    let relay_slot = scratch.create_slot(&client, "relay").await?;
     eprintln!("inserting {rows} outbox rows, {per_transaction} per transaction…");
     let transactions = rows.div_ceil(per_transaction);
     for _ in 0..transactions {
@@ -403,7 +423,7 @@ pub async fn relay(
     create_topics(brokers, &topics).await?;
     let relay_config = RelayConfig {
         database_url: scratch.url.clone(),
-        slot: "bench_relay".into(),
+        slot: relay_slot,
         topic_prefix: format!("{prefix}relay."),
         kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
         metrics_listen: None,
@@ -517,7 +537,7 @@ pub async fn relay(
         ])
         .args([
             "--slot",
-            "bench_recvlogical",
+            &recvlogical_slot,
             "--start",
             "--no-loop",
             "-f",
@@ -585,7 +605,7 @@ pub async fn latency(
 
     let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
-    scratch.create_slot(&client, "bench_latency").await?;
+    let slot = scratch.create_slot(&client, "latency").await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topic = format!("{prefix}assignment");
     create_topics(brokers, std::slice::from_ref(&topic)).await?;
@@ -604,7 +624,7 @@ pub async fn latency(
     consumer.assign(&assignment)?;
     let relay_config = RelayConfig {
         database_url: scratch.url.clone(),
-        slot: "bench_latency".into(),
+        slot,
         topic_prefix: prefix,
         kafka: std::collections::BTreeMap::from([
             ("bootstrap.servers".into(), brokers.into()),
@@ -742,14 +762,26 @@ pub async fn reassign(
     page_size: u32,
     workers: usize,
 ) -> anyhow::Result<ReassignFigures> {
+    let scratch = ScratchDatabase::create(url).await?;
+    let figures = reassign_in(&scratch, brokers, rows, page_size, workers).await;
+    scratch.drop().await?;
+    figures
+}
+
+async fn reassign_in(
+    scratch: &ScratchDatabase,
+    brokers: &str,
+    rows: usize,
+    page_size: u32,
+    workers: usize,
+) -> anyhow::Result<ReassignFigures> {
     use crate::commands::SupersedeContact;
     use crate::domain::Jurisdiction;
     use crate::worker::{WorkerConfig, WorkerMetrics};
     use ra_ledger_cdc::config::RelayConfig;
 
-    let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
-    scratch.create_slot(&client, "bench_reassign").await?;
+    let slot = scratch.create_slot(&client, "reassign").await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topics: Vec<String> = ["contact", "assignment", "reassignment"]
         .iter()
@@ -757,10 +789,12 @@ pub async fn reassign(
         .collect();
     create_topics(brokers, &topics).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
+    // Whatever way this ends, the relay and the workers stop.
+    let _stop = shutdown.clone().drop_guard();
     let relay = tokio::spawn(ra_ledger_cdc::relay::run(
         RelayConfig {
             database_url: scratch.url.clone(),
-            slot: "bench_reassign".into(),
+            slot: slot.clone(),
             topic_prefix: prefix.clone(),
             kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
             metrics_listen: None,
@@ -777,41 +811,6 @@ pub async fn reassign(
         correlation_id: Uuid::now_v7(),
         causation_id: None,
     };
-    let seed = |code: &'static str| {
-        let ledger = ledger.clone();
-        let metadata = metadata.clone();
-        let pool = pool.clone();
-        async move {
-            let contact = ledger
-                .create_contact(
-                    CreateContact {
-                        jurisdiction: code.into(),
-                        name: format!("{code} office"),
-                        address: texas_address(),
-                        effective_at: None,
-                    },
-                    &metadata,
-                )
-                .await?;
-            let started = Instant::now();
-            crate::seed::assignments(
-                &pool,
-                Jurisdiction::parse("jurisdiction", code)?,
-                contact.contact_id,
-                rows,
-                5_000,
-                |_| {},
-            )
-            .await?;
-            eprintln!(
-                "seeded {rows} active assignments in {code} in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            anyhow::Ok(contact.contact_id)
-        }
-    };
-    let single_old = seed("OK").await?;
-    let chained_old = seed("TX").await?;
     let supersede = |contact_id: Uuid| {
         let ledger = ledger.clone();
         let metadata = metadata.clone();
@@ -831,11 +830,71 @@ pub async fn reassign(
                 .await
         }
     };
-    wait_for_relay(&client, "bench_reassign").await?;
+    let contact = |code: &'static str| {
+        let ledger = ledger.clone();
+        let metadata = metadata.clone();
+        async move {
+            ledger
+                .create_contact(
+                    CreateContact {
+                        jurisdiction: code.into(),
+                        name: format!("{code} office"),
+                        address: texas_address(),
+                        effective_at: None,
+                    },
+                    &metadata,
+                )
+                .await
+        }
+    };
+    let seed = |code: &'static str, contact_id: Uuid| {
+        let pool = pool.clone();
+        async move {
+            let started = Instant::now();
+            crate::seed::assignments(
+                &pool,
+                Jurisdiction::parse("jurisdiction", code)?,
+                contact_id,
+                rows,
+                5_000,
+                |_| {},
+            )
+            .await?;
+            eprintln!(
+                "seeded {rows} active assignments in {code} in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            anyhow::Ok(())
+        }
+    };
 
-    // One transaction for everything (its run's first page, raised by the supersede, finds
-    // nothing left once the workers start).
+    // The workers join their group first, so no rebalance lands inside the figures.
+    let worker_tasks: Vec<_> = (0..workers.max(1))
+        .map(|_| {
+            tokio::spawn(crate::worker::run(
+                WorkerConfig {
+                    database_url: scratch.url.clone(),
+                    brokers: brokers.into(),
+                    topic: format!("{prefix}reassignment"),
+                    group_id: format!("{prefix}workers"),
+                    ..WorkerConfig::default()
+                },
+                std::sync::Arc::new(WorkerMetrics::default()),
+                shutdown.clone(),
+            ))
+        })
+        .collect();
+    // The baseline's contacts: superseded before it has assignments, so its run ends at
+    // once (and goes through the workers: the group is up). The rows are then seeded onto
+    // the old contact directly, for the one big transaction to move.
+    let single_old = contact("OK").await?.contact_id;
     let single = supersede(single_old).await?;
+    wait_run(&pool, single.run.run_id).await?;
+    seed("OK", single_old).await?;
+    let chained_old = contact("TX").await?.contact_id;
+    seed("TX", chained_old).await?;
+    wait_for_relay(&client, &slot).await?;
+
     eprintln!("single transaction: {rows} REPLACEs…");
     let started = Instant::now();
     let moved =
@@ -846,29 +905,8 @@ pub async fn reassign(
         moved == rows,
         "the single transaction moved {moved} of {rows}"
     );
-    wait_for_relay(&client, "bench_reassign").await?;
+    wait_for_relay(&client, &slot).await?;
 
-    let worker_metrics: Vec<_> = (0..workers.max(1))
-        .map(|_| std::sync::Arc::new(WorkerMetrics::default()))
-        .collect();
-    let worker_tasks: Vec<_> = worker_metrics
-        .iter()
-        .map(|metrics| {
-            tokio::spawn(crate::worker::run(
-                WorkerConfig {
-                    database_url: scratch.url.clone(),
-                    brokers: brokers.into(),
-                    topic: format!("{prefix}reassignment"),
-                    group_id: format!("{prefix}workers"),
-                    ..WorkerConfig::default()
-                },
-                metrics.clone(),
-                shutdown.clone(),
-            ))
-        })
-        .collect();
-    let leftover = single.run.run_id;
-    wait_run(&pool, leftover).await?;
     eprintln!("chained pages of {page_size} through relay, broker and {workers} worker(s)…");
     let chained = supersede(chained_old).await?;
     let status = wait_run(&pool, chained.run.run_id).await?;
@@ -884,9 +922,6 @@ pub async fn reassign(
         task.await??;
     }
     relay.await??;
-    // Close every connection before the scratch database is dropped.
-    drop((client, ledger, pool));
-    scratch.drop().await?;
     Ok(ReassignFigures {
         rows,
         page_size,

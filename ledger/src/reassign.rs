@@ -518,7 +518,10 @@ async fn process(
             run.now,
         )
     });
-    let last_request_id = run_events.last().map(|event| event.event_id).unwrap_or_default();
+    let last_request_id = run_events
+        .last()
+        .map(|event| event.event_id)
+        .unwrap_or_default();
     store::append(
         &tx,
         &[StreamAppend {

@@ -281,7 +281,7 @@ impl PostgresServer {
             .args(["-c", "listen_addresses=127.0.0.1", "-c"])
             .arg(format!("port={}", self.port))
             .args(["-c", "unix_socket_directories="])
-            .args(["-c", "wal_level=logical"])
+            .args(["-c", "wal_level=logical", "-c", "wal_writer_delay=10ms"])
             .args(["-c", "max_wal_senders=64", "-c", "max_replication_slots=64"])
             .args(["-c", "max_connections=300"])
             // The machine does not crash under a test; the server may.
