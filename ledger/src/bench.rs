@@ -87,13 +87,26 @@ impl ScratchDatabase {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        admin
-            .batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .await?;
-        Ok(())
+        // FORCE cannot end an autovacuum worker for a role without pg_signal_backend; those
+        // finish or give way within moments.
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let mut attempts = 0;
+        loop {
+            match admin.batch_execute(&drop).await {
+                Ok(()) => return Ok(()),
+                Err(error) if attempts < 50 => {
+                    attempts += 1;
+                    tracing::debug!(%error, "scratch database busy; retrying the drop");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => {
+                    return Err(anyhow::anyhow!(
+                        "cannot drop scratch database {}: {error}; drop it by hand",
+                        self.name
+                    ));
+                }
+            }
+        }
     }
 }
 
@@ -626,10 +639,7 @@ pub async fn latency(
         database_url: scratch.url.clone(),
         slot,
         topic_prefix: prefix,
-        kafka: std::collections::BTreeMap::from([
-            ("bootstrap.servers".into(), brokers.into()),
-            ("linger.ms".into(), "1".into()),
-        ]),
+        kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
         metrics_listen: None,
         status_interval_ms: 100,
         ..RelayConfig::default()
@@ -894,6 +904,10 @@ async fn reassign_in(
     let chained_old = contact("TX").await?.contact_id;
     seed("TX", chained_old).await?;
     wait_for_relay(&client, &slot).await?;
+    // Both approaches start from vacuumed, analyzed tables, so autovacuum does not land in
+    // one of them by chance.
+    let settle = "VACUUM ANALYZE assignments, events, outbox, reassignment_runs, reassignment_pages";
+    client.batch_execute(settle).await?;
 
     eprintln!("single transaction: {rows} REPLACEs…");
     let started = Instant::now();
@@ -906,6 +920,7 @@ async fn reassign_in(
         "the single transaction moved {moved} of {rows}"
     );
     wait_for_relay(&client, &slot).await?;
+    client.batch_execute(settle).await?;
 
     eprintln!("chained pages of {page_size} through relay, broker and {workers} worker(s)…");
     let chained = supersede(chained_old).await?;
