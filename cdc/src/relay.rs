@@ -178,6 +178,12 @@ async fn session(
                     // commit order, so its rows are published as they arrive; the slot is
                     // confirmed past it only after its Commit and every acknowledgement.
                     ReplicationEvent::Begin { final_lsn, xid, commit_time_micros } => {
+                        if transaction.is_some() {
+                            // An unclosed transaction would hold the slot back forever.
+                            return Err(RelayError::Replication(PgWireError::Protocol(
+                                "a Begin inside a transaction".into(),
+                            )));
+                        }
                         let commit = CommitInfo {
                             commit_lsn: final_lsn.as_u64(),
                             xid,
