@@ -906,7 +906,8 @@ async fn reassign_in(
     wait_for_relay(&client, &slot).await?;
     // Both approaches start from vacuumed, analyzed tables, so autovacuum does not land in
     // one of them by chance.
-    let settle = "VACUUM ANALYZE assignments, events, outbox, reassignment_runs, reassignment_pages";
+    let settle =
+        "VACUUM ANALYZE assignments, events, outbox, reassignment_runs, reassignment_pages";
     client.batch_execute(settle).await?;
 
     eprintln!("single transaction: {rows} REPLACEs…");

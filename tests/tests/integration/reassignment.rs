@@ -836,3 +836,59 @@ async fn two_runs_racing_for_the_same_rows_skip_cleanly() -> anyhow::Result<()> 
     assert_all_moved(&seeded, old, new).await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_poison_rows_than_a_page_cannot_starve_the_rows_behind_them() -> anyhow::Result<()> {
+    // The bounded-read starvation case: every row of the first pages fails for good, and a
+    // page holds fewer rows than fail. The cursor must still move past them to the rows
+    // that can move.
+    let (database, _topics, relay, config) = relayed().await?;
+    let worker = RunningWorker::start(config.clone());
+    let api = TestApi::new(&database)?;
+    let created = api
+        .post("/v1/contacts", contact_body(TX, "First Office"))
+        .await;
+    let contact_id: Uuid = created.str("contact_id").parse()?;
+    let future = Utc::now() + chrono::Duration::minutes(4);
+    let mut poisoned = Vec::new();
+    for _ in 0..12 {
+        let business = Uuid::now_v7();
+        let reply = api
+            .post(
+                "/v1/assignments",
+                json!({"business_id": business, "jurisdiction": TX, "effective_at": future}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        poisoned.push(business);
+    }
+    let businesses = ra_ledger::seed::assignments(
+        api.ledger.pool(),
+        Jurisdiction::parse("jurisdiction", TX)?,
+        contact_id,
+        8,
+        1_000,
+        |_| {},
+    )
+    .await?;
+    let seeded = Seeded {
+        api,
+        client: database.connect().await?,
+        contact_id,
+        businesses,
+    };
+    let (run_id, new) = supersede(&seeded.api, contact_id, 5).await;
+    let status = wait_for_run(&database, run_id, Duration::from_secs(120), completed).await?;
+    // Pages: 5 poisoned, 5 poisoned, 2 poisoned + 3 good, 5 good, then the empty short page.
+    assert_eq!(
+        (status.replaced, status.failed, status.pages),
+        (8, 12, 5),
+        "{status:#?}"
+    );
+    let failed: HashSet<Uuid> = status.failures.iter().map(|f| f.business_id).collect();
+    assert_eq!(failed, poisoned.into_iter().collect::<HashSet<_>>());
+    assert_all_moved(&seeded, contact_id, new).await;
+    worker.stop().await?;
+    relay.stop().await?;
+    Ok(())
+}
