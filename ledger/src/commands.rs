@@ -233,6 +233,8 @@ impl Ledger {
         }
         let expected = command.expected_version.unwrap_or(old.version);
         let jurisdiction = Jurisdiction::parse("jurisdiction", &old.jurisdiction)?;
+        // No assignment may commit on the old contact after this supersede commits.
+        queries::lock_primary_contact(&tx, jurisdiction).await?;
         let new_id = Uuid::now_v7();
         let appends = [
             StreamAppend {
@@ -318,8 +320,16 @@ impl Ledger {
         let tx = client.transaction().await?;
         let aggregate_id = registration_id(command.business_id, jurisdiction);
         let stream = [format!("{ASSIGNMENT_AGGREGATE}-{aggregate_id}")];
-        // Both lookups travel in one round trip (tokio-postgres pipelines them).
-        let (context, heads) = tokio::try_join!(
+        // The lock and both lookups travel in one round trip (tokio-postgres pipelines
+        // them). The lock's statement is prepared first (a no-op once cached) and the
+        // futures are polled in order, so the lock is sent first; the server runs them in
+        // order, and the lookups see any supersede that committed while the lock waited.
+        let share = tx.prepare_cached(queries::SHARE_PRIMARY_CONTACT).await?;
+        let (class, object) = queries::primary_contact_lock(jurisdiction);
+        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&class, &object];
+        let (_, context, heads) = tokio::try_join!(
+            biased;
+            tx.query_one(&share, &lock_params),
             queries::assign_context(&tx, command.business_id, jurisdiction),
             store::heads(&tx, &stream),
         )?;

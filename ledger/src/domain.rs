@@ -59,6 +59,14 @@ impl Jurisdiction {
     pub fn code(self) -> &'static str {
         self.0
     }
+
+    /// A small number unique to the jurisdiction (its place in [`JURISDICTIONS`]).
+    pub fn ordinal(self) -> i32 {
+        JURISDICTIONS
+            .iter()
+            .position(|known| *known == self.0)
+            .map_or(-1, |index| index as i32)
+    }
 }
 
 impl std::str::FromStr for Jurisdiction {

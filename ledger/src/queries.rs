@@ -188,6 +188,37 @@ pub async fn assignment(
         .map(|row| AssignmentView::from_row(&row)))
 }
 
+/// Advisory lock class of "the primary contact of a jurisdiction" (the object id is the
+/// jurisdiction's ordinal).
+const PRIMARY_CONTACT_LOCK: i32 = 0x5241_4c01;
+
+/// SQL of the shared lock an `assign` takes on its jurisdiction's primary contact:
+/// `($1, $2)` = ([`PRIMARY_CONTACT_LOCK`], jurisdiction ordinal). It waits while a supersede
+/// in the jurisdiction is in progress; then no supersede can commit until the assign ends.
+/// So a subscription that commits after a supersede always got the new contact, and the
+/// reassignment run never misses an assignment committed behind its back.
+pub const SHARE_PRIMARY_CONTACT: &str = "SELECT pg_advisory_xact_lock_shared($1, $2)::text";
+
+/// Parameters of [`SHARE_PRIMARY_CONTACT`] for `jurisdiction`.
+pub fn primary_contact_lock(jurisdiction: Jurisdiction) -> (i32, i32) {
+    (PRIMARY_CONTACT_LOCK, jurisdiction.ordinal())
+}
+
+/// Waits until no `assign` in `jurisdiction` is reading or holding its primary contact,
+/// and keeps new ones waiting until this transaction ends: a supersede takes it.
+pub async fn lock_primary_contact(
+    client: &impl GenericClient,
+    jurisdiction: Jurisdiction,
+) -> Result<(), tokio_postgres::Error> {
+    cached::query_one(
+        client,
+        "SELECT pg_advisory_xact_lock($1, $2)::text",
+        &[&PRIMARY_CONTACT_LOCK, &jurisdiction.ordinal()],
+    )
+    .await
+    .map(drop)
+}
+
 /// What `assign` needs to know, in one round trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssignContext {

@@ -892,3 +892,79 @@ async fn more_poison_rows_than_a_page_cannot_starve_the_rows_behind_them() -> an
     relay.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assign_racing_a_supersede_never_lands_on_the_old_contact_afterwards()
+-> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let seeded = seeded(&database, 10).await?;
+    let old = seeded.contact_id;
+    let texas = Jurisdiction::parse("jurisdiction", TX)?;
+    // An assign in flight: it holds the jurisdiction's shared lock, as `assign` does from
+    // before it reads the primary contact until it commits.
+    let mut in_flight = database.connect().await?;
+    let assigning = in_flight.transaction().await?;
+    let (class, object) = ra_ledger::queries::primary_contact_lock(texas);
+    assigning
+        .query_one(
+            ra_ledger::queries::SHARE_PRIMARY_CONTACT,
+            &[&class, &object],
+        )
+        .await?;
+    let lock_waits = || async {
+        count(
+            &seeded.client,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event = 'advisory'",
+            &[],
+        )
+        .await
+    };
+    // The supersede waits for it...
+    let supersede = tokio::spawn({
+        let api = seeded.api.clone();
+        async move { supersede(&api, old, 100).await }
+    });
+    for _ in 0..200 {
+        if lock_waits().await >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        lock_waits().await,
+        1,
+        "the supersede waits for the assign in flight"
+    );
+    assert!(!supersede.is_finished());
+    // ...and an assign that arrives meanwhile waits for the supersede, then gets the new
+    // contact.
+    let late = Uuid::now_v7();
+    let assign = tokio::spawn({
+        let api = seeded.api.clone();
+        async move {
+            api.post(
+                "/v1/assignments",
+                json!({"business_id": late, "jurisdiction": TX}),
+            )
+            .await
+        }
+    });
+    for _ in 0..200 {
+        if lock_waits().await >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        lock_waits().await,
+        2,
+        "the late assign queues behind the supersede"
+    );
+    assigning.commit().await?;
+    let (_, new) = supersede.await?;
+    let assigned = assign.await?;
+    assert_eq!(assigned.status, StatusCode::CREATED, "{:?}", assigned.body);
+    assert_eq!(assigned.body["contact_id"], json!(new.to_string()));
+    Ok(())
+}
