@@ -88,23 +88,6 @@ impl AckTracker {
         self.settle();
     }
 
-    /// Registers a whole committed transaction carrying `messages` messages: open, sent
-    /// `messages` times, close. A transaction with none (a heartbeat, or changes to other
-    /// tables) is confirmable as soon as everything before it is.
-    pub fn begin(
-        &mut self,
-        end_lsn: u64,
-        commit_time_micros: i64,
-        messages: usize,
-    ) -> TransactionSeq {
-        let seq = self.open(commit_time_micros);
-        for _ in 0..messages {
-            self.sent(seq);
-        }
-        self.close(seq, end_lsn);
-        seq
-    }
-
     fn entry(&mut self, seq: TransactionSeq) -> &mut Pending {
         self.pending
             .iter_mut()
@@ -168,6 +151,23 @@ impl AckTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl AckTracker {
+        /// A whole committed transaction of `messages` messages: open, sent, close.
+        fn begin(
+            &mut self,
+            end_lsn: u64,
+            commit_time_micros: i64,
+            messages: usize,
+        ) -> TransactionSeq {
+            let seq = self.open(commit_time_micros);
+            for _ in 0..messages {
+                self.sent(seq);
+            }
+            self.close(seq, end_lsn);
+            seq
+        }
+    }
 
     #[test]
     fn confirms_only_up_to_the_first_unacknowledged_transaction() {

@@ -66,6 +66,24 @@ impl ScratchDatabase {
         Ok(slot)
     }
 
+    /// A relay on this database's `slot`, publishing under `topic_prefix` to `brokers`,
+    /// without a metrics endpoint.
+    pub fn relay_config(
+        &self,
+        slot: String,
+        topic_prefix: String,
+        brokers: &str,
+    ) -> ra_ledger_cdc::config::RelayConfig {
+        ra_ledger_cdc::config::RelayConfig {
+            database_url: self.url.clone(),
+            slot,
+            topic_prefix,
+            kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
+            metrics_listen: None,
+            ..Default::default()
+        }
+    }
+
     /// Drops the database.
     pub async fn drop(self) -> anyhow::Result<()> {
         let admin = db::connect(&self.admin_url, "ledger-bench").await?;
@@ -400,8 +418,6 @@ pub async fn relay(
     rows: u64,
     per_transaction: u64,
 ) -> anyhow::Result<RelayFigures> {
-    use ra_ledger_cdc::config::RelayConfig;
-
     let scratch = ScratchDatabase::create(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let recvlogical_slot = scratch.create_slot(&client, "recvlogical").await?;
@@ -434,14 +450,7 @@ pub async fn relay(
         format!("{prefix}relay.assignment"),
     ];
     create_topics(brokers, &topics).await?;
-    let relay_config = RelayConfig {
-        database_url: scratch.url.clone(),
-        slot: relay_slot,
-        topic_prefix: format!("{prefix}relay."),
-        kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
-        metrics_listen: None,
-        ..RelayConfig::default()
-    };
+    let relay_config = scratch.relay_config(relay_slot, format!("{prefix}relay."), brokers);
 
     // Ceiling 2: the same messages produced by rdkafka alone, same producer settings.
     let payloads: Vec<(Uuid, String)> = client
@@ -636,13 +645,8 @@ pub async fn latency(
     }
     consumer.assign(&assignment)?;
     let relay_config = RelayConfig {
-        database_url: scratch.url.clone(),
-        slot,
-        topic_prefix: prefix,
-        kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
-        metrics_listen: None,
         status_interval_ms: 100,
-        ..RelayConfig::default()
+        ..scratch.relay_config(slot, prefix, brokers)
     };
     let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -803,13 +807,8 @@ async fn reassign_in(
     let _stop = shutdown.clone().drop_guard();
     let relay = tokio::spawn(ra_ledger_cdc::relay::run(
         RelayConfig {
-            database_url: scratch.url.clone(),
-            slot: slot.clone(),
-            topic_prefix: prefix.clone(),
-            kafka: std::collections::BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
-            metrics_listen: None,
             status_interval_ms: 100,
-            ..RelayConfig::default()
+            ..scratch.relay_config(slot.clone(), prefix.clone(), brokers)
         },
         std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default()),
         shutdown.clone(),

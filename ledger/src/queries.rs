@@ -210,10 +210,11 @@ pub async fn lock_primary_contact(
     client: &impl GenericClient,
     jurisdiction: Jurisdiction,
 ) -> Result<(), tokio_postgres::Error> {
+    let (class, object) = primary_contact_lock(jurisdiction);
     cached::query_one(
         client,
         "SELECT pg_advisory_xact_lock($1, $2)::text",
-        &[&PRIMARY_CONTACT_LOCK, &jurisdiction.ordinal()],
+        &[&class, &object],
     )
     .await
     .map(drop)

@@ -85,19 +85,17 @@ pub async fn start_in(
 ) -> Result<RunStarted, CommandError> {
     let jurisdiction = Jurisdiction::parse("jurisdiction", &old.jurisdiction)?;
     let run_id = Uuid::now_v7();
-    let request = NewEvent::new(
-        Event::ReassignmentPageRequested(v1::ReassignmentPageRequested {
-            run_id: run_id.to_string(),
-            old_contact_id: old.contact_id.to_string(),
-            new_contact_id: new_contact_id.to_string(),
-            jurisdiction: jurisdiction.code().to_owned(),
-            page: 1,
-            cursor: String::new(),
-            page_size,
-        }),
-        now,
-    );
-    let request_id = request.event_id;
+    let first = PageRequest {
+        request_id: Uuid::now_v7(),
+        run_id,
+        old_contact_id: old.contact_id,
+        new_contact_id,
+        page: 1,
+        cursor: None,
+        page_size,
+    };
+    let request_id = first.request_id;
+    let request = first.event(jurisdiction.code(), now);
     record(
         tx,
         &[StreamAppend {
@@ -162,6 +160,23 @@ pub struct PageRequest {
 }
 
 impl PageRequest {
+    /// The `ReassignmentPageRequested` event carrying this request (its id is the event id).
+    fn event(&self, jurisdiction: &str, effective_at: DateTime<Utc>) -> NewEvent {
+        NewEvent {
+            event_id: self.request_id,
+            event: Event::ReassignmentPageRequested(v1::ReassignmentPageRequested {
+                run_id: self.run_id.to_string(),
+                old_contact_id: self.old_contact_id.to_string(),
+                new_contact_id: self.new_contact_id.to_string(),
+                jurisdiction: jurisdiction.to_owned(),
+                page: self.page,
+                cursor: self.cursor.map(|c| c.to_string()).unwrap_or_default(),
+                page_size: self.page_size,
+            }),
+            effective_at,
+        }
+    }
+
     /// The request an envelope carries; `Ok(None)` for any other event.
     pub fn from_envelope(envelope: &v1::Envelope) -> Result<Option<Self>, String> {
         let Some(Event::ReassignmentPageRequested(request)) = &envelope.event else {
@@ -249,7 +264,7 @@ pub struct PageFailed {
 }
 
 /// Handles one page request: processes the page if the fence admits it. A failed attempt
-/// is recorded on the run; after `max_attempts` of them the page runs row by row, so a
+/// is recorded on the run; once `max_attempts` are recorded the page runs row by row, so a
 /// poison row is recorded as failed instead of blocking the chain.
 pub async fn handle(
     pool: &Pool,
@@ -263,43 +278,28 @@ pub async fn handle(
         source,
     };
     let mut client = pool.get().await.map_err(|e| failed(0, e.into()))?;
-    let attempts_so_far = page_attempts(&client, request.run_id)
+    let error = match process(&mut client, request, max_attempts).await {
+        Ok(outcome) => return Ok(outcome),
+        Err(error) => error,
+    };
+    let attempts = record_attempt(&client, request, &error.to_string())
         .await
         .map_err(|e| failed(0, e))?;
-    let isolated = attempts_so_far >= max_attempts;
-    match process(&mut client, request, isolated).await {
-        Ok(outcome) => Ok(outcome),
-        Err(error) if isolated => Err(failed(attempts_so_far, error)),
-        Err(error) => {
-            let attempts = record_attempt(&client, request, &error.to_string())
+    match attempts {
+        // The run moved on meanwhile: this request is stale now.
+        None => Ok(PageOutcome::Stale {
+            reason: "the run moved past this page while it failed".into(),
+        }),
+        // The limit is reached just now: go row by row at once.
+        Some(attempts) if attempts == max_attempts => {
+            tracing::warn!(run = %request.run_id, page = request.page, attempts, %error,
+                "page keeps failing; processing it row by row");
+            process(&mut client, request, max_attempts)
                 .await
-                .map_err(|e| failed(0, e))?;
-            match attempts {
-                // The run moved on meanwhile: this request is stale now.
-                None => Ok(PageOutcome::Stale {
-                    reason: "the run moved past this page while it failed".into(),
-                }),
-                Some(attempts) if attempts >= max_attempts => {
-                    tracing::warn!(run = %request.run_id, page = request.page, attempts, %error,
-                        "page keeps failing; processing it row by row");
-                    process(&mut client, request, true)
-                        .await
-                        .map_err(|e| failed(attempts, e))
-                }
-                Some(attempts) => Err(failed(attempts, error)),
-            }
+                .map_err(|e| failed(attempts, e))
         }
+        Some(attempts) => Err(failed(attempts, error)),
     }
-}
-
-async fn page_attempts(client: &impl GenericClient, run_id: Uuid) -> Result<u32, CommandError> {
-    let row = cached::query_opt(
-        client,
-        "SELECT page_attempts FROM reassignment_runs WHERE run_id = $1",
-        &[&run_id],
-    )
-    .await?;
-    Ok(row.map_or(0, |row| row.get::<_, i32>(0) as u32))
 }
 
 /// Counts a failed whole-page attempt on the run, if the request is still current.
@@ -330,6 +330,9 @@ struct LockedRun {
     status: String,
     cursor: Option<Uuid>,
     pages: i32,
+    replaced: i64,
+    skipped: i64,
+    failed: i64,
     page_attempts: i32,
     jurisdiction: String,
     requested_by: String,
@@ -338,10 +341,12 @@ struct LockedRun {
     now: DateTime<Utc>,
 }
 
+/// One attempt at a page, in one transaction. After `max_attempts` recorded failures the
+/// page runs row by row.
 async fn process(
     client: &mut deadpool_postgres::Object,
     request: &PageRequest,
-    isolated: bool,
+    max_attempts: u32,
 ) -> Result<PageOutcome, CommandError> {
     let began = Instant::now();
     let tx = client.transaction().await?;
@@ -349,8 +354,8 @@ async fn process(
         .await?;
     let Some(row) = cached::query_opt(
         &tx,
-        "SELECT r.status, r.cursor, r.pages, r.page_attempts, r.jurisdiction, r.requested_by, \
-                r.correlation_id, c.created_at, now() \
+        "SELECT r.status, r.cursor, r.pages, r.replaced, r.skipped, r.failed, r.page_attempts, \
+                r.jurisdiction, r.requested_by, r.correlation_id, c.created_at, now() \
          FROM reassignment_runs r JOIN contacts c ON c.contact_id = r.new_contact_id \
          WHERE r.run_id = $1 FOR UPDATE OF r",
         &[&request.run_id],
@@ -363,13 +368,17 @@ async fn process(
         status: row.get(0),
         cursor: row.get(1),
         pages: row.get(2),
-        page_attempts: row.get(3),
-        jurisdiction: row.get(4),
-        requested_by: row.get(5),
-        correlation_id: row.get(6),
-        new_contact_created_at: row.get(7),
-        now: row.get(8),
+        replaced: row.get(3),
+        skipped: row.get(4),
+        failed: row.get(5),
+        page_attempts: row.get(6),
+        jurisdiction: row.get(7),
+        requested_by: row.get(8),
+        correlation_id: row.get(9),
+        new_contact_created_at: row.get(10),
+        now: row.get(11),
     };
+    let isolated = run.page_attempts as u32 >= max_attempts;
     if run.status != "running" {
         return Ok(PageOutcome::Stale {
             reason: format!("the run is {}", run.status),
@@ -472,24 +481,12 @@ async fn process(
             )
         })
         .collect();
-    let totals = cached::query_one(
-        &tx,
-        "UPDATE reassignment_runs SET cursor = $2, pages = pages + 1, replaced = replaced + $3, \
-         skipped = skipped + $4, failed = failed + $5, page_attempts = 0, last_error = NULL, \
-         status = CASE WHEN $6 THEN 'completed' ELSE status END, \
-         completed_at = CASE WHEN $6 THEN clock_timestamp() END, \
-         updated_at = clock_timestamp() \
-         WHERE run_id = $1 RETURNING pages, replaced, skipped, failed",
-        &[
-            &request.run_id,
-            &cursor_to,
-            &(replaced as i64),
-            &(skipped as i64),
-            &(failures.len() as i64),
-            &completed,
-        ],
-    )
-    .await?;
+    let pages = run.pages + 1;
+    let totals = (
+        run.replaced + replaced as i64,
+        run.skipped + skipped as i64,
+        run.failed + failures.len() as i64,
+    );
     run_events.push(if completed {
         NewEvent::new(
             Event::ReassignmentCompleted(v1::ReassignmentCompleted {
@@ -497,26 +494,21 @@ async fn process(
                 old_contact_id: request.old_contact_id.to_string(),
                 new_contact_id: request.new_contact_id.to_string(),
                 jurisdiction: jurisdiction.code().to_owned(),
-                pages: totals.get::<_, i32>(0) as u32,
-                replaced: totals.get::<_, i64>(1) as u64,
-                skipped: totals.get::<_, i64>(2) as u64,
-                failed: totals.get::<_, i64>(3) as u64,
+                pages: pages as u32,
+                replaced: totals.0 as u64,
+                skipped: totals.1 as u64,
+                failed: totals.2 as u64,
             }),
             run.now,
         )
     } else {
-        NewEvent::new(
-            Event::ReassignmentPageRequested(v1::ReassignmentPageRequested {
-                run_id: request.run_id.to_string(),
-                old_contact_id: request.old_contact_id.to_string(),
-                new_contact_id: request.new_contact_id.to_string(),
-                jurisdiction: jurisdiction.code().to_owned(),
-                page: request.page + 1,
-                cursor: cursor_to.map(|c| c.to_string()).unwrap_or_default(),
-                page_size: request.page_size,
-            }),
-            run.now,
-        )
+        PageRequest {
+            request_id: Uuid::now_v7(),
+            page: request.page + 1,
+            cursor: cursor_to,
+            ..request.clone()
+        }
+        .event(jurisdiction.code(), run.now)
     });
     let last_request_id = run_events
         .last()
@@ -557,21 +549,25 @@ async fn process(
         )
         .await?;
     }
+    // Progress and the page's record come last, so `finished_at` and the longest page
+    // cover all of the page's work.
     cached::execute(
         &tx,
         "WITH page AS ( \
              INSERT INTO reassignment_pages (run_id, page, cursor_from, cursor_to, candidates, \
              replaced, skipped, failed, isolated, started_at, finished_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now(), clock_timestamp())) \
-         UPDATE reassignment_runs SET last_request_id = $10, \
+         UPDATE reassignment_runs SET cursor = $4, pages = $2, replaced = $11, skipped = $12, \
+             failed = $13, page_attempts = 0, last_error = NULL, last_request_id = $10, \
+             status = CASE WHEN $14 THEN 'completed' ELSE status END, \
+             completed_at = CASE WHEN $14 THEN clock_timestamp() END, \
              longest_page_ms = greatest(longest_page_ms, \
                  extract(epoch FROM clock_timestamp() - now()) * 1000), \
-             updated_at = clock_timestamp(), \
-             completed_at = CASE WHEN status = 'completed' THEN clock_timestamp() END \
+             updated_at = clock_timestamp() \
          WHERE run_id = $1",
         &[
             &request.run_id,
-            &(request.page as i32),
+            &pages,
             &request.cursor,
             &cursor_to,
             &(candidates.len() as i32),
@@ -580,6 +576,10 @@ async fn process(
             &(failures.len() as i32),
             &isolated,
             &last_request_id,
+            &totals.0,
+            &totals.1,
+            &totals.2,
+            &completed,
         ],
     )
     .await?;
@@ -671,26 +671,17 @@ pub async fn resume(pool: &Pool, run_id: Uuid) -> Result<PageRequest, CommandErr
             "run {run_id} is {status}; start a new run to repoint what is left"
         )));
     }
-    let cursor: Option<Uuid> = row.get(1);
-    let page = row.get::<_, i32>(2) as u32 + 1;
-    let old_contact_id: Uuid = row.get(3);
-    let new_contact_id: Uuid = row.get(4);
-    let jurisdiction: String = row.get(5);
-    let page_size = row.get::<_, i32>(6) as u32;
+    let request = PageRequest {
+        request_id: Uuid::now_v7(),
+        run_id,
+        old_contact_id: row.get(3),
+        new_contact_id: row.get(4),
+        page: row.get::<_, i32>(2) as u32 + 1,
+        cursor: row.get(1),
+        page_size: row.get::<_, i32>(6) as u32,
+    };
+    let jurisdiction: &str = row.get(5);
     let now: DateTime<Utc> = row.get(10);
-    let event = NewEvent::new(
-        Event::ReassignmentPageRequested(v1::ReassignmentPageRequested {
-            run_id: run_id.to_string(),
-            old_contact_id: old_contact_id.to_string(),
-            new_contact_id: new_contact_id.to_string(),
-            jurisdiction,
-            page,
-            cursor: cursor.map(|c| c.to_string()).unwrap_or_default(),
-            page_size,
-        }),
-        now,
-    );
-    let request_id = event.event_id;
     let metadata = Metadata {
         actor: row.get(7),
         correlation_id: row.get(8),
@@ -702,7 +693,7 @@ pub async fn resume(pool: &Pool, run_id: Uuid) -> Result<PageRequest, CommandErr
             aggregate_type: REASSIGNMENT_AGGREGATE,
             aggregate_id: run_id.to_string(),
             expected_version: None,
-            events: vec![event],
+            events: vec![request.event(jurisdiction, now)],
         }],
         &metadata,
         now,
@@ -712,19 +703,11 @@ pub async fn resume(pool: &Pool, run_id: Uuid) -> Result<PageRequest, CommandErr
         &tx,
         "UPDATE reassignment_runs SET last_request_id = $2, updated_at = clock_timestamp() \
          WHERE run_id = $1",
-        &[&run_id, &request_id],
+        &[&run_id, &request.request_id],
     )
     .await?;
     tx.commit().await?;
-    Ok(PageRequest {
-        request_id,
-        run_id,
-        old_contact_id,
-        new_contact_id,
-        page,
-        cursor,
-        page_size,
-    })
+    Ok(request)
 }
 
 /// A run's progress, as `GET /v1/reassignment-runs/{id}` shows it.
@@ -1088,6 +1071,26 @@ mod tests {
             ..v1::Envelope::default()
         };
         assert_eq!(PageRequest::from_envelope(&other), Ok(None));
+    }
+
+    #[test]
+    fn a_request_survives_its_event() {
+        let request = PageRequest {
+            request_id: Uuid::now_v7(),
+            run_id: Uuid::now_v7(),
+            old_contact_id: Uuid::now_v7(),
+            new_contact_id: Uuid::now_v7(),
+            page: 7,
+            cursor: Some(Uuid::now_v7()),
+            page_size: 250,
+        };
+        let event = request.event("TX", Utc::now());
+        let envelope = v1::Envelope {
+            event_id: event.event_id.to_string(),
+            event: Some(event.event),
+            ..v1::Envelope::default()
+        };
+        assert_eq!(PageRequest::from_envelope(&envelope), Ok(Some(request)));
     }
 
     #[test]

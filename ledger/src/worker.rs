@@ -62,11 +62,6 @@ pub struct WorkerMetrics {
 }
 
 impl WorkerMetrics {
-    /// Pages processed so far.
-    pub fn pages(&self) -> u64 {
-        self.pages.load(Ordering::Relaxed)
-    }
-
     /// Stale requests dropped so far.
     pub fn stale(&self) -> u64 {
         self.stale.load(Ordering::Relaxed)

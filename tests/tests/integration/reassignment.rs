@@ -29,12 +29,37 @@ struct Seeded {
 }
 
 async fn seeded(database: &TestDatabase, rows: usize) -> anyhow::Result<Seeded> {
+    Ok(poisoned_then_seeded(database, 0, rows).await?.0)
+}
+
+/// Like [`seeded`], after first assigning `poisoned` businesses that take effect four
+/// minutes from now (within the clock skew the ledger accepts). Their REPLACE now would
+/// reorder their streams' history, which the ledger refuses on every attempt. They have the
+/// lowest ids: first in the first pages. Returns them too.
+async fn poisoned_then_seeded(
+    database: &TestDatabase,
+    poisoned: usize,
+    rows: usize,
+) -> anyhow::Result<(Seeded, Vec<Uuid>)> {
     let api = TestApi::new(database)?;
     let created = api
         .post("/v1/contacts", contact_body(TX, "First Office"))
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
     let contact_id: Uuid = created.str("contact_id").parse()?;
+    let future = Utc::now() + chrono::Duration::minutes(4);
+    let mut poison = Vec::new();
+    for _ in 0..poisoned {
+        let business = Uuid::now_v7();
+        let reply = api
+            .post(
+                "/v1/assignments",
+                json!({"business_id": business, "jurisdiction": TX, "effective_at": future}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        poison.push(business);
+    }
     let businesses = ra_ledger::seed::assignments(
         api.ledger.pool(),
         Jurisdiction::parse("jurisdiction", TX)?,
@@ -44,12 +69,13 @@ async fn seeded(database: &TestDatabase, rows: usize) -> anyhow::Result<Seeded> 
         |_| {},
     )
     .await?;
-    Ok(Seeded {
+    let seeded = Seeded {
         api,
         client: database.connect().await?,
         contact_id,
         businesses,
-    })
+    };
+    Ok((seeded, poison))
 }
 
 /// A fresh database and topics, the relay between them, and a worker configuration.
@@ -606,38 +632,8 @@ async fn a_poison_row_in_the_first_page_is_recorded_and_the_chain_moves_past_it(
 -> anyhow::Result<()> {
     let (database, _topics, relay, config) = relayed().await?;
     let worker = RunningWorker::start(config.clone());
-    let api = TestApi::new(&database)?;
-    let created = api
-        .post("/v1/contacts", contact_body(TX, "First Office"))
-        .await;
-    let contact_id: Uuid = created.str("contact_id").parse()?;
-    // The poison: an assignment that takes effect four minutes from now (within the clock
-    // skew the ledger accepts). Its REPLACE now would reorder its stream's history, which
-    // the ledger refuses, on every attempt. It has the lowest id: first in the first page.
-    let poisoned_business = Uuid::now_v7();
-    let future = Utc::now() + chrono::Duration::minutes(4);
-    let poison = api
-        .post(
-            "/v1/assignments",
-            json!({"business_id": poisoned_business, "jurisdiction": TX, "effective_at": future}),
-        )
-        .await;
-    assert_eq!(poison.status, StatusCode::CREATED, "{:?}", poison.body);
-    let businesses = ra_ledger::seed::assignments(
-        api.ledger.pool(),
-        Jurisdiction::parse("jurisdiction", TX)?,
-        contact_id,
-        249,
-        1_000,
-        |_| {},
-    )
-    .await?;
-    let seeded = Seeded {
-        api,
-        client: database.connect().await?,
-        contact_id,
-        businesses,
-    };
+    let (seeded, poison) = poisoned_then_seeded(&database, 1, 249).await?;
+    let (contact_id, poisoned_business) = (seeded.contact_id, poison[0]);
     let (run_id, new) = supersede(&seeded.api, contact_id, 100).await;
     let status = wait_for_run(&database, run_id, Duration::from_secs(120), completed).await?;
     assert_eq!(
@@ -844,39 +840,8 @@ async fn more_poison_rows_than_a_page_cannot_starve_the_rows_behind_them() -> an
     // that can move.
     let (database, _topics, relay, config) = relayed().await?;
     let worker = RunningWorker::start(config.clone());
-    let api = TestApi::new(&database)?;
-    let created = api
-        .post("/v1/contacts", contact_body(TX, "First Office"))
-        .await;
-    let contact_id: Uuid = created.str("contact_id").parse()?;
-    let future = Utc::now() + chrono::Duration::minutes(4);
-    let mut poisoned = Vec::new();
-    for _ in 0..12 {
-        let business = Uuid::now_v7();
-        let reply = api
-            .post(
-                "/v1/assignments",
-                json!({"business_id": business, "jurisdiction": TX, "effective_at": future}),
-            )
-            .await;
-        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
-        poisoned.push(business);
-    }
-    let businesses = ra_ledger::seed::assignments(
-        api.ledger.pool(),
-        Jurisdiction::parse("jurisdiction", TX)?,
-        contact_id,
-        8,
-        1_000,
-        |_| {},
-    )
-    .await?;
-    let seeded = Seeded {
-        api,
-        client: database.connect().await?,
-        contact_id,
-        businesses,
-    };
+    let (seeded, poisoned) = poisoned_then_seeded(&database, 12, 8).await?;
+    let contact_id = seeded.contact_id;
     let (run_id, new) = supersede(&seeded.api, contact_id, 5).await;
     let status = wait_for_run(&database, run_id, Duration::from_secs(120), completed).await?;
     // Pages: 5 poisoned, 5 poisoned, 2 poisoned + 3 good, 5 good, then the empty short page.
