@@ -191,6 +191,28 @@ fn completed(status: &RunStatus) -> bool {
     status.status == "completed"
 }
 
+/// Sessions of the test's database waiting for a lock.
+async fn lock_waiters(client: &Client) -> i64 {
+    count(
+        client,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        &[],
+    )
+    .await
+}
+
+/// Waits until `n` sessions wait for a lock; panics with `why` after 10 s.
+async fn lock_waiters_reach(client: &Client, n: i64, why: &str) {
+    for _ in 0..200 {
+        if lock_waiters(client).await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{why}: {n} lock waiter(s) never showed up");
+}
+
 async fn max_pages_in_flight(client: &Client, run_id: Uuid) -> i64 {
     reassign::max_pages_in_flight(client, run_id)
         .await
@@ -785,37 +807,16 @@ async fn two_runs_racing_for_the_same_rows_skip_cleanly() -> anyhow::Result<()> 
         &[&old],
     )
     .await?;
-    let waiting = |n: i64| {
-        let client = &seeded.client;
-        async move {
-            for _ in 0..200 {
-                let waiting: i64 = client
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity \
-                         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                        &[],
-                    )
-                    .await
-                    .expect("pg_stat_activity")
-                    .get(0);
-                if waiting >= n {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            panic!("{n} pages never queued on the row lock");
-        }
-    };
     let a = tokio::spawn({
         let pool = pool.clone();
         async move { reassign::handle(&pool, &first, 3).await }
     });
-    waiting(1).await;
+    lock_waiters_reach(&seeded.client, 1, "the first page queues on the row lock").await;
     let b = tokio::spawn({
         let pool = pool.clone();
         async move { reassign::handle(&pool, &second, 3).await }
     });
-    waiting(2).await;
+    lock_waiters_reach(&seeded.client, 2, "the second page queues behind it").await;
     hold.rollback().await?;
     let reports: Vec<(usize, usize)> = [a.await??, b.await??]
         .into_iter()
@@ -876,31 +877,18 @@ async fn an_assign_racing_a_supersede_never_lands_on_the_old_contact_afterwards(
             &[&class, &object],
         )
         .await?;
-    let lock_waits = || async {
-        count(
-            &seeded.client,
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event = 'advisory'",
-            &[],
-        )
-        .await
-    };
     // The supersede waits for it...
     let supersede = tokio::spawn({
         let api = seeded.api.clone();
         async move { supersede(&api, old, 100).await }
     });
-    for _ in 0..200 {
-        if lock_waits().await >= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(
-        lock_waits().await,
+    lock_waiters_reach(
+        &seeded.client,
         1,
-        "the supersede waits for the assign in flight"
-    );
+        "the supersede waits for the assign in flight",
+    )
+    .await;
+    assert_eq!(lock_waiters(&seeded.client).await, 1);
     assert!(!supersede.is_finished());
     // ...and an assign that arrives meanwhile waits for the supersede, then gets the new
     // contact.
@@ -915,17 +903,13 @@ async fn an_assign_racing_a_supersede_never_lands_on_the_old_contact_afterwards(
             .await
         }
     });
-    for _ in 0..200 {
-        if lock_waits().await >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(
-        lock_waits().await,
+    lock_waiters_reach(
+        &seeded.client,
         2,
-        "the late assign queues behind the supersede"
-    );
+        "the late assign queues behind the supersede",
+    )
+    .await;
+    assert_eq!(lock_waiters(&seeded.client).await, 2);
     assigning.commit().await?;
     let (_, new) = supersede.await?;
     let assigned = assign.await?;
