@@ -981,7 +981,7 @@ async fn wait_run(pool: &Pool, run_id: Uuid) -> anyhow::Result<crate::reassign::
         let status = crate::reassign::status(&client, run_id)
             .await?
             .ok_or_else(|| anyhow::anyhow!("run {run_id} vanished"))?;
-        if status.status == "completed" {
+        if status.status == crate::reassign::RunState::Completed {
             return Ok(status);
         }
         anyhow::ensure!(

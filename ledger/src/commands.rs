@@ -1,76 +1,27 @@
-//! Commands: each runs in one transaction that appends its events, writes their outbox
-//! rows and updates the projections. A command that fails leaves no trace.
+//! Commands: each runs in one transaction that takes its locks, reads what it decides on,
+//! appends its events, writes their outbox rows and updates the projections. A command that
+//! fails leaves no trace; one that loses a deadlock runs again (see [`crate::write`] for
+//! the lock order every write follows).
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use ra_ledger_proto::v1::{self, envelope::Event};
 use serde::Deserialize;
-use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
+pub use crate::error::CommandError;
+
 use crate::domain::{
-    ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, ContactDetails, Jurisdiction, PostalAddress,
-    ValidationError, registration_id,
+    self, ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, ContactDetails, Jurisdiction, PostalAddress,
+    ValidationError, assignment_stream, contact_stream, registration_id,
 };
-use crate::projections::{self, ProjectionError};
-use crate::queries::{self, AssignmentView, ContactView};
+use crate::queries::{self, AssignmentView, ContactView, LockMode, PrimaryContactLock};
 use crate::reassign::{self, RunStarted};
-use crate::store::{self, AppendError, Metadata, NewEvent, RecordedEvent, StreamAppend};
+use crate::store::{self, Metadata, NewEvent, StreamAppend};
+use crate::write::{self, retrying};
 
 /// How far ahead of the server clock an `effective_at` may be (clock skew).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(5);
-
-/// Why a command was refused or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CommandError {
-    /// A field is invalid.
-    #[error(transparent)]
-    Validation(#[from] ValidationError),
-    /// Something the command refers to does not exist.
-    #[error("{what} {id} not found")]
-    NotFound {
-        /// Kind of thing.
-        what: &'static str,
-        /// Its id.
-        id: String,
-    },
-    /// The command conflicts with the current state or a concurrent writer.
-    #[error("{0}")]
-    Conflict(String),
-    /// The event store refused the append.
-    #[error(transparent)]
-    Append(#[from] AppendError),
-    /// Projecting failed: ledger and projections disagree.
-    #[error(transparent)]
-    Projection(#[from] ProjectionError),
-    /// No database connection.
-    #[error("no database connection: {0}")]
-    Pool(#[from] deadpool_postgres::PoolError),
-    /// The database failed.
-    #[error("database error: {0}")]
-    Database(tokio_postgres::Error),
-}
-
-impl From<tokio_postgres::Error> for CommandError {
-    /// Unique violations of the invariants' indexes are conflicts, not failures: they are
-    /// how a race between two commands is settled.
-    fn from(error: tokio_postgres::Error) -> Self {
-        if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-            match error.as_db_error().and_then(|db| db.constraint()) {
-                Some("contacts_one_primary") => {
-                    return Self::Conflict("the jurisdiction already has a primary contact".into());
-                }
-                Some("assignments_one_active") => {
-                    return Self::Conflict(
-                        "the business already has an active assignment in this jurisdiction".into(),
-                    );
-                }
-                _ => {}
-            }
-        }
-        Self::Database(error)
-    }
-}
 
 /// Create the first primary contact of a jurisdiction.
 #[derive(Debug, Clone, Deserialize)]
@@ -181,32 +132,52 @@ impl Ledger {
             address: command.address,
         }
         .validated()?;
+        let requested = requested_time(command.effective_at)?;
+        retrying(|| self.try_create_contact(jurisdiction, &details, requested, metadata)).await
+    }
+
+    async fn try_create_contact(
+        &self,
+        jurisdiction: Jurisdiction,
+        details: &ContactDetails,
+        requested: Option<DateTime<Utc>>,
+        metadata: &Metadata,
+    ) -> Result<ContactView, CommandError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let now = transaction_time(&tx).await?;
-        let effective_at = effective_at(command.effective_at, now)?;
-        if let Some(primary) = queries::primary_contact(&tx, jurisdiction).await? {
+        let contact_id = Uuid::now_v7();
+        // Creating the primary contact changes which contact is primary: exclusively.
+        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Exclusive).await?;
+        let streams = [contact_stream(contact_id)];
+        let (_, primary, heads) = tokio::try_join!(
+            biased;
+            lock.take(&tx),
+            queries::primary_contact(&tx, jurisdiction),
+            store::read_heads(&tx, &streams),
+        )?;
+        if let Some(primary) = primary {
             return Err(CommandError::Conflict(format!(
                 "{} already has primary contact {}; supersede it instead",
                 jurisdiction.code(),
                 primary.contact_id
             )));
         }
-        let contact_id = Uuid::now_v7();
-        let created = contact_created(contact_id, jurisdiction, &details, None);
+        let effective_at = effective_at(requested, heads.now)?;
+        let created = contact_created(contact_id, jurisdiction, details, None);
         let appends = [StreamAppend {
             aggregate_type: CONTACT_AGGREGATE,
             aggregate_id: contact_id.to_string(),
             expected_version: Some(0),
             events: vec![NewEvent::new(created, effective_at)],
         }];
-        record(&tx, &appends, metadata, now).await?;
+        write::record(&tx, &appends, &heads, metadata).await?;
         let contact = contact_in(&tx, contact_id).await?;
         tx.commit().await?;
         Ok(contact)
     }
 
-    /// Demotes a primary contact to on_file and creates its successor as primary.
+    /// Demotes a primary contact to on_file, creates its successor as primary and starts the
+    /// run that repoints the old contact's active assignments, in one transaction.
     pub async fn supersede_contact(
         &self,
         contact_id: Uuid,
@@ -219,28 +190,57 @@ impl Ledger {
         }
         .validated()?;
         let page_size = reassign::page_size(command.page_size)?;
+        let requested = requested_time(command.effective_at)?;
+        let expected_version = command.expected_version;
+        retrying(|| {
+            self.try_supersede(
+                contact_id,
+                &details,
+                requested,
+                expected_version,
+                page_size,
+                metadata,
+            )
+        })
+        .await
+    }
+
+    async fn try_supersede(
+        &self,
+        contact_id: Uuid,
+        details: &ContactDetails,
+        requested: Option<DateTime<Utc>>,
+        expected_version: Option<i64>,
+        page_size: u32,
+        metadata: &Metadata,
+    ) -> Result<Superseded, CommandError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let now = transaction_time(&tx).await?;
-        let effective_at = effective_at(command.effective_at, now)?;
-        let old = queries::contact(&tx, contact_id)
-            .await?
-            .ok_or_else(|| not_found("contact", contact_id))?;
+        let jurisdiction = jurisdiction_of_contact(&tx, contact_id).await?;
+        let new_id = Uuid::now_v7();
+        let streams = [contact_stream(contact_id), contact_stream(new_id)];
+        // Waits for every write in flight that put an assignment on the old contact, and
+        // holds off new ones until this commits: then they get the new contact. The contact
+        // is read again under the lock, so a supersede that won the race is seen.
+        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Exclusive).await?;
+        let (_, old, heads) = tokio::try_join!(
+            biased;
+            lock.take(&tx),
+            queries::contact(&tx, contact_id),
+            store::read_heads(&tx, &streams),
+        )?;
+        let old = old.ok_or_else(|| not_found("contact", contact_id))?;
         if let Some(successor) = old.superseded_by {
             return Err(CommandError::Conflict(format!(
                 "contact {contact_id} was already superseded by {successor}"
             )));
         }
-        let expected = command.expected_version.unwrap_or(old.version);
-        let jurisdiction = Jurisdiction::parse("jurisdiction", &old.jurisdiction)?;
-        // No assignment may commit on the old contact after this supersede commits.
-        queries::lock_primary_contact(&tx, jurisdiction).await?;
-        let new_id = Uuid::now_v7();
+        let effective_at = effective_at(requested, heads.now)?;
         let appends = [
             StreamAppend {
                 aggregate_type: CONTACT_AGGREGATE,
                 aggregate_id: contact_id.to_string(),
-                expected_version: Some(expected),
+                expected_version: Some(expected_version.unwrap_or(old.version)),
                 events: vec![NewEvent::new(
                     Event::ContactSuperseded(v1::ContactSuperseded {
                         contact_id: contact_id.to_string(),
@@ -255,15 +255,15 @@ impl Ledger {
                 aggregate_id: new_id.to_string(),
                 expected_version: Some(0),
                 events: vec![NewEvent::new(
-                    contact_created(new_id, jurisdiction, &details, Some(contact_id)),
+                    contact_created(new_id, jurisdiction, details, Some(contact_id)),
                     effective_at,
                 )],
             },
         ];
-        record(&tx, &appends, metadata, now).await?;
+        write::record(&tx, &appends, &heads, metadata).await?;
         let old = contact_in(&tx, contact_id).await?;
         // The first page request commits with the supersede, or neither does.
-        let run = reassign::start_in(&tx, &old, new_id, page_size, metadata, now).await?;
+        let run = reassign::start_in(&tx, &old, new_id, page_size, metadata, &heads).await?;
         let superseded = Superseded {
             old,
             new: contact_in(&tx, new_id).await?,
@@ -283,58 +283,78 @@ impl Ledger {
         metadata: &Metadata,
     ) -> Result<RunStarted, CommandError> {
         let page_size = reassign::page_size(command.page_size)?;
+        retrying(|| self.try_start_reassignment(contact_id, page_size, metadata)).await
+    }
+
+    async fn try_start_reassignment(
+        &self,
+        contact_id: Uuid,
+        page_size: u32,
+        metadata: &Metadata,
+    ) -> Result<RunStarted, CommandError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let now = transaction_time(&tx).await?;
-        let old = queries::contact(&tx, contact_id)
-            .await?
-            .ok_or_else(|| not_found("contact", contact_id))?;
-        let jurisdiction = Jurisdiction::parse("jurisdiction", &old.jurisdiction)?;
+        let jurisdiction = jurisdiction_of_contact(&tx, contact_id).await?;
+        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Shared).await?;
+        let (_, old, primary, heads) = tokio::try_join!(
+            biased;
+            lock.take(&tx),
+            queries::contact(&tx, contact_id),
+            queries::primary_contact(&tx, jurisdiction),
+            store::read_heads(&tx, &[]),
+        )?;
+        let old = old.ok_or_else(|| not_found("contact", contact_id))?;
         if old.superseded_by.is_none() {
             return Err(CommandError::Conflict(format!(
                 "contact {contact_id} is the primary contact of {}; supersede it first",
                 jurisdiction.code()
             )));
         }
-        let primary = queries::primary_contact(&tx, jurisdiction)
-            .await?
-            .ok_or_else(|| {
-                CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
-            })?;
+        let primary = primary.ok_or_else(|| {
+            CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
+        })?;
         let run =
-            reassign::start_in(&tx, &old, primary.contact_id, page_size, metadata, now).await?;
+            reassign::start_in(&tx, &old, primary.contact_id, page_size, metadata, &heads).await?;
         tx.commit().await?;
         Ok(run)
     }
 
     /// Starts an assignment of a business to the jurisdiction's primary contact.
     ///
-    /// The hot path of bulk onboarding: one lookup, one append, one projection row.
+    /// The hot path of bulk onboarding: one round trip for the lock and every lookup, one
+    /// append, one projection row.
     pub async fn assign(
         &self,
         command: Assign,
         metadata: &Metadata,
     ) -> Result<AssignmentView, CommandError> {
         let jurisdiction = Jurisdiction::parse("jurisdiction", &command.jurisdiction)?;
+        let requested = requested_time(command.effective_at)?;
+        retrying(|| self.try_assign(command.business_id, jurisdiction, requested, metadata)).await
+    }
+
+    async fn try_assign(
+        &self,
+        business_id: Uuid,
+        jurisdiction: Jurisdiction,
+        requested: Option<DateTime<Utc>>,
+        metadata: &Metadata,
+    ) -> Result<AssignmentView, CommandError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let aggregate_id = registration_id(command.business_id, jurisdiction);
-        let stream = [format!("{ASSIGNMENT_AGGREGATE}-{aggregate_id}")];
-        // The lock and both lookups travel in one round trip (tokio-postgres pipelines
-        // them). The lock's statement is prepared first (a no-op once cached) and the
-        // futures are polled in order, so the lock is sent first; the server runs them in
-        // order, and the lookups see any supersede that committed while the lock waited.
-        let share = tx.prepare_cached(queries::SHARE_PRIMARY_CONTACT).await?;
-        let (class, object) = queries::primary_contact_lock(jurisdiction);
-        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&class, &object];
+        // The lock, both lookups and the heads travel in one round trip. The lock is sent
+        // first and the server runs them in order, so the lookups see any supersede that
+        // committed while the lock waited.
+        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Shared).await?;
+        let streams = [assignment_stream(business_id, jurisdiction)];
         let (_, context, heads) = tokio::try_join!(
             biased;
-            tx.query_one(&share, &lock_params),
-            queries::assign_context(&tx, command.business_id, jurisdiction),
-            store::heads(&tx, &stream),
+            lock.take(&tx),
+            queries::assign_context(&tx, business_id, jurisdiction),
+            store::read_heads(&tx, &streams),
         )?;
-        let now = context.now;
-        let effective_at = effective_at(command.effective_at, now)?;
+        let now = heads.now;
+        let effective_at = effective_at(requested, now)?;
         let Some((contact_id, contact_created_at)) = context.primary else {
             return Err(CommandError::Conflict(format!(
                 "{} has no primary contact yet; create one first",
@@ -350,32 +370,25 @@ impl Ledger {
         }
         if let Some(active) = context.active_assignment {
             return Err(CommandError::Conflict(format!(
-                "business {} already has active assignment {active} in {}",
-                command.business_id,
+                "business {business_id} already has active assignment {active} in {}",
                 jurisdiction.code()
             )));
         }
         let assignment_id = Uuid::now_v7();
-        let started = assignment_started(
-            assignment_id,
-            command.business_id,
-            jurisdiction,
-            contact_id,
-            None,
-        );
+        let started =
+            assignment_started(assignment_id, business_id, jurisdiction, contact_id, None);
         let appends = [StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
-            aggregate_id,
+            aggregate_id: registration_id(business_id, jurisdiction),
             // The active-assignment check above and the unique index guard this append.
             expected_version: None,
             events: vec![NewEvent::new(started, effective_at)],
         }];
-        let recorded = store::append_at(&tx, &appends, &heads, metadata, now).await?;
-        project(&tx, &recorded).await?;
+        write::record(&tx, &appends, &heads, metadata).await?;
         tx.commit().await?;
         Ok(AssignmentView {
             assignment_id,
-            business_id: command.business_id,
+            business_id,
             jurisdiction: jurisdiction.code().to_owned(),
             contact_id,
             started_at: effective_at,
@@ -395,11 +408,28 @@ impl Ledger {
         command: ChangeAssignment,
         metadata: &Metadata,
     ) -> Result<AssignmentView, CommandError> {
+        let requested = requested_time(command.effective_at)?;
+        let expected_version = command.expected_version;
+        retrying(|| self.try_end(assignment_id, requested, expected_version, metadata)).await
+    }
+
+    async fn try_end(
+        &self,
+        assignment_id: Uuid,
+        requested: Option<DateTime<Utc>>,
+        expected_version: Option<i64>,
+        metadata: &Metadata,
+    ) -> Result<AssignmentView, CommandError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let now = transaction_time(&tx).await?;
-        let effective_at = effective_at(command.effective_at, now)?;
-        let (active, jurisdiction) = load_active(&tx, assignment_id).await?;
+        // The row lock comes first, as in a reassignment page: whoever holds it finishes,
+        // and the other then finds the assignment ended instead of deadlocking on the
+        // stream's next version.
+        let locked = queries::assignment_for_update(&tx, assignment_id).await?;
+        let (active, jurisdiction) = active(locked, assignment_id)?;
+        let heads =
+            store::read_heads(&tx, &[assignment_stream(active.business_id, jurisdiction)]).await?;
+        let effective_at = effective_at(requested, heads.now)?;
         let ended = Event::AssignmentEnded(v1::AssignmentEnded {
             assignment_id: assignment_id.to_string(),
             business_id: active.business_id.to_string(),
@@ -411,10 +441,10 @@ impl Ledger {
         let appends = [StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
             aggregate_id: registration_id(active.business_id, jurisdiction),
-            expected_version: command.expected_version,
+            expected_version,
             events: vec![NewEvent::new(ended, effective_at)],
         }];
-        record(&tx, &appends, metadata, now).await?;
+        write::record(&tx, &appends, &heads, metadata).await?;
         let assignment = assignment_in(&tx, assignment_id).await?;
         tx.commit().await?;
         Ok(assignment)
@@ -428,22 +458,49 @@ impl Ledger {
         command: ChangeAssignment,
         metadata: &Metadata,
     ) -> Result<AssignmentView, CommandError> {
+        let requested = requested_time(command.effective_at)?;
+        let expected_version = command.expected_version;
+        retrying(|| self.try_replace(assignment_id, requested, expected_version, metadata)).await
+    }
+
+    async fn try_replace(
+        &self,
+        assignment_id: Uuid,
+        requested: Option<DateTime<Utc>>,
+        expected_version: Option<i64>,
+        metadata: &Metadata,
+    ) -> Result<AssignmentView, CommandError> {
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
-        let now = transaction_time(&tx).await?;
-        let effective_at = effective_at(command.effective_at, now)?;
-        let (active, jurisdiction) = load_active(&tx, assignment_id).await?;
-        let primary = queries::primary_contact(&tx, jurisdiction)
+        // Business and jurisdiction never change: read them to know which lock to take.
+        let found = queries::assignment(&tx, assignment_id)
             .await?
-            .ok_or_else(|| {
-                CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
-            })?;
+            .ok_or_else(|| not_found("assignment", assignment_id))?;
+        let jurisdiction = Jurisdiction::parse("jurisdiction", &found.jurisdiction)?;
+        // Like an assign, a REPLACE puts an assignment on the primary contact: it holds the
+        // shared lock from before it reads that contact until it commits, so it never
+        // lands on a contact whose supersede committed first. Then the row, then the heads
+        // and the time, all in one round trip.
+        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Shared).await?;
+        let streams = [assignment_stream(found.business_id, jurisdiction)];
+        let (_, locked, primary, heads) = tokio::try_join!(
+            biased;
+            lock.take(&tx),
+            queries::assignment_for_update(&tx, assignment_id),
+            queries::primary_contact(&tx, jurisdiction),
+            store::read_heads(&tx, &streams),
+        )?;
+        let (active, jurisdiction) = active(locked, assignment_id)?;
+        let primary = primary.ok_or_else(|| {
+            CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
+        })?;
+        let effective_at = effective_at(requested, heads.now)?;
         check_not_before_contact(&primary, effective_at)?;
         let new_id = Uuid::now_v7();
         let appends = [StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
             aggregate_id: registration_id(active.business_id, jurisdiction),
-            expected_version: command.expected_version,
+            expected_version,
             events: replace_events(
                 &active,
                 jurisdiction,
@@ -452,7 +509,7 @@ impl Ledger {
                 effective_at,
             ),
         }];
-        record(&tx, &appends, metadata, now).await?;
+        write::record(&tx, &appends, &heads, metadata).await?;
         let assignment = assignment_in(&tx, new_id).await?;
         tx.commit().await?;
         Ok(assignment)
@@ -553,9 +610,13 @@ fn not_found(what: &'static str, id: Uuid) -> CommandError {
     }
 }
 
-/// The transaction's time: `recorded_at` of everything it appends.
-async fn transaction_time(tx: &Transaction<'_>) -> Result<DateTime<Utc>, CommandError> {
-    Ok(tx.query_one("SELECT now()", &[]).await?.get(0))
+/// A requested business time, checked and kept to the microsecond.
+fn requested_time(
+    requested: Option<DateTime<Utc>>,
+) -> Result<Option<DateTime<Utc>>, ValidationError> {
+    requested
+        .map(|time| domain::instant("effective_at", time))
+        .transpose()
 }
 
 fn effective_at(
@@ -569,10 +630,7 @@ fn effective_at(
             format!("{effective} is in the future; the ledger records what has happened"),
         ));
     }
-    // The database keeps microseconds; keep the envelope and the row identical.
-    Ok(crate::projections::from_micros(
-        effective.timestamp_micros(),
-    ))
+    Ok(effective)
 }
 
 fn check_not_before_contact(
@@ -591,48 +649,34 @@ fn check_not_before_contact(
     Ok(())
 }
 
-/// The active assignment with its jurisdiction.
-async fn load_active(
+/// The jurisdiction of a contact (which never changes), to know which lock to take.
+async fn jurisdiction_of_contact(
     tx: &Transaction<'_>,
+    contact_id: Uuid,
+) -> Result<Jurisdiction, CommandError> {
+    let contact = queries::contact(tx, contact_id)
+        .await?
+        .ok_or_else(|| not_found("contact", contact_id))?;
+    Ok(Jurisdiction::parse("jurisdiction", &contact.jurisdiction)?)
+}
+
+/// The locked assignment, if it exists and is still active, with its jurisdiction.
+fn active(
+    locked: Option<AssignmentView>,
     assignment_id: Uuid,
 ) -> Result<(AssignmentView, Jurisdiction), CommandError> {
-    let assignment = queries::assignment(tx, assignment_id)
-        .await?
-        .ok_or_else(|| not_found("assignment", assignment_id))?;
+    let assignment = locked.ok_or_else(|| not_found("assignment", assignment_id))?;
     if let Some(ended_at) = assignment.ended_at {
+        let by = assignment
+            .replaced_by
+            .map(|successor| format!(", replaced by {successor}"))
+            .unwrap_or_default();
         return Err(CommandError::Conflict(format!(
-            "assignment {assignment_id} already ended at {ended_at}"
+            "assignment {assignment_id} already ended at {ended_at}{by}"
         )));
     }
     let jurisdiction = Jurisdiction::parse("jurisdiction", &assignment.jurisdiction)?;
     Ok((assignment, jurisdiction))
-}
-
-/// Appends and projects inside the caller's transaction; on any error the transaction
-/// rolls back when dropped. Views are read back on the same connection before the commit:
-/// a second pool checkout while holding this one could deadlock a saturated pool.
-pub async fn record(
-    tx: &Transaction<'_>,
-    appends: &[StreamAppend],
-    metadata: &Metadata,
-    now: DateTime<Utc>,
-) -> Result<Vec<RecordedEvent>, CommandError> {
-    let recorded = store::append(tx, appends, metadata, now).await?;
-    project(tx, &recorded).await?;
-    Ok(recorded)
-}
-
-/// Folds freshly recorded events into the projections, in the same transaction.
-async fn project(tx: &Transaction<'_>, recorded: &[RecordedEvent]) -> Result<(), CommandError> {
-    for event in recorded {
-        projections::apply(tx, &event.envelope)
-            .await
-            .map_err(|error| match error {
-                ProjectionError::Database(db) => CommandError::from(db),
-                other => CommandError::Projection(other),
-            })?;
-    }
-    Ok(())
 }
 
 async fn contact_in(tx: &Transaction<'_>, contact_id: Uuid) -> Result<ContactView, CommandError> {

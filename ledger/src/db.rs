@@ -70,7 +70,29 @@ pub async fn connect(url: &str, application_name: &str) -> Result<Client, DbErro
 
 /// Builds a pool of at most `max_size` connections.
 pub fn pool(url: &str, application_name: &str, max_size: usize) -> Result<Pool, DbError> {
-    let config = config(url, application_name)?;
+    pool_of(config(url, application_name)?, max_size)
+}
+
+/// Builds the pool of a service that answers people: a statement waits at most
+/// `lock_timeout` for a lock (a row a reassignment page or a forgotten session holds), then
+/// the command fails as a conflict to retry instead of hanging (SQLSTATE 55P03).
+pub fn command_pool(
+    url: &str,
+    application_name: &str,
+    max_size: usize,
+    lock_timeout: std::time::Duration,
+) -> Result<Pool, DbError> {
+    let mut config = config(url, application_name)?;
+    let setting = format!("-c lock_timeout={}", lock_timeout.as_millis().max(1));
+    let options = match config.get_options() {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing} {setting}"),
+        _ => setting,
+    };
+    config.options(&options);
+    pool_of(config, max_size)
+}
+
+fn pool_of(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, DbError> {
     let manager = Manager::from_config(
         config,
         NoTls,

@@ -62,7 +62,7 @@ pub async fn watch(pool: &Pool, run_id: Uuid) -> anyhow::Result<RunStatus> {
             .await?
             .ok_or_else(|| anyhow::anyhow!("no reassignment run {run_id}"))?;
         let line = reassign::progress_line(&status);
-        let done = status.status == "completed";
+        let done = status.status == crate::reassign::RunState::Completed;
         if terminal {
             print!("\r\x1b[2K{line}");
             std::io::stdout().flush()?;

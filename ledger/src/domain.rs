@@ -3,6 +3,7 @@
 //! Everything a client sends is checked here, before any database work, and a bad value
 //! gets a [`ValidationError`] that names the field and what is wrong with it.
 
+use chrono::{DateTime, Datelike, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -100,7 +101,8 @@ impl PostalAddress {
     pub fn validated(mut self, field: &str) -> Result<Self, ValidationError> {
         self.line1 = required(&format!("{field}.line1"), &self.line1, 200)?;
         self.line2 = self.line2.trim().to_owned();
-        if self.line2.len() > 200 {
+        plain_text(&format!("{field}.line2"), &self.line2)?;
+        if self.line2.chars().count() > 200 {
             return Err(ValidationError::new(
                 format!("{field}.line2"),
                 "longer than 200 characters",
@@ -151,6 +153,7 @@ impl ContactDetails {
 
 fn required(field: &str, value: &str, max: usize) -> Result<String, ValidationError> {
     let trimmed = value.trim();
+    plain_text(field, trimmed)?;
     if trimmed.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
     }
@@ -161,6 +164,50 @@ fn required(field: &str, value: &str, max: usize) -> Result<String, ValidationEr
         ));
     }
     Ok(trimmed.to_owned())
+}
+
+/// Refuses characters that have no place in a one-line name or address and that would let
+/// stored history display as something else: control characters (NUL, escapes, line
+/// breaks; PostgreSQL also refuses NUL in text) and the bidirectional overrides and
+/// isolates that reorder what a reader sees.
+pub fn plain_text(field: &str, value: &str) -> Result<(), ValidationError> {
+    match value.chars().find(|c| is_hidden_control(*c)) {
+        None => Ok(()),
+        Some(c) => Err(ValidationError::new(
+            field,
+            format!(
+                "contains the control character U+{:04X}; names and addresses are plain one-line text",
+                u32::from(c)
+            ),
+        )),
+    }
+}
+
+/// Whether `c` is a control character or a bidirectional formatting character.
+pub fn is_hidden_control(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// First year of the instants the ledger accepts.
+pub const FIRST_YEAR: i32 = 1;
+/// Last year of the instants the ledger accepts.
+pub const LAST_YEAR: i32 = 9999;
+
+/// Checks that an instant lies in the years the ledger stores (PostgreSQL's `timestamptz`
+/// ends before 4714 BC and after 294276 AD; the ledger keeps to the four-digit years of
+/// RFC 3339), and keeps it to the microsecond the database stores, so an answer or an
+/// event never carries a time the row does not.
+pub fn instant(field: &str, value: DateTime<Utc>) -> Result<DateTime<Utc>, ValidationError> {
+    if !(FIRST_YEAR..=LAST_YEAR).contains(&value.year()) {
+        return Err(ValidationError::new(
+            field,
+            format!("{value} is outside the years {FIRST_YEAR:04}..={LAST_YEAR} the ledger keeps"),
+        ));
+    }
+    Ok(Utc
+        .timestamp_micros(value.timestamp_micros())
+        .single()
+        .unwrap_or(value))
 }
 
 /// Status of a contact.
@@ -228,6 +275,11 @@ pub fn assignment_stream(business_id: Uuid, jurisdiction: Jurisdiction) -> Strin
     )
 }
 
+/// The stream of one reassignment run.
+pub fn run_stream(run_id: Uuid) -> String {
+    format!("{REASSIGNMENT_AGGREGATE}-{run_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,6 +319,61 @@ mod tests {
         assert_eq!(
             empty.validated("address").unwrap_err(),
             ValidationError::new("address.city", "must not be empty")
+        );
+    }
+
+    #[test]
+    fn control_characters_are_refused_with_their_field() {
+        for bad in [
+            "a\u{0}b",
+            "\u{1b}[31mred",
+            "two\nlines",
+            "tab\there",
+            "del\u{7f}",
+            "\u{202E}evil",
+        ] {
+            let mut details = ContactDetails {
+                name: bad.into(),
+                address: address(),
+            };
+            let error = details.clone().validated().unwrap_err();
+            assert_eq!(error.field, "name", "{bad:?}");
+            assert!(error.reason.contains("control character"), "{error}");
+            details.name = "Fine".into();
+            details.address.city = bad.into();
+            assert_eq!(details.validated().unwrap_err().field, "address.city");
+        }
+        let mut line2 = address();
+        line2.line2 = "Suite\u{0}1".into();
+        assert_eq!(
+            line2.validated("address").unwrap_err().field,
+            "address.line2"
+        );
+        // Accents, CJK and emoji are text, not control characters.
+        assert!(plain_text("name", "Société Générale 東京 🏢").is_ok());
+    }
+
+    #[test]
+    fn instants_are_kept_to_four_digit_years_and_microseconds() {
+        let ok = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
+            + chrono::Duration::nanoseconds(1_234_567);
+        assert_eq!(
+            instant("at", ok).unwrap(),
+            Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
+                + chrono::Duration::microseconds(1_234)
+        );
+        for year in [-5000, 0, 10_000, 200_000] {
+            let far = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap();
+            let error = instant("known_at", far).unwrap_err();
+            assert_eq!(error.field, "known_at");
+        }
+        assert!(instant("at", Utc.with_ymd_and_hms(1, 1, 1, 0, 0, 0).unwrap()).is_ok());
+        assert!(
+            instant(
+                "at",
+                Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap()
+            )
+            .is_ok()
         );
     }
 

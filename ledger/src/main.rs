@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
 use ra_ledger::api::{self, AppState, CursorKey, Tokens};
 use ra_ledger::commands::Ledger;
-use ra_ledger::domain::Jurisdiction;
+use ra_ledger::domain::{self, Jurisdiction};
 use ra_ledger::{bench, db, health, migrate, queries, rebuild, verify};
 use uuid::Uuid;
 
@@ -55,6 +55,10 @@ enum Command {
         /// do not survive a restart).
         #[arg(long, env = "LEDGER_CURSOR_KEY", hide_env_values = true)]
         cursor_key: Option<String>,
+        /// Longest a command waits for a lock another transaction holds before it answers
+        /// 409 conflict (milliseconds).
+        #[arg(long, env = "LEDGER_LOCK_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        lock_timeout_ms: u64,
     },
     /// Recompute every stream's hash chain; exits 1 and names the first broken link.
     Verify,
@@ -274,10 +278,10 @@ enum AuditCommand {
         #[arg(long, value_parser = parse_jurisdiction)]
         jurisdiction: Jurisdiction,
         /// Business time (RFC 3339); defaults to now.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_instant)]
         at: Option<DateTime<Utc>>,
         /// Only what the ledger had recorded by then (RFC 3339); defaults to now.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_instant)]
         known_at: Option<DateTime<Utc>>,
     },
     /// Every RA of a business in a jurisdiction during [from, to).
@@ -289,10 +293,10 @@ enum AuditCommand {
         #[arg(long, value_parser = parse_jurisdiction)]
         jurisdiction: Jurisdiction,
         /// Start (RFC 3339, inclusive).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_instant)]
         from: DateTime<Utc>,
         /// End (RFC 3339, exclusive).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_instant)]
         to: DateTime<Utc>,
     },
     /// The supersede lineage of a contact.
@@ -314,6 +318,13 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("{text:?} is not key=value")),
     }
+}
+
+fn parse_instant(text: &str) -> Result<DateTime<Utc>, String> {
+    let time: DateTime<Utc> = text
+        .parse()
+        .map_err(|error| format!("not an RFC 3339 time: {error}"))?;
+    domain::instant("time", time).map_err(|error| error.reason)
 }
 
 fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
@@ -365,6 +376,7 @@ async fn main() -> anyhow::Result<()> {
             pool_size,
             tokens,
             cursor_key,
+            lock_timeout_ms,
         } => {
             let tokens = Tokens::parse(&tokens)?;
             if tokens.is_empty() {
@@ -382,7 +394,14 @@ async fn main() -> anyhow::Result<()> {
                     CursorKey::random()
                 }
             };
-            serve(&cli.database_url, listen, pool_size, tokens, cursor_key).await
+            let settings = ServeSettings {
+                listen,
+                pool_size,
+                tokens,
+                cursor_key,
+                lock_timeout: std::time::Duration::from_millis(lock_timeout_ms),
+            };
+            serve(&cli.database_url, settings).await
         }
         Command::Verify => {
             let client = db::connect(&cli.database_url, "ledger-verify").await?;
@@ -825,28 +844,35 @@ async fn migrate_database(database_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(
-    database_url: &str,
+/// What `ledger serve` runs with.
+struct ServeSettings {
     listen: SocketAddr,
     pool_size: usize,
     tokens: Tokens,
     cursor_key: CursorKey,
-) -> anyhow::Result<()> {
+    lock_timeout: std::time::Duration,
+}
+
+async fn serve(database_url: &str, settings: ServeSettings) -> anyhow::Result<()> {
     migrate_database(database_url).await?;
-    let pool = db::pool(database_url, "ledger-api", pool_size)?;
+    let pool = db::command_pool(
+        database_url,
+        "ledger-api",
+        settings.pool_size,
+        settings.lock_timeout,
+    )?;
+    let listen = settings.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}; is another ledger running?"))?;
     let state = AppState {
         ledger: Ledger::new(pool.clone()),
-        tokens,
-        cursor_key,
+        tokens: settings.tokens,
+        cursor_key: settings.cursor_key,
     };
     let app = api::router(state).merge(health::router(pool));
     tracing::info!(%listen, "ledger serving");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    api::serve(listener, app, shutdown_signal()).await?;
     tracing::info!("ledger stopped");
     Ok(())
 }

@@ -79,6 +79,24 @@ impl ContactView {
         }
     }
 
+    /// The contact as the ledger knew it at `known_at`: a supersede recorded later is not
+    /// known yet, so the contact is still the primary one with no successor. (A contact's
+    /// stream holds `ContactCreated` and at most one `ContactSuperseded`, so its version
+    /// then is one less.)
+    pub fn as_known_at(mut self, known_at: DateTime<Utc>) -> Self {
+        if self
+            .superseded_recorded_at
+            .is_some_and(|recorded| recorded > known_at)
+        {
+            self.status = ContactStatus::Primary;
+            self.superseded_by = None;
+            self.superseded_at = None;
+            self.superseded_recorded_at = None;
+            self.version -= 1;
+        }
+        self
+    }
+
     /// The contact's status at business time `at`, as known at `known_at`.
     pub fn status_at(&self, at: DateTime<Utc>, known_at: DateTime<Utc>) -> ContactStatus {
         match (self.superseded_at, self.superseded_recorded_at) {
@@ -142,6 +160,29 @@ impl AssignmentView {
     }
 }
 
+impl AssignmentView {
+    /// The assignment as the ledger knew it at `known_at`: an end recorded later is not
+    /// known yet, so the assignment is still open.
+    pub fn as_known_at(mut self, known_at: DateTime<Utc>) -> Self {
+        if self
+            .ended_recorded_at
+            .is_some_and(|recorded| recorded > known_at)
+        {
+            self.ended_at = None;
+            self.end_reason = None;
+            self.replaced_by = None;
+            self.ended_recorded_at = None;
+        }
+        self
+    }
+
+    /// Whether it was in force at some instant: its interval `[started_at, ended_at)` is
+    /// not empty. An assignment ended at the instant it started never served.
+    pub fn ever_in_force(&self) -> bool {
+        self.ended_at.is_none_or(|ended| ended > self.started_at)
+    }
+}
+
 /// The answer to "who was the RA": the assignment and its contact as they were.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RegisteredAgent {
@@ -192,11 +233,13 @@ pub async fn assignment(
 /// jurisdiction's ordinal).
 const PRIMARY_CONTACT_LOCK: i32 = 0x5241_4c01;
 
-/// SQL of the shared lock an `assign` takes on its jurisdiction's primary contact:
-/// `($1, $2)` = ([`PRIMARY_CONTACT_LOCK`], jurisdiction ordinal). It waits while a supersede
-/// in the jurisdiction is in progress; then no supersede can commit until the assign ends.
-/// So a subscription that commits after a supersede always got the new contact, and the
-/// reassignment run never misses an assignment committed behind its back.
+/// SQL of the shared lock every write that puts an assignment on the jurisdiction's primary
+/// contact takes before it reads that contact: assign, replace, a run's start and each of
+/// its pages. `($1, $2)` = ([`PRIMARY_CONTACT_LOCK`], jurisdiction ordinal). It waits while
+/// a supersede (or the first contact's creation) in the jurisdiction is in progress; then
+/// none can commit until the write ends. So an assignment that commits after a supersede
+/// always got the new contact, and no write lands on a contact superseded before it
+/// committed, where the reassignment run could miss it.
 pub const SHARE_PRIMARY_CONTACT: &str = "SELECT pg_advisory_xact_lock_shared($1, $2)::text";
 
 /// Parameters of [`SHARE_PRIMARY_CONTACT`] for `jurisdiction`.
@@ -204,34 +247,68 @@ pub fn primary_contact_lock(jurisdiction: Jurisdiction) -> (i32, i32) {
     (PRIMARY_CONTACT_LOCK, jurisdiction.ordinal())
 }
 
-/// Waits until no `assign` in `jurisdiction` is reading or holding its primary contact,
-/// and keeps new ones waiting until this transaction ends: a supersede takes it.
-pub async fn lock_primary_contact(
-    client: &impl GenericClient,
-    jurisdiction: Jurisdiction,
-) -> Result<(), tokio_postgres::Error> {
-    let (class, object) = primary_contact_lock(jurisdiction);
-    cached::query_one(
-        client,
-        "SELECT pg_advisory_xact_lock($1, $2)::text",
-        &[&class, &object],
-    )
-    .await
-    .map(drop)
+/// How a write holds a jurisdiction's primary-contact lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// Writes that put assignments on the primary contact: many at once.
+    Shared,
+    /// Writes that change which contact is primary: alone.
+    Exclusive,
 }
+
+/// A jurisdiction's primary-contact lock, its statement prepared, so that a command can
+/// send it ahead of the statements that must run under it, in one round trip
+/// (tokio-postgres pipelines the futures of one connection, and the server runs them in
+/// the order they were sent).
+#[derive(Debug)]
+pub struct PrimaryContactLock {
+    statement: tokio_postgres::Statement,
+    class: i32,
+    object: i32,
+}
+
+impl PrimaryContactLock {
+    /// Prepares the lock (a no-op once the statement is cached on the connection).
+    pub async fn prepare(
+        client: &impl GenericClient,
+        jurisdiction: Jurisdiction,
+        mode: LockMode,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let sql = match mode {
+            LockMode::Shared => SHARE_PRIMARY_CONTACT,
+            LockMode::Exclusive => LOCK_PRIMARY_CONTACT,
+        };
+        let (class, object) = primary_contact_lock(jurisdiction);
+        Ok(Self {
+            statement: client.prepare_cached(sql).await?,
+            class,
+            object,
+        })
+    }
+
+    /// Takes the lock until the transaction ends. Poll this future before the statements
+    /// that must run under the lock.
+    pub async fn take(&self, client: &impl GenericClient) -> Result<(), tokio_postgres::Error> {
+        client
+            .query_one(&self.statement, &[&self.class, &self.object])
+            .await
+            .map(drop)
+    }
+}
+
+/// SQL of the exclusive lock: see [`SHARE_PRIMARY_CONTACT`].
+const LOCK_PRIMARY_CONTACT: &str = "SELECT pg_advisory_xact_lock($1, $2)::text";
 
 /// What `assign` needs to know, in one round trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssignContext {
-    /// Transaction time.
-    pub now: DateTime<Utc>,
     /// The jurisdiction's primary contact and when it took effect.
     pub primary: Option<(Uuid, DateTime<Utc>)>,
     /// The business's active assignment in the jurisdiction.
     pub active_assignment: Option<Uuid>,
 }
 
-/// Transaction time, primary contact and active assignment, in one query.
+/// Primary contact and active assignment, in one query.
 pub async fn assign_context(
     client: &impl GenericClient,
     business_id: Uuid,
@@ -239,7 +316,7 @@ pub async fn assign_context(
 ) -> Result<AssignContext, tokio_postgres::Error> {
     let row = cached::query_one(
         client,
-        "SELECT now(), c.contact_id, c.created_at, \
+        "SELECT c.contact_id, c.created_at, \
            (SELECT a.assignment_id FROM assignments a \
              WHERE a.business_id = $2 AND a.jurisdiction = $1 AND a.ended_at IS NULL) \
          FROM (SELECT 1) AS one \
@@ -247,12 +324,25 @@ pub async fn assign_context(
         &[&jurisdiction.code(), &business_id],
     )
     .await?;
-    let contact: Option<Uuid> = row.get(1);
+    let contact: Option<Uuid> = row.get(0);
     Ok(AssignContext {
-        now: row.get(0),
-        primary: contact.map(|id| (id, row.get(2))),
-        active_assignment: row.get(3),
+        primary: contact.map(|id| (id, row.get(1))),
+        active_assignment: row.get(2),
     })
+}
+
+/// One assignment, locked for the rest of the transaction: the first lock a command that
+/// ends or replaces it takes on its rows (see [`crate::write`] for the order).
+pub async fn assignment_for_update(
+    client: &impl GenericClient,
+    assignment_id: Uuid,
+) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.assignment_id = $1 FOR UPDATE"
+    );
+    Ok(cached::query_opt(client, &sql, &[&assignment_id])
+        .await?
+        .map(|row| AssignmentView::from_row(&row)))
 }
 
 /// The business's active assignment in a jurisdiction, if any.
@@ -274,6 +364,9 @@ pub async fn active_assignment(
 
 /// Who was the RA of `business_id` in `jurisdiction` at business time `at`, as known at
 /// `known_at`.
+///
+/// Every field of the answer reflects only events recorded at or before `known_at`: an end
+/// of the assignment or a supersede of its contact recorded later is left out.
 pub async fn registered_agent_at(
     client: &impl GenericClient,
     business_id: Uuid,
@@ -298,15 +391,20 @@ pub async fn registered_agent_at(
     Ok(row.map(|row| {
         let contact = ContactView::from_row(&row, 11);
         RegisteredAgent {
-            assignment: AssignmentView::from_row(&row),
+            assignment: AssignmentView::from_row(&row).as_known_at(known_at),
             contact_status: contact.status_at(at, known_at),
-            contact,
+            contact: contact.as_known_at(known_at),
         }
     }))
 }
 
-/// Every RA of `business_id` in `jurisdiction` whose assignment overlaps `[from, to)`, in
-/// order.
+/// Every RA of `business_id` in `jurisdiction` whose assignment was in force at some
+/// instant of `[from, to)`, in order.
+///
+/// Intervals are half-open: an assignment serves during `[started_at, ended_at)`, so it
+/// overlaps the period when it starts before `to` and ends after `from`, and one that ended
+/// at the instant it started never served and is never listed. An assignment is listed
+/// exactly when [`registered_agent_at`] names it at some instant of the period.
 pub async fn registered_agents_during(
     client: &impl GenericClient,
     business_id: Uuid,
@@ -319,6 +417,7 @@ pub async fn registered_agents_during(
          FROM assignments a JOIN contacts c ON c.contact_id = a.contact_id \
          WHERE a.business_id = $1 AND a.jurisdiction = $2 \
            AND a.started_at < $4 AND (a.ended_at IS NULL OR a.ended_at > $3) \
+           AND (a.ended_at IS NULL OR a.ended_at > a.started_at) \
          ORDER BY a.started_at, a.assignment_id"
     );
     let rows = cached::query(

@@ -2,14 +2,12 @@
 //! projections), in large transactions: for demos, benchmarks and tests that need tens of
 //! thousands of active assignments quickly.
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger_proto::v1::{self, envelope::Event};
 use uuid::Uuid;
 
 use crate::commands::CommandError;
 use crate::domain::{ASSIGNMENT_AGGREGATE, Jurisdiction, registration_id};
-use crate::projections;
 use crate::store::{self, Metadata, NewEvent, StreamAppend};
 
 /// Assigns `count` new businesses to `contact_id` in `jurisdiction`, `per_transaction` per
@@ -32,7 +30,9 @@ pub async fn assignments(
     while businesses.len() < count {
         let batch = per_transaction.max(1).min(count - businesses.len());
         let tx = client.transaction().await?;
-        let now: DateTime<Utc> = tx.query_one("SELECT now()", &[]).await?.get(0);
+        // The streams are new by construction (fresh business ids).
+        let heads = store::read_heads(&tx, &[]).await?;
+        let now = heads.now;
         let appends: Vec<StreamAppend> = (0..batch)
             .map(|_| {
                 let business_id = Uuid::now_v7();
@@ -54,9 +54,7 @@ pub async fn assignments(
                 }
             })
             .collect();
-        let recorded = store::append(&tx, &appends, &metadata, now).await?;
-        let envelopes: Vec<&v1::Envelope> = recorded.iter().map(|e| &e.envelope).collect();
-        projections::apply_batch(&tx, &envelopes).await?;
+        crate::write::record(&tx, &appends, &heads, &metadata).await?;
         tx.commit().await?;
         progress(businesses.len());
     }

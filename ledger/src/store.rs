@@ -123,61 +123,81 @@ pub enum AppendError {
         previous: DateTime<Utc>,
     },
     /// The database failed.
-    #[error("database error while appending: {0}")]
+    #[error("database error while appending: {}", crate::error::describe(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 
-/// The newest event of each stream.
-pub async fn heads(
+/// The heads of the streams a transaction appends to, and the transaction's time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heads {
+    /// The newest event of each stream read; a stream missing here is empty.
+    pub streams: HashMap<String, StreamHead>,
+    /// The time the heads were read, after the transaction took its locks: the
+    /// `recorded_at` of everything it appends (see `sql/stream_heads.sql`).
+    pub now: DateTime<Utc>,
+}
+
+impl Heads {
+    /// Heads for streams that are new by construction (their ids were just generated), at
+    /// the time `now` read after the transaction's locks.
+    pub fn fresh(now: DateTime<Utc>) -> Self {
+        Self {
+            streams: HashMap::new(),
+            now,
+        }
+    }
+}
+
+/// Reads the newest event of each stream, and the transaction time that goes with them.
+///
+/// Call it after the transaction holds every lock that orders its writes: the time it
+/// returns is later than the commit of every event it shows, so `recorded_at` never goes
+/// backwards along a stream and "as known at" answers never see a later event before an
+/// earlier one.
+pub async fn read_heads(
     client: &impl GenericClient,
     streams: &[String],
-) -> Result<HashMap<String, StreamHead>, tokio_postgres::Error> {
+) -> Result<Heads, tokio_postgres::Error> {
     let rows = cached::query(client, include_str!("sql/stream_heads.sql"), &[&streams]).await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            (
-                row.get(0),
-                StreamHead {
-                    version: row.get(1),
+    // One row per stream asked for: the clock is read even for streams with no event yet.
+    let Some(now) = rows.iter().map(|row| row.get::<_, DateTime<Utc>>(4)).max() else {
+        let now = cached::query_one(client, "SELECT clock_timestamp()", &[]).await?;
+        return Ok(Heads::fresh(now.get(0)));
+    };
+    let streams = rows
+        .iter()
+        .filter_map(|row| {
+            let version: Option<i64> = row.get(1);
+            version.map(|version| {
+                let head = StreamHead {
+                    version,
                     hash: row.get(2),
                     effective_at: row.get(3),
-                },
-            )
+                };
+                (row.get(0), head)
+            })
         })
-        .collect())
+        .collect();
+    Ok(Heads { streams, now })
 }
 
 /// Appends every batch in one statement, inside the caller's transaction, together with
-/// one outbox row per event. `recorded_at` is the transaction time (`now()`).
+/// one outbox row per event, on top of `heads` and at their time.
 ///
-/// Versions are checked twice: against the heads read here, and by the database's
+/// Versions are checked twice: against the heads read before, and by the database's
 /// `UNIQUE (stream, stream_version)` when two writers race, so exactly one wins.
-pub async fn append(
-    client: &impl GenericClient,
-    appends: &[StreamAppend],
-    metadata: &Metadata,
-    recorded_at: DateTime<Utc>,
-) -> Result<Vec<RecordedEvent>, AppendError> {
-    let streams: Vec<String> = appends.iter().map(StreamAppend::stream).collect();
-    let heads = heads(client, &streams).await?;
-    append_at(client, appends, &heads, metadata, recorded_at).await
-}
-
-/// [`append`] with the streams' heads already read, e.g. pipelined with the caller's own
-/// lookups on the same connection.
 pub async fn append_at(
     client: &impl GenericClient,
     appends: &[StreamAppend],
-    heads: &HashMap<String, StreamHead>,
+    heads: &Heads,
     metadata: &Metadata,
-    recorded_at: DateTime<Utc>,
 ) -> Result<Vec<RecordedEvent>, AppendError> {
+    let recorded_at = heads.now;
     let streams: Vec<String> = appends.iter().map(StreamAppend::stream).collect();
     let mut columns = Columns::default();
     let mut recorded = Vec::new();
     for (append, stream) in appends.iter().zip(&streams) {
-        let head = heads.get(stream).cloned().unwrap_or_default();
+        let head = heads.streams.get(stream).cloned().unwrap_or_default();
         if let Some(expected) = append.expected_version
             && head.version != expected
         {

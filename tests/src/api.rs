@@ -20,6 +20,7 @@ pub const AUDITOR: &str = "auditor-token-for-tests";
 #[derive(Debug, Clone)]
 pub struct TestApi {
     router: Router,
+    served: Router,
     /// The command side, for tests that call it directly.
     pub ledger: Ledger,
 }
@@ -48,7 +49,12 @@ impl Reply {
 impl TestApi {
     /// The API over `database`.
     pub fn new(database: &TestDatabase) -> anyhow::Result<Self> {
-        let pool = ra_ledger::db::pool(&database.url, "ledger-api-test", 8)?;
+        let pool = ra_ledger::db::command_pool(
+            &database.url,
+            "ledger-api-test",
+            8,
+            std::time::Duration::from_secs(5),
+        )?;
         let ledger = Ledger::new(pool.clone());
         let tokens = Tokens::parse(&format!(
             "writer:test-writer:{WRITER},auditor:test-auditor:{AUDITOR}"
@@ -59,7 +65,25 @@ impl TestApi {
             cursor_key: CursorKey::new(b"test cursor key"),
         };
         let router = ra_ledger::api::router(state).merge(ra_ledger::health::router(pool));
-        Ok(Self { router, ledger })
+        Ok(Self {
+            router: ra_ledger::api::service(router.clone()),
+            served: router,
+            ledger,
+        })
+    }
+
+    /// Serves the API over real TCP on a free loopback port, as `ledger serve` does, until
+    /// the test's runtime ends. Returns the address.
+    pub async fn serve(&self) -> anyhow::Result<std::net::SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let router = self.served.clone();
+        tokio::spawn(ra_ledger::api::serve(
+            listener,
+            router,
+            std::future::pending(),
+        ));
+        Ok(address)
     }
 
     /// Sends a request with an optional token and JSON body.
@@ -70,17 +94,59 @@ impl TestApi {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Reply {
+        match body {
+            Some(body) => {
+                self.raw(
+                    method,
+                    uri,
+                    token,
+                    Some("application/json"),
+                    body.to_string().into_bytes(),
+                )
+                .await
+            }
+            None => self.raw(method, uri, token, None, Vec::new()).await,
+        }
+    }
+
+    /// Sends a request with an optional token, content type and body bytes.
+    pub async fn raw(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Reply {
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {token}"));
         }
-        let request = match body {
-            Some(body) => request
-                .header("content-type", "application/json")
-                .body(Body::from(body.to_string())),
-            None => request.body(Body::empty()),
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
         }
-        .expect("a valid request");
+        self.send(request.body(Body::from(body)).expect("a valid request"))
+            .await
+    }
+
+    /// Sends a bodiless request with `authorization` as the raw header value.
+    pub async fn with_authorization(
+        &self,
+        method: Method,
+        uri: &str,
+        authorization: &[u8],
+    ) -> Reply {
+        let value = axum::http::HeaderValue::from_bytes(authorization).expect("a header value");
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", value)
+            .body(Body::empty())
+            .expect("a valid request");
+        self.send(request).await
+    }
+
+    async fn send(&self, request: Request<Body>) -> Reply {
         let response = self
             .router
             .clone()

@@ -6,6 +6,7 @@ pub mod background;
 pub mod database;
 pub mod kafka;
 pub mod relay;
+pub mod runs;
 pub mod stack;
 pub mod worker;
 

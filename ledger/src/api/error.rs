@@ -1,11 +1,16 @@
 //! API errors: a stable machine-readable code, a human message, and the HTTP status.
+//!
+//! A server error tells the client only that it happened and under which reference; the
+//! cause (SQLSTATE, the server's message, the constraint) goes to the service log under
+//! the same reference, for the operator.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use uuid::Uuid;
 
-use crate::commands::CommandError;
+use crate::error::CommandError;
 use crate::store::AppendError;
 
 /// An error answer: `{"error": {"code": "...", "message": "..."}}`.
@@ -47,17 +52,38 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// A 500 whose cause is logged under a fresh reference and not shown to the client.
+    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
+        let reference = Uuid::now_v7();
+        tracing::error!(%reference, cause = %cause, "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("internal error; the service log has the cause under reference {reference}"),
+        )
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The body every error answer has, for a status and a message.
+    pub fn body(code: &str, message: &str) -> String {
+        serde_json::to_string(&Body {
+            error: Inner { code, message },
+        })
+        .unwrap_or_default()
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(code = self.code, message = %self.message, "request failed");
-        }
         let body = Body {
             error: Inner {
                 code: self.code,
@@ -85,20 +111,23 @@ impl From<CommandError> for ApiError {
                 message,
             ),
             CommandError::Pool(_) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+                tracing::warn!(%message, "no database connection for a request");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the ledger database is unavailable; retry later",
+                )
             }
             CommandError::Append(AppendError::Database(_))
             | CommandError::Projection(_)
-            | CommandError::Database(_) => {
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
-            }
+            | CommandError::Database(_) => Self::internal(&message),
         }
     }
 }
 
 impl From<tokio_postgres::Error> for ApiError {
     fn from(error: tokio_postgres::Error) -> Self {
-        CommandError::Database(error).into()
+        CommandError::from(error).into()
     }
 }
 

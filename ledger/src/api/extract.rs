@@ -1,12 +1,24 @@
 //! Extractors whose rejections are JSON errors like every other error of the API.
+//!
+//! A command body must be one JSON object. serde would otherwise map a JSON array onto a
+//! struct by position (`[]` would end an assignment), and PostgreSQL refuses NUL in text
+//! with an error that would surface as a 500. So the body is parsed as a JSON value first,
+//! checked, and only then turned into the command, with the path of a bad field in the
+//! message.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::ApiError;
+use crate::domain::is_hidden_control;
 
-/// A JSON body; a bad one gets `400 bad_request` naming what is wrong.
+/// Largest request body accepted: a command is well under a kilobyte.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// A JSON object body; a bad one gets a 4xx naming what is wrong.
 #[derive(Debug)]
 pub struct Body<T>(pub T);
 
@@ -14,10 +26,94 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        axum::Json::<T>::from_request(request, state)
+        let axum::Json(value) = axum::Json::<Value>::from_request(request, state)
             .await
-            .map(|axum::Json(value)| Body(value))
-            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+            .map_err(|rejection| {
+                let status = rejection.status();
+                let code = match status {
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+                    StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+                    _ => "bad_request",
+                };
+                ApiError::new(status, code, rejection.body_text())
+            })?;
+        check_body(&value)?;
+        serde_path_to_error::deserialize(value)
+            .map(Body)
+            .map_err(|error| {
+                let path = error.path().to_string();
+                let inner = error.into_inner();
+                if path == "." {
+                    ApiError::bad_request(format!("invalid body: {inner}"))
+                } else {
+                    ApiError::bad_request(format!("invalid body at {path}: {inner}"))
+                }
+            })
+    }
+}
+
+/// A body must be a JSON object, and no string in it (key or value) may hold a control
+/// character: 400 `invalid_field` naming the first one found.
+fn check_body(value: &Value) -> Result<(), ApiError> {
+    let Value::Object(_) = value else {
+        return Err(ApiError::bad_request(format!(
+            "the body must be a JSON object, not {}",
+            kind(value)
+        )));
+    };
+    match find_control(value, &mut String::new()) {
+        None => Ok(()),
+        Some((path, c)) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            format!(
+                "{path}: contains the control character U+{:04X}; text fields are plain one-line text",
+                u32::from(c)
+            ),
+        )),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The path (`address.city`, `items[2]`) and character of the first control character.
+fn find_control(value: &Value, path: &mut String) -> Option<(String, char)> {
+    match value {
+        Value::String(text) => text
+            .chars()
+            .find(|c| is_hidden_control(*c))
+            .map(|c| (path.clone(), c)),
+        Value::Array(items) => items.iter().enumerate().find_map(|(index, item)| {
+            let length = path.len();
+            path.push_str(&format!("[{index}]"));
+            let found = find_control(item, path);
+            path.truncate(length);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            let length = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(key);
+            let found = key
+                .chars()
+                .find(|c| is_hidden_control(*c))
+                .map(|c| (path.clone(), c))
+                .or_else(|| find_control(item, path));
+            path.truncate(length);
+            found
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
     }
 }
 
@@ -33,5 +129,37 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
             .await
             .map(|axum::extract::Query(value)| Query(value))
             .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_objects_without_control_characters_pass() {
+        assert!(check_body(&json!({"name": "Lone Star", "address": {"city": "Austin"}})).is_ok());
+        for body in [
+            json!([]),
+            json!(["a", "MP"]),
+            json!(null),
+            json!(3),
+            json!("x"),
+        ] {
+            let error = check_body(&body).unwrap_err();
+            assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{body}");
+        }
+        let nul = check_body(&json!({"address": {"city": "Aus\u{0}tin"}})).unwrap_err();
+        assert_eq!(nul.status(), StatusCode::BAD_REQUEST);
+        assert!(format!("{nul:?}").contains("address.city"), "{nul:?}");
+        let escape =
+            check_body(&json!({"items": [{"name": "ok"}, {"name": "\u{1b}[31m"}]})).unwrap_err();
+        assert!(
+            format!("{escape:?}").contains("items[1].name"),
+            "{escape:?}"
+        );
+        let key = check_body(&json!({"na\u{7}me": "x"})).unwrap_err();
+        assert!(format!("{key:?}").contains("U+0007"), "{key:?}");
     }
 }

@@ -5,12 +5,16 @@ mod auth;
 mod cursor;
 mod error;
 mod extract;
+pub mod http1;
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
+use futures::FutureExt as _;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -22,7 +26,7 @@ use extract::{Body, Query};
 use crate::commands::{
     Assign, ChangeAssignment, CreateContact, Ledger, StartReassignment, SupersedeContact,
 };
-use crate::domain::Jurisdiction;
+use crate::domain::{self, Jurisdiction};
 use crate::queries::{self, AssignmentView, ContactView, HistoryCursor, RegisteredAgent};
 use crate::reassign::{self, RunStarted, RunStatus};
 use crate::store::Metadata;
@@ -73,6 +77,96 @@ pub fn router(state: AppState) -> Router {
             get(assignment_history),
         )
         .with_state(state)
+}
+
+/// Layers every router the service serves (the API and the health endpoints): bodies
+/// larger than [`extract::MAX_BODY_BYTES`] refused, unknown routes answered, and every
+/// error in the API's JSON shape, including the body-less ones the routing layer makes and
+/// a handler that panicked.
+pub fn service(router: Router) -> Router {
+    router
+        .fallback(unknown_route)
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(middleware::from_fn(json_errors))
+}
+
+/// Serves `router` (see [`service`]) until `shutdown`, checking request heads before hyper
+/// parses them (see [`http1`]).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    http1::serve(listener, service(router), shutdown).await
+}
+
+async fn unknown_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no endpoint {method} {}; GET /openapi.json lists them",
+        shorten(uri.path())
+    ))
+}
+
+fn shorten(text: &str) -> &str {
+    match text.char_indices().nth(200) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+/// Gives an error response without a body (405 from the router, 413 from the body limit)
+/// the JSON shape, and turns a panic into a logged 500.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = shorten(request.uri().path()).to_owned();
+    let response = match std::panic::AssertUnwindSafe(next.run(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            return ApiError::internal(&format!("handler of {method} {path} panicked: {what}"))
+                .into_response();
+        }
+    };
+    let status = response.status();
+    if status.as_u16() < 400 || response.headers().contains_key(header::CONTENT_TYPE) {
+        return response;
+    }
+    let allowed = response
+        .headers()
+        .get(header::ALLOW)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let (code, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            format!("{method} is not allowed on {path}; allowed: {allowed}"),
+        ),
+        StatusCode::NOT_FOUND => ("not_found", format!("no endpoint {method} {path}")),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "payload_too_large",
+            format!("the body is larger than {} bytes", extract::MAX_BODY_BYTES),
+        ),
+        other if other.is_server_error() => ("internal", "internal error".to_owned()),
+        other => (
+            "bad_request",
+            other.canonical_reason().unwrap_or("bad request").to_owned(),
+        ),
+    };
+    let (mut parts, _) = response.into_parts();
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, ApiError::body(code, &message).into())
 }
 
 async fn openapi() -> ([(axum::http::HeaderName, &'static str); 1], &'static str) {
@@ -294,6 +388,12 @@ struct AtQuery {
     known_at: Option<DateTime<Utc>>,
 }
 
+/// A query's instant, within the years the ledger keeps: 400 `invalid_field` otherwise.
+fn instant(field: &str, value: DateTime<Utc>) -> Result<DateTime<Utc>, ApiError> {
+    domain::instant(field, value)
+        .map_err(|error| ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", error.to_string()))
+}
+
 fn registration(business_id: &str, jurisdiction: &str) -> Result<(Uuid, Jurisdiction), ApiError> {
     let business_id = uuid_param("business id", business_id)?;
     let jurisdiction = Jurisdiction::parse("jurisdiction", jurisdiction)
@@ -309,8 +409,8 @@ async fn registered_agent_at(
 ) -> Result<Json<RegisteredAgent>, ApiError> {
     let (business_id, jurisdiction) = registration(&business_id, &jurisdiction)?;
     let now = Utc::now();
-    let at = query.at.unwrap_or(now);
-    let known_at = query.known_at.unwrap_or(now);
+    let at = instant("at", query.at.unwrap_or(now))?;
+    let known_at = instant("known_at", query.known_at.unwrap_or(now))?;
     let client = state.ledger.pool().get().await?;
     queries::registered_agent_at(&client, business_id, jurisdiction, at, known_at)
         .await?
@@ -329,7 +429,7 @@ async fn registered_agent_at(
 struct PeriodQuery {
     /// Start of the period (inclusive).
     from: DateTime<Utc>,
-    /// End of the period (exclusive).
+    /// End of the period (exclusive): `[from, to)`, like assignments' own intervals.
     to: DateTime<Utc>,
 }
 
@@ -340,16 +440,16 @@ async fn registered_agents_during(
     Query(query): Query<PeriodQuery>,
 ) -> Result<Json<Vec<RegisteredAgent>>, ApiError> {
     let (business_id, jurisdiction) = registration(&business_id, &jurisdiction)?;
-    if query.to <= query.from {
+    let from = instant("from", query.from)?;
+    let to = instant("to", query.to)?;
+    if to <= from {
         return Err(ApiError::bad_request(format!(
-            "to ({}) must be after from ({})",
-            query.to, query.from
+            "to ({to}) must be after from ({from})"
         )));
     }
     let client = state.ledger.pool().get().await?;
     Ok(Json(
-        queries::registered_agents_during(&client, business_id, jurisdiction, query.from, query.to)
-            .await?,
+        queries::registered_agents_during(&client, business_id, jurisdiction, from, to).await?,
     ))
 }
 

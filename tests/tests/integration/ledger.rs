@@ -147,8 +147,30 @@ async fn two_writers_on_the_same_stream_version_get_exactly_one_conflict() -> an
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_that_fails_midway_leaves_no_trace() -> anyhow::Result<()> {
+/// Log lines written while the guard lives, on this thread.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("the log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("the log")).into_owned()
+    }
+}
+
+// One thread: the request runs on the thread whose log is captured.
+#[tokio::test(flavor = "current_thread")]
+async fn a_command_that_fails_midway_leaves_no_trace_and_logs_its_cause() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let api = TestApi::new(&database)?;
     let (_, _, _) = seeded(&api).await;
@@ -165,12 +187,22 @@ async fn a_command_that_fails_midway_leaves_no_trace() -> anyhow::Result<()> {
              WHEN (NEW.business_id = '{poisoned}') EXECUTE FUNCTION fail_projection();"
         ))
         .await?;
-    let reply = api
-        .post(
+    let log = CapturedLog::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let reply = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        api.post(
             "/v1/assignments",
             json!({"business_id": poisoned, "jurisdiction": "TX"}),
         )
-        .await;
+        .await
+    };
     assert_eq!(
         reply.status,
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -183,6 +215,23 @@ async fn a_command_that_fails_midway_leaves_no_trace() -> anyhow::Result<()> {
         before,
         "no event, outbox row or projection row"
     );
+    // The client learns only that it failed, and the reference to quote.
+    let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.contains("injected"), "{message}");
+    let reference = message
+        .rsplit(' ')
+        .next()
+        .and_then(|word| word.parse::<Uuid>().ok())
+        .unwrap_or_else(|| panic!("a reference in {message:?}"));
+    // The log has the cause under that reference: SQLSTATE, message, table.
+    let logged = log.text();
+    let line = logged
+        .lines()
+        .find(|line| line.contains(&reference.to_string()))
+        .unwrap_or_else(|| panic!("the reference in the log:\n{logged}"));
+    for part in ["injected failure", "SQLSTATE P0001"] {
+        assert!(line.contains(part), "{part} in {line}");
+    }
     Ok(())
 }
 

@@ -1,8 +1,10 @@
 //! Integration tests, in one binary so the whole run shares one PostgreSQL and one broker.
 
 mod as_of;
+mod bad_input;
 mod ledger;
 mod migrations;
+mod races;
 mod reassignment;
 mod relay;
 mod relay_faults;

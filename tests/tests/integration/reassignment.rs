@@ -7,11 +7,12 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use ra_ledger::domain::Jurisdiction;
-use ra_ledger::reassign::{self, PageOutcome, PageRequest, RunStatus};
+use ra_ledger::reassign::{self, PageOutcome, RunStatus};
 use ra_ledger::worker::WorkerConfig;
 use ra_ledger_cdc::consumer;
 use ra_ledger_tests::api::{TestApi, contact_body};
 use ra_ledger_tests::relay::{Collector, RunningRelay, test_config};
+use ra_ledger_tests::runs::{count, lock_waiters, lock_waiters_reach, page_requests};
 use ra_ledger_tests::worker::{self, RunningWorker, wait_for_run};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use serde_json::json;
@@ -113,18 +114,6 @@ async fn supersede(api: &TestApi, contact_id: Uuid, page_size: u32) -> (Uuid, Uu
     (run_id, new_id)
 }
 
-async fn count(
-    client: &Client,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-) -> i64 {
-    client
-        .query_one(sql, params)
-        .await
-        .expect("a count query")
-        .get(0)
-}
-
 /// Checks the end state every completed repoint must have: each business one active
 /// assignment, on the new contact, the old one ended at the instant the new one started.
 async fn assert_all_moved(seeded: &Seeded, old: Uuid, new: Uuid) {
@@ -188,29 +177,7 @@ async fn assert_all_moved(seeded: &Seeded, old: Uuid, new: Uuid) {
 }
 
 fn completed(status: &RunStatus) -> bool {
-    status.status == "completed"
-}
-
-/// Sessions of the test's database waiting for a lock.
-async fn lock_waiters(client: &Client) -> i64 {
-    count(
-        client,
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        &[],
-    )
-    .await
-}
-
-/// Waits until `n` sessions wait for a lock; panics with `why` after 10 s.
-async fn lock_waiters_reach(client: &Client, n: i64, why: &str) {
-    for _ in 0..200 {
-        if lock_waiters(client).await >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{why}: {n} lock waiter(s) never showed up");
+    status.status == reassign::RunState::Completed
 }
 
 async fn max_pages_in_flight(client: &Client, run_id: Uuid) -> i64 {
@@ -351,25 +318,6 @@ async fn five_thousand_assignments_move_in_pages_of_100_through_relay_and_broker
     worker.stop().await?;
     relay.stop().await?;
     Ok(())
-}
-
-/// The first page request of a run, as the worker would decode it from Kafka.
-async fn page_requests(client: &Client, run_id: Uuid) -> anyhow::Result<Vec<PageRequest>> {
-    let rows = client
-        .query(
-            "SELECT payload FROM events WHERE stream = $1 AND event_type = 'ReassignmentPageRequested' \
-             ORDER BY stream_version",
-            &[&format!("reassignment-{run_id}")],
-        )
-        .await?;
-    rows.iter()
-        .map(|row| {
-            let envelope = consumer::decode(row.get::<_, &[u8]>(0))?;
-            Ok(PageRequest::from_envelope(&envelope)
-                .map_err(anyhow::Error::msg)?
-                .expect("a page request"))
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,135 @@
+//! Why a command was refused or failed, and what a database error means for it.
+//!
+//! The classification is by SQLSTATE and constraint name, in one place: a unique violation
+//! of an invariant's index is a conflict between two writers (HTTP 409), a deadlock or a
+//! serialization failure is worth retrying the whole transaction, a lock that could not be
+//! had in time is a conflict the client may retry, and anything else is a failure to report
+//! with its cause.
+
+use tokio_postgres::error::SqlState;
+
+use crate::domain::ValidationError;
+use crate::projections::ProjectionError;
+use crate::store::AppendError;
+
+/// Why a command was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A field is invalid.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// Something the command refers to does not exist.
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// Kind of thing.
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// The command conflicts with the current state or a concurrent writer.
+    #[error("{0}")]
+    Conflict(String),
+    /// The event store refused the append.
+    #[error(transparent)]
+    Append(AppendError),
+    /// Projecting failed: ledger and projections disagree.
+    #[error(transparent)]
+    Projection(ProjectionError),
+    /// No database connection.
+    #[error("no database connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// The database failed.
+    #[error("database error: {}", describe(.0))]
+    Database(tokio_postgres::Error),
+}
+
+impl CommandError {
+    /// The database error behind this one, if any.
+    pub fn database_error(&self) -> Option<&tokio_postgres::Error> {
+        match self {
+            Self::Database(error)
+            | Self::Append(AppendError::Database(error))
+            | Self::Projection(ProjectionError::Database(error)) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether running the whole transaction again may succeed: it lost a deadlock or a
+    /// serialization failure to a concurrent transaction, which PostgreSQL rolled back.
+    pub fn is_transient(&self) -> bool {
+        self.database_error()
+            .and_then(tokio_postgres::Error::code)
+            .is_some_and(|code| {
+                *code == SqlState::T_R_DEADLOCK_DETECTED
+                    || *code == SqlState::T_R_SERIALIZATION_FAILURE
+            })
+    }
+}
+
+impl From<tokio_postgres::Error> for CommandError {
+    /// Unique violations of the invariants' indexes are conflicts, not failures: they are
+    /// how a race between two commands is settled. A lock not granted within the
+    /// connection's `lock_timeout` is a conflict too: another transaction holds the rows.
+    fn from(error: tokio_postgres::Error) -> Self {
+        let code = error.code();
+        if code == Some(&SqlState::UNIQUE_VIOLATION) {
+            match error.as_db_error().and_then(|db| db.constraint()) {
+                Some("contacts_one_primary") => {
+                    return Self::Conflict("the jurisdiction already has a primary contact".into());
+                }
+                Some("assignments_one_active") => {
+                    return Self::Conflict(
+                        "the business already has an active assignment in this jurisdiction".into(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        if code == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+            return Self::Conflict(
+                "another transaction holds the rows this command changes (a reassignment page, \
+                 or a long-running session); retry in a moment"
+                    .into(),
+            );
+        }
+        Self::Database(error)
+    }
+}
+
+impl From<AppendError> for CommandError {
+    fn from(error: AppendError) -> Self {
+        match error {
+            AppendError::Database(error) => Self::from(error),
+            other => Self::Append(other),
+        }
+    }
+}
+
+impl From<ProjectionError> for CommandError {
+    fn from(error: ProjectionError) -> Self {
+        match error {
+            ProjectionError::Database(error) => Self::from(error),
+            other => Self::Projection(other),
+        }
+    }
+}
+
+/// A database error with what an operator needs to find its cause: the SQLSTATE, the
+/// server's message, and the constraint, table and column it names. The driver's own
+/// `Display` says only "db error".
+pub fn describe(error: &tokio_postgres::Error) -> String {
+    let Some(db) = error.as_db_error() else {
+        return error.to_string();
+    };
+    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    for (name, value) in [
+        ("constraint", db.constraint()),
+        ("table", db.table()),
+        ("column", db.column()),
+    ] {
+        if let Some(value) = value {
+            text.push_str(&format!(", {name} {value}"));
+        }
+    }
+    text
+}

@@ -1,0 +1,335 @@
+//! A run's progress: its state, counts, timing and the rows it gave up on, as
+//! `GET /v1/reassignment-runs/{id}` and `ledger runs status` show them.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::db::cached;
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Pages are still being processed.
+    Running,
+    /// The chain ended: every active assignment of the old contact was moved, or is listed
+    /// in `failures` with the reason it was not.
+    Completed,
+}
+
+impl RunState {
+    /// The database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Completed => "completed",
+        }
+    }
+
+    /// Reads the database spelling (the table's CHECK allows only these two).
+    pub fn parse(text: &str) -> Self {
+        if text == "completed" {
+            Self::Completed
+        } else {
+            Self::Running
+        }
+    }
+}
+
+/// A run's progress, as `GET /v1/reassignment-runs/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunStatus {
+    /// Run id.
+    pub run_id: Uuid,
+    /// `running` or `completed`.
+    pub status: RunState,
+    /// Contact whose assignments move.
+    pub old_contact_id: Uuid,
+    /// Contact they move to.
+    pub new_contact_id: Uuid,
+    /// Jurisdiction code.
+    pub jurisdiction: String,
+    /// Rows per page.
+    pub page_size: u32,
+    /// The last assignment id the chain passed; `None` before the first page.
+    pub cursor: Option<Uuid>,
+    /// Pages processed, across passes.
+    pub pages: u32,
+    /// Passes over the old contact's assignments: a pass that ends with rows still active
+    /// on the old contact (not failed) starts another one.
+    pub pass: u32,
+    /// Rows REPLACEd.
+    pub replaced: i64,
+    /// Rows found already finished (by a concurrent run or a cancellation).
+    pub skipped: i64,
+    /// Rows given up on; see `failures`.
+    pub failed: i64,
+    /// Active assignments of the old contact when the run started.
+    pub total_at_start: i64,
+    /// Active assignments still on the old contact now.
+    pub remaining: i64,
+    /// Failed attempts of the current page, and the last error.
+    pub page_attempts: u32,
+    /// The last page failure, while the page is being retried.
+    pub last_error: Option<String>,
+    /// Who asked.
+    pub requested_by: String,
+    /// Correlation id of every event of the run (and of the supersede that started it).
+    pub correlation_id: Uuid,
+    /// Start.
+    pub started_at: DateTime<Utc>,
+    /// Last progress.
+    pub updated_at: DateTime<Utc>,
+    /// End of the chain.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Seconds from start to completion (or to now while running).
+    pub elapsed_seconds: f64,
+    /// Rows replaced per second so far.
+    pub rows_per_second: f64,
+    /// Seconds left at the current rate; `None` when unknown or done.
+    pub eta_seconds: Option<f64>,
+    /// Longest page transaction so far, in milliseconds.
+    pub longest_page_ms: f64,
+    /// Rows given up on (the first 100).
+    pub failures: Vec<RowFailure>,
+}
+
+/// A row a run gave up on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RowFailure {
+    /// The assignment left on the old contact.
+    pub assignment_id: Uuid,
+    /// Its business.
+    pub business_id: Uuid,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last error.
+    pub reason: String,
+    /// When the run gave up.
+    pub failed_at: DateTime<Utc>,
+}
+
+/// Most failures a status lists.
+const FAILURES_LISTED: i64 = 100;
+
+/// A run's progress, or `None` if there is no such run.
+pub async fn status(
+    client: &impl GenericClient,
+    run_id: Uuid,
+) -> Result<Option<RunStatus>, tokio_postgres::Error> {
+    let Some(row) = cached::query_opt(
+        client,
+        include_str!("../sql/reassign/run_status.sql"),
+        &[&run_id],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let failures = cached::query(
+        client,
+        "SELECT assignment_id, business_id, attempts, reason, failed_at \
+         FROM reassignment_failures WHERE run_id = $1 ORDER BY assignment_id LIMIT $2",
+        &[&run_id, &FAILURES_LISTED],
+    )
+    .await?
+    .iter()
+    .map(|row| RowFailure {
+        assignment_id: row.get(0),
+        business_id: row.get(1),
+        attempts: row.get::<_, i32>(2) as u32,
+        reason: row.get(3),
+        failed_at: row.get(4),
+    })
+    .collect();
+    let replaced: i64 = row.get(8);
+    let remaining: i64 = row.get(12);
+    let elapsed: f64 = row.get(20);
+    let status = RunState::parse(row.get(1));
+    let rate = if elapsed > 0.0 {
+        replaced as f64 / elapsed
+    } else {
+        0.0
+    };
+    Ok(Some(RunStatus {
+        run_id: row.get(0),
+        eta_seconds: (status == RunState::Running && rate > 0.0).then(|| remaining as f64 / rate),
+        status,
+        old_contact_id: row.get(2),
+        new_contact_id: row.get(3),
+        jurisdiction: row.get(4),
+        page_size: row.get::<_, i32>(5) as u32,
+        cursor: row.get(6),
+        pages: row.get::<_, i32>(7) as u32,
+        pass: row.get::<_, i32>(22) as u32,
+        replaced,
+        skipped: row.get(9),
+        failed: row.get(10),
+        total_at_start: row.get(11),
+        remaining,
+        page_attempts: row.get::<_, i32>(13) as u32,
+        last_error: row.get(14),
+        requested_by: row.get(15),
+        correlation_id: row.get(16),
+        started_at: row.get(17),
+        updated_at: row.get(18),
+        completed_at: row.get(19),
+        elapsed_seconds: elapsed,
+        rows_per_second: rate,
+        longest_page_ms: row.get(21),
+        failures,
+    }))
+}
+
+/// Runs of a contact (as the old contact), newest first.
+pub async fn runs_of(
+    client: &impl GenericClient,
+    old_contact_id: Uuid,
+) -> Result<Vec<Uuid>, tokio_postgres::Error> {
+    Ok(cached::query(
+        client,
+        "SELECT run_id FROM reassignment_runs WHERE old_contact_id = $1 ORDER BY started_at DESC",
+        &[&old_contact_id],
+    )
+    .await?
+    .iter()
+    .map(|row| row.get(0))
+    .collect())
+}
+
+/// Runs still in progress.
+pub async fn running(client: &impl GenericClient) -> Result<i64, tokio_postgres::Error> {
+    Ok(cached::query_one(
+        client,
+        "SELECT count(*) FROM reassignment_runs WHERE status = 'running'",
+        &[],
+    )
+    .await?
+    .get(0))
+}
+
+/// Most page transactions of one run that were open at the same time, from the pages'
+/// recorded transaction intervals (the fence makes anything but 1 impossible).
+pub async fn max_pages_in_flight(
+    client: &tokio_postgres::Client,
+    run_id: Uuid,
+) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one(
+            include_str!("../sql/reassign/max_pages_in_flight.sql"),
+            &[&run_id],
+        )
+        .await?
+        .get(0))
+}
+
+/// Where a run's time went: inside page transactions, and between them (relay, broker and
+/// worker carrying the next request).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PageTiming {
+    /// Sum of the page transactions' durations, seconds.
+    pub in_pages: f64,
+    /// Mean time from one page's end to the next page's start, seconds.
+    pub mean_gap: f64,
+    /// Longest such gap, seconds.
+    pub max_gap: f64,
+}
+
+/// The run's [`PageTiming`].
+pub async fn page_timing(
+    client: &tokio_postgres::Client,
+    run_id: Uuid,
+) -> Result<PageTiming, tokio_postgres::Error> {
+    let row = client
+        .query_one(include_str!("../sql/reassign/page_timing.sql"), &[&run_id])
+        .await?;
+    Ok(PageTiming {
+        in_pages: row.get(0),
+        mean_gap: row.get(1),
+        max_gap: row.get(2),
+    })
+}
+
+/// One line of progress: a bar, counts, rate and estimate.
+pub fn progress_line(status: &RunStatus) -> String {
+    const WIDTH: usize = 30;
+    let total = status.total_at_start.max(1) as f64;
+    let done = (status.replaced + status.skipped + status.failed) as f64;
+    let fraction = if status.status == RunState::Completed {
+        1.0
+    } else {
+        (done / total).min(1.0)
+    };
+    let filled = (fraction * WIDTH as f64).round() as usize;
+    let eta = status
+        .eta_seconds
+        .map(|eta| format!(", ETA {eta:.0} s"))
+        .unwrap_or_default();
+    format!(
+        "[{}{}] {:>3.0}% page {} · replaced {} skipped {} failed {} of {} · {:.0} rows/s{eta} · {}",
+        "#".repeat(filled),
+        ".".repeat(WIDTH - filled),
+        fraction * 100.0,
+        status.pages,
+        status.replaced,
+        status.skipped,
+        status.failed,
+        status.total_at_start,
+        status.rows_per_second,
+        status.status.as_str()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_line_shows_counts_and_fills_when_completed() {
+        let now = Utc::now();
+        let mut status = RunStatus {
+            run_id: Uuid::nil(),
+            status: RunState::Running,
+            old_contact_id: Uuid::nil(),
+            new_contact_id: Uuid::nil(),
+            jurisdiction: "TX".into(),
+            page_size: 100,
+            cursor: None,
+            pages: 5,
+            pass: 1,
+            replaced: 490,
+            skipped: 5,
+            failed: 5,
+            total_at_start: 1_000,
+            remaining: 500,
+            page_attempts: 0,
+            last_error: None,
+            requested_by: "cs".into(),
+            correlation_id: Uuid::nil(),
+            started_at: now,
+            updated_at: now,
+            completed_at: None,
+            elapsed_seconds: 1.0,
+            rows_per_second: 490.0,
+            eta_seconds: Some(1.02),
+            longest_page_ms: 12.0,
+            failures: Vec::new(),
+        };
+        let line = progress_line(&status);
+        assert!(
+            line.starts_with(&format!("[{}{}]", "#".repeat(15), ".".repeat(15))),
+            "{line}"
+        );
+        assert!(line.contains(" 50% page 5"), "{line}");
+        assert!(
+            line.contains("replaced 490 skipped 5 failed 5 of 1000"),
+            "{line}"
+        );
+        assert!(line.contains("ETA 1 s"), "{line}");
+        status.status = RunState::Completed;
+        status.eta_seconds = None;
+        assert!(progress_line(&status).starts_with(&format!("[{}]", "#".repeat(30))));
+    }
+}

@@ -1,0 +1,67 @@
+//! The write path every command shares: events and their outbox rows appended and folded
+//! into the projections in the caller's transaction, and a command's whole transaction run
+//! again when PostgreSQL chose it as the victim of a deadlock.
+//!
+//! Locks are taken in one order everywhere, so deadlocks are rare rather than routine:
+//! 1. the jurisdiction's primary-contact advisory lock (shared by assign, replace, run
+//!    starts and pages; exclusive by contact creation and supersede);
+//! 2. a reassignment run's row;
+//! 3. assignment rows, in `assignment_id` order;
+//! 4. the streams' versions, by inserting events (`UNIQUE (stream, stream_version)`).
+//!
+//! The transaction time is read after the locks (see [`store::read_heads`]).
+
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use ra_ledger_proto::v1;
+
+use crate::error::CommandError;
+use crate::projections;
+use crate::store::{self, Heads, Metadata, RecordedEvent, StreamAppend};
+
+/// Attempts of a command whose transaction keeps losing deadlocks or serialization
+/// failures; then the client gets a 409 and may try again.
+pub const ATTEMPTS: u32 = 3;
+
+/// Appends `appends` on top of `heads`, at their time, and folds the events into the
+/// projections, all in the caller's transaction; on any error the transaction rolls back
+/// when dropped.
+pub async fn record(
+    client: &impl GenericClient,
+    appends: &[StreamAppend],
+    heads: &Heads,
+    metadata: &Metadata,
+) -> Result<Vec<RecordedEvent>, CommandError> {
+    let recorded = store::append_at(client, appends, heads, metadata).await?;
+    let envelopes: Vec<&v1::Envelope> = recorded.iter().map(|event| &event.envelope).collect();
+    projections::apply_batch(client, &envelopes).await?;
+    Ok(recorded)
+}
+
+/// Runs `attempt` (one whole transaction) until it succeeds, fails for a reason other than
+/// a deadlock or serialization failure, or has failed [`ATTEMPTS`] times. PostgreSQL rolls
+/// the victim back entirely, so running it again is safe.
+pub async fn retrying<T, Attempt>(mut attempt: impl FnMut() -> Attempt) -> Result<T, CommandError>
+where
+    Attempt: Future<Output = Result<T, CommandError>>,
+{
+    let mut attempts = 1;
+    loop {
+        match attempt().await {
+            Err(error) if error.is_transient() && attempts < ATTEMPTS => {
+                tracing::info!(%error, attempt = attempts, "transaction lost to a concurrent one; retrying");
+                tokio::time::sleep(Duration::from_millis(10 * u64::from(attempts))).await;
+                attempts += 1;
+            }
+            Err(error) if error.is_transient() => {
+                return Err(CommandError::Conflict(format!(
+                    "concurrent changes to the same rows kept aborting this command \
+                     ({ATTEMPTS} attempts; last: {error}); retry"
+                )));
+            }
+            outcome => return outcome,
+        }
+    }
+}
