@@ -295,6 +295,54 @@ async fn control_characters_in_any_text_field_are_refused_naming_the_field() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_paths_and_queries_of_reads_are_refused() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let world = world(&database).await;
+    let before = counts(&database).await?;
+    let business = &world.business;
+    for bad in ["%00", "%1B%5B31m", "%0A", "%7F", "%E2%80%AE"] {
+        for (uri, code) in [
+            (format!("/v1/contacts/{bad}"), "bad_request"),
+            (format!("/v1/contacts/{bad}/lineage"), "bad_request"),
+            (format!("/v1/contacts/{bad}/reassignment-runs"), "bad_request"),
+            (format!("/v1/reassignment-runs/{bad}"), "bad_request"),
+            (format!("/v1/assignments/{bad}"), "bad_request"),
+            (
+                format!("/v1/businesses/{bad}/jurisdictions/TX/registered-agent"),
+                "bad_request",
+            ),
+            (
+                format!("/v1/businesses/{business}/jurisdictions/T{bad}X/registered-agent"),
+                "bad_request",
+            ),
+            (
+                format!("/v1/businesses/{business}/jurisdictions/TX/registered-agent?at=2026{bad}"),
+                "bad_request",
+            ),
+            (
+                format!(
+                    "/v1/businesses/{business}/jurisdictions/TX/registered-agents?from={bad}&to=2026-01-01T00:00:00Z"
+                ),
+                "bad_request",
+            ),
+            (
+                format!("/v1/businesses/{business}/assignments?cursor={bad}"),
+                "invalid_cursor",
+            ),
+            (
+                format!("/v1/businesses/{business}/assignments?limit={bad}"),
+                "bad_request",
+            ),
+        ] {
+            let reply = world.api.get(&uri).await;
+            check(&format!("GET {uri}"), &reply, 400, code);
+        }
+    }
+    assert_eq!(counts(&database).await?, before, "refused requests wrote nothing");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_range_and_malformed_times_are_refused() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
