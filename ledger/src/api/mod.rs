@@ -84,9 +84,13 @@ pub fn router(state: AppState) -> Router {
 /// error in the API's JSON shape, including the body-less ones the routing layer makes and
 /// a handler that panicked.
 pub fn service(router: Router) -> Router {
-    router
+    let routes = router
         .fallback(unknown_route)
-        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES));
+    // Around the whole router, not each route: a route's 405 gets its `Allow` header
+    // outside the layers of the route.
+    Router::new()
+        .fallback_service(routes)
         .layer(middleware::from_fn(json_errors))
 }
 
@@ -147,7 +151,9 @@ async fn json_errors(request: Request, next: Next) -> Response {
     let (code, message) = match status {
         StatusCode::METHOD_NOT_ALLOWED => (
             "method_not_allowed",
-            format!("{method} is not allowed on {path}; allowed: {allowed}"),
+            format!("{method} is not allowed on {path}; allowed: {allowed}")
+                .trim_end_matches("; allowed: ")
+                .to_owned(),
         ),
         StatusCode::NOT_FOUND => ("not_found", format!("no endpoint {method} {path}")),
         StatusCode::PAYLOAD_TOO_LARGE => (

@@ -304,7 +304,10 @@ async fn control_characters_in_paths_and_queries_of_reads_are_refused() -> anyho
         for (uri, code) in [
             (format!("/v1/contacts/{bad}"), "bad_request"),
             (format!("/v1/contacts/{bad}/lineage"), "bad_request"),
-            (format!("/v1/contacts/{bad}/reassignment-runs"), "bad_request"),
+            (
+                format!("/v1/contacts/{bad}/reassignment-runs"),
+                "bad_request",
+            ),
             (format!("/v1/reassignment-runs/{bad}"), "bad_request"),
             (format!("/v1/assignments/{bad}"), "bad_request"),
             (
@@ -338,7 +341,11 @@ async fn control_characters_in_paths_and_queries_of_reads_are_refused() -> anyho
             check(&format!("GET {uri}"), &reply, 400, code);
         }
     }
-    assert_eq!(counts(&database).await?, before, "refused requests wrote nothing");
+    assert_eq!(
+        counts(&database).await?,
+        before,
+        "refused requests wrote nothing"
+    );
     Ok(())
 }
 
