@@ -7,6 +7,33 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// The local stack's addresses and names (`deploy/stack up`), written once: the default of
+/// every process, tool and benchmark comes from here.
+pub mod local {
+    /// The ledger database.
+    pub const DATABASE_URL: &str = "postgres://ledger:ledger@127.0.0.1:54329/ledger";
+    /// Kafka bootstrap servers.
+    pub const KAFKA_BROKERS: &str = "127.0.0.1:19092";
+    /// The relay's logical replication slot (`ledger migrate` creates it).
+    pub const SLOT: &str = "ra_ledger_relay";
+    /// The insert-only publication of the outbox (migration V1 creates it).
+    pub const PUBLICATION: &str = "ra_ledger_outbox";
+    /// Topics are `<prefix><aggregate type>` (Debezium's outbox EventRouter layout).
+    pub const TOPIC_PREFIX: &str = "outbox.event.";
+    /// The topic of the reassignment runs' page requests.
+    pub const REASSIGNMENT_TOPIC: &str = "outbox.event.reassignment";
+    /// The consumer group every reassignment worker shares.
+    pub const WORKER_GROUP: &str = "ra-ledger-reassignment";
+    /// Where `ledger serve` listens.
+    pub const HTTP_LISTEN: &str = "127.0.0.1:18080";
+    /// The ledger service's URL, for tools.
+    pub const API_URL: &str = "http://127.0.0.1:18080";
+    /// The relay's `/metrics`.
+    pub const RELAY_METRICS: &str = "127.0.0.1:19100";
+    /// The worker's `/metrics`.
+    pub const WORKER_METRICS: &str = "127.0.0.1:19101";
+}
+
 /// librdkafka settings the relay owns: changing them would break its guarantees.
 const FIXED_KAFKA_SETTINGS: [(&str, &str); 4] = [
     ("enable.idempotence", "true"),
@@ -51,16 +78,16 @@ pub struct RelayConfig {
 impl Default for RelayConfig {
     fn default() -> Self {
         Self {
-            database_url: "postgres://ledger:ledger@127.0.0.1:54329/ledger".into(),
-            slot: "ra_ledger_relay".into(),
-            publication: "ra_ledger_outbox".into(),
-            topic_prefix: "outbox.event.".into(),
+            database_url: local::DATABASE_URL.into(),
+            slot: local::SLOT.into(),
+            publication: local::PUBLICATION.into(),
+            topic_prefix: local::TOPIC_PREFIX.into(),
             topics: BTreeMap::new(),
-            kafka: BTreeMap::from([("bootstrap.servers".into(), "127.0.0.1:19092".into())]),
+            kafka: BTreeMap::from([("bootstrap.servers".into(), local::KAFKA_BROKERS.into())]),
             heartbeat_interval_ms: 10_000,
             max_in_flight: 50_000,
             shutdown_grace_ms: 10_000,
-            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 19_100))),
+            metrics_listen: local::RELAY_METRICS.parse().ok(),
             reconnect_backoff_max_ms: 30_000,
             status_interval_ms: 1_000,
         }

@@ -233,55 +233,6 @@ impl RelayMetrics {
     }
 }
 
-/// `/metrics` (Prometheus text format) and `/healthz`.
-pub fn router(metrics: std::sync::Arc<RelayMetrics>) -> axum::Router {
-    text_router(move || metrics.render())
-}
-
-/// Serves `router` on `address` until `shutdown`; logs and carries on without it when the
-/// address is taken.
-pub async fn serve(
-    address: std::net::SocketAddr,
-    router: axum::Router,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    match tokio::net::TcpListener::bind(address).await {
-        Ok(listener) => {
-            tracing::info!(%address, "serving /metrics");
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, router)
-                    .with_graceful_shutdown(shutdown.cancelled_owned())
-                    .await;
-            });
-        }
-        Err(error) => {
-            tracing::warn!(%address, %error, "cannot serve /metrics; continuing without it")
-        }
-    }
-}
-
-/// `/metrics` serving whatever `render` returns, and `/healthz`.
-pub fn text_router(render: impl Fn() -> String + Clone + Send + Sync + 'static) -> axum::Router {
-    use axum::routing::get;
-    axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let render = render.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        render(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

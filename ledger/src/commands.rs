@@ -5,7 +5,6 @@
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
-use ra_ledger_proto::v1::{self, envelope::Event};
 use serde::Deserialize;
 use uuid::Uuid;
 
@@ -15,10 +14,11 @@ use crate::domain::{
     self, ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, ContactDetails, Jurisdiction, PostalAddress,
     ValidationError, assignment_stream, contact_stream, registration_id,
 };
+use crate::events;
 use crate::queries::{self, AssignmentView, ContactView, LockMode, PrimaryContactLock};
 use crate::reassign::{self, RunStarted};
 use crate::store::{self, Metadata, NewEvent, StreamAppend};
-use crate::write::{self, retrying};
+use crate::write;
 
 /// How far ahead of the server clock an `effective_at` may be (clock skew).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(5);
@@ -133,47 +133,39 @@ impl Ledger {
         }
         .validated()?;
         let requested = requested_time(command.effective_at)?;
-        retrying(|| self.try_create_contact(jurisdiction, &details, requested, metadata)).await
-    }
-
-    async fn try_create_contact(
-        &self,
-        jurisdiction: Jurisdiction,
-        details: &ContactDetails,
-        requested: Option<DateTime<Utc>>,
-        metadata: &Metadata,
-    ) -> Result<ContactView, CommandError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let contact_id = Uuid::now_v7();
-        // Creating the primary contact changes which contact is primary: exclusively.
-        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Exclusive).await?;
-        let streams = [contact_stream(contact_id)];
-        let (_, primary, heads) = tokio::try_join!(
-            biased;
-            lock.take(&tx),
-            queries::primary_contact(&tx, jurisdiction),
-            store::read_heads(&tx, &streams),
-        )?;
-        if let Some(primary) = primary {
-            return Err(CommandError::Conflict(format!(
-                "{} already has primary contact {}; supersede it instead",
-                jurisdiction.code(),
-                primary.contact_id
-            )));
-        }
-        let effective_at = effective_at(requested, heads.now)?;
-        let created = contact_created(contact_id, jurisdiction, details, None);
-        let appends = [StreamAppend {
-            aggregate_type: CONTACT_AGGREGATE,
-            aggregate_id: contact_id.to_string(),
-            expected_version: Some(0),
-            events: vec![NewEvent::new(created, effective_at)],
-        }];
-        write::record(&tx, &appends, &heads, metadata).await?;
-        let contact = contact_in(&tx, contact_id).await?;
-        tx.commit().await?;
-        Ok(contact)
+        let details = &details;
+        self.write(|tx, _| {
+            Box::pin(async move {
+                let contact_id = Uuid::now_v7();
+                // Creating the primary contact changes which contact is primary: exclusively.
+                let lock =
+                    PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Exclusive).await?;
+                let streams = [contact_stream(contact_id)];
+                let (_, primary, heads) = tokio::try_join!(
+                    biased;
+                    lock.take(tx),
+                    queries::primary_contact(tx, jurisdiction),
+                    store::read_heads(tx, &streams),
+                )?;
+                if let Some(primary) = primary {
+                    return Err(CommandError::Conflict(format!(
+                        "{} already has primary contact {}; supersede it instead",
+                        jurisdiction.code(),
+                        primary.contact_id
+                    )));
+                }
+                let created = events::contact_created(contact_id, jurisdiction, details, None);
+                let appends = [StreamAppend {
+                    aggregate_type: CONTACT_AGGREGATE,
+                    aggregate_id: contact_id.to_string(),
+                    expected_version: Some(0),
+                    events: vec![NewEvent::new(created, effective_at(requested, heads.now)?)],
+                }];
+                write::record(tx, &appends, &heads, metadata).await?;
+                contact_in(tx, contact_id).await
+            })
+        })
+        .await
     }
 
     /// Demotes a primary contact to on_file, creates its successor as primary and starts the
@@ -191,86 +183,67 @@ impl Ledger {
         .validated()?;
         let page_size = reassign::page_size(command.page_size)?;
         let requested = requested_time(command.effective_at)?;
-        let expected_version = command.expected_version;
-        retrying(|| {
-            self.try_supersede(
-                contact_id,
-                &details,
-                requested,
-                expected_version,
-                page_size,
-                metadata,
-            )
+        let (details, expected_version) = (&details, command.expected_version);
+        self.write(|tx, _| {
+            Box::pin(async move {
+                let jurisdiction = jurisdiction_of_contact(tx, contact_id).await?;
+                let new_id = Uuid::now_v7();
+                let streams = [contact_stream(contact_id), contact_stream(new_id)];
+                // Waits for every write in flight that put an assignment on the old contact,
+                // and holds off new ones until this commits: then they get the new contact. The
+                // contact is read again under the lock, so a supersede that won the race is seen.
+                let lock =
+                    PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Exclusive).await?;
+                let (_, old, heads) = tokio::try_join!(
+                    biased;
+                    lock.take(tx),
+                    queries::contact(tx, contact_id),
+                    store::read_heads(tx, &streams),
+                )?;
+                let old = old.ok_or_else(|| not_found("contact", contact_id))?;
+                if let Some(successor) = old.superseded_by {
+                    return Err(CommandError::Conflict(format!(
+                        "contact {contact_id} was already superseded by {successor}"
+                    )));
+                }
+                let effective_at = effective_at(requested, heads.now)?;
+                let appends = [
+                    StreamAppend {
+                        aggregate_type: CONTACT_AGGREGATE,
+                        aggregate_id: contact_id.to_string(),
+                        expected_version: Some(expected_version.unwrap_or(old.version)),
+                        events: vec![NewEvent::new(
+                            events::contact_superseded(contact_id, jurisdiction, new_id),
+                            effective_at,
+                        )],
+                    },
+                    StreamAppend {
+                        aggregate_type: CONTACT_AGGREGATE,
+                        aggregate_id: new_id.to_string(),
+                        expected_version: Some(0),
+                        events: vec![NewEvent::new(
+                            events::contact_created(
+                                new_id,
+                                jurisdiction,
+                                details,
+                                Some(contact_id),
+                            ),
+                            effective_at,
+                        )],
+                    },
+                ];
+                write::record(tx, &appends, &heads, metadata).await?;
+                let old = contact_in(tx, contact_id).await?;
+                // The first page request commits with the supersede, or neither does.
+                let run = reassign::start_in(tx, &old, new_id, page_size, metadata, &heads).await?;
+                Ok(Superseded {
+                    old,
+                    new: contact_in(tx, new_id).await?,
+                    run,
+                })
+            })
         })
         .await
-    }
-
-    async fn try_supersede(
-        &self,
-        contact_id: Uuid,
-        details: &ContactDetails,
-        requested: Option<DateTime<Utc>>,
-        expected_version: Option<i64>,
-        page_size: u32,
-        metadata: &Metadata,
-    ) -> Result<Superseded, CommandError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let jurisdiction = jurisdiction_of_contact(&tx, contact_id).await?;
-        let new_id = Uuid::now_v7();
-        let streams = [contact_stream(contact_id), contact_stream(new_id)];
-        // Waits for every write in flight that put an assignment on the old contact, and
-        // holds off new ones until this commits: then they get the new contact. The contact
-        // is read again under the lock, so a supersede that won the race is seen.
-        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Exclusive).await?;
-        let (_, old, heads) = tokio::try_join!(
-            biased;
-            lock.take(&tx),
-            queries::contact(&tx, contact_id),
-            store::read_heads(&tx, &streams),
-        )?;
-        let old = old.ok_or_else(|| not_found("contact", contact_id))?;
-        if let Some(successor) = old.superseded_by {
-            return Err(CommandError::Conflict(format!(
-                "contact {contact_id} was already superseded by {successor}"
-            )));
-        }
-        let effective_at = effective_at(requested, heads.now)?;
-        let appends = [
-            StreamAppend {
-                aggregate_type: CONTACT_AGGREGATE,
-                aggregate_id: contact_id.to_string(),
-                expected_version: Some(expected_version.unwrap_or(old.version)),
-                events: vec![NewEvent::new(
-                    Event::ContactSuperseded(v1::ContactSuperseded {
-                        contact_id: contact_id.to_string(),
-                        jurisdiction: jurisdiction.code().to_owned(),
-                        superseded_by: new_id.to_string(),
-                    }),
-                    effective_at,
-                )],
-            },
-            StreamAppend {
-                aggregate_type: CONTACT_AGGREGATE,
-                aggregate_id: new_id.to_string(),
-                expected_version: Some(0),
-                events: vec![NewEvent::new(
-                    contact_created(new_id, jurisdiction, details, Some(contact_id)),
-                    effective_at,
-                )],
-            },
-        ];
-        write::record(&tx, &appends, &heads, metadata).await?;
-        let old = contact_in(&tx, contact_id).await?;
-        // The first page request commits with the supersede, or neither does.
-        let run = reassign::start_in(&tx, &old, new_id, page_size, metadata, &heads).await?;
-        let superseded = Superseded {
-            old,
-            new: contact_in(&tx, new_id).await?,
-            run,
-        };
-        tx.commit().await?;
-        Ok(superseded)
     }
 
     /// Starts another run that repoints a superseded contact's remaining active assignments
@@ -283,40 +256,34 @@ impl Ledger {
         metadata: &Metadata,
     ) -> Result<RunStarted, CommandError> {
         let page_size = reassign::page_size(command.page_size)?;
-        retrying(|| self.try_start_reassignment(contact_id, page_size, metadata)).await
-    }
-
-    async fn try_start_reassignment(
-        &self,
-        contact_id: Uuid,
-        page_size: u32,
-        metadata: &Metadata,
-    ) -> Result<RunStarted, CommandError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let jurisdiction = jurisdiction_of_contact(&tx, contact_id).await?;
-        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Shared).await?;
-        let (_, old, primary, heads) = tokio::try_join!(
-            biased;
-            lock.take(&tx),
-            queries::contact(&tx, contact_id),
-            queries::primary_contact(&tx, jurisdiction),
-            store::read_heads(&tx, &[]),
-        )?;
-        let old = old.ok_or_else(|| not_found("contact", contact_id))?;
-        if old.superseded_by.is_none() {
-            return Err(CommandError::Conflict(format!(
-                "contact {contact_id} is the primary contact of {}; supersede it first",
-                jurisdiction.code()
-            )));
-        }
-        let primary = primary.ok_or_else(|| {
-            CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
-        })?;
-        let run =
-            reassign::start_in(&tx, &old, primary.contact_id, page_size, metadata, &heads).await?;
-        tx.commit().await?;
-        Ok(run)
+        self.write(|tx, _| {
+            Box::pin(async move {
+                let jurisdiction = jurisdiction_of_contact(tx, contact_id).await?;
+                let lock = PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Shared).await?;
+                let (_, old, primary, heads) = tokio::try_join!(
+                    biased;
+                    lock.take(tx),
+                    queries::contact(tx, contact_id),
+                    queries::primary_contact(tx, jurisdiction),
+                    store::read_heads(tx, &[]),
+                )?;
+                let old = old.ok_or_else(|| not_found("contact", contact_id))?;
+                if old.superseded_by.is_none() {
+                    return Err(CommandError::Conflict(format!(
+                        "contact {contact_id} is the primary contact of {}; supersede it first",
+                        jurisdiction.code()
+                    )));
+                }
+                let primary = primary.ok_or_else(|| {
+                    CommandError::Conflict(format!(
+                        "{} has no primary contact",
+                        jurisdiction.code()
+                    ))
+                })?;
+                reassign::start_in(tx, &old, primary.contact_id, page_size, metadata, &heads).await
+            })
+        })
+        .await
     }
 
     /// Starts an assignment of a business to the jurisdiction's primary contact.
@@ -330,75 +297,65 @@ impl Ledger {
     ) -> Result<AssignmentView, CommandError> {
         let jurisdiction = Jurisdiction::parse("jurisdiction", &command.jurisdiction)?;
         let requested = requested_time(command.effective_at)?;
-        retrying(|| self.try_assign(command.business_id, jurisdiction, requested, metadata)).await
-    }
-
-    async fn try_assign(
-        &self,
-        business_id: Uuid,
-        jurisdiction: Jurisdiction,
-        requested: Option<DateTime<Utc>>,
-        metadata: &Metadata,
-    ) -> Result<AssignmentView, CommandError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        // The lock, both lookups and the heads travel in one round trip. The lock is sent
-        // first and the server runs them in order, so the lookups see any supersede that
-        // committed while the lock waited.
-        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Shared).await?;
-        let streams = [assignment_stream(business_id, jurisdiction)];
-        let (_, context, heads) = tokio::try_join!(
-            biased;
-            lock.take(&tx),
-            queries::assign_context(&tx, business_id, jurisdiction),
-            store::read_heads(&tx, &streams),
-        )?;
-        let now = heads.now;
-        let effective_at = effective_at(requested, now)?;
-        let Some((contact_id, contact_created_at)) = context.primary else {
-            return Err(CommandError::Conflict(format!(
-                "{} has no primary contact yet; create one first",
-                jurisdiction.code()
-            )));
-        };
-        if effective_at < contact_created_at {
-            return Err(ValidationError::new(
-                "effective_at",
-                format!("{effective_at} is before contact {contact_id} took effect ({contact_created_at})"),
-            )
-            .into());
-        }
-        if let Some(active) = context.active_assignment {
-            return Err(CommandError::Conflict(format!(
-                "business {business_id} already has active assignment {active} in {}",
-                jurisdiction.code()
-            )));
-        }
-        let assignment_id = Uuid::now_v7();
-        let started =
-            assignment_started(assignment_id, business_id, jurisdiction, contact_id, None);
-        let appends = [StreamAppend {
-            aggregate_type: ASSIGNMENT_AGGREGATE,
-            aggregate_id: registration_id(business_id, jurisdiction),
-            // The active-assignment check above and the unique index guard this append.
-            expected_version: None,
-            events: vec![NewEvent::new(started, effective_at)],
-        }];
-        write::record(&tx, &appends, &heads, metadata).await?;
-        tx.commit().await?;
-        Ok(AssignmentView {
-            assignment_id,
-            business_id,
-            jurisdiction: jurisdiction.code().to_owned(),
-            contact_id,
-            started_at: effective_at,
-            ended_at: None,
-            end_reason: None,
-            replaces: None,
-            replaced_by: None,
-            recorded_at: now,
-            ended_recorded_at: None,
-        })
+        let business_id = command.business_id;
+        self.write(|tx, _| Box::pin(async move {
+            // The lock, both lookups and the heads travel in one round trip. The lock is
+            // sent first and the server runs them in order, so the lookups see any supersede
+            // that committed while the lock waited.
+            let lock = PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Shared).await?;
+            let streams = [assignment_stream(business_id, jurisdiction)];
+            let (_, context, heads) = tokio::try_join!(
+                biased;
+                lock.take(tx),
+                queries::assign_context(tx, business_id, jurisdiction),
+                store::read_heads(tx, &streams),
+            )?;
+            let effective_at = effective_at(requested, heads.now)?;
+            let Some((contact_id, contact_created_at)) = context.primary else {
+                return Err(CommandError::Conflict(format!(
+                    "{} has no primary contact yet; create one first",
+                    jurisdiction.code()
+                )));
+            };
+            if effective_at < contact_created_at {
+                return Err(ValidationError::new(
+                    "effective_at",
+                    format!("{effective_at} is before contact {contact_id} took effect ({contact_created_at})"),
+                )
+                .into());
+            }
+            if let Some(active) = context.active_assignment {
+                return Err(CommandError::Conflict(format!(
+                    "business {business_id} already has active assignment {active} in {}",
+                    jurisdiction.code()
+                )));
+            }
+            let assignment_id = Uuid::now_v7();
+            let started =
+                events::assignment_started(assignment_id, business_id, jurisdiction, contact_id, None);
+            let appends = [StreamAppend {
+                aggregate_type: ASSIGNMENT_AGGREGATE,
+                aggregate_id: registration_id(business_id, jurisdiction),
+                // The active-assignment check above and the unique index guard this append.
+                expected_version: None,
+                events: vec![NewEvent::new(started, effective_at)],
+            }];
+            write::record(tx, &appends, &heads, metadata).await?;
+            Ok(AssignmentView {
+                assignment_id,
+                business_id,
+                jurisdiction: jurisdiction.code().to_owned(),
+                contact_id,
+                started_at: effective_at,
+                ended_at: None,
+                end_reason: None,
+                replaces: None,
+                replaced_by: None,
+                recorded_at: heads.now,
+                ended_recorded_at: None,
+            })
+        }))
+        .await
     }
 
     /// Ends an assignment because the subscription was cancelled.
@@ -409,45 +366,29 @@ impl Ledger {
         metadata: &Metadata,
     ) -> Result<AssignmentView, CommandError> {
         let requested = requested_time(command.effective_at)?;
-        let expected_version = command.expected_version;
-        retrying(|| self.try_end(assignment_id, requested, expected_version, metadata)).await
-    }
-
-    async fn try_end(
-        &self,
-        assignment_id: Uuid,
-        requested: Option<DateTime<Utc>>,
-        expected_version: Option<i64>,
-        metadata: &Metadata,
-    ) -> Result<AssignmentView, CommandError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        // The row lock comes first, as in a reassignment page: whoever holds it finishes,
-        // and the other then finds the assignment ended instead of deadlocking on the
-        // stream's next version.
-        let locked = queries::assignment_for_update(&tx, assignment_id).await?;
-        let (active, jurisdiction) = active(locked, assignment_id)?;
-        let heads =
-            store::read_heads(&tx, &[assignment_stream(active.business_id, jurisdiction)]).await?;
-        let effective_at = effective_at(requested, heads.now)?;
-        let ended = Event::AssignmentEnded(v1::AssignmentEnded {
-            assignment_id: assignment_id.to_string(),
-            business_id: active.business_id.to_string(),
-            jurisdiction: jurisdiction.code().to_owned(),
-            contact_id: active.contact_id.to_string(),
-            reason: v1::EndReason::Cancelled.into(),
-            replaced_by: String::new(),
-        });
-        let appends = [StreamAppend {
-            aggregate_type: ASSIGNMENT_AGGREGATE,
-            aggregate_id: registration_id(active.business_id, jurisdiction),
-            expected_version,
-            events: vec![NewEvent::new(ended, effective_at)],
-        }];
-        write::record(&tx, &appends, &heads, metadata).await?;
-        let assignment = assignment_in(&tx, assignment_id).await?;
-        tx.commit().await?;
-        Ok(assignment)
+        self.write(|tx, _| {
+            Box::pin(async move {
+                // The row lock comes first, as in a reassignment page: whoever holds it
+                // finishes, and the other then finds the assignment ended instead of
+                // deadlocking on the stream's next version.
+                let locked = queries::assignment_for_update(tx, assignment_id).await?;
+                let (active, jurisdiction) = active(locked, assignment_id)?;
+                let streams = [assignment_stream(active.business_id, jurisdiction)];
+                let heads = store::read_heads(tx, &streams).await?;
+                let appends = [StreamAppend {
+                    aggregate_type: ASSIGNMENT_AGGREGATE,
+                    aggregate_id: registration_id(active.business_id, jurisdiction),
+                    expected_version: command.expected_version,
+                    events: vec![NewEvent::new(
+                        events::assignment_cancelled(&active, jurisdiction),
+                        effective_at(requested, heads.now)?,
+                    )],
+                }];
+                write::record(tx, &appends, &heads, metadata).await?;
+                assignment_in(tx, assignment_id).await
+            })
+        })
+        .await
     }
 
     /// REPLACE: ends an assignment and starts a new one on the jurisdiction's current
@@ -459,60 +400,53 @@ impl Ledger {
         metadata: &Metadata,
     ) -> Result<AssignmentView, CommandError> {
         let requested = requested_time(command.effective_at)?;
-        let expected_version = command.expected_version;
-        retrying(|| self.try_replace(assignment_id, requested, expected_version, metadata)).await
-    }
-
-    async fn try_replace(
-        &self,
-        assignment_id: Uuid,
-        requested: Option<DateTime<Utc>>,
-        expected_version: Option<i64>,
-        metadata: &Metadata,
-    ) -> Result<AssignmentView, CommandError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        // Business and jurisdiction never change: read them to know which lock to take.
-        let found = queries::assignment(&tx, assignment_id)
-            .await?
-            .ok_or_else(|| not_found("assignment", assignment_id))?;
-        let jurisdiction = Jurisdiction::parse("jurisdiction", &found.jurisdiction)?;
-        // Like an assign, a REPLACE puts an assignment on the primary contact: it holds the
-        // shared lock from before it reads that contact until it commits, so it never
-        // lands on a contact whose supersede committed first. Then the row, then the heads
-        // and the time, all in one round trip.
-        let lock = PrimaryContactLock::prepare(&tx, jurisdiction, LockMode::Shared).await?;
-        let streams = [assignment_stream(found.business_id, jurisdiction)];
-        let (_, locked, primary, heads) = tokio::try_join!(
-            biased;
-            lock.take(&tx),
-            queries::assignment_for_update(&tx, assignment_id),
-            queries::primary_contact(&tx, jurisdiction),
-            store::read_heads(&tx, &streams),
-        )?;
-        let (active, jurisdiction) = active(locked, assignment_id)?;
-        let primary = primary.ok_or_else(|| {
-            CommandError::Conflict(format!("{} has no primary contact", jurisdiction.code()))
-        })?;
-        let effective_at = effective_at(requested, heads.now)?;
-        check_not_before_contact(&primary, effective_at)?;
-        let new_id = Uuid::now_v7();
-        let appends = [StreamAppend {
-            aggregate_type: ASSIGNMENT_AGGREGATE,
-            aggregate_id: registration_id(active.business_id, jurisdiction),
-            expected_version,
-            events: replace_events(
-                &active,
-                jurisdiction,
-                new_id,
-                primary.contact_id,
-                effective_at,
-            ),
-        }];
-        write::record(&tx, &appends, &heads, metadata).await?;
-        let assignment = assignment_in(&tx, new_id).await?;
-        tx.commit().await?;
-        Ok(assignment)
+        self.write(|tx, _| {
+            Box::pin(async move {
+                // Business and jurisdiction never change: read them to know which lock to take.
+                let found = queries::assignment(tx, assignment_id)
+                    .await?
+                    .ok_or_else(|| not_found("assignment", assignment_id))?;
+                let jurisdiction = Jurisdiction::parse("jurisdiction", &found.jurisdiction)?;
+                // Like an assign, a REPLACE puts an assignment on the primary contact: it holds
+                // the shared lock from before it reads that contact until it commits, so it
+                // never lands on a contact whose supersede committed first. Then the row, then
+                // the heads and the time, all in one round trip.
+                let lock = PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Shared).await?;
+                let streams = [assignment_stream(found.business_id, jurisdiction)];
+                let (_, locked, primary, heads) = tokio::try_join!(
+                    biased;
+                    lock.take(tx),
+                    queries::assignment_for_update(tx, assignment_id),
+                    queries::primary_contact(tx, jurisdiction),
+                    store::read_heads(tx, &streams),
+                )?;
+                let (active, jurisdiction) = active(locked, assignment_id)?;
+                let primary = primary.ok_or_else(|| {
+                    CommandError::Conflict(format!(
+                        "{} has no primary contact",
+                        jurisdiction.code()
+                    ))
+                })?;
+                let effective_at = effective_at(requested, heads.now)?;
+                check_not_before_contact(&primary, effective_at)?;
+                let new_id = Uuid::now_v7();
+                let appends = [StreamAppend {
+                    aggregate_type: ASSIGNMENT_AGGREGATE,
+                    aggregate_id: registration_id(active.business_id, jurisdiction),
+                    expected_version: command.expected_version,
+                    events: events::replace_events(
+                        &active,
+                        jurisdiction,
+                        new_id,
+                        primary.contact_id,
+                        effective_at,
+                    ),
+                }];
+                write::record(tx, &appends, &heads, metadata).await?;
+                assignment_in(tx, new_id).await
+            })
+        })
+        .await
     }
 
     /// One contact.
@@ -530,77 +464,6 @@ impl Ledger {
             .await?
             .ok_or_else(|| not_found("assignment", assignment_id))
     }
-}
-
-/// The two events of a REPLACE: end `old`, start `new_id` on `contact_id`, same instant.
-pub fn replace_events(
-    old: &AssignmentView,
-    jurisdiction: Jurisdiction,
-    new_id: Uuid,
-    contact_id: Uuid,
-    effective_at: DateTime<Utc>,
-) -> Vec<NewEvent> {
-    vec![
-        NewEvent::new(
-            Event::AssignmentEnded(v1::AssignmentEnded {
-                assignment_id: old.assignment_id.to_string(),
-                business_id: old.business_id.to_string(),
-                jurisdiction: jurisdiction.code().to_owned(),
-                contact_id: old.contact_id.to_string(),
-                reason: v1::EndReason::Replaced.into(),
-                replaced_by: new_id.to_string(),
-            }),
-            effective_at,
-        ),
-        NewEvent::new(
-            assignment_started(
-                new_id,
-                old.business_id,
-                jurisdiction,
-                contact_id,
-                Some(old.assignment_id),
-            ),
-            effective_at,
-        ),
-    ]
-}
-
-fn contact_created(
-    contact_id: Uuid,
-    jurisdiction: Jurisdiction,
-    details: &ContactDetails,
-    supersedes: Option<Uuid>,
-) -> Event {
-    Event::ContactCreated(v1::ContactCreated {
-        contact_id: contact_id.to_string(),
-        jurisdiction: jurisdiction.code().to_owned(),
-        name: details.name.clone(),
-        address: Some(v1::PostalAddress {
-            line1: details.address.line1.clone(),
-            line2: details.address.line2.clone(),
-            city: details.address.city.clone(),
-            region: details.address.region.clone(),
-            postal_code: details.address.postal_code.clone(),
-        }),
-        status: v1::ContactStatus::Primary.into(),
-        supersedes: supersedes.map(|id| id.to_string()).unwrap_or_default(),
-    })
-}
-
-fn assignment_started(
-    assignment_id: Uuid,
-    business_id: Uuid,
-    jurisdiction: Jurisdiction,
-    contact_id: Uuid,
-    replaces: Option<Uuid>,
-) -> Event {
-    Event::AssignmentStarted(v1::AssignmentStarted {
-        assignment_id: assignment_id.to_string(),
-        business_id: business_id.to_string(),
-        jurisdiction: jurisdiction.code().to_owned(),
-        contact_id: contact_id.to_string(),
-        replaces: replaces.map(|id| id.to_string()).unwrap_or_default(),
-    })
 }
 
 fn not_found(what: &'static str, id: Uuid) -> CommandError {

@@ -1,16 +1,18 @@
-//! Connections to PostgreSQL: a pool for services, single clients for tools.
-
-use std::str::FromStr;
+//! Connections to PostgreSQL: a pool for services, single clients for tools. The URL is
+//! read by [`ra_ledger_cdc::pg`], as for every other connection.
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use ra_ledger_cdc::pg;
 use tokio_postgres::{Client, NoTls};
+
+pub use ra_ledger_cdc::pg::with_database;
 
 /// Why connecting failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// The URL does not parse.
-    #[error("invalid database URL: {0}")]
-    Url(#[source] tokio_postgres::Error),
+    #[error(transparent)]
+    Url(#[from] pg::UrlError),
     /// Connecting or authenticating failed.
     #[error(
         "cannot connect to PostgreSQL at {target}: {source}. Is the stack up (`deploy/stack status`)?"
@@ -27,50 +29,20 @@ pub enum DbError {
     Pool(#[from] deadpool_postgres::BuildError),
 }
 
-/// Parses `url` and sets `application_name`, so operators can find the connection in
-/// `pg_stat_activity`.
-pub fn config(url: &str, application_name: &str) -> Result<tokio_postgres::Config, DbError> {
-    let mut config = tokio_postgres::Config::from_str(url).map_err(DbError::Url)?;
-    config.application_name(application_name);
-    Ok(config)
-}
-
-/// Describes where a config points, without the password.
-pub fn target(config: &tokio_postgres::Config) -> String {
-    let host = config
-        .get_hosts()
-        .first()
-        .map(|host| match host {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
-        .unwrap_or_default();
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let dbname = config.get_dbname().unwrap_or_default();
-    format!("{host}:{port}/{dbname}")
-}
-
 /// Opens one connection and drives it on a background task.
 pub async fn connect(url: &str, application_name: &str) -> Result<Client, DbError> {
-    let config = config(url, application_name)?;
-    let (client, connection) = config
-        .connect(NoTls)
+    let config = pg::config(url, application_name)?;
+    pg::connect(&config)
         .await
         .map_err(|source| DbError::Connect {
-            target: target(&config),
+            target: pg::target(&config),
             source,
-        })?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::warn!(%error, "PostgreSQL connection closed with an error");
-        }
-    });
-    Ok(client)
+        })
 }
 
 /// Builds a pool of at most `max_size` connections.
 pub fn pool(url: &str, application_name: &str, max_size: usize) -> Result<Pool, DbError> {
-    pool_of(config(url, application_name)?, max_size)
+    pool_of(pg::config(url, application_name)?, max_size)
 }
 
 /// Builds the pool of a service that answers people: a statement waits at most
@@ -82,7 +54,7 @@ pub fn command_pool(
     max_size: usize,
     lock_timeout: std::time::Duration,
 ) -> Result<Pool, DbError> {
-    let mut config = config(url, application_name)?;
+    let mut config = pg::config(url, application_name)?;
     let setting = format!("-c lock_timeout={}", lock_timeout.as_millis().max(1));
     let options = match config.get_options() {
         Some(existing) if !existing.trim().is_empty() => format!("{existing} {setting}"),
@@ -101,44 +73,6 @@ fn pool_of(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, DbEr
         },
     );
     Ok(Pool::builder(manager).max_size(max_size).build()?)
-}
-
-/// `url` with its database replaced by `database` (credentials, host and query kept).
-pub fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(base, query)| (base, Some(query)));
-    let authority = base.find("://").map_or(0, |scheme| scheme + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |slash| slash + authority);
-    let mut out = format!("{}/{database}", &base[..path]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn replaces_the_database_of_a_url() {
-        assert_eq!(
-            with_database("postgres://u:p@h:1/postgres", "t_1"),
-            "postgres://u:p@h:1/t_1"
-        );
-        assert_eq!(
-            with_database("postgres://u:p@h:1", "t_1"),
-            "postgres://u:p@h:1/t_1"
-        );
-        assert_eq!(
-            with_database("postgres://u@h/db?sslmode=disable", "t_1"),
-            "postgres://u@h/t_1?sslmode=disable"
-        );
-    }
 }
 
 /// Statements prepared once per connection and reused: one round trip per execution

@@ -8,6 +8,7 @@ pub mod db;
 pub mod demo;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod migrate;
 pub mod projections;

@@ -334,20 +334,13 @@ async fn refresh_runs_active(pool: Pool, metrics: Arc<WorkerMetrics>, shutdown: 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
 pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
     let metrics = Arc::new(WorkerMetrics::default());
-    let shutdown = CancellationToken::new();
-    if let Some(address) = config.metrics_listen {
-        let rendered = metrics.clone();
-        ra_ledger_cdc::metrics::serve(
-            address,
-            ra_ledger_cdc::metrics::text_router(move || rendered.render()),
-            shutdown.clone(),
-        )
-        .await;
-    }
-    ra_ledger_cdc::signal::cancel_on_signal(shutdown.clone());
-    let outcome = run(config, metrics, shutdown.clone()).await;
-    shutdown.cancel();
-    outcome
+    let rendered = metrics.clone();
+    ra_ledger_cdc::runtime::run_process(
+        config.metrics_listen,
+        move || rendered.render(),
+        |shutdown| run(config, metrics, shutdown),
+    )
+    .await
 }
 
 #[cfg(test)]

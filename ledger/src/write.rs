@@ -11,12 +11,15 @@
 //!
 //! The transaction time is read after the locks (see [`store::read_heads`]).
 
-use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
+use futures::future::BoxFuture;
+
+use deadpool_postgres::{GenericClient, Transaction};
 use ra_ledger_proto::v1;
 
+use crate::commands::Ledger;
 use crate::error::CommandError;
 use crate::projections;
 use crate::store::{self, Heads, Metadata, RecordedEvent, StreamAppend};
@@ -40,28 +43,51 @@ pub async fn record(
     Ok(recorded)
 }
 
-/// Runs `attempt` (one whole transaction) until it succeeds, fails for a reason other than
-/// a deadlock or serialization failure, or has failed [`ATTEMPTS`] times. PostgreSQL rolls
-/// the victim back entirely, so running it again is safe.
-pub async fn retrying<T, Attempt>(mut attempt: impl FnMut() -> Attempt) -> Result<T, CommandError>
-where
-    Attempt: Future<Output = Result<T, CommandError>>,
-{
-    let mut attempts = 1;
-    loop {
-        match attempt().await {
-            Err(error) if error.is_transient() && attempts < ATTEMPTS => {
-                tracing::info!(%error, attempt = attempts, "transaction lost to a concurrent one; retrying");
-                tokio::time::sleep(Duration::from_millis(10 * u64::from(attempts))).await;
-                attempts += 1;
+/// What a command's closure gets besides its transaction: nothing at run time. Its type
+/// tells the compiler that the transaction's borrow `'t` ends before the borrows `'env` the
+/// command captures, so the command's boxed future may hold both. (A plain async closure
+/// would do, but rustc cannot yet prove its future `Send` for every lifetime, which axum's
+/// handlers need.)
+pub(crate) type Scope<'t, 'env> = PhantomData<&'t &'env ()>;
+
+/// A command's work in its transaction.
+pub(crate) type Work<'t, T> = BoxFuture<'t, Result<T, CommandError>>;
+
+impl Ledger {
+    /// Runs `command` in a transaction of its own and commits it: the skeleton every
+    /// command shares. The command takes its locks, reads, appends with [`record`] and reads
+    /// back; on any error the transaction rolls back. A command PostgreSQL aborted to break
+    /// a deadlock (or a serialization failure) runs again from the start, up to
+    /// [`ATTEMPTS`] times in all, then answers a conflict.
+    pub(crate) async fn write<'env, T>(
+        &self,
+        mut command: impl for<'t> FnMut(&'t Transaction<'t>, Scope<'t, 'env>) -> Work<'t, T>,
+    ) -> Result<T, CommandError> {
+        let mut attempts = 1;
+        loop {
+            let outcome: Result<T, CommandError> = async {
+                let mut client = self.pool().get().await?;
+                let tx = client.transaction().await?;
+                let value = command(&tx, PhantomData).await?;
+                tx.commit().await?;
+                Ok(value)
             }
-            Err(error) if error.is_transient() => {
-                return Err(CommandError::Conflict(format!(
-                    "concurrent changes to the same rows kept aborting this command \
-                     ({ATTEMPTS} attempts; last: {error}); retry"
-                )));
+            .await;
+            match outcome {
+                Err(error) if error.is_transient() && attempts < ATTEMPTS => {
+                    tracing::info!(%error, attempt = attempts,
+                        "transaction lost to a concurrent one; retrying");
+                    tokio::time::sleep(Duration::from_millis(10 * u64::from(attempts))).await;
+                    attempts += 1;
+                }
+                Err(error) if error.is_transient() => {
+                    return Err(CommandError::Conflict(format!(
+                        "concurrent changes to the same rows kept aborting this command \
+                         ({ATTEMPTS} attempts; last: {error}); retry"
+                    )));
+                }
+                outcome => return outcome,
             }
-            outcome => return outcome,
         }
     }
 }

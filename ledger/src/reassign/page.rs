@@ -13,13 +13,13 @@ use uuid::Uuid;
 use super::MAX_PASSES;
 use super::request::{PageRequest, display};
 use super::status::RunState;
-use crate::commands::replace_events;
 use crate::db::cached;
 use crate::domain::{
     ASSIGNMENT_AGGREGATE, Jurisdiction, REASSIGNMENT_AGGREGATE, assignment_stream, registration_id,
     run_stream,
 };
 use crate::error::CommandError;
+use crate::events::replace_events;
 use crate::queries::{self, AssignmentView, ContactView, LockMode, PrimaryContactLock};
 use crate::store::{self, Heads, Metadata, NewEvent, StreamAppend};
 use crate::write;

@@ -1,0 +1,128 @@
+//! The relay: streams committed outbox rows from the logical replication slot to Kafka in
+//! commit order, and confirms the slot's position only once Kafka acknowledged everything
+//! before it. After any crash it resumes from the slot: duplicates are possible, loss is not.
+//!
+//! [`run`] reconnects with backoff; each connection is a [`session`], set up by [`setup`].
+
+mod session;
+mod setup;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgwire_replication::PgWireError;
+use rdkafka::error::KafkaError;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::config::RelayConfig;
+use crate::metrics::RelayMetrics;
+use crate::outbox::OutboxError;
+use crate::pgoutput::DecodeError;
+
+/// Prefix of the relay's heartbeat messages in the WAL.
+pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
+
+/// Why a session ended badly.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// PostgreSQL (SQL connection) failed.
+    #[error("PostgreSQL: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The replication connection failed.
+    #[error("replication stream: {0}")]
+    Replication(#[from] PgWireError),
+    /// Another relay holds the slot.
+    #[error("slot {0} is held by another relay; waiting to take over")]
+    SlotBusy(String),
+    /// Kafka failed in a way that may pass.
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    /// The WAL carries bytes we cannot decode.
+    #[error(
+        "cannot decode the replication stream: {0}. This is a bug or an unsupported server; stopping so nothing is skipped"
+    )]
+    Decode(#[from] DecodeError),
+    /// The outbox does not look like the relay expects.
+    #[error("{0}. Fix the schema or the publication, then restart the relay")]
+    Outbox(#[from] OutboxError),
+    /// The publication carries a table other than the outbox.
+    #[error("publication {publication} carries table {table}; it must carry only the outbox")]
+    ForeignTable {
+        /// The publication.
+        publication: String,
+        /// The unexpected table.
+        table: String,
+    },
+    /// The database URL is unusable.
+    #[error("database URL: {0}")]
+    Url(String),
+}
+
+/// Whether to reconnect after an error or stop and tell the operator. Pure.
+pub fn should_retry(error: &RelayError) -> bool {
+    !matches!(
+        error,
+        RelayError::Decode(_)
+            | RelayError::Outbox(_)
+            | RelayError::ForeignTable { .. }
+            | RelayError::Url(_)
+    )
+}
+
+/// Runs the relay until `shutdown` is cancelled or a definite error, reconnecting with
+/// backoff after transient ones.
+pub async fn run(
+    config: RelayConfig,
+    metrics: Arc<RelayMetrics>,
+    shutdown: CancellationToken,
+) -> Result<(), RelayError> {
+    let span = info_span!("relay", slot = %config.slot);
+    async move {
+        let mut backoff = Duration::from_millis(100);
+        let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
+        loop {
+            metrics.session_started();
+            let started = Instant::now();
+            let outcome = session::run(&config, &metrics, &shutdown).await;
+            metrics.set_streaming(false);
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(error) if !should_retry(&error) => {
+                    error!(%error, "relay stopped");
+                    return Err(error);
+                }
+                Err(RelayError::SlotBusy(slot)) => {
+                    info!(%slot, "slot busy; another relay is active, waiting")
+                }
+                Err(error) => {
+                    warn!(%error, retry_in = ?backoff, "relay session ended; reconnecting")
+                }
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                backoff = Duration::from_millis(100);
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(max_backoff);
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Runs the relay as a process does: `/metrics` on the configured address, SIGTERM or
+/// Ctrl-C starts a clean shutdown. `ledger relay` is this.
+pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
+    let metrics = Arc::new(RelayMetrics::default());
+    let rendered = metrics.clone();
+    crate::runtime::run_process(
+        config.metrics_listen,
+        move || rendered.render(),
+        |shutdown| run(config, metrics, shutdown),
+    )
+    .await
+}
