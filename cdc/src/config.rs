@@ -116,7 +116,7 @@ impl std::fmt::Debug for RelayConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file does not parse.
-    #[error("cannot read relay config {path}: {message}")]
+    #[error("cannot read config {path}: {message}")]
     File {
         /// The file.
         path: String,
@@ -124,15 +124,58 @@ pub enum ConfigError {
         message: String,
     },
     /// A value is invalid.
-    #[error("relay config: {field} = {value:?}: {reason}")]
+    #[error("config: {field} = {value:?}: {reason}")]
     Invalid {
-        /// The field.
-        field: &'static str,
-        /// Its value.
+        /// The field, as the file or the environment names it.
+        field: String,
+        /// Its value (never a secret's).
         value: String,
         /// What is wrong.
-        reason: &'static str,
+        reason: String,
     },
+}
+
+impl ConfigError {
+    /// An invalid value of `field`.
+    pub fn invalid(field: &str, value: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Reads the TOML file at `path` over the type's defaults (every field may be left out,
+/// an unknown one is an error), or the defaults alone without a path.
+pub fn read_file<T: serde::de::DeserializeOwned + Default>(
+    path: Option<&str>,
+) -> Result<T, ConfigError> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let file_error = |message: String| ConfigError::File {
+        path: path.into(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|error| file_error(error.to_string()))?;
+    toml::from_str(&text).map_err(|error| file_error(error.to_string()))
+}
+
+/// The value of environment variable `name`, when set.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// A `host:port` to listen on, or `None` for an empty value (disabled).
+pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    text.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| ConfigError::invalid(field, text, "expected host:port, or empty to disable"))
 }
 
 impl RelayConfig {
@@ -140,41 +183,21 @@ impl RelayConfig {
     /// `LEDGER_RELAY_SLOT`, `LEDGER_KAFKA_BROKERS`, `LEDGER_TOPIC_PREFIX` and
     /// `LEDGER_METRICS_LISTEN`, and validates.
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
-        let mut config = match path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|error| ConfigError::File {
-                    path: path.into(),
-                    message: error.to_string(),
-                })?;
-                toml::from_str(&text).map_err(|error| ConfigError::File {
-                    path: path.into(),
-                    message: error.to_string(),
-                })?
-            }
-            None => Self::default(),
-        };
-        if let Ok(url) = std::env::var("LEDGER_DATABASE_URL") {
+        let mut config: Self = read_file(path)?;
+        if let Some(url) = env("LEDGER_DATABASE_URL") {
             config.database_url = url;
         }
-        if let Ok(slot) = std::env::var("LEDGER_RELAY_SLOT") {
+        if let Some(slot) = env("LEDGER_RELAY_SLOT") {
             config.slot = slot;
         }
-        if let Ok(brokers) = std::env::var("LEDGER_KAFKA_BROKERS") {
+        if let Some(brokers) = env("LEDGER_KAFKA_BROKERS") {
             config.kafka.insert("bootstrap.servers".into(), brokers);
         }
-        if let Ok(prefix) = std::env::var("LEDGER_TOPIC_PREFIX") {
+        if let Some(prefix) = env("LEDGER_TOPIC_PREFIX") {
             config.topic_prefix = prefix;
         }
-        if let Ok(listen) = std::env::var("LEDGER_METRICS_LISTEN") {
-            config.metrics_listen = if listen.is_empty() {
-                None
-            } else {
-                Some(listen.parse().map_err(|_| ConfigError::Invalid {
-                    field: "LEDGER_METRICS_LISTEN",
-                    value: listen.clone(),
-                    reason: "expected host:port, or empty to disable",
-                })?)
-            };
+        if let Some(listen) = env("LEDGER_METRICS_LISTEN") {
+            config.metrics_listen = listen_address("LEDGER_METRICS_LISTEN", &listen)?;
         }
         config.validate()?;
         Ok(config)
@@ -190,39 +213,39 @@ impl RelayConfig {
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         };
         if !identifier(&self.slot) {
-            return Err(ConfigError::Invalid {
-                field: "slot",
-                value: self.slot.clone(),
-                reason: "a slot name is 1-63 characters of a-z, 0-9 and _",
-            });
+            return Err(ConfigError::invalid(
+                "slot",
+                &self.slot,
+                "a slot name is 1-63 characters of a-z, 0-9 and _",
+            ));
         }
         if !identifier(&self.publication) {
-            return Err(ConfigError::Invalid {
-                field: "publication",
-                value: self.publication.clone(),
-                reason: "a publication name is 1-63 characters of a-z, 0-9 and _",
-            });
+            return Err(ConfigError::invalid(
+                "publication",
+                &self.publication,
+                "a publication name is 1-63 characters of a-z, 0-9 and _",
+            ));
         }
         if self
             .kafka
             .get("bootstrap.servers")
             .is_none_or(|servers| servers.is_empty())
         {
-            return Err(ConfigError::Invalid {
-                field: "kafka.\"bootstrap.servers\"",
-                value: String::new(),
-                reason: "the relay needs at least one broker",
-            });
+            return Err(ConfigError::invalid(
+                "kafka.\"bootstrap.servers\"",
+                "",
+                "the relay needs at least one broker",
+            ));
         }
         for (key, required) in FIXED_KAFKA_SETTINGS {
             if let Some(value) = self.kafka.get(key)
                 && value != required
             {
-                return Err(ConfigError::Invalid {
-                    field: "kafka",
-                    value: format!("{key}={value}"),
-                    reason: "the relay sets this itself; other values would break ordering or lose messages",
-                });
+                return Err(ConfigError::invalid(
+                    "kafka",
+                    format!("{key}={value}"),
+                    "the relay sets this itself; other values would break ordering or lose messages",
+                ));
             }
         }
         for (field, value) in [
@@ -231,11 +254,7 @@ impl RelayConfig {
             ("status_interval_ms", self.status_interval_ms),
         ] {
             if value == 0 {
-                return Err(ConfigError::Invalid {
-                    field,
-                    value: "0".into(),
-                    reason: "must be at least 1",
-                });
+                return Err(ConfigError::invalid(field, "0", "must be at least 1"));
             }
         }
         Ok(())

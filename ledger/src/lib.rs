@@ -2,10 +2,9 @@
 //! assignments, with a transactional outbox read by the CDC relay.
 
 pub mod api;
-pub mod bench;
 pub mod commands;
+pub mod config;
 pub mod db;
-pub mod demo;
 pub mod domain;
 pub mod error;
 pub mod events;
@@ -15,8 +14,9 @@ pub mod projections;
 pub mod queries;
 pub mod reassign;
 pub mod rebuild;
-pub mod seed;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod verify;
 pub mod worker;
 pub mod write;

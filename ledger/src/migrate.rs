@@ -28,6 +28,35 @@ pub enum MigrateError {
     /// A migration failed; refinery rolled it back.
     #[error("migration failed: {0}")]
     Apply(#[source] refinery::Error),
+    /// The database cannot be reached.
+    #[error(transparent)]
+    Connect(#[from] crate::db::DbError),
+}
+
+/// What `ledger migrate` and every service start do: apply pending migrations, then create
+/// the relay's slot (`LEDGER_RELAY_SLOT`, default [`DEFAULT_RELAY_SLOT`]) when missing.
+/// A role that may not create it gets a warning that says what is lost.
+pub async fn prepare(database_url: &str) -> Result<MigrationReport, MigrateError> {
+    let mut client = crate::db::connect(database_url, "ledger-migrate").await?;
+    let report = run(&mut client).await?;
+    let slot = std::env::var("LEDGER_RELAY_SLOT").unwrap_or_else(|_| DEFAULT_RELAY_SLOT.to_owned());
+    match ensure_relay_slot(&client, &slot).await {
+        Ok(true) => tracing::info!(%slot,
+            "created the relay's replication slot; the outbox is captured from now on"),
+        Ok(false) => {}
+        Err(error) => tracing::warn!(
+            %slot, %error,
+            "cannot create the relay's replication slot (does the role have REPLICATION?); \
+             outbox rows committed before the relay first runs will not be published"
+        ),
+    }
+    if report.applied.is_empty() {
+        tracing::info!("schema is up to date");
+    }
+    for name in &report.applied {
+        tracing::info!(migration = %name, "applied");
+    }
+    Ok(report)
 }
 
 /// Applies every pending migration, waiting for any other process migrating the same
@@ -63,7 +92,7 @@ pub fn embedded() -> Vec<String> {
 }
 
 /// Default name of the relay's logical replication slot.
-pub const DEFAULT_RELAY_SLOT: &str = "ra_ledger_relay";
+pub const DEFAULT_RELAY_SLOT: &str = ra_ledger_cdc::config::local::SLOT;
 
 /// Creates the relay's logical replication slot when it is missing, so every outbox row
 /// committed from now on is kept for the relay even if it has never run: rows committed

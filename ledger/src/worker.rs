@@ -8,8 +8,6 @@
 //! hence a partition, and the next request exists only once the previous page committed, so
 //! however many workers and partitions there are, a run has one page in flight.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,6 +20,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+pub use crate::config::WorkerConfig;
 use crate::db;
 use crate::reassign::{self, PageOutcome, PageRequest};
 
@@ -154,42 +153,6 @@ pub enum WorkerError {
     Kafka(#[from] rdkafka::error::KafkaError),
 }
 
-/// Worker settings.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// Ledger database.
-    pub database_url: String,
-    /// Kafka bootstrap servers.
-    pub brokers: String,
-    /// The reassignment topic.
-    pub topic: String,
-    /// Consumer group.
-    pub group_id: String,
-    /// Whole-page attempts before a page runs row by row.
-    pub max_attempts: u32,
-    /// Where to serve `/metrics`.
-    pub metrics_listen: Option<SocketAddr>,
-    /// Longest pause between retries of a failing page.
-    pub retry_backoff_max: Duration,
-    /// Other librdkafka consumer settings.
-    pub kafka: BTreeMap<String, String>,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            database_url: "postgres://ledger:ledger@127.0.0.1:54329/ledger".into(),
-            brokers: "127.0.0.1:19092".into(),
-            topic: "outbox.event.reassignment".into(),
-            group_id: "ra-ledger-reassignment".into(),
-            max_attempts: reassign::DEFAULT_MAX_ATTEMPTS,
-            metrics_listen: None,
-            retry_backoff_max: Duration::from_secs(5),
-            kafka: BTreeMap::new(),
-        }
-    }
-}
-
 /// Runs the worker until `shutdown`; the page in progress finishes first.
 pub async fn run(
     config: WorkerConfig,
@@ -311,7 +274,7 @@ async fn handle_with_retries(
                     _ = shutdown.cancelled() => return false,
                     _ = tokio::time::sleep(backoff) => {}
                 }
-                backoff = (backoff * 2).min(config.retry_backoff_max);
+                backoff = (backoff * 2).min(config.retry_backoff_max());
             }
         }
     }

@@ -2,10 +2,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::admin::AdminOptions;
 
 use crate::stack::stack;
 
@@ -40,21 +38,12 @@ impl TestTopics {
     /// Creates `<prefix>.<name>` with [`TEST_PARTITIONS`] partitions and returns its name.
     pub async fn create(&mut self, name: &str) -> anyhow::Result<String> {
         let topic = format!("{}.{name}", self.prefix);
-        let admin = admin_client(&self.brokers)?;
-        let results = admin
-            .create_topics(
-                [&NewTopic::new(
-                    &topic,
-                    TEST_PARTITIONS,
-                    TopicReplication::Fixed(1),
-                )],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-            )
-            .await
-            .with_context(|| format!("creating topic {topic}"))?;
-        for result in results {
-            result.map_err(|(topic, code)| anyhow::anyhow!("creating topic {topic}: {code}"))?;
-        }
+        ra_ledger::testing::create_topics(
+            &self.brokers,
+            std::slice::from_ref(&topic),
+            TEST_PARTITIONS,
+        )
+        .await?;
         self.created.push(topic.clone());
         Ok(topic)
     }
@@ -73,12 +62,6 @@ pub fn client_config() -> ClientConfig {
     config
 }
 
-fn admin_client(brokers: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", brokers);
-    config.create().context("creating a Kafka admin client")
-}
-
 impl Drop for TestTopics {
     fn drop(&mut self) {
         if self.created.is_empty() {
@@ -93,7 +76,7 @@ impl Drop for TestTopics {
                 .build()
                 .ok()?;
             runtime.block_on(async {
-                let admin = admin_client(&brokers).ok()?;
+                let admin = ra_ledger::testing::admin_client(&brokers).ok()?;
                 let names: Vec<&str> = topics.iter().map(String::as_str).collect();
                 admin
                     .delete_topics(

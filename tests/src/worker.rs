@@ -15,7 +15,7 @@ pub fn test_config(database: &TestDatabase, topics: &TestTopics) -> WorkerConfig
         brokers: topics.brokers.clone(),
         topic: format!("{}.outbox.event.reassignment", topics.prefix),
         group_id: format!("worker-{}", topics.prefix),
-        retry_backoff_max: Duration::from_millis(200),
+        retry_backoff_max_ms: 200,
         kafka: quick_group_settings(),
         ..WorkerConfig::default()
     }

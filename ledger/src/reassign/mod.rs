@@ -33,13 +33,12 @@ mod request;
 mod start;
 mod status;
 
-pub use page::{PageFailed, PageOutcome, PageReport, handle, replace_all_at_once};
+#[cfg(feature = "testing")]
+pub use page::replace_all_at_once;
+pub use page::{PageFailed, PageOutcome, PageReport, handle};
 pub use request::PageRequest;
 pub use start::{RunStarted, resume, start_in};
-pub use status::{
-    PageTiming, RowFailure, RunState, RunStatus, max_pages_in_flight, page_timing, progress_line,
-    running, runs_of, status,
-};
+pub use status::{RowFailure, RunState, RunStatus, in_progress, running, runs_of, status};
 
 use crate::domain::ValidationError;
 

@@ -649,6 +649,7 @@ async fn record_progress(
     Ok(())
 }
 
+#[cfg(feature = "testing")]
 /// What the chained pages avoid: every active assignment of `old_contact_id` REPLACEd onto
 /// `new_contact_id` in one transaction, with the same statements a page uses. Only for the
 /// benchmark's comparison; returns the rows moved.

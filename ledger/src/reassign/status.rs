@@ -199,6 +199,19 @@ pub async fn runs_of(
     .collect())
 }
 
+/// Runs in progress, oldest first.
+pub async fn in_progress(client: &impl GenericClient) -> Result<Vec<Uuid>, tokio_postgres::Error> {
+    Ok(cached::query(
+        client,
+        "SELECT run_id FROM reassignment_runs WHERE status = 'running' ORDER BY started_at",
+        &[],
+    )
+    .await?
+    .iter()
+    .map(|row| row.get(0))
+    .collect())
+}
+
 /// Runs still in progress.
 pub async fn running(client: &impl GenericClient) -> Result<i64, tokio_postgres::Error> {
     Ok(cached::query_one(
@@ -208,128 +221,4 @@ pub async fn running(client: &impl GenericClient) -> Result<i64, tokio_postgres:
     )
     .await?
     .get(0))
-}
-
-/// Most page transactions of one run that were open at the same time, from the pages'
-/// recorded transaction intervals (the fence makes anything but 1 impossible).
-pub async fn max_pages_in_flight(
-    client: &tokio_postgres::Client,
-    run_id: Uuid,
-) -> Result<i64, tokio_postgres::Error> {
-    Ok(client
-        .query_one(
-            include_str!("../sql/reassign/max_pages_in_flight.sql"),
-            &[&run_id],
-        )
-        .await?
-        .get(0))
-}
-
-/// Where a run's time went: inside page transactions, and between them (relay, broker and
-/// worker carrying the next request).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PageTiming {
-    /// Sum of the page transactions' durations, seconds.
-    pub in_pages: f64,
-    /// Mean time from one page's end to the next page's start, seconds.
-    pub mean_gap: f64,
-    /// Longest such gap, seconds.
-    pub max_gap: f64,
-}
-
-/// The run's [`PageTiming`].
-pub async fn page_timing(
-    client: &tokio_postgres::Client,
-    run_id: Uuid,
-) -> Result<PageTiming, tokio_postgres::Error> {
-    let row = client
-        .query_one(include_str!("../sql/reassign/page_timing.sql"), &[&run_id])
-        .await?;
-    Ok(PageTiming {
-        in_pages: row.get(0),
-        mean_gap: row.get(1),
-        max_gap: row.get(2),
-    })
-}
-
-/// One line of progress: a bar, counts, rate and estimate.
-pub fn progress_line(status: &RunStatus) -> String {
-    const WIDTH: usize = 30;
-    let total = status.total_at_start.max(1) as f64;
-    let done = (status.replaced + status.skipped + status.failed) as f64;
-    let fraction = if status.status == RunState::Completed {
-        1.0
-    } else {
-        (done / total).min(1.0)
-    };
-    let filled = (fraction * WIDTH as f64).round() as usize;
-    let eta = status
-        .eta_seconds
-        .map(|eta| format!(", ETA {eta:.0} s"))
-        .unwrap_or_default();
-    format!(
-        "[{}{}] {:>3.0}% page {} · replaced {} skipped {} failed {} of {} · {:.0} rows/s{eta} · {}",
-        "#".repeat(filled),
-        ".".repeat(WIDTH - filled),
-        fraction * 100.0,
-        status.pages,
-        status.replaced,
-        status.skipped,
-        status.failed,
-        status.total_at_start,
-        status.rows_per_second,
-        status.status.as_str()
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn progress_line_shows_counts_and_fills_when_completed() {
-        let now = Utc::now();
-        let mut status = RunStatus {
-            run_id: Uuid::nil(),
-            status: RunState::Running,
-            old_contact_id: Uuid::nil(),
-            new_contact_id: Uuid::nil(),
-            jurisdiction: "TX".into(),
-            page_size: 100,
-            cursor: None,
-            pages: 5,
-            pass: 1,
-            replaced: 490,
-            skipped: 5,
-            failed: 5,
-            total_at_start: 1_000,
-            remaining: 500,
-            page_attempts: 0,
-            last_error: None,
-            requested_by: "cs".into(),
-            correlation_id: Uuid::nil(),
-            started_at: now,
-            updated_at: now,
-            completed_at: None,
-            elapsed_seconds: 1.0,
-            rows_per_second: 490.0,
-            eta_seconds: Some(1.02),
-            longest_page_ms: 12.0,
-            failures: Vec::new(),
-        };
-        let line = progress_line(&status);
-        assert!(
-            line.starts_with(&format!("[{}{}]", "#".repeat(15), ".".repeat(15))),
-            "{line}"
-        );
-        assert!(line.contains(" 50% page 5"), "{line}");
-        assert!(
-            line.contains("replaced 490 skipped 5 failed 5 of 1000"),
-            "{line}"
-        );
-        assert!(line.contains("ETA 1 s"), "{line}");
-        status.status = RunState::Completed;
-        status.eta_seconds = None;
-        assert!(progress_line(&status).starts_with(&format!("[{}]", "#".repeat(30))));
-    }
 }

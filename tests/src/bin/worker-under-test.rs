@@ -1,7 +1,7 @@
 //! The reassignment worker as its own process, for tests that kill it with SIGKILL. It runs
 //! exactly what `ledger worker` runs, configured from the environment.
 
-use ra_ledger::worker::WorkerConfig;
+use ra_ledger::config::WorkerConfig;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -9,16 +9,10 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let var = |name: &str| std::env::var(name).map_err(|_| anyhow::anyhow!("{name} is not set"));
-    let config = WorkerConfig {
-        database_url: var("LEDGER_DATABASE_URL")?,
-        brokers: var("LEDGER_KAFKA_BROKERS")?,
-        topic: var("LEDGER_REASSIGNMENT_TOPIC")?,
-        group_id: var("LEDGER_WORKER_GROUP")?,
-        retry_backoff_max: std::time::Duration::from_millis(200),
-        kafka: ra_ledger_tests::worker::quick_group_settings(),
-        ..WorkerConfig::default()
-    };
+    let mut config = WorkerConfig::load(None)?;
+    config.retry_backoff_max_ms = 200;
+    config.metrics_listen = None;
+    config.kafka = ra_ledger_tests::worker::quick_group_settings();
     ra_ledger::worker::run_process(config).await?;
     Ok(())
 }

@@ -33,7 +33,7 @@ async fn seeded(
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
     let contact: Uuid = created.str("contact_id").parse()?;
-    let businesses = ra_ledger::seed::assignments(
+    let businesses = ra_ledger::testing::seed_assignments(
         api.ledger.pool(),
         Jurisdiction::parse("jurisdiction", TX)?,
         contact,

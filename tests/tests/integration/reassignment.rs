@@ -61,7 +61,7 @@ async fn poisoned_then_seeded(
         assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
         poison.push(business);
     }
-    let businesses = ra_ledger::seed::assignments(
+    let businesses = ra_ledger::testing::seed_assignments(
         api.ledger.pool(),
         Jurisdiction::parse("jurisdiction", TX)?,
         contact_id,
@@ -181,7 +181,7 @@ fn completed(status: &RunStatus) -> bool {
 }
 
 async fn max_pages_in_flight(client: &Client, run_id: Uuid) -> i64 {
-    reassign::max_pages_in_flight(client, run_id)
+    ra_ledger::testing::max_pages_in_flight(client, run_id)
         .await
         .expect("page intervals")
 }

@@ -8,17 +8,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
-use deadpool_postgres::Pool;
+use ra_ledger::domain::Jurisdiction;
+use ra_ledger::{db, queries, reassign, testing};
+use ra_ledger_cdc::config::local;
 use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
-use crate::db;
-use crate::domain::Jurisdiction;
-use crate::queries;
-use crate::reassign::{self, RunStatus};
+use super::runs::watch;
 
 /// Settings of the demo.
 #[derive(Debug, Clone, clap::Args)]
@@ -33,7 +31,7 @@ pub struct DemoOptions {
     #[arg(long, default_value_t = reassign::DEFAULT_PAGE_SIZE)]
     pub page_size: u32,
     /// The ledger's HTTP API.
-    #[arg(long, env = "LEDGER_API_URL", default_value = "http://127.0.0.1:18080")]
+    #[arg(long, env = "LEDGER_API_URL", default_value = local::API_URL)]
     pub api: String,
     /// A writer token of that API.
     #[arg(
@@ -44,48 +42,11 @@ pub struct DemoOptions {
     )]
     pub token: String,
     /// Kafka bootstrap servers.
-    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
     pub brokers: String,
     /// Topic prefix the relay publishes under.
-    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = "outbox.event.")]
+    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
     pub topic_prefix: String,
-}
-
-/// Polls a run and draws its progress until it completes; returns the final status.
-pub async fn watch(pool: &Pool, run_id: Uuid) -> anyhow::Result<RunStatus> {
-    let client = pool.get().await?;
-    let terminal = std::io::stdout().is_terminal();
-    let mut last_line = String::new();
-    let mut last_print = Instant::now() - Duration::from_secs(10);
-    loop {
-        let status = reassign::status(&client, run_id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no reassignment run {run_id}"))?;
-        let line = reassign::progress_line(&status);
-        let done = status.status == crate::reassign::RunState::Completed;
-        if terminal {
-            print!("\r\x1b[2K{line}");
-            std::io::stdout().flush()?;
-        } else if line != last_line && (done || last_print.elapsed() >= Duration::from_secs(1)) {
-            println!("{line}");
-            last_print = Instant::now();
-        }
-        last_line = line;
-        if done {
-            if terminal {
-                println!();
-            }
-            return Ok(status);
-        }
-        if let Some(error) = &status.last_error {
-            eprintln!(
-                "\npage {} is being retried (attempt {}): {error}",
-                status.pages + 1,
-                status.page_attempts
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// Runs the demo; seeds through `database_url`.
@@ -128,7 +89,7 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
     let started = Instant::now();
     let terminal = std::io::stdout().is_terminal();
     let businesses =
-        crate::seed::assignments(&pool, config.jurisdiction, old_id, rows, 1_000, |done| {
+        testing::seed_assignments(&pool, config.jurisdiction, old_id, rows, 1_000, |done| {
             if terminal {
                 print!("\r   seeding assignments: {done}/{}", rows);
                 let _ = std::io::stdout().flush();
@@ -257,93 +218,56 @@ fn uuid_field(body: &Value, field: &str) -> anyhow::Result<Uuid> {
         .ok_or_else(|| anyhow::anyhow!("the API answered without {field}: {body}"))
 }
 
-/// A minimal HTTP/1.1 JSON client for the demo (one connection per request).
+/// The ledger's HTTP API, as a JSON client.
 struct Api {
-    host: String,
+    client: reqwest::Client,
+    base: String,
     token: String,
 }
 
 impl Api {
     fn new(base: &str, token: &str) -> anyhow::Result<Self> {
-        let host = base
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow::anyhow!("--api {base:?}: only http:// URLs are supported"))?
-            .trim_end_matches('/')
-            .to_owned();
+        let base = base.trim_end_matches('/').to_owned();
+        anyhow::ensure!(
+            base.starts_with("http://") || base.starts_with("https://"),
+            "--api {base:?} is not an http:// or https:// URL"
+        );
         Ok(Self {
-            host,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()?,
+            base,
             token: token.to_owned(),
         })
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        self.request("GET", path, None).await
+        self.send(self.client.get(format!("{}{path}", self.base)), "GET", path)
+            .await
     }
 
     async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.request("POST", path, Some(body)).await
+        let request = self.client.post(format!("{}{path}", self.base)).json(&body);
+        self.send(request, "POST", path).await
     }
 
-    async fn request(
+    async fn send(
         &self,
+        request: reqwest::RequestBuilder,
         method: &str,
         path: &str,
-        body: Option<Value>,
     ) -> anyhow::Result<Value> {
-        let mut stream = tokio::net::TcpStream::connect(&self.host)
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
             .await
-            .with_context(|| format!("connecting to {}", self.host))?;
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.host,
-            self.token,
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        let text = String::from_utf8_lossy(&response);
-        let (head, payload) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {}", self.host))?;
-        let status: u16 = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or(0);
-        let payload = if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            dechunk(payload)
-        } else {
-            payload.to_owned()
-        };
-        let value: Value = serde_json::from_str(&payload).unwrap_or(Value::String(payload));
-        anyhow::ensure!(
-            (200..300).contains(&status),
-            "{method} {path} -> {status}: {value}"
-        );
+            .with_context(|| format!("{method} {}{path}", self.base))?;
+        let status = response.status();
+        let text = response.text().await?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        anyhow::ensure!(status.is_success(), "{method} {path} -> {status}: {value}");
         Ok(value)
     }
-}
-
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || tail.len() < size {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = tail[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 /// Counts events of one correlation id on the assignment and reassignment topics, read from

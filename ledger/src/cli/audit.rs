@@ -1,0 +1,120 @@
+//! `ledger audit`: the audit questions, answered from the projections, as JSON.
+
+use chrono::{DateTime, Utc};
+use ra_ledger::domain::{self, Jurisdiction};
+use ra_ledger::{db, queries};
+use uuid::Uuid;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AuditCommand {
+    /// Who was the RA of a business in a jurisdiction at an instant.
+    At {
+        /// Business id.
+        #[arg(long)]
+        business: Uuid,
+        /// Jurisdiction code, e.g. TX.
+        #[arg(long, value_parser = parse_jurisdiction)]
+        jurisdiction: Jurisdiction,
+        /// Business time (RFC 3339); defaults to now.
+        #[arg(long, value_parser = parse_instant)]
+        at: Option<DateTime<Utc>>,
+        /// Only what the ledger had recorded by then (RFC 3339); defaults to now.
+        #[arg(long, value_parser = parse_instant)]
+        known_at: Option<DateTime<Utc>>,
+    },
+    /// Every RA of a business in a jurisdiction during [from, to).
+    During {
+        /// Business id.
+        #[arg(long)]
+        business: Uuid,
+        /// Jurisdiction code.
+        #[arg(long, value_parser = parse_jurisdiction)]
+        jurisdiction: Jurisdiction,
+        /// Start (RFC 3339, inclusive).
+        #[arg(long, value_parser = parse_instant)]
+        from: DateTime<Utc>,
+        /// End (RFC 3339, exclusive).
+        #[arg(long, value_parser = parse_instant)]
+        to: DateTime<Utc>,
+    },
+    /// The supersede lineage of a contact.
+    Lineage {
+        /// Contact id.
+        contact: Uuid,
+    },
+    /// The whole assignment history of a business.
+    History {
+        /// Business id.
+        business: Uuid,
+    },
+}
+
+fn parse_instant(text: &str) -> Result<DateTime<Utc>, String> {
+    let time: DateTime<Utc> = text
+        .parse()
+        .map_err(|error| format!("not an RFC 3339 time: {error}"))?;
+    domain::instant("time", time).map_err(|error| error.reason)
+}
+
+fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
+    Jurisdiction::parse("jurisdiction", code).map_err(|error| error.reason)
+}
+
+pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<()> {
+    let client = db::pool(database_url, "ledger-audit", 1)?.get().await?;
+    let json = match question {
+        AuditCommand::At {
+            business,
+            jurisdiction,
+            at,
+            known_at,
+        } => {
+            let now = Utc::now();
+            let answer = queries::registered_agent_at(
+                &client,
+                business,
+                jurisdiction,
+                at.unwrap_or(now),
+                known_at.unwrap_or(now),
+            )
+            .await?;
+            serde_json::to_string_pretty(&answer)?
+        }
+        AuditCommand::During {
+            business,
+            jurisdiction,
+            from,
+            to,
+        } => {
+            if to <= from {
+                anyhow::bail!("--to {to} must be after --from {from}");
+            }
+            serde_json::to_string_pretty(
+                &queries::registered_agents_during(&client, business, jurisdiction, from, to)
+                    .await?,
+            )?
+        }
+        AuditCommand::Lineage { contact } => {
+            serde_json::to_string_pretty(&queries::lineage(&client, contact).await?)?
+        }
+        AuditCommand::History { business } => {
+            let mut all = Vec::new();
+            let mut after = None;
+            loop {
+                let page = queries::assignment_history(&client, business, after, 500).await?;
+                let full = page.len() == 500;
+                after = page.last().map(|last| queries::HistoryCursor {
+                    started_at: last.started_at,
+                    assignment_id: last.assignment_id,
+                });
+                all.extend(page);
+                if !full {
+                    break;
+                }
+            }
+            serde_json::to_string_pretty(&all)?
+        }
+    };
+    println!("{json}");
+    Ok(())
+}

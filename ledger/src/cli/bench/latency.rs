@@ -1,0 +1,146 @@
+//! `ledger bench latency`: commit -> consumer receipt under a steady load through the relay.
+
+use std::time::Duration;
+
+use ra_ledger::db;
+use ra_ledger::testing;
+use uuid::Uuid;
+
+use super::{Latencies, scratch};
+
+pub async fn run(database_url: &str, brokers: &str, rate: u64, seconds: u64) -> anyhow::Result<()> {
+    if rate == 0 || seconds == 0 {
+        anyhow::bail!("--rate and --seconds must be at least 1");
+    }
+    let figures = measure(database_url, brokers, rate, seconds).await?;
+    println!(
+        "steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 50 ms)",
+        figures.sent, figures.latencies.count, figures.latencies
+    );
+    Ok(())
+}
+
+/// Figures of the steady-load benchmark.
+#[derive(Debug, Clone)]
+struct LatencyFigures {
+    /// Events committed.
+    sent: u64,
+    /// Commit → consumer receipt, one sample per event received.
+    latencies: Latencies,
+}
+
+/// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
+/// transaction) through the relay to a consumer; measures commit → consumer receipt using
+/// the `commit_timestamp` header (same machine clock).
+async fn measure(
+    url: &str,
+    brokers: &str,
+    rate: u64,
+    seconds: u64,
+) -> anyhow::Result<LatencyFigures> {
+    use futures::StreamExt;
+    use ra_ledger_cdc::config::RelayConfig;
+    use rdkafka::Message as _;
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Headers as _;
+
+    let scratch = scratch(url).await?;
+    let client = db::connect(&scratch.url, "ledger-bench").await?;
+    let slot = scratch.create_slot(&client, "latency").await?;
+    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let topic = format!("{prefix}assignment");
+    testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()?;
+    // Assigned partitions rather than a group subscription: no rebalance pauses in the figures.
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..3 {
+        assignment.add_partition_offset(&topic, partition, rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    let relay_config = RelayConfig {
+        status_interval_ms: 100,
+        ..scratch.relay_config(slot, prefix, brokers)
+    };
+    let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
+        relay_config,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+
+    let per_tick = (rate / 100).max(1) as i32;
+    let ticks = seconds * 100;
+    let expected = per_tick as u64 * ticks;
+    // Warm up: one row through relay, broker and consumer, so connecting, producer id
+    // negotiation and the consumer group's first assignment are not in the figures.
+    let insert = "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  SELECT gen_random_uuid(), 'assignment', 'agg-' || (n % 1000), $2, \
+                         convert_to(repeat('x', 120), 'UTF8') FROM generate_series(1, $1) n";
+    client.execute(insert, &[&1i32, &"WarmUp"]).await?;
+    {
+        let mut stream = consumer.stream();
+        tokio::time::timeout(Duration::from_secs(60), stream.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("warm-up row did not arrive within 60 s"))?;
+    }
+    let receiver = tokio::spawn(async move {
+        let mut latencies = Vec::with_capacity(expected as usize);
+        let mut stream = consumer.stream();
+        while (latencies.len() as u64) < expected {
+            let Ok(Some(Ok(message))) =
+                tokio::time::timeout(Duration::from_secs(60), stream.next()).await
+            else {
+                break;
+            };
+            let received = chrono::Utc::now();
+            let committed = message
+                .headers()
+                .and_then(|headers| headers.iter().find(|h| h.key == "commit_timestamp"))
+                .and_then(|h| std::str::from_utf8(h.value?).ok().map(str::to_owned))
+                .and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok());
+            if let Some(committed) = committed {
+                latencies.push(
+                    (received - committed.with_timezone(&chrono::Utc))
+                        .to_std()
+                        .unwrap_or_default(),
+                );
+            }
+        }
+        latencies
+    });
+    eprintln!("steady load: {rate} events/s for {seconds} s ({per_tick} rows every 10 ms)…");
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for _ in 0..ticks {
+        tick.tick().await;
+        client
+            .execute(insert, &[&per_tick, &"AssignmentStarted"])
+            .await?;
+    }
+    let latencies = receiver.await?;
+    // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
+    for line in metrics
+        .render()
+        .lines()
+        .filter(|line| line.starts_with("ra_relay_commit_to_ack_seconds"))
+    {
+        eprintln!("{line}");
+    }
+    shutdown.cancel();
+    relay.await??;
+    drop(client);
+    scratch.drop().await?;
+    let latencies = Latencies::from_samples(latencies)
+        .ok_or_else(|| anyhow::anyhow!("the consumer received nothing"))?;
+    Ok(LatencyFigures {
+        sent: expected,
+        latencies,
+    })
+}

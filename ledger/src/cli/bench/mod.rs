@@ -1,0 +1,171 @@
+//! `ledger bench`: throughput and latency figures, printed, never asserted.
+//!
+//! Each benchmark works in a scratch database it creates next to the configured one (the
+//! role needs CREATEDB) and drops afterwards, so the ledger's own data is never touched.
+
+mod as_of;
+mod latency;
+mod reassign;
+mod relay;
+mod write;
+
+use std::time::Duration;
+
+use ra_ledger::domain::PostalAddress;
+use ra_ledger::reassign::DEFAULT_PAGE_SIZE;
+use ra_ledger::testing::ScratchDatabase;
+use ra_ledger_cdc::config::local;
+
+/// Prefix of the scratch databases' names.
+const SCRATCH_PREFIX: &str = "ledger_bench";
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Assignments per second through the ledger's write path vs raw INSERTs of the same rows.
+    Write {
+        /// Assignments per round and path.
+        #[arg(long, default_value_t = 5_000)]
+        rows: usize,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Alternating rounds (ledger, raw, ledger, raw, ...).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Relay throughput draining an outbox backlog, against pg_recvlogical and rdkafka alone.
+    Relay {
+        /// Outbox rows in the backlog.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 100)]
+        per_transaction: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// Commit → consumer receipt latency under a steady load through the relay.
+    Latency {
+        /// Events per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        /// Duration in seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// Supersede a contact with many active assignments: chained pages vs one transaction.
+    Reassign {
+        /// Active assignments to move.
+        #[arg(long, default_value_t = 50_000)]
+        rows: usize,
+        /// Rows per page.
+        #[arg(long, default_value_t = DEFAULT_PAGE_SIZE)]
+        page_size: u32,
+        /// Workers in the consumer group (a run still has one page in flight).
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// As-of query latency (p50/p99) over a large assignment history.
+    AsOf {
+        /// Assignment history rows to seed.
+        #[arg(long, default_value_t = 1_000_000)]
+        history_rows: usize,
+        /// Queries to time.
+        #[arg(long, default_value_t = 20_000)]
+        queries: usize,
+    },
+}
+
+pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<()> {
+    match benchmark {
+        BenchCommand::Write {
+            rows,
+            concurrency,
+            rounds,
+        } => write::run(database_url, rows, concurrency, rounds).await,
+        BenchCommand::Relay {
+            rows,
+            per_transaction,
+            brokers,
+        } => relay::run(database_url, &brokers, rows, per_transaction).await,
+        BenchCommand::Latency {
+            rate,
+            seconds,
+            brokers,
+        } => latency::run(database_url, &brokers, rate, seconds).await,
+        BenchCommand::Reassign {
+            rows,
+            page_size,
+            workers,
+            brokers,
+        } => reassign::run(database_url, &brokers, rows, page_size, workers).await,
+        BenchCommand::AsOf {
+            history_rows,
+            queries,
+        } => as_of::run(database_url, history_rows, queries).await,
+    }
+}
+
+/// A scratch database next to `database_url`.
+async fn scratch(database_url: &str) -> anyhow::Result<ScratchDatabase> {
+    Ok(ScratchDatabase::create(database_url, SCRATCH_PREFIX).await?)
+}
+
+pub(super) fn texas_address() -> PostalAddress {
+    PostalAddress {
+        line1: "211 E 7th St".into(),
+        line2: "Suite 620".into(),
+        city: "Austin".into(),
+        region: "TX".into(),
+        postal_code: "78701".into(),
+    }
+}
+
+/// The distribution of a set of measured durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latencies {
+    /// How many were measured.
+    pub count: usize,
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Slowest.
+    pub max: Duration,
+}
+
+impl Latencies {
+    /// Summarizes `samples`; `None` when there are none.
+    pub fn from_samples(mut samples: Vec<Duration>) -> Option<Self> {
+        samples.sort();
+        let last = *samples.last()?;
+        let percentile =
+            |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+        Some(Self {
+            count: samples.len(),
+            p50: percentile(0.50),
+            p99: percentile(0.99),
+            max: last,
+        })
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(
+            f,
+            "p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.max)
+        )
+    }
+}

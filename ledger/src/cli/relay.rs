@@ -1,0 +1,103 @@
+//! `ledger relay`: the CDC relay, the grants of its role, and its parked messages.
+
+use ra_ledger::{db, migrate};
+use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::parking::{self, Republished};
+
+use super::DatabaseUrl;
+
+/// Arguments of `ledger relay`.
+#[derive(Debug, clap::Args)]
+pub struct RelayArgs {
+    /// TOML file with relay settings (see README); defaults suit the local stack.
+    #[arg(long, env = "LEDGER_RELAY_CONFIG")]
+    config: Option<String>,
+    #[command(subcommand)]
+    command: Option<RelayCommand>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RelayCommand {
+    /// Grant a LOGIN REPLICATION role the least the relay needs in the ledger database.
+    Grant {
+        /// The role the relay connects as.
+        role: String,
+    },
+    /// Messages Kafka refused for good, parked by the relay.
+    Parked {
+        #[command(subcommand)]
+        command: ParkedCommand,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ParkedCommand {
+    /// List parked messages (not yet re-published, unless --all).
+    List {
+        /// Include re-published ones.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Re-publish parked messages with their original key and headers.
+    Republish {
+        /// Only this parked row id; default every pending one.
+        #[arg(long)]
+        id: Option<i64>,
+    },
+}
+
+pub async fn run(database: &DatabaseUrl, args: RelayArgs) -> anyhow::Result<()> {
+    let mut config = RelayConfig::load(args.config.as_deref())?;
+    if database.explicit {
+        config.database_url = database.url.clone();
+    }
+    match args.command {
+        None => Ok(ra_ledger_cdc::relay::run_process(config).await?),
+        Some(RelayCommand::Parked { command }) => parked(&config, command).await,
+        Some(RelayCommand::Grant { role }) => {
+            let client = db::connect(&database.url, "ledger-grant").await?;
+            migrate::grant_relay_role(&client, &role).await?;
+            println!("granted {role} SELECT on outbox and SELECT, INSERT, UPDATE on outbox_parked");
+            Ok(())
+        }
+    }
+}
+
+async fn parked(config: &RelayConfig, command: ParkedCommand) -> anyhow::Result<()> {
+    let client = db::connect(&config.database_url, "ledger-relay-parked").await?;
+    match command {
+        ParkedCommand::List { all } => {
+            let parked = parking::list(&client, all).await?;
+            println!("{}", serde_json::to_string_pretty(&parked)?);
+            eprintln!("{} parked message(s)", parked.len());
+            Ok(())
+        }
+        ParkedCommand::Republish { id } => {
+            let producer = ra_ledger_cdc::publish::producer(config)?;
+            let outcomes = parking::republish(&client, &producer, id).await?;
+            let mut refused = 0;
+            for outcome in &outcomes {
+                match outcome {
+                    Republished::Sent { id } => {
+                        println!("parked #{id}: republished")
+                    }
+                    Republished::Refused { id, error } => {
+                        refused += 1;
+                        println!("parked #{id}: still refused: {error}");
+                    }
+                }
+            }
+            if let Some(id) = id
+                && outcomes.is_empty()
+            {
+                anyhow::bail!("no pending parked message with id {id}");
+            }
+            if refused > 0 {
+                anyhow::bail!(
+                    "{refused} message(s) still refused; fix the cause (topic, size limit) and retry"
+                );
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! `ledger worker`: the reassignment page handler.
+
+use ra_ledger::config::WorkerConfig;
+use ra_ledger_cdc::config::listen_address;
+
+use super::{DatabaseUrl, parse_key_value};
+
+/// Arguments of `ledger worker`; each overrides the config file and the environment.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// TOML file with the worker's settings; the environment and these flags override it.
+    #[arg(long, env = "LEDGER_WORKER_CONFIG")]
+    config: Option<String>,
+    /// Kafka bootstrap servers [default: 127.0.0.1:19092].
+    #[arg(long, env = "LEDGER_KAFKA_BROKERS")]
+    brokers: Option<String>,
+    /// The reassignment topic [default: outbox.event.reassignment].
+    #[arg(long, env = "LEDGER_REASSIGNMENT_TOPIC")]
+    topic: Option<String>,
+    /// Consumer group shared by every worker [default: ra-ledger-reassignment].
+    #[arg(long, env = "LEDGER_WORKER_GROUP")]
+    group: Option<String>,
+    /// Whole-page attempts before a failing page runs row by row [default: 3].
+    #[arg(long, env = "LEDGER_WORKER_MAX_ATTEMPTS", value_parser = clap::value_parser!(u32).range(1..=100))]
+    max_attempts: Option<u32>,
+    /// Where to serve /metrics; empty to disable [default: 127.0.0.1:19101].
+    #[arg(long, env = "LEDGER_WORKER_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Other librdkafka consumer settings, `key=value`; repeatable.
+    #[arg(long = "kafka", value_parser = parse_key_value)]
+    kafka: Vec<(String, String)>,
+}
+
+pub async fn run(database: &DatabaseUrl, args: WorkerArgs) -> anyhow::Result<()> {
+    let mut config = WorkerConfig::load(args.config.as_deref())?;
+    if database.explicit {
+        config.database_url = database.url.clone();
+    }
+    config.brokers = args.brokers.unwrap_or(config.brokers);
+    config.topic = args.topic.unwrap_or(config.topic);
+    config.group_id = args.group.unwrap_or(config.group_id);
+    config.max_attempts = args.max_attempts.unwrap_or(config.max_attempts);
+    if let Some(listen) = args.metrics_listen {
+        config.metrics_listen = listen_address("--metrics-listen", &listen)?;
+    }
+    config.kafka.extend(args.kafka);
+    config.validate()?;
+    ra_ledger::worker::run_process(config).await?;
+    Ok(())
+}

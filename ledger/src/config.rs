@@ -1,0 +1,362 @@
+//! Settings of `ledger serve` and `ledger worker`, like the relay's
+//! ([`ra_ledger_cdc::config::RelayConfig`]): the defaults suit the local stack, a TOML file
+//! may change any field (an unknown one is an error), the environment overrides the file,
+//! and the command line overrides both. Each is validated once, before anything starts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ra_ledger_cdc::config::{ConfigError, env, listen_address, local, read_file};
+use serde::Deserialize;
+
+use crate::api::{CursorKey, Tokens};
+use crate::reassign;
+
+/// Everything `ledger serve` needs.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// PostgreSQL URL of the ledger database (`LEDGER_DATABASE_URL`).
+    pub database_url: String,
+    /// Address to listen on (`LEDGER_LISTEN`).
+    pub listen: String,
+    /// Most PostgreSQL connections in the pool (`LEDGER_POOL_SIZE`).
+    pub pool_size: usize,
+    /// Bearer tokens, `role:name:token` separated by commas; role is writer or auditor
+    /// (`LEDGER_TOKENS`).
+    pub tokens: String,
+    /// Secret that signs history cursors, at least 16 characters; random per process when
+    /// unset, so cursors do not survive a restart (`LEDGER_CURSOR_KEY`).
+    pub cursor_key: Option<String>,
+    /// Longest a command waits for a lock another transaction holds before it answers 409
+    /// (`LEDGER_LOCK_TIMEOUT_MS`).
+    pub lock_timeout_ms: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            database_url: local::DATABASE_URL.into(),
+            listen: local::HTTP_LISTEN.into(),
+            pool_size: 16,
+            tokens: String::new(),
+            cursor_key: None,
+            lock_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServeConfig {
+    // The URL, the tokens and the cursor key are secrets: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
+            .field("pool_size", &self.pool_size)
+            .field("lock_timeout_ms", &self.lock_timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A [`ServeConfig`] that passed validation: what the service runs with.
+#[derive(Clone)]
+pub struct Service {
+    /// The ledger database.
+    pub database_url: String,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Most pooled connections.
+    pub pool_size: usize,
+    /// Who may do what.
+    pub tokens: Tokens,
+    /// Signs history cursors.
+    pub cursor_key: CursorKey,
+    /// Whether the cursor key was configured (else it is random for this process).
+    pub cursor_key_configured: bool,
+    /// How long a command waits for a lock.
+    pub lock_timeout: Duration,
+}
+
+impl std::fmt::Debug for Service {
+    // The URL carries a password: never print it (tokens and key print as counts).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("listen", &self.listen)
+            .field("pool_size", &self.pool_size)
+            .field("tokens", &self.tokens)
+            .field("lock_timeout", &self.lock_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServeConfig {
+    /// The defaults, then the file at `path`, then the environment.
+    pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
+        let mut config: Self = read_file(path)?;
+        if let Some(url) = env("LEDGER_DATABASE_URL") {
+            config.database_url = url;
+        }
+        if let Some(listen) = env("LEDGER_LISTEN") {
+            config.listen = listen;
+        }
+        if let Some(size) = env("LEDGER_POOL_SIZE") {
+            config.pool_size = number("LEDGER_POOL_SIZE", &size)?;
+        }
+        if let Some(tokens) = env("LEDGER_TOKENS") {
+            config.tokens = tokens;
+        }
+        if let Some(key) = env("LEDGER_CURSOR_KEY") {
+            config.cursor_key = Some(key);
+        }
+        if let Some(timeout) = env("LEDGER_LOCK_TIMEOUT_MS") {
+            config.lock_timeout_ms = number("LEDGER_LOCK_TIMEOUT_MS", &timeout)?;
+        }
+        Ok(config)
+    }
+
+    /// Checks every field and turns the configuration into what the service runs with.
+    pub fn validate(&self) -> Result<Service, ConfigError> {
+        let listen = self.listen.trim().parse().map_err(|_| {
+            ConfigError::invalid(
+                "listen",
+                &self.listen,
+                "expected host:port, e.g. 0.0.0.0:8080",
+            )
+        })?;
+        if !(1..=1_000).contains(&self.pool_size) {
+            return Err(ConfigError::invalid(
+                "pool_size",
+                self.pool_size.to_string(),
+                "must be between 1 and 1000",
+            ));
+        }
+        let tokens = Tokens::parse(&self.tokens)
+            .map_err(|error| ConfigError::invalid("tokens", "<redacted>", error.to_string()))?;
+        if tokens.is_empty() {
+            return Err(ConfigError::invalid(
+                "tokens",
+                "",
+                "no token configured; set e.g. writer:cs-tool:<secret>,auditor:audit:<secret>",
+            ));
+        }
+        let cursor_key = match &self.cursor_key {
+            Some(key) if key.len() >= 16 => CursorKey::new(key.as_bytes()),
+            Some(_) => {
+                return Err(ConfigError::invalid(
+                    "cursor_key",
+                    "<redacted>",
+                    "must be at least 16 characters",
+                ));
+            }
+            None => CursorKey::random(),
+        };
+        if !(1..=600_000).contains(&self.lock_timeout_ms) {
+            return Err(ConfigError::invalid(
+                "lock_timeout_ms",
+                self.lock_timeout_ms.to_string(),
+                "must be between 1 and 600000",
+            ));
+        }
+        Ok(Service {
+            database_url: self.database_url.clone(),
+            listen,
+            pool_size: self.pool_size,
+            tokens,
+            cursor_key,
+            cursor_key_configured: self.cursor_key.is_some(),
+            lock_timeout: Duration::from_millis(self.lock_timeout_ms),
+        })
+    }
+}
+
+/// Everything `ledger worker` needs.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// The ledger database (`LEDGER_DATABASE_URL`).
+    pub database_url: String,
+    /// Kafka bootstrap servers (`LEDGER_KAFKA_BROKERS`).
+    pub brokers: String,
+    /// The reassignment topic (`LEDGER_REASSIGNMENT_TOPIC`).
+    pub topic: String,
+    /// Consumer group every worker shares (`LEDGER_WORKER_GROUP`).
+    pub group_id: String,
+    /// Whole-page attempts before a failing page runs row by row
+    /// (`LEDGER_WORKER_MAX_ATTEMPTS`).
+    pub max_attempts: u32,
+    /// Where to serve `/metrics`; `None` to disable (`LEDGER_WORKER_METRICS_LISTEN`, empty
+    /// to disable).
+    pub metrics_listen: Option<SocketAddr>,
+    /// Longest pause between retries of a failing page.
+    pub retry_backoff_max_ms: u64,
+    /// Other librdkafka consumer settings.
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            database_url: local::DATABASE_URL.into(),
+            brokers: local::KAFKA_BROKERS.into(),
+            topic: local::REASSIGNMENT_TOPIC.into(),
+            group_id: local::WORKER_GROUP.into(),
+            max_attempts: reassign::DEFAULT_MAX_ATTEMPTS,
+            metrics_listen: local::WORKER_METRICS.parse().ok(),
+            retry_backoff_max_ms: 5_000,
+            kafka: BTreeMap::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for WorkerConfig {
+    // The database URL carries a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("group_id", &self.group_id)
+            .field("max_attempts", &self.max_attempts)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerConfig {
+    /// The defaults, then the file at `path`, then the environment; validated.
+    pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
+        let mut config: Self = read_file(path)?;
+        if let Some(url) = env("LEDGER_DATABASE_URL") {
+            config.database_url = url;
+        }
+        if let Some(brokers) = env("LEDGER_KAFKA_BROKERS") {
+            config.brokers = brokers;
+        }
+        if let Some(topic) = env("LEDGER_REASSIGNMENT_TOPIC") {
+            config.topic = topic;
+        }
+        if let Some(group) = env("LEDGER_WORKER_GROUP") {
+            config.group_id = group;
+        }
+        if let Some(attempts) = env("LEDGER_WORKER_MAX_ATTEMPTS") {
+            config.max_attempts = number("LEDGER_WORKER_MAX_ATTEMPTS", &attempts)?;
+        }
+        if let Some(listen) = env("LEDGER_WORKER_METRICS_LISTEN") {
+            config.metrics_listen = listen_address("LEDGER_WORKER_METRICS_LISTEN", &listen)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, value) in [
+            ("brokers", &self.brokers),
+            ("topic", &self.topic),
+            ("group_id", &self.group_id),
+        ] {
+            if value.trim().is_empty() {
+                return Err(ConfigError::invalid(field, value, "must not be empty"));
+            }
+        }
+        if !(1..=100).contains(&self.max_attempts) {
+            return Err(ConfigError::invalid(
+                "max_attempts",
+                self.max_attempts.to_string(),
+                "must be between 1 and 100",
+            ));
+        }
+        if self.retry_backoff_max_ms == 0 {
+            return Err(ConfigError::invalid(
+                "retry_backoff_max_ms",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Longest pause between retries of a failing page.
+    pub fn retry_backoff_max(&self) -> Duration {
+        Duration::from_millis(self.retry_backoff_max_ms)
+    }
+}
+
+fn number<T: std::str::FromStr>(field: &str, text: &str) -> Result<T, ConfigError> {
+    text.trim()
+        .parse()
+        .map_err(|_| ConfigError::invalid(field, text, "expected a whole number"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_config_validates_and_hides_its_secrets() {
+        let config = ServeConfig {
+            tokens: "writer:cs:secret-token-1".into(),
+            cursor_key: Some("a cursor key of sixteen+".into()),
+            database_url: "postgres://u:hunter2@db/ledger".into(),
+            ..ServeConfig::default()
+        };
+        let service = config.validate().unwrap();
+        assert_eq!(service.listen.port(), 18080);
+        let debug = format!("{config:?} {service:?}");
+        for secret in ["secret-token-1", "sixteen", "hunter2"] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        let no_tokens = ServeConfig::default().validate().unwrap_err();
+        assert!(no_tokens.to_string().contains("tokens"), "{no_tokens}");
+        let short_key = ServeConfig {
+            cursor_key: Some("short".into()),
+            ..config.clone()
+        };
+        assert!(
+            short_key
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cursor_key")
+        );
+        let bad_listen = ServeConfig {
+            listen: "nowhere".into(),
+            ..config
+        };
+        assert!(
+            bad_listen
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("listen")
+        );
+        assert!(toml::from_str::<ServeConfig>("listn = \"x\"").is_err());
+    }
+
+    #[test]
+    fn worker_config_refuses_what_cannot_work() {
+        WorkerConfig::default().validate().unwrap();
+        let none = WorkerConfig {
+            max_attempts: 0,
+            ..WorkerConfig::default()
+        };
+        assert!(
+            none.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_attempts")
+        );
+        let nameless = WorkerConfig {
+            group_id: " ".into(),
+            ..WorkerConfig::default()
+        };
+        assert!(
+            nameless
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("group_id")
+        );
+        assert!(toml::from_str::<WorkerConfig>("topik = \"x\"").is_err());
+    }
+}
