@@ -18,12 +18,7 @@ use ra_ledger_proto::v1::Envelope;
 use tokio_postgres::{Client, Transaction};
 
 /// Creates the inbox table when missing. Run it with the consumer's migrations.
-pub const INBOX_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS ledger_inbox (
-    consumer    text        NOT NULL,
-    event_id    text        NOT NULL,
-    received_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (consumer, event_id)
-)";
+pub const INBOX_SCHEMA: &str = include_str!("sql/inbox.sql");
 
 /// What happened to one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

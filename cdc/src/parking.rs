@@ -53,9 +53,7 @@ pub async fn park(
         .collect();
     client
         .execute(
-            "INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, event_type, topic, payload, \
-             headers, commit_lsn, error) VALUES ($1::text::uuid, $2, $3, $4, $5, $6, $7, $8::text::pg_lsn, $9) \
-             ON CONFLICT (event_id) DO NOTHING",
+            include_str!("sql/park.sql"),
             &[
                 &message.row.event_id,
                 &message.row.aggregate_type,
@@ -75,12 +73,7 @@ pub async fn park(
 /// Parked messages, oldest first; only those not re-published unless `all`.
 pub async fn list(client: &Client, all: bool) -> Result<Vec<ParkedMessage>, tokio_postgres::Error> {
     let rows = client
-        .query(
-            "SELECT id, event_id::text, aggregate_type, aggregate_id, event_type, topic, length(payload)::bigint, \
-             headers, commit_lsn::text, error, parked_at, republished_at FROM outbox_parked \
-             WHERE $1 OR republished_at IS NULL ORDER BY id",
-            &[&all],
-        )
+        .query(include_str!("sql/list_parked.sql"), &[&all])
         .await?;
     Ok(rows
         .iter()

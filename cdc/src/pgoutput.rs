@@ -199,6 +199,10 @@ pub enum DecodeError {
 /// Decodes one `pgoutput` message.
 ///
 /// The buffer is shared, not copied: column values and message contents are slices of it.
+///
+/// One arm per message type of the protocol, in one match (longer than our usual
+/// function): read next to PostgreSQL's documentation of the format, the whole protocol is
+/// on one screen, which splitting it would lose.
 pub fn decode(message: &Bytes) -> Result<LogicalMessage, DecodeError> {
     let mut reader = Reader::new(message);
     let tag = reader.u8().map_err(|_| DecodeError::Empty)?;

@@ -66,94 +66,16 @@ pub async fn apply(
     client: &impl GenericClient,
     envelope: &v1::Envelope,
 ) -> Result<(), ProjectionError> {
-    let effective_at = from_micros(envelope.effective_at_micros);
-    let recorded_at = from_micros(envelope.recorded_at_micros);
     let Some(event) = &envelope.event else {
         return Err(mismatch(envelope, "envelope carries no event"));
     };
     let changed = match event {
-        Event::ContactCreated(created) => {
-            let address = created.address.clone().unwrap_or_default();
-            let status = if created.status == v1::ContactStatus::OnFile as i32 {
-                "on_file"
-            } else {
-                "primary"
-            };
-            cached::execute(client,
-                    "INSERT INTO contacts (contact_id, jurisdiction, name, address_line1, address_line2, \
-                     city, region, postal_code, status, supersedes, created_at, recorded_at, stream_version) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                    &[
-                        &uuid("contact_id", &created.contact_id, envelope)?,
-                        &created.jurisdiction,
-                        &created.name,
-                        &address.line1,
-                        &address.line2,
-                        &address.city,
-                        &address.region,
-                        &address.postal_code,
-                        &status,
-                        &optional_uuid("supersedes", &created.supersedes, envelope)?,
-                        &effective_at,
-                        &recorded_at,
-                        &envelope.stream_version,
-                    ],
-                )
-                .await?
-        }
+        Event::ContactCreated(created) => contact_created(client, envelope, created).await?,
         Event::ContactSuperseded(superseded) => {
-            cached::execute(
-                client,
-                "UPDATE contacts SET status = 'on_file', superseded_by = $2, superseded_at = $3, \
-                     superseded_recorded_at = $4, stream_version = $5 \
-                     WHERE contact_id = $1 AND status = 'primary'",
-                &[
-                    &uuid("contact_id", &superseded.contact_id, envelope)?,
-                    &uuid("superseded_by", &superseded.superseded_by, envelope)?,
-                    &effective_at,
-                    &recorded_at,
-                    &envelope.stream_version,
-                ],
-            )
-            .await?
+            contact_superseded(client, envelope, superseded).await?
         }
-        Event::AssignmentStarted(started) => {
-            cached::execute(
-                client,
-                "INSERT INTO assignments (assignment_id, business_id, jurisdiction, contact_id, \
-                     started_at, replaces, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &uuid("assignment_id", &started.assignment_id, envelope)?,
-                    &uuid("business_id", &started.business_id, envelope)?,
-                    &started.jurisdiction,
-                    &uuid("contact_id", &started.contact_id, envelope)?,
-                    &effective_at,
-                    &optional_uuid("replaces", &started.replaces, envelope)?,
-                    &recorded_at,
-                ],
-            )
-            .await?
-        }
-        Event::AssignmentEnded(ended) => {
-            let reason = if ended.reason == v1::EndReason::Replaced as i32 {
-                "replaced"
-            } else {
-                "cancelled"
-            };
-            cached::execute(
-                client,
-                "UPDATE assignments SET ended_at = $2, end_reason = $3, replaced_by = $4, \
-                     ended_recorded_at = $5 WHERE assignment_id = $1 AND ended_at IS NULL",
-                &[
-                    &uuid("assignment_id", &ended.assignment_id, envelope)?,
-                    &effective_at,
-                    &reason,
-                    &optional_uuid("replaced_by", &ended.replaced_by, envelope)?,
-                    &recorded_at,
-                ],
-            )
-            .await?
-        }
+        Event::AssignmentStarted(started) => assignment_started(client, envelope, started).await?,
+        Event::AssignmentEnded(ended) => assignment_ended(client, envelope, ended).await?,
         // A run's progress lives in the reassignment tables, which the worker keeps in the
         // page's own transaction; the contact and assignment views do not change.
         Event::ReassignmentPageRequested(_)
@@ -167,6 +89,107 @@ pub async fn apply(
         ));
     }
     Ok(())
+}
+
+async fn contact_created(
+    client: &impl GenericClient,
+    envelope: &v1::Envelope,
+    created: &v1::ContactCreated,
+) -> Result<u64, ProjectionError> {
+    let address = created.address.clone().unwrap_or_default();
+    let status = if created.status == v1::ContactStatus::OnFile as i32 {
+        "on_file"
+    } else {
+        "primary"
+    };
+    Ok(cached::execute(
+        client,
+        include_str!("sql/projections/contact_created.sql"),
+        &[
+            &uuid("contact_id", &created.contact_id, envelope)?,
+            &created.jurisdiction,
+            &created.name,
+            &address.line1,
+            &address.line2,
+            &address.city,
+            &address.region,
+            &address.postal_code,
+            &status,
+            &optional_uuid("supersedes", &created.supersedes, envelope)?,
+            &from_micros(envelope.effective_at_micros),
+            &from_micros(envelope.recorded_at_micros),
+            &envelope.stream_version,
+        ],
+    )
+    .await?)
+}
+
+async fn contact_superseded(
+    client: &impl GenericClient,
+    envelope: &v1::Envelope,
+    superseded: &v1::ContactSuperseded,
+) -> Result<u64, ProjectionError> {
+    Ok(cached::execute(
+        client,
+        include_str!("sql/projections/contact_superseded.sql"),
+        &[
+            &uuid("contact_id", &superseded.contact_id, envelope)?,
+            &uuid("superseded_by", &superseded.superseded_by, envelope)?,
+            &from_micros(envelope.effective_at_micros),
+            &from_micros(envelope.recorded_at_micros),
+            &envelope.stream_version,
+        ],
+    )
+    .await?)
+}
+
+async fn assignment_started(
+    client: &impl GenericClient,
+    envelope: &v1::Envelope,
+    started: &v1::AssignmentStarted,
+) -> Result<u64, ProjectionError> {
+    Ok(cached::execute(
+        client,
+        include_str!("sql/projections/assignment_started.sql"),
+        &[
+            &uuid("assignment_id", &started.assignment_id, envelope)?,
+            &uuid("business_id", &started.business_id, envelope)?,
+            &started.jurisdiction,
+            &uuid("contact_id", &started.contact_id, envelope)?,
+            &from_micros(envelope.effective_at_micros),
+            &optional_uuid("replaces", &started.replaces, envelope)?,
+            &from_micros(envelope.recorded_at_micros),
+        ],
+    )
+    .await?)
+}
+
+async fn assignment_ended(
+    client: &impl GenericClient,
+    envelope: &v1::Envelope,
+    ended: &v1::AssignmentEnded,
+) -> Result<u64, ProjectionError> {
+    Ok(cached::execute(
+        client,
+        include_str!("sql/projections/assignment_ended.sql"),
+        &[
+            &uuid("assignment_id", &ended.assignment_id, envelope)?,
+            &from_micros(envelope.effective_at_micros),
+            &end_reason(ended),
+            &optional_uuid("replaced_by", &ended.replaced_by, envelope)?,
+            &from_micros(envelope.recorded_at_micros),
+        ],
+    )
+    .await?)
+}
+
+/// The database spelling of why an assignment ended.
+fn end_reason(ended: &v1::AssignmentEnded) -> &'static str {
+    if ended.reason == v1::EndReason::Replaced as i32 {
+        "replaced"
+    } else {
+        "cancelled"
+    }
 }
 
 /// Folds a batch of recorded events, in order, with as few statements as the batch allows.
@@ -200,11 +223,7 @@ pub async fn apply_batch(
     if !ends.assignment_id.is_empty() {
         let changed = cached::execute(
             client,
-            "UPDATE assignments a SET ended_at = e.ended_at, end_reason = e.reason, \
-             replaced_by = e.replaced_by, ended_recorded_at = e.recorded_at \
-             FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::uuid[], $5::timestamptz[]) \
-                  AS e(assignment_id, ended_at, reason, replaced_by, recorded_at) \
-             WHERE a.assignment_id = e.assignment_id AND a.ended_at IS NULL",
+            include_str!("sql/projections/assignments_ended.sql"),
             &[
                 &ends.assignment_id,
                 &ends.ended_at,
@@ -229,10 +248,7 @@ pub async fn apply_batch(
     if !starts.assignment_id.is_empty() {
         cached::execute(
             client,
-            "INSERT INTO assignments (assignment_id, business_id, jurisdiction, contact_id, \
-             started_at, replaces, recorded_at) \
-             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], \
-                                  $5::timestamptz[], $6::uuid[], $7::timestamptz[])",
+            include_str!("sql/projections/assignments_started.sql"),
             &[
                 &starts.assignment_id,
                 &starts.business_id,
@@ -279,12 +295,7 @@ impl EndColumns {
             .push(uuid("assignment_id", &ended.assignment_id, envelope)?);
         self.ended_at
             .push(from_micros(envelope.effective_at_micros));
-        self.reason
-            .push(if ended.reason == v1::EndReason::Replaced as i32 {
-                "replaced"
-            } else {
-                "cancelled"
-            });
+        self.reason.push(end_reason(ended));
         self.replaced_by
             .push(optional_uuid("replaced_by", &ended.replaced_by, envelope)?);
         self.recorded_at

@@ -133,13 +133,8 @@ async fn replay(
         }
         tx.rollback().await?;
     } else {
-        tx.batch_execute(
-            "SET CONSTRAINTS ALL DEFERRED; \
-             TRUNCATE public.assignments, public.contacts; \
-             INSERT INTO public.contacts SELECT * FROM pg_temp.contacts; \
-             INSERT INTO public.assignments SELECT * FROM pg_temp.assignments;",
-        )
-        .await?;
+        tx.batch_execute(include_str!("sql/tools/swap_projections.sql"))
+            .await?;
         tx.commit().await?;
     }
     Ok(report)

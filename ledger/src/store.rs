@@ -192,73 +192,39 @@ pub async fn append_at(
     heads: &Heads,
     metadata: &Metadata,
 ) -> Result<Vec<RecordedEvent>, AppendError> {
-    let recorded_at = heads.now;
-    let streams: Vec<String> = appends.iter().map(StreamAppend::stream).collect();
     let mut columns = Columns::default();
     let mut recorded = Vec::new();
-    for (append, stream) in appends.iter().zip(&streams) {
-        let head = heads.streams.get(stream).cloned().unwrap_or_default();
+    for append in appends {
+        let stream = append.stream();
+        let head = heads.streams.get(&stream).cloned().unwrap_or_default();
         if let Some(expected) = append.expected_version
             && head.version != expected
         {
             return Err(AppendError::Conflict {
-                stream: stream.clone(),
+                stream,
                 expected,
                 actual: head.version,
             });
         }
-        let mut previous_hash = head.hash;
-        let mut previous_effective = head.effective_at;
-        for (offset, new) in append.events.iter().enumerate() {
-            if let Some(previous) = previous_effective
-                && new.effective_at < previous
+        let mut previous = head.clone();
+        for new in &append.events {
+            if let Some(effective) = previous.effective_at
+                && new.effective_at < effective
             {
                 return Err(AppendError::Backdated {
-                    stream: stream.clone(),
+                    stream,
                     effective_at: new.effective_at,
-                    previous,
+                    previous: effective,
                 });
             }
-            let envelope = v1::Envelope {
-                event_id: new.event_id.to_string(),
-                stream: stream.clone(),
-                stream_version: head.version + 1 + offset as i64,
-                event_type: event_type(&new.event).to_owned(),
-                schema_version: SCHEMA_VERSION as u32,
-                recorded_at_micros: recorded_at.timestamp_micros(),
-                effective_at_micros: new.effective_at.timestamp_micros(),
-                actor: metadata.actor.clone(),
-                correlation_id: metadata.correlation_id.to_string(),
-                causation_id: metadata
-                    .causation_id
-                    .map(|id| id.to_string())
-                    .unwrap_or_default(),
-                event: Some(new.event.clone()),
+            let event = seal(&stream, &previous, new, metadata, heads.now);
+            columns.push(&event, previous.hash.take(), append, metadata);
+            previous = StreamHead {
+                version: event.stream_version,
+                hash: Some(event.hash.clone()),
+                effective_at: Some(new.effective_at),
             };
-            let payload = envelope.encode_to_vec();
-            let row = EventRow {
-                event_id: new.event_id,
-                stream,
-                stream_version: envelope.stream_version,
-                event_type: &envelope.event_type,
-                schema_version: SCHEMA_VERSION,
-                payload: &payload,
-                recorded_at,
-                effective_at: new.effective_at,
-                actor: &metadata.actor,
-                correlation_id: metadata.correlation_id,
-                causation_id: metadata.causation_id,
-            };
-            let hash = event_hash(previous_hash.as_deref(), &row).to_vec();
-            columns.push(&row, previous_hash.take(), hash.clone(), append);
-            previous_hash = Some(hash);
-            previous_effective = Some(new.effective_at);
-            recorded.push(RecordedEvent {
-                event_id: new.event_id,
-                stream: stream.clone(),
-                stream_version: envelope.stream_version,
-                envelope,
-            });
+            recorded.push(event.recorded);
         }
     }
     cached::execute(
@@ -279,12 +245,75 @@ pub async fn append_at(
             &columns.hash,
             &columns.aggregate_type,
             &columns.aggregate_id,
-            &recorded_at,
+            &heads.now,
         ],
     )
     .await
     .map_err(|error| version_race(error, &columns))?;
     Ok(recorded)
+}
+
+/// An event ready to insert: its envelope, payload and hash, chained to `previous`.
+struct Sealed {
+    recorded: RecordedEvent,
+    stream_version: i64,
+    payload: Vec<u8>,
+    hash: Vec<u8>,
+    effective_at: DateTime<Utc>,
+}
+
+/// Builds the envelope of `new` as the next event after `previous` in `stream`, and its
+/// link of the hash chain.
+fn seal(
+    stream: &str,
+    previous: &StreamHead,
+    new: &NewEvent,
+    metadata: &Metadata,
+    recorded_at: DateTime<Utc>,
+) -> Sealed {
+    let envelope = v1::Envelope {
+        event_id: new.event_id.to_string(),
+        stream: stream.to_owned(),
+        stream_version: previous.version + 1,
+        event_type: event_type(&new.event).to_owned(),
+        schema_version: SCHEMA_VERSION as u32,
+        recorded_at_micros: recorded_at.timestamp_micros(),
+        effective_at_micros: new.effective_at.timestamp_micros(),
+        actor: metadata.actor.clone(),
+        correlation_id: metadata.correlation_id.to_string(),
+        causation_id: metadata
+            .causation_id
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        event: Some(new.event.clone()),
+    };
+    let payload = envelope.encode_to_vec();
+    let row = EventRow {
+        event_id: new.event_id,
+        stream,
+        stream_version: envelope.stream_version,
+        event_type: &envelope.event_type,
+        schema_version: SCHEMA_VERSION,
+        payload: &payload,
+        recorded_at,
+        effective_at: new.effective_at,
+        actor: &metadata.actor,
+        correlation_id: metadata.correlation_id,
+        causation_id: metadata.causation_id,
+    };
+    let hash = event_hash(previous.hash.as_deref(), &row).to_vec();
+    Sealed {
+        stream_version: envelope.stream_version,
+        effective_at: new.effective_at,
+        recorded: RecordedEvent {
+            event_id: new.event_id,
+            stream: stream.to_owned(),
+            stream_version: envelope.stream_version,
+            envelope,
+        },
+        payload,
+        hash,
+    }
 }
 
 /// A unique violation on `(stream, stream_version)` means another writer appended the
@@ -408,23 +437,24 @@ struct Columns {
 impl Columns {
     fn push(
         &mut self,
-        row: &EventRow<'_>,
+        event: &Sealed,
         prev_hash: Option<Vec<u8>>,
-        hash: Vec<u8>,
         append: &StreamAppend,
+        metadata: &Metadata,
     ) {
-        self.event_id.push(row.event_id);
-        self.stream.push(row.stream.to_owned());
-        self.stream_version.push(row.stream_version);
-        self.event_type.push(row.event_type.to_owned());
-        self.schema_version.push(row.schema_version);
-        self.payload.push(row.payload.to_vec());
-        self.effective_at.push(row.effective_at);
-        self.actor.push(row.actor.to_owned());
-        self.correlation_id.push(row.correlation_id);
-        self.causation_id.push(row.causation_id);
+        let envelope = &event.recorded.envelope;
+        self.event_id.push(event.recorded.event_id);
+        self.stream.push(event.recorded.stream.clone());
+        self.stream_version.push(event.stream_version);
+        self.event_type.push(envelope.event_type.clone());
+        self.schema_version.push(SCHEMA_VERSION);
+        self.payload.push(event.payload.clone());
+        self.effective_at.push(event.effective_at);
+        self.actor.push(metadata.actor.clone());
+        self.correlation_id.push(metadata.correlation_id);
+        self.causation_id.push(metadata.causation_id);
         self.prev_hash.push(prev_hash);
-        self.hash.push(hash);
+        self.hash.push(event.hash.clone());
         self.aggregate_type.push(append.aggregate_type);
         self.aggregate_id.push(append.aggregate_id.clone());
     }

@@ -50,9 +50,7 @@ pub async fn verify(
 ) -> Result<VerifyReport, tokio_postgres::Error> {
     let rows = client
         .query_raw(
-            "SELECT event_id, stream, stream_version, event_type, schema_version, payload, recorded_at, \
-             effective_at, actor, correlation_id, causation_id, prev_hash, hash \
-             FROM events ORDER BY stream, stream_version",
+            include_str!("sql/tools/verify_events.sql"),
             std::iter::empty::<i32>(),
         )
         .await?;

@@ -6,8 +6,9 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use ra_ledger::api::{AppState, CursorKey, Tokens};
 use ra_ledger::commands::Ledger;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tower::ServiceExt;
+use uuid::Uuid;
 
 use crate::TestDatabase;
 
@@ -183,4 +184,31 @@ pub fn contact_body(jurisdiction: &str, name: &str) -> Value {
         "name": name,
         "address": {"line1": "211 E 7th St", "line2": "Suite 620", "city": "Austin", "region": "TX", "postal_code": "78701"}
     })
+}
+
+/// A Texas primary contact and one business assigned to it: (contact, business,
+/// assignment) ids.
+pub async fn one_assignment(api: &TestApi) -> (String, String, String) {
+    let contact = api
+        .post("/v1/contacts", contact_body("TX", "Lone Star Agents"))
+        .await;
+    assert_eq!(contact.status, StatusCode::CREATED, "{:?}", contact.body);
+    let business = Uuid::now_v7().to_string();
+    let assignment = api
+        .post(
+            "/v1/assignments",
+            json!({"business_id": business, "jurisdiction": "TX"}),
+        )
+        .await;
+    assert_eq!(
+        assignment.status,
+        StatusCode::CREATED,
+        "{:?}",
+        assignment.body
+    );
+    (
+        contact.str("contact_id"),
+        business,
+        assignment.str("assignment_id"),
+    )
 }

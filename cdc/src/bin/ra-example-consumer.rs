@@ -18,14 +18,7 @@ use tokio_postgres::NoTls;
 
 const CONSUMER: &str = "example-current-ra";
 
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS example_current_ra (
-    business_id   text        NOT NULL,
-    jurisdiction  text        NOT NULL,
-    assignment_id text        NOT NULL,
-    contact_id    text        NOT NULL,
-    since         timestamptz NOT NULL,
-    PRIMARY KEY (business_id, jurisdiction)
-)";
+const SCHEMA: &str = include_str!("../sql/example_current_ra.sql");
 
 struct Args {
     database_url: String,
@@ -104,9 +97,7 @@ async fn main() -> anyhow::Result<()> {
                 match &envelope.event {
                     Some(Event::AssignmentStarted(started)) => {
                         tx.execute(
-                            "INSERT INTO example_current_ra VALUES ($1, $2, $3, $4, $5) \
-                             ON CONFLICT (business_id, jurisdiction) DO UPDATE \
-                             SET assignment_id = $3, contact_id = $4, since = $5",
+                            include_str!("../sql/example_assignment_started.sql"),
                             &[
                                 &started.business_id,
                                 &started.jurisdiction,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
+use deadpool_postgres::Pool;
 use ra_ledger::domain::Jurisdiction;
 use ra_ledger::{db, queries, reassign, testing};
 use ra_ledger_cdc::config::local;
@@ -52,7 +53,6 @@ pub struct DemoOptions {
 /// Runs the demo; seeds through `database_url`.
 pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> {
     reassign::page_size(Some(config.page_size))?;
-    let rows = config.rows as usize;
     let api = Api::new(&config.api, &config.token)?;
     api.get("/readyz").await.with_context(|| {
         format!(
@@ -64,10 +64,52 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
     let code = config.jurisdiction.code();
     println!(
         "== RA Ledger demo: supersede a {code} contact with {} active assignments ==",
-        rows
+        config.rows
     );
+    let (old_id, sample) = seed(&api, &pool, &config).await?;
+    let before: DateTime<Utc> = Utc::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let agent_path = format!("/v1/businesses/{sample}/jurisdictions/{code}/registered-agent");
+    print_agent(
+        "   who is the RA of business",
+        sample,
+        &api.get(&agent_path).await?,
+    );
+    // Listen on Kafka from now on, then supersede like the CS tool does.
+    let kafka = KafkaCount::start(&config.brokers, &config.topic_prefix)?;
+    let (run_id, new_id) = supersede(&api, &config, old_id).await?;
+    println!("3. watching the run (pages of {}):", config.page_size);
+    let status = watch(&pool, run_id).await?;
+    println!(
+        "   completed: {} replaced, {} skipped, {} failed in {} pages, {:.1} s; longest page {:.0} ms",
+        status.replaced,
+        status.skipped,
+        status.failed,
+        status.pages,
+        status.elapsed_seconds,
+        status.longest_page_ms
+    );
+    audit(&api, &agent_path, sample, before, new_id).await?;
+    let correlation = status.correlation_id.to_string();
+    let expected = 2 * status.replaced as usize;
+    println!("5. waiting for the run's events on Kafka (relay -> broker)…");
+    let counts = kafka
+        .count(&correlation, expected, Duration::from_secs(120))
+        .await?;
+    println!(
+        "   Kafka carried {} assignment events ({} expected: one end and one start per row) and {} reassignment events (page requests and completion) for this run",
+        counts.assignment, expected, counts.reassignment
+    );
+    if counts.assignment < expected {
+        println!("   (not all arrived yet: is the relay running? `deploy/stack status`)");
+    }
+    Ok(())
+}
 
-    // 1. A primary contact in the jurisdiction, and N businesses it serves.
+/// Step 1: a primary contact in the jurisdiction, and the businesses it serves. Returns the
+/// contact and one of the businesses.
+async fn seed(api: &Api, pool: &Pool, config: &DemoOptions) -> anyhow::Result<(Uuid, Uuid)> {
+    let code = config.jurisdiction.code();
     let primary = {
         let client = pool.get().await?;
         queries::primary_contact(&client, config.jurisdiction).await?
@@ -86,12 +128,13 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
         }
     };
     println!("1. {code} primary contact: {old_id}");
+    let rows = config.rows as usize;
     let started = Instant::now();
     let terminal = std::io::stdout().is_terminal();
     let businesses =
-        testing::seed_assignments(&pool, config.jurisdiction, old_id, rows, 1_000, |done| {
+        testing::seed_assignments(pool, config.jurisdiction, old_id, rows, 1_000, |done| {
             if terminal {
-                print!("\r   seeding assignments: {done}/{}", rows);
+                print!("\r   seeding assignments: {done}/{rows}");
                 let _ = std::io::stdout().flush();
             }
         })
@@ -102,18 +145,12 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
         businesses.len(),
         started.elapsed().as_secs_f64()
     );
-    let sample = businesses[businesses.len() / 2];
-    let before: DateTime<Utc> = Utc::now();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let agent_path = format!("/v1/businesses/{sample}/jurisdictions/{code}/registered-agent");
-    print_agent(
-        "   who is the RA of business",
-        sample,
-        &api.get(&agent_path).await?,
-    );
+    Ok((old_id, businesses[businesses.len() / 2]))
+}
 
-    // 2. Listen on Kafka from now on, then supersede like the CS tool does.
-    let kafka = KafkaCount::start(&config.brokers, &config.topic_prefix)?;
+/// Step 2: the supersede over HTTP. Returns the run and the new contact.
+async fn supersede(api: &Api, config: &DemoOptions, old_id: Uuid) -> anyhow::Result<(Uuid, Uuid)> {
+    let code = config.jurisdiction.code();
     let superseded = api
         .post(
             &format!("/v1/contacts/{old_id}/supersede"),
@@ -130,21 +167,17 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
         "2. POST /v1/contacts/{old_id}/supersede -> 202 Accepted\n   new primary contact {new_id}\n   run {run_id}, status at {}",
         superseded["status_url"].as_str().unwrap_or_default()
     );
+    Ok((run_id, new_id))
+}
 
-    // 3. Watch the chained pages.
-    println!("3. watching the run (pages of {}):", config.page_size);
-    let status = watch(&pool, run_id).await?;
-    println!(
-        "   completed: {} replaced, {} skipped, {} failed in {} pages, {:.1} s; longest page {:.0} ms",
-        status.replaced,
-        status.skipped,
-        status.failed,
-        status.pages,
-        status.elapsed_seconds,
-        status.longest_page_ms
-    );
-
-    // 4. Audit answers, before and after.
+/// Step 4: the audit answers, before and after, and the new contact's lineage.
+async fn audit(
+    api: &Api,
+    agent_path: &str,
+    sample: Uuid,
+    before: DateTime<Utc>,
+    new_id: Uuid,
+) -> anyhow::Result<()> {
     let at = before.to_rfc3339_opts(SecondsFormat::Micros, true);
     println!("4. audit answers:");
     print_agent(
@@ -152,11 +185,7 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
         sample,
         &api.get(&format!("{agent_path}?at={at}")).await?,
     );
-    print_agent(
-        "   RA now of business",
-        sample,
-        &api.get(&agent_path).await?,
-    );
+    print_agent("   RA now of business", sample, &api.get(agent_path).await?);
     let lineage = api.get(&format!("/v1/contacts/{new_id}/lineage")).await?;
     if let Some(contacts) = lineage.as_array() {
         println!("   lineage of the new contact:");
@@ -169,21 +198,6 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
                 address_text(&contact["address"])
             );
         }
-    }
-
-    // 5. What reached Kafka.
-    let correlation = status.correlation_id.to_string();
-    let expected = 2 * status.replaced as usize;
-    println!("5. waiting for the run's events on Kafka (relay -> broker)…");
-    let counts = kafka
-        .count(&correlation, expected, Duration::from_secs(120))
-        .await?;
-    println!(
-        "   Kafka carried {} assignment events ({} expected: one end and one start per row) and {} reassignment events (page requests and completion) for this run",
-        counts.assignment, expected, counts.reassignment
-    );
-    if counts.assignment < expected {
-        println!("   (not all arrived yet: is the relay running? `deploy/stack status`)");
     }
     Ok(())
 }

@@ -28,15 +28,18 @@
 //!   they are recorded as failed with the reason, so `completed` always means "moved, or
 //!   listed with why not".
 
+mod fence;
 mod page;
+mod progress;
 mod request;
+mod rows;
 mod start;
 mod status;
 
-#[cfg(feature = "testing")]
-pub use page::replace_all_at_once;
 pub use page::{PageFailed, PageOutcome, PageReport, handle};
 pub use request::PageRequest;
+#[cfg(feature = "testing")]
+pub use rows::replace_all_at_once;
 pub use start::{RunStarted, resume, start_in};
 pub use status::{RowFailure, RunState, RunStatus, in_progress, running, runs_of, status};
 

@@ -1,6 +1,7 @@
 //! Integration tests, in one binary so the whole run shares one PostgreSQL and one broker.
 
 mod as_of;
+mod audit;
 mod bad_input;
 mod ledger;
 mod migrations;

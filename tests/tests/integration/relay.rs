@@ -116,6 +116,8 @@ async fn a_late_committing_transaction_is_published_after_the_one_that_committed
     Ok(())
 }
 
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_is_parked_and_the_stream_goes_on() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
@@ -311,6 +313,8 @@ async fn heartbeats_keep_an_idle_outbox_from_pinning_wal() -> anyhow::Result<()>
     Ok(())
 }
 
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumer_library_applies_each_event_once_despite_duplicates() -> anyhow::Result<()> {
     use ra_ledger_cdc::consumer::{self, INBOX_SCHEMA, Outcome};

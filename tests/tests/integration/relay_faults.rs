@@ -42,6 +42,8 @@ fn report(name: &str, expected: &HashSet<String>, collector: &Collector) -> usiz
     lost
 }
 
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()> {
     // A broker of its own: reading 100,000+ messages back should not queue behind the

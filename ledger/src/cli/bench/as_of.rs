@@ -40,27 +40,16 @@ async fn measure(url: &str, history_rows: usize, queries: usize) -> anyhow::Resu
     // One contact per jurisdiction, then the history in bulk, straight into the projection
     // (the query reads only the projection).
     client
-        .batch_execute(&format!(
-            "INSERT INTO contacts (contact_id, jurisdiction, name, address_line1, city, region, postal_code, \
-                                   status, created_at, recorded_at, stream_version) \
-             SELECT gen_random_uuid(), code, 'Agent ' || code, '1 Main St', 'Capital', code, '00001', 'primary', \
-                    '2020-01-01', '2020-01-01', 1 FROM jurisdictions;
-             CREATE TEMP TABLE bench_business AS
-               SELECT gen_random_uuid() AS business_id,
-                      (SELECT array_agg(code ORDER BY code) FROM jurisdictions)[1 + (n % 56)] AS jurisdiction
-               FROM generate_series(1, {businesses}) n;
-             INSERT INTO assignments (assignment_id, business_id, jurisdiction, contact_id, started_at, ended_at,
-                                      end_reason, recorded_at, ended_recorded_at)
-             SELECT gen_random_uuid(), b.business_id, b.jurisdiction, c.contact_id,
-                    '2021-01-01'::timestamptz + (k * interval '365 days'),
-                    CASE WHEN k < 4 THEN '2021-01-01'::timestamptz + ((k + 1) * interval '365 days') END,
-                    CASE WHEN k < 4 THEN 'replaced' END,
-                    '2021-01-01'::timestamptz + (k * interval '365 days'),
-                    CASE WHEN k < 4 THEN '2021-01-01'::timestamptz + ((k + 1) * interval '365 days') END
-             FROM bench_business b JOIN contacts c ON c.jurisdiction = b.jurisdiction
-             CROSS JOIN generate_series(0, 4) k;
-             ANALYZE assignments; ANALYZE contacts;"
-        ))
+        .batch_execute(include_str!("../../sql/bench/as_of_contacts.sql"))
+        .await?;
+    client
+        .execute(
+            include_str!("../../sql/bench/as_of_businesses.sql"),
+            &[&businesses],
+        )
+        .await?;
+    client
+        .batch_execute(include_str!("../../sql/bench/as_of_history.sql"))
         .await?;
     let history_rows: i64 = client
         .query_one("SELECT count(*) FROM assignments", &[])

@@ -2,8 +2,13 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use ra_ledger::db;
 use ra_ledger::testing;
+use ra_ledger_cdc::config::RelayConfig;
+use rdkafka::Message as _;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Headers as _;
 use uuid::Uuid;
 
 use super::{Latencies, scratch};
@@ -38,31 +43,13 @@ async fn measure(
     rate: u64,
     seconds: u64,
 ) -> anyhow::Result<LatencyFigures> {
-    use futures::StreamExt;
-    use ra_ledger_cdc::config::RelayConfig;
-    use rdkafka::Message as _;
-    use rdkafka::consumer::{Consumer, StreamConsumer};
-    use rdkafka::message::Headers as _;
-
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let slot = scratch.create_slot(&client, "latency").await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topic = format!("{prefix}assignment");
     testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
-    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()?;
-    // Assigned partitions rather than a group subscription: no rebalance pauses in the figures.
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    for partition in 0..3 {
-        assignment.add_partition_offset(&topic, partition, rdkafka::Offset::Beginning)?;
-    }
-    consumer.assign(&assignment)?;
+    let consumer = assigned_consumer(brokers, &topic)?;
     let relay_config = RelayConfig {
         status_interval_ms: 100,
         ..scratch.relay_config(slot, prefix, brokers)
@@ -74,54 +61,23 @@ async fn measure(
         metrics.clone(),
         shutdown.clone(),
     ));
-
     let per_tick = (rate / 100).max(1) as i32;
     let ticks = seconds * 100;
     let expected = per_tick as u64 * ticks;
     // Warm up: one row through relay, broker and consumer, so connecting, producer id
-    // negotiation and the consumer group's first assignment are not in the figures.
-    let insert = "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-                  SELECT gen_random_uuid(), 'assignment', 'agg-' || (n % 1000), $2, \
-                         convert_to(repeat('x', 120), 'UTF8') FROM generate_series(1, $1) n";
-    client.execute(insert, &[&1i32, &"WarmUp"]).await?;
-    {
-        let mut stream = consumer.stream();
-        tokio::time::timeout(Duration::from_secs(60), stream.next())
-            .await
-            .map_err(|_| anyhow::anyhow!("warm-up row did not arrive within 60 s"))?;
-    }
-    let receiver = tokio::spawn(async move {
-        let mut latencies = Vec::with_capacity(expected as usize);
-        let mut stream = consumer.stream();
-        while (latencies.len() as u64) < expected {
-            let Ok(Some(Ok(message))) =
-                tokio::time::timeout(Duration::from_secs(60), stream.next()).await
-            else {
-                break;
-            };
-            let received = chrono::Utc::now();
-            let committed = message
-                .headers()
-                .and_then(|headers| headers.iter().find(|h| h.key == "commit_timestamp"))
-                .and_then(|h| std::str::from_utf8(h.value?).ok().map(str::to_owned))
-                .and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok());
-            if let Some(committed) = committed {
-                latencies.push(
-                    (received - committed.with_timezone(&chrono::Utc))
-                        .to_std()
-                        .unwrap_or_default(),
-                );
-            }
-        }
-        latencies
-    });
+    // negotiation and the consumer's first fetch are not in the figures.
+    client.execute(INSERT, &[&1i32, &"WarmUp"]).await?;
+    tokio::time::timeout(Duration::from_secs(60), consumer.stream().next())
+        .await
+        .map_err(|_| anyhow::anyhow!("warm-up row did not arrive within 60 s"))?;
+    let receiver = tokio::spawn(receive(consumer, expected));
     eprintln!("steady load: {rate} events/s for {seconds} s ({per_tick} rows every 10 ms)…");
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     for _ in 0..ticks {
         tick.tick().await;
         client
-            .execute(insert, &[&per_tick, &"AssignmentStarted"])
+            .execute(INSERT, &[&per_tick, &"AssignmentStarted"])
             .await?;
     }
     let latencies = receiver.await?;
@@ -143,4 +99,53 @@ async fn measure(
         sent: expected,
         latencies,
     })
+}
+
+/// Rows of the load: `$1` outbox rows of event type `$2`.
+const INSERT: &str = include_str!("../../sql/bench/outbox_rows.sql");
+
+/// A consumer of `topic`'s three partitions from the beginning, assigned rather than in a
+/// group: no rebalance pauses in the figures.
+fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()?;
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..3 {
+        assignment.add_partition_offset(topic, partition, rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    Ok(consumer)
+}
+
+/// Commit -> receipt of each of `expected` messages, from their `commit_timestamp` header
+/// (the same machine's clock).
+async fn receive(consumer: StreamConsumer, expected: u64) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(expected as usize);
+    let mut stream = consumer.stream();
+    while (latencies.len() as u64) < expected {
+        let Ok(Some(Ok(message))) =
+            tokio::time::timeout(Duration::from_secs(60), stream.next()).await
+        else {
+            break;
+        };
+        let received = chrono::Utc::now();
+        let committed = message
+            .headers()
+            .and_then(|headers| headers.iter().find(|h| h.key == "commit_timestamp"))
+            .and_then(|h| std::str::from_utf8(h.value?).ok().map(str::to_owned))
+            .and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok());
+        if let Some(committed) = committed {
+            latencies.push(
+                (received - committed.with_timezone(&chrono::Utc))
+                    .to_std()
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    latencies
 }

@@ -5,10 +5,16 @@
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
-use ra_ledger::commands::{CreateContact, Ledger};
+use ra_ledger::commands::{CreateContact, Ledger, SupersedeContact, Superseded};
+use ra_ledger::config::WorkerConfig;
 use ra_ledger::db;
+use ra_ledger::domain::Jurisdiction;
+use ra_ledger::reassign::{self, RunState, RunStatus};
 use ra_ledger::store::Metadata;
 use ra_ledger::testing::{self, PageTiming, ScratchDatabase};
+use ra_ledger::worker::{WorkerError, WorkerMetrics};
+use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::relay::RelayError;
 use uuid::Uuid;
 
 use super::{scratch, texas_address};
@@ -103,119 +109,22 @@ async fn reassign_in(
     page_size: u32,
     workers: usize,
 ) -> anyhow::Result<ReassignFigures> {
-    use ra_ledger::commands::SupersedeContact;
-    use ra_ledger::domain::Jurisdiction;
-    use ra_ledger::worker::{WorkerConfig, WorkerMetrics};
-    use ra_ledger_cdc::config::RelayConfig;
-
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let slot = scratch.create_slot(&client, "reassign").await?;
-    let prefix = format!("bench{}.", Uuid::new_v4().simple());
-    let topics: Vec<String> = ["contact", "assignment", "reassignment"]
-        .iter()
-        .map(|aggregate| format!("{prefix}{aggregate}"))
-        .collect();
-    testing::create_topics(brokers, &topics, 3).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     // Whatever way this ends, the relay and the workers stop.
     let _stop = shutdown.clone().drop_guard();
-    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
-        RelayConfig {
-            status_interval_ms: 100,
-            ..scratch.relay_config(slot.clone(), prefix.clone(), brokers)
-        },
-        std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default()),
-        shutdown.clone(),
-    ));
-    let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
-    let ledger = Ledger::new(pool.clone());
-    let metadata = Metadata {
-        actor: "bench".into(),
-        correlation_id: Uuid::now_v7(),
-        causation_id: None,
-    };
-    let supersede = |contact_id: Uuid| {
-        let ledger = ledger.clone();
-        let metadata = metadata.clone();
-        async move {
-            ledger
-                .supersede_contact(
-                    contact_id,
-                    SupersedeContact {
-                        name: "New office".into(),
-                        address: texas_address(),
-                        effective_at: None,
-                        expected_version: None,
-                        page_size: Some(page_size),
-                    },
-                    &metadata,
-                )
-                .await
-        }
-    };
-    let contact = |code: &'static str| {
-        let ledger = ledger.clone();
-        let metadata = metadata.clone();
-        async move {
-            ledger
-                .create_contact(
-                    CreateContact {
-                        jurisdiction: code.into(),
-                        name: format!("{code} office"),
-                        address: texas_address(),
-                        effective_at: None,
-                    },
-                    &metadata,
-                )
-                .await
-        }
-    };
-    let seed = |code: &'static str, contact_id: Uuid| {
-        let pool = pool.clone();
-        async move {
-            let started = Instant::now();
-            testing::seed_assignments(
-                &pool,
-                Jurisdiction::parse("jurisdiction", code)?,
-                contact_id,
-                rows,
-                5_000,
-                |_| {},
-            )
-            .await?;
-            eprintln!(
-                "seeded {rows} active assignments in {code} in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            anyhow::Ok(())
-        }
-    };
-
-    // The workers join their group first, so no rebalance lands inside the figures.
-    let worker_tasks: Vec<_> = (0..workers.max(1))
-        .map(|_| {
-            tokio::spawn(ra_ledger::worker::run(
-                WorkerConfig {
-                    database_url: scratch.url.clone(),
-                    brokers: brokers.into(),
-                    topic: format!("{prefix}reassignment"),
-                    group_id: format!("{prefix}workers"),
-                    ..WorkerConfig::default()
-                },
-                std::sync::Arc::new(WorkerMetrics::default()),
-                shutdown.clone(),
-            ))
-        })
-        .collect();
+    let (relay, worker_tasks) = pipeline(scratch, &slot, brokers, workers, &shutdown).await?;
+    let bench = Bench::new(scratch, rows, page_size)?;
     // The baseline's contacts: superseded before it has assignments, so its run ends at
     // once (and goes through the workers: the group is up). The rows are then seeded onto
     // the old contact directly, for the one big transaction to move.
-    let single_old = contact("OK").await?.contact_id;
-    let single = supersede(single_old).await?;
-    wait_run(&pool, single.run.run_id).await?;
-    seed("OK", single_old).await?;
-    let chained_old = contact("TX").await?.contact_id;
-    seed("TX", chained_old).await?;
+    let single_old = bench.contact("OK").await?;
+    let single = bench.supersede(single_old).await?;
+    bench.wait_run(single.run.run_id).await?;
+    bench.seed("OK", single_old).await?;
+    let chained_old = bench.contact("TX").await?;
+    bench.seed("TX", chained_old).await?;
     wait_for_relay(&client, &slot).await?;
     // Both approaches start from vacuumed, analyzed tables, so autovacuum does not land in
     // one of them by chance.
@@ -225,8 +134,13 @@ async fn reassign_in(
 
     eprintln!("single transaction: {rows} REPLACEs…");
     let started = Instant::now();
-    let moved =
-        testing::replace_all_at_once(&pool, single_old, single.new.contact_id, &metadata).await?;
+    let moved = testing::replace_all_at_once(
+        &bench.pool,
+        single_old,
+        single.new.contact_id,
+        &bench.metadata,
+    )
+    .await?;
     let single_total = started.elapsed();
     anyhow::ensure!(
         moved == rows,
@@ -236,8 +150,8 @@ async fn reassign_in(
     client.batch_execute(settle).await?;
 
     eprintln!("chained pages of {page_size} through relay, broker and {workers} worker(s)…");
-    let chained = supersede(chained_old).await?;
-    let status = wait_run(&pool, chained.run.run_id).await?;
+    let chained = bench.supersede(chained_old).await?;
+    let status = bench.wait_run(chained.run.run_id).await?;
     anyhow::ensure!(
         status.replaced == rows as i64,
         "the chained run replaced {} of {rows}",
@@ -262,6 +176,144 @@ async fn reassign_in(
     })
 }
 
+/// The relay and `workers` workers on the scratch database, with topics of their own. The
+/// workers join their group first, so no rebalance lands inside the figures.
+async fn pipeline(
+    scratch: &ScratchDatabase,
+    slot: &str,
+    brokers: &str,
+    workers: usize,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<(Task<RelayError>, Vec<Task<WorkerError>>)> {
+    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let topics: Vec<String> = ["contact", "assignment", "reassignment"]
+        .iter()
+        .map(|aggregate| format!("{prefix}{aggregate}"))
+        .collect();
+    testing::create_topics(brokers, &topics, 3).await?;
+    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
+        RelayConfig {
+            status_interval_ms: 100,
+            ..scratch.relay_config(slot.to_owned(), prefix.clone(), brokers)
+        },
+        std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default()),
+        shutdown.clone(),
+    ));
+    let worker_tasks = (0..workers.max(1))
+        .map(|_| {
+            let config = WorkerConfig {
+                database_url: scratch.url.clone(),
+                brokers: brokers.into(),
+                topic: format!("{prefix}reassignment"),
+                group_id: format!("{prefix}workers"),
+                metrics_listen: None,
+                ..WorkerConfig::default()
+            };
+            let metrics = std::sync::Arc::new(WorkerMetrics::default());
+            tokio::spawn(ra_ledger::worker::run(config, metrics, shutdown.clone()))
+        })
+        .collect();
+    Ok((relay, worker_tasks))
+}
+
+/// A background task of the benchmark.
+type Task<E> = tokio::task::JoinHandle<Result<(), E>>;
+
+/// The ledger of the scratch database, and the steps both approaches share.
+struct Bench {
+    ledger: Ledger,
+    pool: Pool,
+    metadata: Metadata,
+    rows: usize,
+    page_size: u32,
+}
+
+impl Bench {
+    fn new(scratch: &ScratchDatabase, rows: usize, page_size: u32) -> anyhow::Result<Self> {
+        let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
+        Ok(Self {
+            ledger: Ledger::new(pool.clone()),
+            pool,
+            metadata: Metadata {
+                actor: "bench".into(),
+                correlation_id: Uuid::now_v7(),
+                causation_id: None,
+            },
+            rows,
+            page_size,
+        })
+    }
+
+    /// The first primary contact of `code`.
+    async fn contact(&self, code: &str) -> anyhow::Result<Uuid> {
+        let contact = CreateContact {
+            jurisdiction: code.into(),
+            name: format!("{code} office"),
+            address: texas_address(),
+            effective_at: None,
+        };
+        Ok(self
+            .ledger
+            .create_contact(contact, &self.metadata)
+            .await?
+            .contact_id)
+    }
+
+    async fn supersede(&self, contact_id: Uuid) -> anyhow::Result<Superseded> {
+        let command = SupersedeContact {
+            name: "New office".into(),
+            address: texas_address(),
+            effective_at: None,
+            expected_version: None,
+            page_size: Some(self.page_size),
+        };
+        Ok(self
+            .ledger
+            .supersede_contact(contact_id, command, &self.metadata)
+            .await?)
+    }
+
+    /// Seeds the benchmark's rows onto `contact_id` in `code`.
+    async fn seed(&self, code: &str, contact_id: Uuid) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let jurisdiction = Jurisdiction::parse("jurisdiction", code)?;
+        testing::seed_assignments(
+            &self.pool,
+            jurisdiction,
+            contact_id,
+            self.rows,
+            5_000,
+            |_| {},
+        )
+        .await?;
+        eprintln!(
+            "seeded {} active assignments in {code} in {:.1} s",
+            self.rows,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// Polls a run until it completes.
+    async fn wait_run(&self, run_id: Uuid) -> anyhow::Result<RunStatus> {
+        let client = self.pool.get().await?;
+        let deadline = Instant::now() + Duration::from_secs(1800);
+        loop {
+            let status = reassign::status(&client, run_id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("run {run_id} vanished"))?;
+            if status.status == RunState::Completed {
+                return Ok(status);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "run {run_id} did not complete: {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Waits until the relay confirmed everything written so far.
 async fn wait_for_relay(client: &tokio_postgres::Client, slot: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -283,24 +335,5 @@ async fn wait_for_relay(client: &tokio_postgres::Client, slot: &str) -> anyhow::
         }
         anyhow::ensure!(Instant::now() < deadline, "the relay did not catch up");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Polls a run until it completes.
-async fn wait_run(pool: &Pool, run_id: Uuid) -> anyhow::Result<ra_ledger::reassign::RunStatus> {
-    let client = pool.get().await?;
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    loop {
-        let status = ra_ledger::reassign::status(&client, run_id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("run {run_id} vanished"))?;
-        if status.status == ra_ledger::reassign::RunState::Completed {
-            return Ok(status);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "run {run_id} did not complete: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

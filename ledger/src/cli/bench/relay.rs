@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use ra_ledger::db;
-use ra_ledger::testing;
+use ra_ledger::testing::{self, ScratchDatabase};
+use ra_ledger_cdc::config::{RelayConfig, local};
+use ra_ledger_cdc::pg::ReplicationTarget;
 use uuid::Uuid;
 
 use super::scratch;
@@ -58,7 +60,7 @@ struct RelayFigures {
 }
 
 /// Drains a backlog of `rows` outbox rows (`per_transaction` per transaction) through
-/// `pg_recvlogical`, through rdkafka alone and through the relay, in one run.
+/// rdkafka alone, through the relay and through `pg_recvlogical`, in one run.
 async fn measure(
     url: &str,
     brokers: &str,
@@ -69,28 +71,7 @@ async fn measure(
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let recvlogical_slot = scratch.create_slot(&client, "recvlogical").await?;
     let relay_slot = scratch.create_slot(&client, "relay").await?;
-    eprintln!("inserting {rows} outbox rows, {per_transaction} per transaction…");
-    let transactions = rows.div_ceil(per_transaction);
-    for _ in 0..transactions {
-        client
-            .execute(
-                "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-                 SELECT gen_random_uuid(), 'assignment', 'agg-' || (n % 1000), 'AssignmentStarted', \
-                        convert_to(repeat('x', 120), 'UTF8') FROM generate_series(1, $1) n",
-                &[&(per_transaction as i32)],
-            )
-            .await?;
-    }
-    let end_lsn: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await?
-        .get(0);
-    let total_rows: i64 = client
-        .query_one("SELECT count(*) FROM outbox", &[])
-        .await?
-        .get(0);
-
-    // Topics for the two producers.
+    let backlog = backlog(&client, rows, per_transaction).await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topics = [
         format!("{prefix}raw.assignment"),
@@ -98,67 +79,113 @@ async fn measure(
     ];
     testing::create_topics(brokers, &topics, 3).await?;
     let relay_config = scratch.relay_config(relay_slot, format!("{prefix}relay."), brokers);
+    let broker_ceiling = rdkafka_alone(&client, &relay_config, &topics[0], per_transaction).await?;
+    let relay = relay_drain(relay_config, backlog.rows).await?;
+    // The slot itself, read by PostgreSQL's own client. It runs last, so the relay, not
+    // this ceiling, pays for any cold start of decoding.
+    let slot_ceiling = recvlogical_drain(&scratch, &recvlogical_slot, &backlog).await?;
+    drop(client);
+    scratch.drop().await?;
+    Ok(RelayFigures {
+        rows: backlog.rows,
+        slot_ceiling,
+        broker_ceiling,
+        relay,
+    })
+}
 
-    // Ceiling 2: the same messages produced by rdkafka alone, same producer settings.
-    let payloads: Vec<(Uuid, String)> = client
+/// The backlog: how many rows, and the WAL position just after them.
+struct Backlog {
+    rows: u64,
+    end_lsn: String,
+}
+
+async fn backlog(
+    client: &tokio_postgres::Client,
+    rows: u64,
+    per_transaction: u64,
+) -> anyhow::Result<Backlog> {
+    eprintln!("inserting {rows} outbox rows, {per_transaction} per transaction…");
+    for _ in 0..rows.div_ceil(per_transaction) {
+        client
+            .execute(
+                include_str!("../../sql/bench/outbox_rows.sql"),
+                &[&(per_transaction as i32), &"AssignmentStarted"],
+            )
+            .await?;
+    }
+    let end_lsn: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    let total: i64 = client
+        .query_one("SELECT count(*) FROM outbox", &[])
+        .await?
+        .get(0);
+    Ok(Backlog {
+        rows: total as u64,
+        end_lsn,
+    })
+}
+
+/// The broker's ceiling: the same messages produced by rdkafka alone, with the relay's
+/// producer settings and in-flight bound. Rows/s.
+async fn rdkafka_alone(
+    client: &tokio_postgres::Client,
+    relay_config: &RelayConfig,
+    topic: &str,
+    per_transaction: u64,
+) -> anyhow::Result<f64> {
+    use futures::StreamExt;
+    use rdkafka::message::{Header, OwnedHeaders};
+    let keys: Vec<(Uuid, String)> = client
         .query("SELECT event_id, aggregate_id FROM outbox ORDER BY id", &[])
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-    let producer = ra_ledger_cdc::publish::producer(&relay_config)?;
+    let producer = ra_ledger_cdc::publish::producer(relay_config)?;
     let payload = vec![b'x'; 120];
     let started = Instant::now();
     let mut pending = futures::stream::FuturesUnordered::new();
-    for (index, (event_id, key)) in payloads.iter().enumerate() {
+    for (index, (event_id, key)) in keys.iter().enumerate() {
         let id = event_id.to_string();
         let ordinal = (index % per_transaction as usize).to_string();
-        let headers = rdkafka::message::OwnedHeaders::new()
-            .insert(rdkafka::message::Header {
+        let header = |key, value: &'static [u8]| Header {
+            key,
+            value: Some(value),
+        };
+        let headers = OwnedHeaders::new()
+            .insert(Header {
                 key: "id",
                 value: Some(id.as_bytes()),
             })
-            .insert(rdkafka::message::Header {
-                key: "event_type",
-                value: Some(&b"AssignmentStarted"[..]),
-            })
-            .insert(rdkafka::message::Header {
-                key: "commit_lsn",
-                value: Some(&b"0/16B3748"[..]),
-            })
-            .insert(rdkafka::message::Header {
-                key: "txid",
-                value: Some(&b"742"[..]),
-            })
-            .insert(rdkafka::message::Header {
-                key: "commit_timestamp",
-                value: Some(&b"2026-11-30T00:00:00.000000Z"[..]),
-            })
-            .insert(rdkafka::message::Header {
+            .insert(header("event_type", b"AssignmentStarted"))
+            .insert(header("commit_lsn", b"0/16B3748"))
+            .insert(header("txid", b"742"))
+            .insert(header("commit_timestamp", b"2026-11-30T00:00:00.000000Z"))
+            .insert(Header {
                 key: "ordinal",
                 value: Some(ordinal.as_bytes()),
             });
-        let record = rdkafka::producer::FutureRecord::to(&topics[0])
+        let record = rdkafka::producer::FutureRecord::to(topic)
             .key(key.as_bytes())
             .payload(&payload)
             .headers(headers);
-        let future = producer.send_result(record).map_err(|(error, _)| error)?;
-        pending.push(future);
+        pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
         // Same bound as the relay's max_in_flight.
         while pending.len() >= relay_config.max_in_flight {
-            use futures::StreamExt;
             pending.next().await;
         }
     }
-    {
-        use futures::StreamExt;
-        while let Some(result) = pending.next().await {
-            result?.map_err(|(error, _)| error)?;
-        }
+    while let Some(result) = pending.next().await {
+        result?.map_err(|(error, _)| error)?;
     }
-    let broker_ceiling = total_rows as f64 / started.elapsed().as_secs_f64();
+    Ok(keys.len() as f64 / started.elapsed().as_secs_f64())
+}
 
-    // The relay, from the same backlog, until the slot confirms the end.
+/// The relay draining the backlog until Kafka acknowledged every row. Rows/s.
+async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<f64> {
     let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let started = Instant::now();
@@ -167,73 +194,37 @@ async fn measure(
         metrics.clone(),
         shutdown.clone(),
     ));
-    while metrics.events_published() < total_rows as u64 {
+    while metrics.events_published() < rows {
         anyhow::ensure!(!task.is_finished(), "the relay stopped early");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let relay = total_rows as f64 / started.elapsed().as_secs_f64();
+    let rate = rows as f64 / started.elapsed().as_secs_f64();
     shutdown.cancel();
     task.await??;
-    // Ceiling 1: the slot itself, read by PostgreSQL's own client. It runs last, so the
-    // relay, not this ceiling, pays for any cold start of decoding.
-    let parsed: tokio_postgres::Config = scratch.url.parse()?;
-    let password = parsed
-        .get_password()
-        .map(|p| String::from_utf8_lossy(p).into_owned())
-        .unwrap_or_default();
-    let host = match parsed.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-        _ => "127.0.0.1".into(),
-    };
+    Ok(rate)
+}
+
+/// The slot's ceiling: `pg_recvlogical` reading the backlog to /dev/null. Rows/s.
+async fn recvlogical_drain(
+    scratch: &ScratchDatabase,
+    slot: &str,
+    backlog: &Backlog,
+) -> anyhow::Result<f64> {
+    let settings = ra_ledger_cdc::pg::config(&scratch.url, "ledger-bench")?;
+    let target = ReplicationTarget::of(&settings);
     let started = Instant::now();
     let status = tokio::process::Command::new(pg_recvlogical()?)
-        .args([
-            "-h",
-            &host,
-            "-p",
-            &parsed
-                .get_ports()
-                .first()
-                .copied()
-                .unwrap_or(5432)
-                .to_string(),
-        ])
-        .args([
-            "-U",
-            parsed.get_user().unwrap_or("postgres"),
-            "-d",
-            &scratch.name,
-        ])
-        .args([
-            "--slot",
-            &recvlogical_slot,
-            "--start",
-            "--no-loop",
-            "-f",
-            "/dev/null",
-            "-E",
-            &end_lsn,
-        ])
-        .args([
-            "-o",
-            "proto_version=1",
-            "-o",
-            "publication_names=ra_ledger_outbox",
-        ])
-        .env("PGPASSWORD", password)
+        .args(["-h", &target.host, "-p", &target.port.to_string()])
+        .args(["-U", &target.user, "-d", &target.database])
+        .args(["--slot", slot, "--start", "--no-loop", "-f", "/dev/null"])
+        .args(["-E", &backlog.end_lsn])
+        .args(["-o", "proto_version=1", "-o"])
+        .arg(format!("publication_names={}", local::PUBLICATION))
+        .env("PGPASSWORD", &target.password)
         .status()
         .await?;
     anyhow::ensure!(status.success(), "pg_recvlogical failed: {status}");
-    let slot_ceiling = total_rows as f64 / started.elapsed().as_secs_f64();
-
-    drop(client);
-    scratch.drop().await?;
-    Ok(RelayFigures {
-        rows: total_rows as u64,
-        slot_ceiling,
-        broker_ceiling,
-        relay,
-    })
+    Ok(backlog.rows as f64 / started.elapsed().as_secs_f64())
 }
 
 fn pg_recvlogical() -> anyhow::Result<std::path::PathBuf> {

@@ -150,27 +150,17 @@ async fn raw_assign(pool: Pool, contact_id: Uuid) -> anyhow::Result<()> {
     let hash = vec![0u8; 32];
     let now = Utc::now();
     let insert_event = tx
-        .prepare_cached(
-            "INSERT INTO events (event_id, stream, stream_version, event_type, schema_version, payload, \
-             recorded_at, effective_at, actor, correlation_id, causation_id, prev_hash, hash) \
-             VALUES ($1, $2, 1, 'AssignmentStarted', 1, $3, $4, $4, 'bench', $1, NULL, NULL, $5)",
-        )
+        .prepare_cached(include_str!("../../sql/bench/raw_event.sql"))
         .await?;
     tx.execute(&insert_event, &[&event_id, &stream, &payload, &now, &hash])
         .await?;
     let insert_outbox = tx
-        .prepare_cached(
-            "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES ($1, 'assignment', $2, 'AssignmentStarted', $3)",
-        )
+        .prepare_cached(include_str!("../../sql/bench/raw_outbox.sql"))
         .await?;
     tx.execute(&insert_outbox, &[&event_id, &stream, &payload])
         .await?;
     let insert_assignment = tx
-        .prepare_cached(
-            "INSERT INTO assignments (assignment_id, business_id, jurisdiction, contact_id, started_at, recorded_at) \
-             VALUES ($1, $2, 'TX', $3, $4, $4)",
-        )
+        .prepare_cached(include_str!("../../sql/bench/raw_assignment.sql"))
         .await?;
     tx.execute(
         &insert_assignment,

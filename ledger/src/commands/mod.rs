@@ -5,14 +5,13 @@
 
 use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::{Pool, Transaction};
-use serde::Deserialize;
 use uuid::Uuid;
 
 pub use crate::error::CommandError;
 
 use crate::domain::{
-    self, ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, ContactDetails, Jurisdiction, PostalAddress,
-    ValidationError, assignment_stream, contact_stream, registration_id,
+    self, ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, ContactDetails, Jurisdiction, ValidationError,
+    assignment_stream, contact_stream, registration_id,
 };
 use crate::events;
 use crate::queries::{self, AssignmentView, ContactView, LockMode, PrimaryContactLock};
@@ -20,88 +19,14 @@ use crate::reassign::{self, RunStarted};
 use crate::store::{self, Metadata, NewEvent, StreamAppend};
 use crate::write;
 
+mod input;
+
+pub use input::{
+    Assign, ChangeAssignment, CreateContact, StartReassignment, SupersedeContact, Superseded,
+};
+
 /// How far ahead of the server clock an `effective_at` may be (clock skew).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(5);
-
-/// Create the first primary contact of a jurisdiction.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateContact {
-    /// Jurisdiction code, e.g. `TX`.
-    pub jurisdiction: String,
-    /// Name of the registered-agent office.
-    pub name: String,
-    /// Its postal address.
-    pub address: PostalAddress,
-    /// Business time; defaults to now.
-    #[serde(default)]
-    pub effective_at: Option<DateTime<Utc>>,
-}
-
-/// Supersede a primary contact with a new one.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SupersedeContact {
-    /// Name of the new registered-agent office.
-    pub name: String,
-    /// Its postal address.
-    pub address: PostalAddress,
-    /// Business time; defaults to now.
-    #[serde(default)]
-    pub effective_at: Option<DateTime<Utc>>,
-    /// The old contact's stream version the caller saw; a mismatch is a conflict.
-    #[serde(default)]
-    pub expected_version: Option<i64>,
-    /// Rows per page of the reassignment run (default 1,000, at most 10,000).
-    #[serde(default)]
-    pub page_size: Option<u32>,
-}
-
-/// Start another reassignment run for a superseded contact.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StartReassignment {
-    /// Rows per page (default 1,000, at most 10,000).
-    #[serde(default)]
-    pub page_size: Option<u32>,
-}
-
-/// A business subscribes in a jurisdiction.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Assign {
-    /// The customer's business.
-    pub business_id: Uuid,
-    /// Jurisdiction code.
-    pub jurisdiction: String,
-    /// Business time; defaults to now.
-    #[serde(default)]
-    pub effective_at: Option<DateTime<Utc>>,
-}
-
-/// End or replace one assignment.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChangeAssignment {
-    /// Business time; defaults to now.
-    #[serde(default)]
-    pub effective_at: Option<DateTime<Utc>>,
-    /// The registration stream version the caller saw; a mismatch is a conflict.
-    #[serde(default)]
-    pub expected_version: Option<i64>,
-}
-
-/// The result of a supersede.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Superseded {
-    /// The demoted contact.
-    pub old: ContactView,
-    /// The new primary contact.
-    pub new: ContactView,
-    /// The run that repoints the old contact's active assignments, started by the same
-    /// transaction.
-    pub run: RunStarted,
-}
 
 /// Runs commands against the ledger database.
 #[derive(Debug, Clone)]

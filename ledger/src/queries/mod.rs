@@ -2,24 +2,24 @@
 //!
 //! Time has two axes. `at` is business time (`effective_at`: when a change took effect);
 //! `known_at` is transaction time (`recorded_at`: when the ledger learned it). "Who was the
-//! RA at T, as known at K" ignores everything recorded after K.
+//! RA at T, as known at K" ignores everything recorded after K. The audit questions are in
+//! [`audit`]; this module holds the views and the lookups the commands make.
+
+mod audit;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use serde::Serialize;
 use tokio_postgres::Row;
-
-use crate::db::cached;
 use uuid::Uuid;
 
+pub use audit::{
+    HistoryCursor, RegisteredAgent, assignment_history, lineage, registered_agent_at,
+    registered_agents_during,
+};
+
+use crate::db::cached;
 use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
-
-const CONTACT_COLUMNS: &str = "c.contact_id, c.jurisdiction, c.name, c.address_line1, c.address_line2, \
-     c.city, c.region, c.postal_code, c.status, c.supersedes, c.superseded_by, c.created_at, \
-     c.recorded_at, c.superseded_at, c.superseded_recorded_at, c.stream_version";
-
-pub(crate) const ASSIGNMENT_COLUMNS: &str = "a.assignment_id, a.business_id, a.jurisdiction, a.contact_id, \
-     a.started_at, a.ended_at, a.end_reason, a.replaces, a.replaced_by, a.recorded_at, a.ended_recorded_at";
 
 /// A contact as the projection holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -51,7 +51,7 @@ pub struct ContactView {
 }
 
 impl ContactView {
-    fn from_row(row: &Row, offset: usize) -> Self {
+    pub(crate) fn from_row(row: &Row, offset: usize) -> Self {
         let status: String = row.get(offset + 8);
         Self {
             contact_id: row.get(offset),
@@ -183,26 +183,18 @@ impl AssignmentView {
     }
 }
 
-/// The answer to "who was the RA": the assignment and its contact as they were.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RegisteredAgent {
-    /// The assignment in force.
-    pub assignment: AssignmentView,
-    /// The contact serving it (contacts never change; only their status does).
-    pub contact: ContactView,
-    /// The contact's status at that time.
-    pub contact_status: ContactStatus,
-}
-
 /// One contact.
 pub async fn contact(
     client: &impl GenericClient,
     contact_id: Uuid,
 ) -> Result<Option<ContactView>, tokio_postgres::Error> {
-    let sql = format!("SELECT {CONTACT_COLUMNS} FROM contacts c WHERE c.contact_id = $1");
-    Ok(cached::query_opt(client, &sql, &[&contact_id])
-        .await?
-        .map(|row| ContactView::from_row(&row, 0)))
+    Ok(cached::query_opt(
+        client,
+        include_str!("../sql/queries/contact.sql"),
+        &[&contact_id],
+    )
+    .await?
+    .map(|row| ContactView::from_row(&row, 0)))
 }
 
 /// The jurisdiction's primary contact, if any.
@@ -210,10 +202,8 @@ pub async fn primary_contact(
     client: &impl GenericClient,
     jurisdiction: Jurisdiction,
 ) -> Result<Option<ContactView>, tokio_postgres::Error> {
-    let sql = format!(
-        "SELECT {CONTACT_COLUMNS} FROM contacts c WHERE c.jurisdiction = $1 AND c.status = 'primary'"
-    );
-    Ok(cached::query_opt(client, &sql, &[&jurisdiction.code()])
+    let sql = include_str!("../sql/queries/primary_contact.sql");
+    Ok(cached::query_opt(client, sql, &[&jurisdiction.code()])
         .await?
         .map(|row| ContactView::from_row(&row, 0)))
 }
@@ -223,8 +213,8 @@ pub async fn assignment(
     client: &impl GenericClient,
     assignment_id: Uuid,
 ) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
-    let sql = format!("SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.assignment_id = $1");
-    Ok(cached::query_opt(client, &sql, &[&assignment_id])
+    let sql = include_str!("../sql/queries/assignment.sql");
+    Ok(cached::query_opt(client, sql, &[&assignment_id])
         .await?
         .map(|row| AssignmentView::from_row(&row)))
 }
@@ -316,11 +306,7 @@ pub async fn assign_context(
 ) -> Result<AssignContext, tokio_postgres::Error> {
     let row = cached::query_one(
         client,
-        "SELECT c.contact_id, c.created_at, \
-           (SELECT a.assignment_id FROM assignments a \
-             WHERE a.business_id = $2 AND a.jurisdiction = $1 AND a.ended_at IS NULL) \
-         FROM (SELECT 1) AS one \
-         LEFT JOIN contacts c ON c.jurisdiction = $1 AND c.status = 'primary'",
+        include_str!("../sql/queries/assign_context.sql"),
         &[&jurisdiction.code(), &business_id],
     )
     .await?;
@@ -337,166 +323,8 @@ pub async fn assignment_for_update(
     client: &impl GenericClient,
     assignment_id: Uuid,
 ) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
-    let sql = format!(
-        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.assignment_id = $1 FOR UPDATE"
-    );
-    Ok(cached::query_opt(client, &sql, &[&assignment_id])
+    let sql = include_str!("../sql/queries/assignment_for_update.sql");
+    Ok(cached::query_opt(client, sql, &[&assignment_id])
         .await?
         .map(|row| AssignmentView::from_row(&row)))
-}
-
-/// The business's active assignment in a jurisdiction, if any.
-pub async fn active_assignment(
-    client: &impl GenericClient,
-    business_id: Uuid,
-    jurisdiction: Jurisdiction,
-) -> Result<Option<AssignmentView>, tokio_postgres::Error> {
-    let sql = format!(
-        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a \
-         WHERE a.business_id = $1 AND a.jurisdiction = $2 AND a.ended_at IS NULL"
-    );
-    Ok(
-        cached::query_opt(client, &sql, &[&business_id, &jurisdiction.code()])
-            .await?
-            .map(|row| AssignmentView::from_row(&row)),
-    )
-}
-
-/// Who was the RA of `business_id` in `jurisdiction` at business time `at`, as known at
-/// `known_at`.
-///
-/// Every field of the answer reflects only events recorded at or before `known_at`: an end
-/// of the assignment or a supersede of its contact recorded later is left out.
-pub async fn registered_agent_at(
-    client: &impl GenericClient,
-    business_id: Uuid,
-    jurisdiction: Jurisdiction,
-    at: DateTime<Utc>,
-    known_at: DateTime<Utc>,
-) -> Result<Option<RegisteredAgent>, tokio_postgres::Error> {
-    let sql = format!(
-        "SELECT {ASSIGNMENT_COLUMNS}, {CONTACT_COLUMNS} \
-         FROM assignments a JOIN contacts c ON c.contact_id = a.contact_id \
-         WHERE a.business_id = $1 AND a.jurisdiction = $2 \
-           AND a.started_at <= $3 AND a.recorded_at <= $4 \
-           AND (a.ended_at IS NULL OR a.ended_at > $3 OR a.ended_recorded_at > $4) \
-         ORDER BY a.started_at DESC, a.assignment_id DESC LIMIT 1"
-    );
-    let row = cached::query_opt(
-        client,
-        &sql,
-        &[&business_id, &jurisdiction.code(), &at, &known_at],
-    )
-    .await?;
-    Ok(row.map(|row| {
-        let contact = ContactView::from_row(&row, 11);
-        RegisteredAgent {
-            assignment: AssignmentView::from_row(&row).as_known_at(known_at),
-            contact_status: contact.status_at(at, known_at),
-            contact: contact.as_known_at(known_at),
-        }
-    }))
-}
-
-/// Every RA of `business_id` in `jurisdiction` whose assignment was in force at some
-/// instant of `[from, to)`, in order.
-///
-/// Intervals are half-open: an assignment serves during `[started_at, ended_at)`, so it
-/// overlaps the period when it starts before `to` and ends after `from`, and one that ended
-/// at the instant it started never served and is never listed. An assignment is listed
-/// exactly when [`registered_agent_at`] names it at some instant of the period.
-pub async fn registered_agents_during(
-    client: &impl GenericClient,
-    business_id: Uuid,
-    jurisdiction: Jurisdiction,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<Vec<RegisteredAgent>, tokio_postgres::Error> {
-    let sql = format!(
-        "SELECT {ASSIGNMENT_COLUMNS}, {CONTACT_COLUMNS} \
-         FROM assignments a JOIN contacts c ON c.contact_id = a.contact_id \
-         WHERE a.business_id = $1 AND a.jurisdiction = $2 \
-           AND a.started_at < $4 AND (a.ended_at IS NULL OR a.ended_at > $3) \
-           AND (a.ended_at IS NULL OR a.ended_at > a.started_at) \
-         ORDER BY a.started_at, a.assignment_id"
-    );
-    let rows = cached::query(
-        client,
-        &sql,
-        &[&business_id, &jurisdiction.code(), &from, &to],
-    )
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            let contact = ContactView::from_row(row, 11);
-            let assignment = AssignmentView::from_row(row);
-            RegisteredAgent {
-                contact_status: contact.status_at(assignment.started_at.max(from), Utc::now()),
-                assignment,
-                contact,
-            }
-        })
-        .collect())
-}
-
-/// The supersede lineage of a contact: its ancestors, itself and its successors, oldest
-/// first.
-pub async fn lineage(
-    client: &impl GenericClient,
-    contact_id: Uuid,
-) -> Result<Vec<ContactView>, tokio_postgres::Error> {
-    let sql = format!(
-        "WITH RECURSIVE back AS ( \
-             SELECT contact_id, supersedes, 0 AS depth FROM contacts WHERE contact_id = $1 \
-             UNION ALL SELECT c.contact_id, c.supersedes, back.depth - 1 FROM contacts c \
-             JOIN back ON c.contact_id = back.supersedes), \
-         forward AS ( \
-             SELECT contact_id, superseded_by, 0 AS depth FROM contacts WHERE contact_id = $1 \
-             UNION ALL SELECT c.contact_id, c.superseded_by, forward.depth + 1 FROM contacts c \
-             JOIN forward ON c.contact_id = forward.superseded_by), \
-         chain AS (SELECT contact_id, depth FROM back UNION SELECT contact_id, depth FROM forward) \
-         SELECT {CONTACT_COLUMNS} FROM chain JOIN contacts c USING (contact_id) ORDER BY chain.depth"
-    );
-    Ok(cached::query(client, &sql, &[&contact_id])
-        .await?
-        .iter()
-        .map(|row| ContactView::from_row(row, 0))
-        .collect())
-}
-
-/// Where a history page starts: after this assignment in (started_at, assignment_id) order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HistoryCursor {
-    /// Start of the last assignment returned.
-    pub started_at: DateTime<Utc>,
-    /// Id of the last assignment returned.
-    pub assignment_id: Uuid,
-}
-
-/// One page of a business's assignment history, every jurisdiction, oldest first. Keyset
-/// pagination: the cost of a page does not grow with its position.
-pub async fn assignment_history(
-    client: &impl GenericClient,
-    business_id: Uuid,
-    after: Option<HistoryCursor>,
-    limit: i64,
-) -> Result<Vec<AssignmentView>, tokio_postgres::Error> {
-    let (started_at, assignment_id) = after.map_or((None, None), |cursor| {
-        (Some(cursor.started_at), Some(cursor.assignment_id))
-    });
-    let sql = format!(
-        "SELECT {ASSIGNMENT_COLUMNS} FROM assignments a WHERE a.business_id = $1 \
-           AND ($2::timestamptz IS NULL OR (a.started_at, a.assignment_id) > ($2, $3)) \
-         ORDER BY a.started_at, a.assignment_id LIMIT $4"
-    );
-    Ok(cached::query(
-        client,
-        &sql,
-        &[&business_id, &started_at, &assignment_id, &limit],
-    )
-    .await?
-    .iter()
-    .map(AssignmentView::from_row)
-    .collect())
 }

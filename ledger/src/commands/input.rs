@@ -1,0 +1,90 @@
+//! What the commands take, as clients send it (JSON bodies, CLI arguments), and what a
+//! supersede answers. Unknown fields are refused; values are checked by the commands.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::domain::PostalAddress;
+use crate::queries::ContactView;
+use crate::reassign::RunStarted;
+
+/// Create the first primary contact of a jurisdiction.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContact {
+    /// Jurisdiction code, e.g. `TX`.
+    pub jurisdiction: String,
+    /// Name of the registered-agent office.
+    pub name: String,
+    /// Its postal address.
+    pub address: PostalAddress,
+    /// Business time; defaults to now.
+    #[serde(default)]
+    pub effective_at: Option<DateTime<Utc>>,
+}
+
+/// Supersede a primary contact with a new one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupersedeContact {
+    /// Name of the new registered-agent office.
+    pub name: String,
+    /// Its postal address.
+    pub address: PostalAddress,
+    /// Business time; defaults to now.
+    #[serde(default)]
+    pub effective_at: Option<DateTime<Utc>>,
+    /// The old contact's stream version the caller saw; a mismatch is a conflict.
+    #[serde(default)]
+    pub expected_version: Option<i64>,
+    /// Rows per page of the reassignment run (default 1,000, at most 10,000).
+    #[serde(default)]
+    pub page_size: Option<u32>,
+}
+
+/// Start another reassignment run for a superseded contact.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartReassignment {
+    /// Rows per page (default 1,000, at most 10,000).
+    #[serde(default)]
+    pub page_size: Option<u32>,
+}
+
+/// A business subscribes in a jurisdiction.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assign {
+    /// The customer's business.
+    pub business_id: Uuid,
+    /// Jurisdiction code.
+    pub jurisdiction: String,
+    /// Business time; defaults to now.
+    #[serde(default)]
+    pub effective_at: Option<DateTime<Utc>>,
+}
+
+/// End or replace one assignment.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeAssignment {
+    /// Business time; defaults to now.
+    #[serde(default)]
+    pub effective_at: Option<DateTime<Utc>>,
+    /// The registration stream version the caller saw; a mismatch is a conflict.
+    #[serde(default)]
+    pub expected_version: Option<i64>,
+}
+
+/// The result of a supersede.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Superseded {
+    /// The demoted contact.
+    pub old: ContactView,
+    /// The new primary contact.
+    pub new: ContactView,
+    /// The run that repoints the old contact's active assignments, started by the same
+    /// transaction.
+    pub run: RunStarted,
+}

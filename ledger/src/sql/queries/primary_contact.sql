@@ -1,0 +1,6 @@
+-- The jurisdiction's primary contact, if any.
+SELECT c.contact_id, c.jurisdiction, c.name, c.address_line1, c.address_line2, c.city, c.region,
+       c.postal_code, c.status, c.supersedes, c.superseded_by, c.created_at, c.recorded_at,
+       c.superseded_at, c.superseded_recorded_at, c.stream_version
+FROM contacts c
+WHERE c.jurisdiction = $1 AND c.status = 'primary'

@@ -1,0 +1,320 @@
+//! The chain of pages: a large run end to end, redelivered and duplicated requests, a
+//! worker killed mid-chain.
+
+use super::*;
+
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_assignments_move_in_pages_of_100_through_relay_and_broker()
+-> anyhow::Result<()> {
+    let (database, topics, relay, config) = relayed().await?;
+    // Read while writing: the broker's memory storage is slow to re-read long partitions.
+    let mut collector = Collector::new(&topics)?;
+    let worker = RunningWorker::start(config.clone());
+    let seeded = seeded(&database, 5_000).await?;
+    let old = seeded.contact_id;
+    let before: DateTime<Utc> = seeded.client.query_one("SELECT now()", &[]).await?.get(0);
+
+    let (run_id, new) = supersede(&seeded.api, old, 100).await;
+    // New subscriptions pick up the new contact from the supersede's commit on, while the
+    // run is still going.
+    let newcomer = Uuid::now_v7();
+    let assigned = seeded
+        .api
+        .post(
+            "/v1/assignments",
+            json!({"business_id": newcomer, "jurisdiction": TX}),
+        )
+        .await;
+    assert_eq!(assigned.body["contact_id"], json!(new.to_string()));
+
+    let status = wait_for_run(&database, run_id, Duration::from_secs(300), completed).await?;
+    println!(
+        "5000 rows in pages of 100: {:.1} s, longest page {:.0} ms",
+        status.elapsed_seconds, status.longest_page_ms
+    );
+    assert_eq!(
+        (status.replaced, status.skipped, status.failed, status.pages),
+        (5_000, 0, 0, 51),
+        "{status:#?}"
+    );
+    assert_eq!((status.total_at_start, status.remaining), (5_000, 0));
+    assert_all_moved(&seeded, old, new).await;
+    let over_http = seeded
+        .api
+        .get(&format!("/v1/reassignment-runs/{run_id}"))
+        .await;
+    assert_eq!(over_http.status, StatusCode::OK);
+    assert_eq!(over_http.body["replaced"], json!(5_000));
+    assert_eq!(over_http.body["status"], json!("completed"));
+
+    // The pages ran one at a time, in order, each after the previous one's cursor.
+    assert_eq!(max_pages_in_flight(&seeded.client, run_id).await, 1);
+    let chained = count(
+        &seeded.client,
+        "SELECT count(*) FROM reassignment_pages p JOIN reassignment_pages q \
+           ON q.run_id = p.run_id AND q.page = p.page + 1 \
+         WHERE p.run_id = $1 AND q.cursor_from = p.cursor_to AND q.started_at >= p.finished_at",
+        &[&run_id],
+    )
+    .await;
+    assert_eq!(chained, 50);
+
+    // Audit answers: before the supersede, the old contact; now, the new one.
+    let business = seeded.businesses[1234];
+    let then = seeded
+        .api
+        .get(&format!(
+            "/v1/businesses/{business}/jurisdictions/TX/registered-agent?at={}",
+            before
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                .replace('+', "%2B")
+        ))
+        .await;
+    assert_eq!(
+        then.body["contact"]["contact_id"],
+        json!(old.to_string()),
+        "{:?}",
+        then.body
+    );
+    let now = seeded
+        .api
+        .get(&format!(
+            "/v1/businesses/{business}/jurisdictions/TX/registered-agent"
+        ))
+        .await;
+    assert_eq!(now.body["contact"]["contact_id"], json!(new.to_string()));
+
+    // Kafka carries exactly the run's REPLACE events: two per row, once each after dedupe.
+    let correlation = status.correlation_id;
+    let expected: HashSet<String> = seeded
+        .client
+        .query(
+            "SELECT event_id::text FROM events e JOIN reassignment_runs r ON r.run_id = $1 \
+             WHERE e.correlation_id = r.correlation_id \
+               AND e.event_type IN ('AssignmentEnded', 'AssignmentStarted')",
+            &[&run_id],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(expected.len(), 10_000);
+    let arrived = collector
+        .until_all(Duration::from_secs(300), &expected)
+        .await;
+    let run_events: Vec<(String, String)> = collector
+        .received
+        .iter()
+        .filter(|r| r.topic.ends_with(".outbox.event.assignment"))
+        .filter_map(|r| consumer::decode(&r.payload).ok())
+        .filter(|e| e.correlation_id == correlation.to_string())
+        .map(|e| (e.event_id, e.event_type))
+        .collect();
+    let distinct: HashSet<String> = run_events.iter().map(|(id, _)| id.clone()).collect();
+    assert!(arrived, "{} of 10000 run events arrived", distinct.len());
+    assert_eq!(distinct, expected, "exactly the expected event ids");
+    let ends = run_events
+        .iter()
+        .filter(|(_, t)| t == "AssignmentEnded")
+        .count();
+    assert!(ends >= 5_000);
+
+    // Projections rebuilt from the ledger equal the live ones; hash chains intact.
+    let mut rebuild_client = ra_ledger::db::pool(&database.url, "rebuild", 1)?
+        .get()
+        .await?;
+    let report = ra_ledger::rebuild::rebuild(&mut rebuild_client, true, |_, _| {}).await?;
+    assert!(
+        report.differences.iter().all(|(_, n)| *n == 0),
+        "{:?}",
+        report.differences
+    );
+    let verified = ra_ledger::verify::verify(&seeded.client, |_| {}).await?;
+    assert!(verified.broken.is_none(), "{:?}", verified.broken);
+
+    worker.stop().await?;
+    relay.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_page_request_rewrites_nothing_and_forks_nothing() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let seeded = seeded(&database, 250).await?;
+    let pool = seeded.api.ledger.pool().clone();
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
+    let first = page_requests(&seeded.client, run_id).await?.remove(0);
+    assert_eq!((first.page, first.cursor), (1, None));
+
+    // The same request delivered twice at the same moment: one page, one continuation.
+    let (a, b) = tokio::join!(
+        reassign::handle(&pool, &first, 3),
+        reassign::handle(&pool, &first, 3)
+    );
+    let outcomes = [a?, b?];
+    let processed = outcomes
+        .iter()
+        .filter(|o| matches!(o, PageOutcome::Processed(_)))
+        .count();
+    let stale = outcomes
+        .iter()
+        .filter(|o| matches!(o, PageOutcome::Stale { .. }))
+        .count();
+    assert_eq!((processed, stale), (1, 1), "{outcomes:?}");
+    let requests = page_requests(&seeded.client, run_id).await?;
+    assert_eq!(requests.len(), 2, "exactly one continuation");
+    let events_after_page = count(&seeded.client, "SELECT count(*) FROM events", &[]).await;
+
+    // Redelivered later (after a crash before the offset commit): dropped, nothing written.
+    let again = reassign::handle(&pool, &first, 3).await?;
+    assert!(matches!(again, PageOutcome::Stale { .. }), "{again:?}");
+    assert_eq!(
+        count(&seeded.client, "SELECT count(*) FROM events", &[]).await,
+        events_after_page
+    );
+
+    // The rest of the chain, each link delivered twice.
+    let mut next = requests[1].clone();
+    loop {
+        let outcome = reassign::handle(&pool, &next, 3).await?;
+        let PageOutcome::Processed(report) = outcome else {
+            panic!("the current link must be processed: {outcome:?}");
+        };
+        let duplicate = reassign::handle(&pool, &next, 3).await?;
+        assert!(matches!(duplicate, PageOutcome::Stale { .. }));
+        if report.completed {
+            break;
+        }
+        next = page_requests(&seeded.client, run_id)
+            .await?
+            .pop()
+            .expect("a next link");
+    }
+    let requests = page_requests(&seeded.client, run_id).await?;
+    assert_eq!(
+        requests.iter().map(|r| r.page).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    let status = wait_for_run(&database, run_id, Duration::ZERO, |_| true).await?;
+    // Runs do not get in the way of rebuilding the projections from the ledger.
+    let mut rebuild_client = ra_ledger::db::pool(&database.url, "rebuild", 1)?
+        .get()
+        .await?;
+    ra_ledger::rebuild::rebuild(&mut rebuild_client, false, |_, _| {}).await?;
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    assert_eq!(
+        (status.replaced, status.pages, status.status.as_str()),
+        (250, 3, "completed")
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_requests_through_the_broker_are_dropped_by_the_fence() -> anyhow::Result<()> {
+    let (database, topics, relay, config) = relayed().await?;
+    let worker = RunningWorker::start(config.clone());
+    let seeded = seeded(&database, 300).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
+    wait_for_run(&database, run_id, Duration::from_secs(120), completed).await?;
+    let events = count(&seeded.client, "SELECT count(*) FROM events", &[]).await;
+
+    // Publish every page request of the finished run again, as a broker redelivery would.
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &topics.brokers)
+        .create()?;
+    let payloads = seeded
+        .client
+        .query(
+            "SELECT payload FROM events WHERE stream = $1 AND event_type = 'ReassignmentPageRequested'",
+            &[&format!("reassignment-{run_id}")],
+        )
+        .await?;
+    let stale_before = worker.metrics.stale();
+    for row in &payloads {
+        let payload: &[u8] = row.get(0);
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::to(&config.topic)
+                    .key(&run_id.to_string())
+                    .payload(payload),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| error)?;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while worker.metrics.stale() < stale_before + payloads.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "duplicates were not all dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        count(&seeded.client, "SELECT count(*) FROM events", &[]).await,
+        events
+    );
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    worker.stop().await?;
+    relay.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow::Result<()> {
+    let (database, _topics, relay, config) = relayed().await?;
+    let binary = env!("CARGO_BIN_EXE_worker-under-test");
+    let seeded = seeded(&database, 2_000).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 50).await;
+    let mut pages_at_kill = Vec::new();
+    for kill in 1..=3u32 {
+        let mut process = worker::spawn(binary, &config)?;
+        let status = wait_for_run(&database, run_id, Duration::from_secs(120), |s| {
+            s.pages >= kill * 8 || completed(s)
+        })
+        .await?;
+        process.kill()?;
+        process.wait()?;
+        pages_at_kill.push(status.pages);
+    }
+    // Re-raising the current link by hand (as an operator would) is safe as well.
+    reassign::resume(seeded.api.ledger.pool(), run_id).await?;
+    let mut process = worker::spawn(binary, &config)?;
+    let status = wait_for_run(&database, run_id, Duration::from_secs(180), completed).await?;
+    // SIGTERM: the worker stops cleanly.
+    ra_ledger_tests::stack::send_signal(process.id(), "TERM")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = process.try_wait()? {
+            break exit;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker ignored SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "SIGTERM exit: {exit:?}");
+    println!("killed at pages {pages_at_kill:?}; finished with {status:?}");
+    assert!(pages_at_kill[0] < 41, "the first kill landed mid-chain");
+    assert_eq!(
+        (status.replaced, status.failed, status.pages),
+        (2_000, 0, 41)
+    );
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    assert_eq!(
+        count(
+            &seeded.client,
+            "SELECT count(DISTINCT page) FROM reassignment_pages WHERE run_id = $1",
+            &[&run_id]
+        )
+        .await,
+        41
+    );
+    assert_eq!(max_pages_in_flight(&seeded.client, run_id).await, 1);
+    relay.stop().await?;
+    Ok(())
+}
