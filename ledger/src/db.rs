@@ -75,6 +75,26 @@ fn pool_of(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, DbEr
     Ok(Pool::builder(manager).max_size(max_size).build()?)
 }
 
+/// A database error with what an operator needs to find its cause: the SQLSTATE, the
+/// server's message, and the constraint, table and column it names. The driver's own
+/// `Display` says only "db error".
+pub fn describe(error: &tokio_postgres::Error) -> String {
+    let Some(db) = error.as_db_error() else {
+        return error.to_string();
+    };
+    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    for (name, value) in [
+        ("constraint", db.constraint()),
+        ("table", db.table()),
+        ("column", db.column()),
+    ] {
+        if let Some(value) = value {
+            text.push_str(&format!(", {name} {value}"));
+        }
+    }
+    text
+}
+
 /// Statements prepared once per connection and reused: one round trip per execution
 /// instead of two. Everything on the hot path goes through these.
 pub mod cached {

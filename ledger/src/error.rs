@@ -39,7 +39,7 @@ pub enum CommandError {
     #[error("no database connection: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     /// The database failed.
-    #[error("database error: {}", describe(.0))]
+    #[error("database error: {}", crate::db::describe(.0))]
     Database(tokio_postgres::Error),
 }
 
@@ -112,24 +112,4 @@ impl From<ProjectionError> for CommandError {
             other => Self::Projection(other),
         }
     }
-}
-
-/// A database error with what an operator needs to find its cause: the SQLSTATE, the
-/// server's message, and the constraint, table and column it names. The driver's own
-/// `Display` says only "db error".
-pub fn describe(error: &tokio_postgres::Error) -> String {
-    let Some(db) = error.as_db_error() else {
-        return error.to_string();
-    };
-    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
-    for (name, value) in [
-        ("constraint", db.constraint()),
-        ("table", db.table()),
-        ("column", db.column()),
-    ] {
-        if let Some(value) = value {
-            text.push_str(&format!(", {name} {value}"));
-        }
-    }
-    text
 }

@@ -26,7 +26,7 @@ pub enum ProjectionError {
         reason: String,
     },
     /// The database failed.
-    #[error("database error while projecting: {}", crate::error::describe(.0))]
+    #[error("database error while projecting: {}", crate::db::describe(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 

@@ -31,7 +31,7 @@ pub struct RebuildReport {
 #[derive(Debug, thiserror::Error)]
 pub enum RebuildError {
     /// The database failed.
-    #[error("database error during rebuild: {}", crate::error::describe(.0))]
+    #[error("database error during rebuild: {}", crate::db::describe(.0))]
     Database(#[from] tokio_postgres::Error),
     /// An event's payload does not decode.
     #[error("event at position {position} has an undecodable payload: {source}")]

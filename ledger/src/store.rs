@@ -123,7 +123,7 @@ pub enum AppendError {
         previous: DateTime<Utc>,
     },
     /// The database failed.
-    #[error("database error while appending: {}", crate::error::describe(.0))]
+    #[error("database error while appending: {}", crate::db::describe(.0))]
     Database(#[from] tokio_postgres::Error),
 }
 

@@ -26,7 +26,7 @@ pub enum TestingError {
     #[error(transparent)]
     Connect(#[from] DbError),
     /// A statement failed.
-    #[error("database: {}", crate::error::describe(.0))]
+    #[error("database: {}", crate::db::describe(.0))]
     Database(#[from] tokio_postgres::Error),
     /// Migrating the scratch database failed.
     #[error(transparent)]
@@ -73,7 +73,7 @@ impl ScratchDatabase {
             .map_err(|error| {
                 TestingError::Refused(format!(
                     "cannot create scratch database {name}: {}; the role needs CREATEDB",
-                    crate::error::describe(&error)
+                    crate::db::describe(&error)
                 ))
             })?;
         Ok(Self {
@@ -153,7 +153,7 @@ impl ScratchDatabase {
                     return Err(TestingError::Refused(format!(
                         "cannot drop scratch database {}: {}; drop it by hand",
                         self.name,
-                        crate::error::describe(&error)
+                        crate::db::describe(&error)
                     )));
                 }
             }

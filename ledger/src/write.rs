@@ -16,10 +16,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::{GenericClient, Pool, Transaction};
 use ra_ledger_proto::v1;
 
-use crate::commands::Ledger;
 use crate::error::CommandError;
 use crate::projections;
 use crate::store::{self, Heads, Metadata, RecordedEvent, StreamAppend};
@@ -53,7 +52,24 @@ pub(crate) type Scope<'t, 'env> = PhantomData<&'t &'env ()>;
 /// A command's work in its transaction.
 pub(crate) type Work<'t, T> = BoxFuture<'t, Result<T, CommandError>>;
 
+/// Runs commands against the ledger database: the commands themselves are in
+/// the commands module; this is the skeleton they share.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    pool: Pool,
+}
+
 impl Ledger {
+    /// A ledger on `pool`.
+    pub fn new(pool: Pool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool, for queries.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// Runs `command` in a transaction of its own and commits it: the skeleton every
     /// command shares. The command takes its locks, reads, appends with [`record`] and reads
     /// back; on any error the transaction rolls back. A command PostgreSQL aborted to break

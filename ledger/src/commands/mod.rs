@@ -4,7 +4,7 @@
 //! the lock order every write follows).
 
 use chrono::{DateTime, Duration, Utc};
-use deadpool_postgres::{Pool, Transaction};
+use deadpool_postgres::Transaction;
 use uuid::Uuid;
 
 pub use crate::error::CommandError;
@@ -18,6 +18,7 @@ use crate::queries::{self, AssignmentView, ContactView, LockMode, PrimaryContact
 use crate::reassign::{self, RunStarted};
 use crate::store::{self, Metadata, NewEvent, StreamAppend};
 use crate::write;
+pub use crate::write::Ledger;
 
 mod input;
 
@@ -28,23 +29,7 @@ pub use input::{
 /// How far ahead of the server clock an `effective_at` may be (clock skew).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(5);
 
-/// Runs commands against the ledger database.
-#[derive(Debug, Clone)]
-pub struct Ledger {
-    pool: Pool,
-}
-
 impl Ledger {
-    /// A ledger on `pool`.
-    pub fn new(pool: Pool) -> Self {
-        Self { pool }
-    }
-
-    /// The pool, for queries.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
     /// Creates the first primary contact of a jurisdiction.
     pub async fn create_contact(
         &self,
@@ -376,7 +361,7 @@ impl Ledger {
 
     /// One contact.
     pub async fn contact(&self, contact_id: Uuid) -> Result<ContactView, CommandError> {
-        let client = self.pool.get().await?;
+        let client = self.pool().get().await?;
         queries::contact(&client, contact_id)
             .await?
             .ok_or_else(|| not_found("contact", contact_id))
@@ -384,7 +369,7 @@ impl Ledger {
 
     /// One assignment.
     pub async fn assignment(&self, assignment_id: Uuid) -> Result<AssignmentView, CommandError> {
-        let client = self.pool.get().await?;
+        let client = self.pool().get().await?;
         queries::assignment(&client, assignment_id)
             .await?
             .ok_or_else(|| not_found("assignment", assignment_id))

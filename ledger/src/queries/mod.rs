@@ -318,7 +318,7 @@ pub async fn assign_context(
 }
 
 /// One assignment, locked for the rest of the transaction: the first lock a command that
-/// ends or replaces it takes on its rows (see [`crate::write`] for the order).
+/// ends or replaces it takes on its rows (see the write module for the order).
 pub async fn assignment_for_update(
     client: &impl GenericClient,
     assignment_id: Uuid,
