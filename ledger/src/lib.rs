@@ -17,6 +17,7 @@ pub mod rebuild;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod topics;
 pub mod verify;
 pub mod worker;
 pub mod write;

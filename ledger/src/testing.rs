@@ -179,7 +179,7 @@ pub async fn create_topics(
         .iter()
         .map(|topic| NewTopic::new(topic, partitions, TopicReplication::Fixed(1)))
         .collect();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for result in admin.create_topics(&new_topics, &options).await? {
         result.map_err(|(topic, code)| {
             TestingError::Refused(format!("cannot create topic {topic}: {code}"))

@@ -1,9 +1,6 @@
 //! Topics of their own for each test, on the run's broker.
 
-use std::time::Duration;
-
 use rdkafka::ClientConfig;
-use rdkafka::admin::AdminOptions;
 
 use crate::stack::stack;
 
@@ -11,13 +8,17 @@ use crate::stack::stack;
 pub const TEST_PARTITIONS: i32 = 3;
 
 /// A namespace of topics for one test: `<prefix>.<name>`.
+///
+/// Topics are never deleted afterwards. tansu 0.6.0 with SQLite storage deletes every topic of
+/// the cluster when asked to delete one (its `topic_delete_by.sql` selects by cluster), which
+/// would pull the topics out from under every other test still running. The run's own broker
+/// is thrown away with its directory; on an external broker the `t<random>.` topics stay.
 #[derive(Debug)]
 pub struct TestTopics {
     /// Unique prefix of this test's topics.
     pub prefix: String,
     /// Bootstrap servers of the broker holding them.
     pub brokers: String,
-    created: Vec<String>,
 }
 
 impl TestTopics {
@@ -31,7 +32,6 @@ impl TestTopics {
         Self {
             prefix: format!("t{}", crate::random_suffix()),
             brokers,
-            created: Vec::new(),
         }
     }
 
@@ -44,7 +44,6 @@ impl TestTopics {
             TEST_PARTITIONS,
         )
         .await?;
-        self.created.push(topic.clone());
         Ok(topic)
     }
 }
@@ -60,33 +59,4 @@ pub fn client_config() -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &stack().kafka_brokers);
     config
-}
-
-impl Drop for TestTopics {
-    fn drop(&mut self) {
-        if self.created.is_empty() {
-            return;
-        }
-        let topics = std::mem::take(&mut self.created);
-        let brokers = self.brokers.clone();
-        // Best effort: a shared external broker should not fill up with test topics.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let admin = ra_ledger::testing::admin_client(&brokers).ok()?;
-                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-                admin
-                    .delete_topics(
-                        &names,
-                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(5))),
-                    )
-                    .await
-                    .ok()
-            })
-        })
-        .join();
-    }
 }

@@ -11,6 +11,7 @@
 //! of earlier runs whose process is gone are removed at the next start.
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -61,8 +62,43 @@ pub struct BrokerServer {
     pub binary: PathBuf,
     /// Listening port on 127.0.0.1.
     pub port: u16,
+    /// Its folder: the SQLite database (tansu writes it relative to its working folder)
+    /// and the log.
+    pub dir: PathBuf,
+    /// Where it keeps what it acknowledged.
+    pub storage: BrokerStorage,
     log: PathBuf,
     pid: Arc<Mutex<Option<u32>>>,
+}
+
+/// A broker's storage engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerStorage {
+    /// `sqlite://`: durable on local disk, what the stack runs.
+    Sqlite,
+    /// `memory://`: keeps nothing across a restart; only when asked for
+    /// (`LEDGER_TEST_BROKER_STORAGE=memory`).
+    Memory,
+}
+
+impl BrokerStorage {
+    /// The storage of the run's brokers: `LEDGER_TEST_BROKER_STORAGE`, SQLite by default.
+    pub fn from_env() -> anyhow::Result<Self> {
+        match std::env::var("LEDGER_TEST_BROKER_STORAGE").as_deref() {
+            Err(_) | Ok("") | Ok("sqlite") => Ok(Self::Sqlite),
+            Ok("memory") => Ok(Self::Memory),
+            Ok(other) => {
+                bail!("LEDGER_TEST_BROKER_STORAGE must be sqlite or memory, not {other:?}")
+            }
+        }
+    }
+
+    fn url(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite://tansu.db",
+            Self::Memory => "memory://tansu/",
+        }
+    }
 }
 
 /// The stack of this test run, started on first use.
@@ -177,7 +213,7 @@ fn start() -> anyhow::Result<Stack> {
     let (kafka_brokers, broker) = match std::env::var("LEDGER_TEST_KAFKA_BROKERS") {
         Ok(brokers) if !brokers.is_empty() => (brokers, None),
         _ => {
-            let server = BrokerServer::new(&run_dir)?;
+            let server = BrokerServer::new(&run_dir.join("tansu"), BrokerStorage::from_env()?)?;
             server.start()?;
             (server.brokers(), Some(server))
         }
@@ -201,12 +237,11 @@ pub fn private_postgres() -> anyhow::Result<PostgresServer> {
     Ok(server)
 }
 
-/// A broker of its own, for tests that pause it.
+/// A broker of its own (with the run's storage), for tests that pause, kill or restart it.
 pub fn private_broker() -> anyhow::Result<BrokerServer> {
     stack();
     let dir = run_dir().join(format!("tansu-{}", crate::random_suffix()));
-    std::fs::create_dir_all(&dir)?;
-    let server = BrokerServer::new(&dir)?;
+    let server = BrokerServer::new(&dir, BrokerStorage::from_env()?)?;
     server.start()?;
     Ok(server)
 }
@@ -325,11 +360,14 @@ impl PostgresServer {
 }
 
 impl BrokerServer {
-    /// A broker (not started yet) on a free port, logging into `dir`.
-    pub fn new(dir: &Path) -> anyhow::Result<Self> {
+    /// A broker (not started yet) on a free port, keeping its files in `dir`.
+    pub fn new(dir: &Path, storage: BrokerStorage) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
         Ok(Self {
             binary: tansu_binary()?,
             port: free_port()?,
+            dir: dir.to_owned(),
+            storage,
             log: dir.join("tansu.log"),
             pid: Arc::new(Mutex::new(None)),
         })
@@ -340,7 +378,8 @@ impl BrokerServer {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// Starts the broker with memory storage and waits until it listens.
+    /// Starts the broker (again, after [`BrokerServer::kill`], on the same port and
+    /// storage) and waits until it listens.
     pub fn start(&self) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -353,17 +392,68 @@ impl BrokerServer {
             .arg(&self.binary)
             .arg("broker")
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://tansu/"])
+            .args(["--storage-engine", self.storage.url()])
+            .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         let pid = spawn_kept(command).context("starting tansu")?;
         *self.pid.lock().expect("pid lock") = Some(pid);
-        wait_for_port(self.port, Duration::from_secs(30), "tansu", &self.log)
+        wait_for_port(self.port, Duration::from_secs(30), "tansu", &self.log)?;
+        if self.storage == BrokerStorage::Sqlite {
+            self.add_missing_index()?;
+        }
+        Ok(())
     }
 
-    /// Freezes (`STOP`) or thaws (`CONT`) the broker: to its clients it is unreachable,
-    /// and unlike a restart of memory storage it keeps what it had.
+    /// Adds the index tansu's SQLite schema lacks, as `deploy/stack` does (see
+    /// `deploy/tansu-sqlite-index.sql`): without it, every fetched record scans every
+    /// header of the broker.
+    fn add_missing_index(&self) -> anyhow::Result<()> {
+        const INDEX: &str = include_str!("../../deploy/tansu-sqlite-index.sql");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut sqlite3 = Command::new("sqlite3")
+                .args(["-bail", "-cmd", ".timeout 10000", "tansu.db"])
+                .current_dir(&self.dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("running sqlite3 (deploy/test installs it)")?;
+            sqlite3
+                .stdin
+                .take()
+                .context("sqlite3's stdin")?
+                .write_all(INDEX.as_bytes())?;
+            let output = sqlite3.wait_with_output()?;
+            if output.status.success() {
+                return Ok(());
+            }
+            // tansu creates its schema as it starts; the table may not be there yet.
+            if Instant::now() > deadline {
+                bail!(
+                    "could not add the header index to {}: {}",
+                    self.dir.join("tansu.db").display(),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills the broker with SIGKILL and waits until it is gone.
+    pub fn kill(&self) -> anyhow::Result<()> {
+        let pid = self
+            .pid
+            .lock()
+            .expect("pid lock")
+            .take()
+            .context("tansu is not running")?;
+        stop_kept(pid, "KILL")
+    }
+
+    /// Freezes (`STOP`) or thaws (`CONT`) the broker: to its clients it is unreachable.
     pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
         let pid = (*self.pid.lock().expect("pid lock")).context("tansu is not running")?;
         send_signal(pid, signal)
@@ -453,7 +543,7 @@ fn tansu_binary() -> anyhow::Result<PathBuf> {
             std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/ra-ledger"))
         })
         .context("HOME is not set")?;
-    let binary = cache.join(format!("tansu-{TANSU_VERSION}/bin/tansu"));
+    let binary = cache.join(format!("tansu-{TANSU_VERSION}-sqlite/bin/tansu"));
     if !binary.exists() {
         bail!(
             "{} is missing; run deploy/test (it builds tansu once), set LEDGER_TANSU_BIN, \

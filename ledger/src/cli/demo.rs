@@ -306,7 +306,7 @@ impl KafkaCount {
                 format!("ledger-demo-{}", Uuid::new_v4().simple()),
             )
             .set("enable.auto.commit", "false")
-            .set("fetch.wait.max.ms", "10")
+            .set("fetch.wait.max.ms", "100")
             .create()?;
         let assignment_topic = format!("{prefix}assignment");
         let mut partitions = rdkafka::TopicPartitionList::new();

@@ -9,6 +9,7 @@ mod projections;
 mod relay;
 mod runs;
 mod serve;
+mod topics;
 mod verify;
 mod worker;
 
@@ -59,6 +60,11 @@ enum Command {
         #[command(subcommand)]
         benchmark: bench::BenchCommand,
     },
+    /// The relay's topics: create the missing ones, with their configs.
+    Topics {
+        #[command(subcommand)]
+        command: topics::TopicsCommand,
+    },
     /// Audit questions, answered from the projections.
     Audit {
         #[command(subcommand)]
@@ -98,6 +104,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Runs { command } => runs::run(url, command).await,
         Command::Demo(options) => demo::run(url, options).await,
         Command::Bench { benchmark } => bench::run(url, benchmark).await,
+        Command::Topics { command } => topics::run(command).await,
         Command::Audit { question } => audit::run(url, question).await,
     }
 }

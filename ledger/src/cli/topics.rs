@@ -1,0 +1,62 @@
+//! `ledger topics create`: the relay's topics, with their configs, where missing.
+
+use ra_ledger::topics::{self, Outcome};
+use ra_ledger_cdc::config::local;
+
+use super::parse_key_value;
+
+/// Topic maintenance.
+#[derive(Debug, clap::Subcommand)]
+pub enum TopicsCommand {
+    /// Create the relay's topics that do not exist yet: the event topics keep everything,
+    /// the reassignment topic deletes page requests after 7 days. Existing ones are left
+    /// as they are.
+    Create {
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+        /// Topic prefix the relay publishes under.
+        #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+        prefix: String,
+        /// Partitions of each topic.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=1000))]
+        partitions: i32,
+        /// A topic config, `topic:key=value` (e.g. `assignment:retention.ms=604800000`);
+        /// repeatable.
+        #[arg(long = "config")]
+        configs: Vec<String>,
+        /// Other librdkafka settings, `key=value` (TLS, SASL); repeatable.
+        #[arg(long = "kafka", value_parser = parse_key_value)]
+        kafka: Vec<(String, String)>,
+    },
+}
+
+pub async fn run(command: TopicsCommand) -> anyhow::Result<()> {
+    let TopicsCommand::Create {
+        brokers,
+        prefix,
+        partitions,
+        configs,
+        kafka,
+    } = command;
+    let mut specs = topics::plan(&prefix, partitions);
+    topics::configure(&mut specs, &configs).map_err(|error| anyhow::anyhow!("--config {error}"))?;
+    let settings = kafka.into_iter().collect();
+    for (topic, outcome) in topics::create_missing(&brokers, &settings, &specs).await? {
+        let spec = specs.iter().find(|spec| spec.name == topic);
+        let configs = spec
+            .map(|spec| {
+                spec.configs
+                    .iter()
+                    .map(|(key, value)| format!("{key}={value}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        match outcome {
+            Outcome::Created => println!("created {topic} ({configs})"),
+            Outcome::Existed => println!("exists  {topic} (left as it is)"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! The topics the relay publishes to, created with explicit configs rather than whatever
+//! a broker defaults to (Apache Kafka deletes after 7 days unless told otherwise).
+//!
+//! - The event topics (`contact`, `assignment`) keep everything: consuming teams rebuild
+//!   their projections from them.
+//! - The reassignment topic carries page requests, worthless once their page ran: it
+//!   deletes records after 7 days.
+//!
+//! Any config can be changed per topic (`ledger topics create --config topic:key=value`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, REASSIGNMENT_AGGREGATE};
+
+/// How long the reassignment topic keeps page requests: a week, for looking into a run.
+pub const REASSIGNMENT_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// One topic to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// Its name.
+    pub name: String,
+    /// Partitions.
+    pub partitions: i32,
+    /// Topic configs (`cleanup.policy`, `retention.ms`, ...).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The relay's topics under `prefix` (`outbox.event.` by default), each with `partitions`
+/// partitions and its default configs.
+pub fn plan(prefix: &str, partitions: i32) -> Vec<TopicSpec> {
+    let keep_everything = BTreeMap::from([("retention.ms".to_owned(), "-1".to_owned())]);
+    let delete_after_a_week = BTreeMap::from([
+        ("cleanup.policy".to_owned(), "delete".to_owned()),
+        (
+            "retention.ms".to_owned(),
+            REASSIGNMENT_RETENTION_MS.to_string(),
+        ),
+    ]);
+    [
+        (CONTACT_AGGREGATE, keep_everything.clone()),
+        (ASSIGNMENT_AGGREGATE, keep_everything),
+        (REASSIGNMENT_AGGREGATE, delete_after_a_week),
+    ]
+    .into_iter()
+    .map(|(aggregate, configs)| TopicSpec {
+        name: format!("{prefix}{aggregate}"),
+        partitions,
+        configs,
+    })
+    .collect()
+}
+
+/// What became of one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Created just now.
+    Created,
+    /// It existed already; left as it is.
+    Existed,
+}
+
+/// Why topics could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    /// The admin client failed.
+    #[error("Kafka admin: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// The broker refused a topic.
+    #[error("cannot create topic {topic}: {code}")]
+    Refused {
+        /// The topic.
+        topic: String,
+        /// The broker's answer.
+        code: RDKafkaErrorCode,
+    },
+}
+
+/// Creates the topics of `specs` that do not exist yet on `brokers` (with `settings`,
+/// other librdkafka settings such as TLS).
+pub async fn create_missing(
+    brokers: &str,
+    settings: &BTreeMap<String, String>,
+    specs: &[TopicSpec],
+) -> Result<Vec<(String, Outcome)>, TopicError> {
+    let mut config = rdkafka::ClientConfig::new();
+    for (key, value) in settings {
+        config.set(key, value);
+    }
+    config.set("bootstrap.servers", brokers);
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let new_topics: Vec<NewTopic> = specs
+        .iter()
+        .map(|spec| {
+            spec.configs.iter().fold(
+                NewTopic::new(&spec.name, spec.partitions, TopicReplication::Fixed(1)),
+                |topic, (key, value)| topic.set(key, value),
+            )
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    admin
+        .create_topics(&new_topics, &options)
+        .await?
+        .into_iter()
+        .map(|result| match result {
+            Ok(topic) => Ok((topic, Outcome::Created)),
+            Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => Ok((topic, Outcome::Existed)),
+            Err((topic, code)) => Err(TopicError::Refused { topic, code }),
+        })
+        .collect()
+}
+
+/// Applies `topic:key=value` overrides to a plan.
+pub fn configure(specs: &mut [TopicSpec], overrides: &[String]) -> Result<(), String> {
+    for text in overrides {
+        let (topic, setting) = text
+            .split_once(':')
+            .ok_or_else(|| format!("{text:?} is not topic:key=value"))?;
+        let (key, value) = setting
+            .split_once('=')
+            .filter(|(key, _)| !key.is_empty())
+            .ok_or_else(|| format!("{text:?} is not topic:key=value"))?;
+        let spec = specs
+            .iter_mut()
+            .find(|spec| spec.name == topic || spec.name.ends_with(&format!(".{topic}")))
+            .ok_or_else(|| format!("{text:?}: no topic {topic:?} in the plan"))?;
+        spec.configs.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_topics_keep_everything_and_page_requests_expire() {
+        let mut specs = plan("outbox.event.", 3);
+        let names: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "outbox.event.contact",
+                "outbox.event.assignment",
+                "outbox.event.reassignment"
+            ]
+        );
+        assert_eq!(specs[1].configs["retention.ms"], "-1");
+        assert_eq!(specs[2].configs["cleanup.policy"], "delete");
+        configure(
+            &mut specs,
+            &[
+                "assignment:retention.ms=86400000".into(),
+                "outbox.event.contact:x=y".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(specs[1].configs["retention.ms"], "86400000");
+        assert_eq!(specs[0].configs["x"], "y");
+        assert!(configure(&mut specs, &["nope:a=b".into()]).is_err());
+        assert!(configure(&mut specs, &["assignment:novalue".into()]).is_err());
+    }
+}
