@@ -162,6 +162,16 @@ pub fn read_file<T: serde::de::DeserializeOwned + Default>(
     toml::from_str(&text).map_err(|error| file_error(error.to_string()))
 }
 
+/// Whether `name` is a slot or publication name we accept: 1-63 characters of a-z, 0-9
+/// and `_` (PostgreSQL's own rules for slots, kept for publications too).
+pub fn identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
 /// The value of environment variable `name`, when set.
 pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()
@@ -205,13 +215,6 @@ impl RelayConfig {
 
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let identifier = |name: &str| {
-            !name.is_empty()
-                && name.len() <= 63
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        };
         if !identifier(&self.slot) {
             return Err(ConfigError::invalid(
                 "slot",

@@ -11,7 +11,7 @@ use ra_ledger_cdc::config::{ConfigError, env, listen_address, local, read_file};
 use serde::Deserialize;
 
 use crate::api::{CursorKey, Tokens};
-use crate::reassign;
+use crate::{reassign, retention};
 
 /// Everything `ledger serve` needs.
 #[derive(Clone, Deserialize)]
@@ -32,6 +32,14 @@ pub struct ServeConfig {
     /// Longest a command waits for a lock another transaction holds before it answers 409
     /// (`LEDGER_LOCK_TIMEOUT_MS`).
     pub lock_timeout_ms: u64,
+    /// The relay's replication slot, whose confirmed position outbox retention follows
+    /// (`LEDGER_RELAY_SLOT`).
+    pub relay_slot: String,
+    /// How often published outbox rows are removed, in milliseconds; 0 turns retention off
+    /// (`LEDGER_OUTBOX_RETENTION_INTERVAL_MS`).
+    pub outbox_retention_interval_ms: u64,
+    /// Most rows one retention delete removes (`LEDGER_OUTBOX_RETENTION_BATCH`).
+    pub outbox_retention_batch: i64,
 }
 
 impl Default for ServeConfig {
@@ -43,6 +51,9 @@ impl Default for ServeConfig {
             tokens: String::new(),
             cursor_key: None,
             lock_timeout_ms: 5_000,
+            relay_slot: local::SLOT.into(),
+            outbox_retention_interval_ms: retention::DEFAULT_INTERVAL.as_millis() as u64,
+            outbox_retention_batch: retention::DEFAULT_BATCH,
         }
     }
 }
@@ -54,6 +65,12 @@ impl std::fmt::Debug for ServeConfig {
             .field("listen", &self.listen)
             .field("pool_size", &self.pool_size)
             .field("lock_timeout_ms", &self.lock_timeout_ms)
+            .field("relay_slot", &self.relay_slot)
+            .field(
+                "outbox_retention_interval_ms",
+                &self.outbox_retention_interval_ms,
+            )
+            .field("outbox_retention_batch", &self.outbox_retention_batch)
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +92,19 @@ pub struct Service {
     pub cursor_key_configured: bool,
     /// How long a command waits for a lock.
     pub lock_timeout: Duration,
+    /// Outbox retention, unless turned off.
+    pub retention: Option<Retention>,
+}
+
+/// How `ledger serve` removes published outbox rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// The relay's slot.
+    pub slot: String,
+    /// Time between rounds.
+    pub interval: Duration,
+    /// Most rows per delete.
+    pub batch: i64,
 }
 
 impl std::fmt::Debug for Service {
@@ -85,6 +115,7 @@ impl std::fmt::Debug for Service {
             .field("pool_size", &self.pool_size)
             .field("tokens", &self.tokens)
             .field("lock_timeout", &self.lock_timeout)
+            .field("retention", &self.retention)
             .finish_non_exhaustive()
     }
 }
@@ -110,6 +141,16 @@ impl ServeConfig {
         }
         if let Some(timeout) = env("LEDGER_LOCK_TIMEOUT_MS") {
             config.lock_timeout_ms = number("LEDGER_LOCK_TIMEOUT_MS", &timeout)?;
+        }
+        if let Some(slot) = env("LEDGER_RELAY_SLOT") {
+            config.relay_slot = slot;
+        }
+        if let Some(interval) = env("LEDGER_OUTBOX_RETENTION_INTERVAL_MS") {
+            config.outbox_retention_interval_ms =
+                number("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", &interval)?;
+        }
+        if let Some(batch) = env("LEDGER_OUTBOX_RETENTION_BATCH") {
+            config.outbox_retention_batch = number("LEDGER_OUTBOX_RETENTION_BATCH", &batch)?;
         }
         Ok(config)
     }
@@ -157,8 +198,10 @@ impl ServeConfig {
                 "must be between 1 and 600000",
             ));
         }
+        let retention = self.retention()?;
         Ok(Service {
             database_url: self.database_url.clone(),
+            retention,
             listen,
             pool_size: self.pool_size,
             tokens,
@@ -166,6 +209,40 @@ impl ServeConfig {
             cursor_key_configured: self.cursor_key.is_some(),
             lock_timeout: Duration::from_millis(self.lock_timeout_ms),
         })
+    }
+}
+
+impl ServeConfig {
+    fn retention(&self) -> Result<Option<Retention>, ConfigError> {
+        if self.outbox_retention_interval_ms == 0 {
+            return Ok(None);
+        }
+        if self.outbox_retention_interval_ms > 86_400_000 {
+            return Err(ConfigError::invalid(
+                "outbox_retention_interval_ms",
+                self.outbox_retention_interval_ms.to_string(),
+                "must be at most 86400000 (a day), or 0 to turn retention off",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.outbox_retention_batch) {
+            return Err(ConfigError::invalid(
+                "outbox_retention_batch",
+                self.outbox_retention_batch.to_string(),
+                "must be between 1 and 1000000",
+            ));
+        }
+        if !ra_ledger_cdc::config::identifier(&self.relay_slot) {
+            return Err(ConfigError::invalid(
+                "relay_slot",
+                &self.relay_slot,
+                "a slot name is 1-63 characters of a-z, 0-9 and _",
+            ));
+        }
+        Ok(Some(Retention {
+            slot: self.relay_slot.clone(),
+            interval: Duration::from_millis(self.outbox_retention_interval_ms),
+            batch: self.outbox_retention_batch,
+        }))
     }
 }
 
@@ -189,6 +266,14 @@ pub struct WorkerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Longest pause between retries of a failing page.
     pub retry_backoff_max_ms: u64,
+    /// This worker's stable identity in the group (`group.instance.id`,
+    /// `LEDGER_WORKER_INSTANCE_ID`): restarted, it takes its partitions back at once instead
+    /// of waiting for its old session to time out. Unique per worker; unset, membership is
+    /// dynamic.
+    pub instance_id: Option<String>,
+    /// A run without progress for this long gets its page request raised again
+    /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.
+    pub stall_after_ms: u64,
     /// Other librdkafka consumer settings.
     pub kafka: BTreeMap<String, String>,
 }
@@ -203,6 +288,8 @@ impl Default for WorkerConfig {
             max_attempts: reassign::DEFAULT_MAX_ATTEMPTS,
             metrics_listen: local::WORKER_METRICS.parse().ok(),
             retry_backoff_max_ms: 5_000,
+            instance_id: None,
+            stall_after_ms: reassign::STALL_AFTER.as_millis() as u64,
             kafka: BTreeMap::new(),
         }
     }
@@ -217,6 +304,8 @@ impl std::fmt::Debug for WorkerConfig {
             .field("group_id", &self.group_id)
             .field("max_attempts", &self.max_attempts)
             .field("metrics_listen", &self.metrics_listen)
+            .field("instance_id", &self.instance_id)
+            .field("stall_after_ms", &self.stall_after_ms)
             .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -243,6 +332,12 @@ impl WorkerConfig {
         }
         if let Some(listen) = env("LEDGER_WORKER_METRICS_LISTEN") {
             config.metrics_listen = listen_address("LEDGER_WORKER_METRICS_LISTEN", &listen)?;
+        }
+        if let Some(instance) = env("LEDGER_WORKER_INSTANCE_ID") {
+            config.instance_id = Some(instance).filter(|id| !id.trim().is_empty());
+        }
+        if let Some(stall) = env("LEDGER_WORKER_STALL_AFTER_MS") {
+            config.stall_after_ms = number("LEDGER_WORKER_STALL_AFTER_MS", &stall)?;
         }
         config.validate()?;
         Ok(config)
@@ -279,6 +374,11 @@ impl WorkerConfig {
     /// Longest pause between retries of a failing page.
     pub fn retry_backoff_max(&self) -> Duration {
         Duration::from_millis(self.retry_backoff_max_ms)
+    }
+
+    /// How long a run may go without progress before its page is raised again.
+    pub fn stall_after(&self) -> Option<Duration> {
+        (self.stall_after_ms > 0).then(|| Duration::from_millis(self.stall_after_ms))
     }
 }
 
@@ -331,6 +431,50 @@ mod tests {
                 .contains("listen")
         );
         assert!(toml::from_str::<ServeConfig>("listn = \"x\"").is_err());
+    }
+
+    #[test]
+    fn outbox_retention_is_on_by_default_and_zero_turns_it_off() {
+        let config = ServeConfig {
+            tokens: "writer:cs:secret-token-1".into(),
+            ..ServeConfig::default()
+        };
+        let retention = config.validate().unwrap().retention.unwrap();
+        assert_eq!(retention.slot, "ra_ledger_relay");
+        assert_eq!(retention.interval, Duration::from_secs(10));
+        let off = ServeConfig {
+            outbox_retention_interval_ms: 0,
+            // Not checked when retention is off.
+            relay_slot: String::new(),
+            ..config.clone()
+        };
+        assert_eq!(off.validate().unwrap().retention, None);
+        for (bad, field) in [
+            (
+                ServeConfig {
+                    outbox_retention_interval_ms: 86_400_001,
+                    ..config.clone()
+                },
+                "outbox_retention_interval_ms",
+            ),
+            (
+                ServeConfig {
+                    outbox_retention_batch: 0,
+                    ..config.clone()
+                },
+                "outbox_retention_batch",
+            ),
+            (
+                ServeConfig {
+                    relay_slot: "Robert'); DROP".into(),
+                    ..config.clone()
+                },
+                "relay_slot",
+            ),
+        ] {
+            let error = bad.validate().unwrap_err().to_string();
+            assert!(error.contains(field), "{error}");
+        }
     }
 
     #[test]

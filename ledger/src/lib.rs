@@ -14,6 +14,7 @@ pub mod projections;
 pub mod queries;
 pub mod reassign;
 pub mod rebuild;
+pub mod retention;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

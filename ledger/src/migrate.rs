@@ -26,7 +26,7 @@ pub enum MigrateError {
     #[error("could not take the migration lock: {0}")]
     Lock(#[source] tokio_postgres::Error),
     /// A migration failed; refinery rolled it back.
-    #[error("migration failed: {0}")]
+    #[error("migration failed: {}", cause(.0))]
     Apply(#[source] refinery::Error),
     /// The database cannot be reached.
     #[error(transparent)]
@@ -57,6 +57,20 @@ pub async fn prepare(database_url: &str) -> Result<MigrationReport, MigrateError
         tracing::info!(migration = %name, "applied");
     }
     Ok(report)
+}
+
+/// The migration that failed and PostgreSQL's reason (refinery alone says "db error").
+fn cause(error: &refinery::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        match inner.downcast_ref::<tokio_postgres::Error>() {
+            Some(database) => text.push_str(&format!(": {}", crate::db::describe(database))),
+            None => text.push_str(&format!(": {inner}")),
+        }
+        source = inner.source();
+    }
+    text
 }
 
 /// Applies every pending migration, waiting for any other process migrating the same

@@ -5,6 +5,7 @@ mod audit;
 mod bench;
 mod demo;
 mod migrate;
+mod outbox;
 mod projections;
 mod relay;
 mod runs;
@@ -60,6 +61,11 @@ enum Command {
         #[command(subcommand)]
         benchmark: bench::BenchCommand,
     },
+    /// The outbox: rows removed once the relay confirmed them, and how big it is.
+    Outbox {
+        #[command(subcommand)]
+        command: outbox::OutboxCommand,
+    },
     /// The relay's topics: create the missing ones, with their configs.
     Topics {
         #[command(subcommand)]
@@ -104,6 +110,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Runs { command } => runs::run(url, command).await,
         Command::Demo(options) => demo::run(url, options).await,
         Command::Bench { benchmark } => bench::run(url, benchmark).await,
+        Command::Outbox { command } => outbox::run(url, command).await,
         Command::Topics { command } => topics::run(command).await,
         Command::Audit { question } => audit::run(url, question).await,
     }

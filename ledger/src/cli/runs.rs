@@ -164,8 +164,16 @@ pub fn progress_line(status: &RunStatus) -> String {
         .eta_seconds
         .map(|eta| format!(", ETA {eta:.0} s"))
         .unwrap_or_default();
+    let state = if status.stalled {
+        format!(
+            "stalled: no page for {:.0} s",
+            status.seconds_since_progress
+        )
+    } else {
+        status.status.as_str().to_owned()
+    };
     format!(
-        "[{}{}] {:>3.0}% page {} · replaced {} skipped {} failed {} of {} · {:.0} rows/s{eta} · {}",
+        "[{}{}] {:>3.0}% page {} · replaced {} skipped {} failed {} of {} · {:.0} rows/s{eta} · {state}",
         "#".repeat(filled),
         ".".repeat(WIDTH - filled),
         fraction * 100.0,
@@ -175,7 +183,6 @@ pub fn progress_line(status: &RunStatus) -> String {
         status.failed,
         status.total_at_start,
         status.rows_per_second,
-        status.status.as_str()
     )
 }
 
@@ -197,6 +204,9 @@ mod tests {
             cursor: None,
             pages: 5,
             pass: 1,
+            seconds_since_progress: 0.5,
+            stalled: false,
+            stalls: 0,
             replaced: 490,
             skipped: 5,
             failed: 5,
@@ -226,6 +236,14 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("ETA 1 s"), "{line}");
+        status.stalled = true;
+        status.seconds_since_progress = 75.2;
+        assert!(
+            progress_line(&status).ends_with("stalled: no page for 75 s"),
+            "{}",
+            progress_line(&status)
+        );
+        status.stalled = false;
         status.status = RunState::Completed;
         status.eta_seconds = None;
         assert!(progress_line(&status).starts_with(&format!("[{}]", "#".repeat(30))));

@@ -4,7 +4,8 @@ use anyhow::Context;
 use ra_ledger::api::{self, AppState};
 use ra_ledger::commands::Ledger;
 use ra_ledger::config::ServeConfig;
-use ra_ledger::{db, health, migrate};
+use ra_ledger::{db, health, migrate, retention};
+use tokio_util::sync::CancellationToken;
 
 use super::DatabaseUrl;
 
@@ -31,6 +32,10 @@ pub struct ServeArgs {
     /// 409 conflict, in milliseconds [default: 5000].
     #[arg(long, env = "LEDGER_LOCK_TIMEOUT_MS")]
     lock_timeout_ms: Option<u64>,
+    /// How often outbox rows the relay's slot confirmed are removed, in milliseconds; 0
+    /// turns retention off [default: 10000].
+    #[arg(long, env = "LEDGER_OUTBOX_RETENTION_INTERVAL_MS")]
+    outbox_retention_interval_ms: Option<u64>,
 }
 
 pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> {
@@ -43,6 +48,9 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
     config.tokens = args.tokens.unwrap_or(config.tokens);
     config.cursor_key = args.cursor_key.or(config.cursor_key);
     config.lock_timeout_ms = args.lock_timeout_ms.unwrap_or(config.lock_timeout_ms);
+    config.outbox_retention_interval_ms = args
+        .outbox_retention_interval_ms
+        .unwrap_or(config.outbox_retention_interval_ms);
     let service = config.validate()?;
     if !service.cursor_key_configured {
         tracing::warn!("LEDGER_CURSOR_KEY is not set; history cursors will not survive a restart");
@@ -63,16 +71,32 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         tokens: service.tokens,
         cursor_key: service.cursor_key,
     };
+    let shutdown = CancellationToken::new();
+    ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
+    let retention = service.retention.map(|settings| {
+        tracing::info!(
+            slot = %settings.slot,
+            every = ?settings.interval,
+            "outbox retention on: rows are removed once the relay's slot confirmed them"
+        );
+        // Its own small pool: a long delete never takes a connection from the API.
+        let pool = db::pool(&service.database_url, "ledger-retention", 1)?;
+        anyhow::Ok(tokio::spawn(retention::run(
+            pool,
+            settings.slot,
+            settings.interval,
+            settings.batch,
+            shutdown.clone(),
+        )))
+    });
+    let retention = retention.transpose()?;
     let app = api::router(state).merge(health::router(pool));
     tracing::info!(%listen, "ledger serving");
-    api::serve(listener, app, shutdown_signal()).await?;
+    api::serve(listener, app, shutdown.clone().cancelled_owned()).await?;
+    shutdown.cancel();
+    if let Some(task) = retention {
+        let _ = task.await;
+    }
     tracing::info!("ledger stopped");
     Ok(())
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
-    shutdown.cancelled().await;
 }

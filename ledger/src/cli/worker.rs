@@ -23,6 +23,14 @@ pub struct WorkerArgs {
     /// Whole-page attempts before a failing page runs row by row [default: 3].
     #[arg(long, env = "LEDGER_WORKER_MAX_ATTEMPTS", value_parser = clap::value_parser!(u32).range(1..=100))]
     max_attempts: Option<u32>,
+    /// This worker's stable, unique identity in the group: restarted, it takes its
+    /// partitions back at once [default: none, dynamic membership].
+    #[arg(long, env = "LEDGER_WORKER_INSTANCE_ID")]
+    instance_id: Option<String>,
+    /// Milliseconds a run may go without progress before its page request is raised again;
+    /// 0 never [default: 60000].
+    #[arg(long, env = "LEDGER_WORKER_STALL_AFTER_MS")]
+    stall_after_ms: Option<u64>,
     /// Where to serve /metrics; empty to disable [default: 127.0.0.1:19101].
     #[arg(long, env = "LEDGER_WORKER_METRICS_LISTEN")]
     metrics_listen: Option<String>,
@@ -40,6 +48,8 @@ pub async fn run(database: &DatabaseUrl, args: WorkerArgs) -> anyhow::Result<()>
     config.topic = args.topic.unwrap_or(config.topic);
     config.group_id = args.group.unwrap_or(config.group_id);
     config.max_attempts = args.max_attempts.unwrap_or(config.max_attempts);
+    config.instance_id = args.instance_id.or(config.instance_id);
+    config.stall_after_ms = args.stall_after_ms.unwrap_or(config.stall_after_ms);
     if let Some(listen) = args.metrics_listen {
         config.metrics_listen = listen_address("--metrics-listen", &listen)?;
     }

@@ -40,7 +40,7 @@ pub use page::{PageFailed, PageOutcome, PageReport, handle};
 pub use request::PageRequest;
 #[cfg(feature = "testing")]
 pub use rows::replace_all_at_once;
-pub use start::{RunStarted, resume, start_in};
+pub use start::{RunStarted, reraise_stalled, resume, stalled, start_in};
 pub use status::{RowFailure, RunState, RunStatus, in_progress, running, runs_of, status};
 
 use crate::domain::ValidationError;
@@ -51,6 +51,10 @@ pub const DEFAULT_PAGE_SIZE: u32 = 1_000;
 pub const MAX_PAGE_SIZE: u32 = 10_000;
 /// Whole-page attempts before a page is processed row by row.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// How long a run may go without progress before a worker raises its page request again
+/// (the default of the worker's `stall_after_ms`), and after which its status says
+/// `stalled`.
+pub const STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 /// Passes over the old contact's assignments before a run records what is still left as
 /// failed. One pass suffices when every write respects the primary-contact lock; the others
 /// are for whatever does not.

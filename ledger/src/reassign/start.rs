@@ -1,6 +1,8 @@
 //! Starting a run (inside the supersede's transaction, or again for what is left) and
 //! re-raising the page a run waits for.
 
+use std::time::Duration;
+
 use deadpool_postgres::{GenericClient, Pool};
 use serde::Serialize;
 use uuid::Uuid;
@@ -94,6 +96,46 @@ pub async fn start_in(
 /// operator mistake. Safe at any time: if the original request is still in flight, whichever
 /// arrives second is stale and dropped.
 pub async fn resume(pool: &Pool, run_id: Uuid) -> Result<PageRequest, CommandError> {
+    // Without a stall condition a running run is always re-raised.
+    reraise(pool, run_id, None).await?.ok_or_else(|| {
+        CommandError::Conflict(format!(
+            "run {run_id} made progress meanwhile; nothing to do"
+        ))
+    })
+}
+
+/// Re-raises the page request of a run that made no progress for `stall_after`, and counts
+/// the stall on the run; `None` when it made progress meanwhile (checked under the run's
+/// lock, so of several workers noticing the same stall, one re-raises).
+pub async fn reraise_stalled(
+    pool: &Pool,
+    run_id: Uuid,
+    stall_after: Duration,
+) -> Result<Option<PageRequest>, CommandError> {
+    reraise(pool, run_id, Some(stall_after)).await
+}
+
+/// Runs in progress that made no progress for `stall_after`.
+pub async fn stalled(
+    client: &impl GenericClient,
+    stall_after: Duration,
+) -> Result<Vec<Uuid>, tokio_postgres::Error> {
+    Ok(cached::query(
+        client,
+        include_str!("../sql/reassign/stalled_runs.sql"),
+        &[&stall_after.as_secs_f64()],
+    )
+    .await?
+    .iter()
+    .map(|row| row.get(0))
+    .collect())
+}
+
+async fn reraise(
+    pool: &Pool,
+    run_id: Uuid,
+    only_if_stalled_for: Option<Duration>,
+) -> Result<Option<PageRequest>, CommandError> {
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let row = cached::query_opt(
@@ -108,10 +150,17 @@ pub async fn resume(pool: &Pool, run_id: Uuid) -> Result<PageRequest, CommandErr
     })?;
     let state = RunState::parse(row.get(0));
     if state != RunState::Running {
+        if only_if_stalled_for.is_some() {
+            return Ok(None);
+        }
         return Err(CommandError::Conflict(format!(
             "run {run_id} is {}; start a new run to repoint what is left",
             state.as_str()
         )));
+    }
+    let idle = Duration::from_secs_f64(row.get::<_, f64>(10).max(0.0));
+    if only_if_stalled_for.is_some_and(|stall_after| idle < stall_after) {
+        return Ok(None);
     }
     let request = PageRequest {
         request_id: Uuid::now_v7(),
@@ -138,11 +187,15 @@ pub async fn resume(pool: &Pool, run_id: Uuid) -> Result<PageRequest, CommandErr
     store::append_at(&tx, &appends, &heads, &metadata).await?;
     cached::execute(
         &tx,
-        "UPDATE reassignment_runs SET last_request_id = $2, updated_at = clock_timestamp() \
-         WHERE run_id = $1",
-        &[&run_id, &request.request_id],
+        "UPDATE reassignment_runs SET last_request_id = $2, updated_at = clock_timestamp(), \
+         stalls = stalls + $3 WHERE run_id = $1",
+        &[
+            &run_id,
+            &request.request_id,
+            &i32::from(only_if_stalled_for.is_some()),
+        ],
     )
     .await?;
     tx.commit().await?;
-    Ok(request)
+    Ok(Some(request))
 }

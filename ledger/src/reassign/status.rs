@@ -70,6 +70,13 @@ pub struct RunStatus {
     pub total_at_start: i64,
     /// Active assignments still on the old contact now.
     pub remaining: i64,
+    /// Seconds since the run last made progress (a page, a failed attempt, a re-raise).
+    pub seconds_since_progress: f64,
+    /// Running without progress for longer than [`super::STALL_AFTER`]: a worker raises its
+    /// page request again (the default setting).
+    pub stalled: bool,
+    /// How often a worker found the run stalled and raised its page request again.
+    pub stalls: u32,
     /// Failed attempts of the current page, and the last error.
     pub page_attempts: u32,
     /// The last page failure, while the page is being retried.
@@ -148,6 +155,7 @@ pub async fn status(
     let remaining: i64 = row.get(12);
     let elapsed: f64 = row.get(20);
     let status = RunState::parse(row.get(1));
+    let idle: f64 = row.get(24);
     let rate = if elapsed > 0.0 {
         replaced as f64 / elapsed
     } else {
@@ -164,6 +172,9 @@ pub async fn status(
         cursor: row.get(6),
         pages: row.get::<_, i32>(7) as u32,
         pass: row.get::<_, i32>(22) as u32,
+        stalls: row.get::<_, i32>(23) as u32,
+        seconds_since_progress: idle,
+        stalled: status == RunState::Running && idle > super::STALL_AFTER.as_secs_f64(),
         replaced,
         skipped: row.get(9),
         failed: row.get(10),

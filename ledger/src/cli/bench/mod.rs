@@ -5,6 +5,7 @@
 
 mod as_of;
 mod latency;
+mod outbox;
 mod reassign;
 mod relay;
 mod write;
@@ -32,6 +33,25 @@ pub enum BenchCommand {
         /// Alternating rounds (ledger, raw, ledger, raw, ...).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+    },
+    /// The outbox's rows and size on disk while events stream through the relay and
+    /// retention removes what the slot confirmed.
+    Outbox {
+        /// Events written in all.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 100)]
+        per_transaction: u64,
+        /// Most events written but not yet published (the writer waits above it).
+        #[arg(long, default_value_t = 20_000)]
+        max_unpublished: u64,
+        /// Milliseconds between retention rounds.
+        #[arg(long, default_value_t = 1_000)]
+        retention_interval_ms: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
     },
     /// Relay throughput draining an outbox backlog, against pg_recvlogical and rdkafka alone.
     Relay {
@@ -90,6 +110,21 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             concurrency,
             rounds,
         } => write::run(database_url, rows, concurrency, rounds).await,
+        BenchCommand::Outbox {
+            events,
+            per_transaction,
+            max_unpublished,
+            retention_interval_ms,
+            brokers,
+        } => {
+            let options = outbox::Options {
+                events,
+                per_transaction,
+                max_unpublished,
+                retention_interval: Duration::from_millis(retention_interval_ms.max(1)),
+            };
+            outbox::run(database_url, &brokers, options).await
+        }
         BenchCommand::Relay {
             rows,
             per_transaction,

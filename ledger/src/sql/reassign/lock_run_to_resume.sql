@@ -1,6 +1,8 @@
--- The run a `runs resume` re-raises a page for, locked against a page committing meanwhile.
+-- The run whose page request is raised again, locked against a page committing meanwhile,
+-- with how long it has gone without progress.
 SELECT status, cursor, pages, old_contact_id, new_contact_id, jurisdiction, page_size,
-       requested_by, correlation_id, last_request_id
+       requested_by, correlation_id, last_request_id,
+       extract(epoch FROM clock_timestamp() - updated_at)::float8
 FROM reassignment_runs
 WHERE run_id = $1
 FOR UPDATE

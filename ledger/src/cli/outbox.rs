@@ -1,0 +1,65 @@
+//! `ledger outbox`: retention by hand, and where it stands.
+
+use ra_ledger::{db, retention};
+use ra_ledger_cdc::config::local;
+
+/// Outbox maintenance.
+#[derive(Debug, clap::Subcommand)]
+pub enum OutboxCommand {
+    /// Rows, size on disk, pending retention marks and parked rows.
+    Status,
+    /// Remove the rows the relay's slot has confirmed, as `ledger serve` does every few
+    /// seconds, and print what was removed. Never removes a row the slot has not confirmed,
+    /// nor a parked one.
+    Prune {
+        /// The relay's replication slot.
+        #[arg(long, env = "LEDGER_RELAY_SLOT", default_value = local::SLOT)]
+        slot: String,
+        /// Most rows per delete statement.
+        #[arg(long, default_value_t = retention::DEFAULT_BATCH,
+              value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+        batch: i64,
+    },
+}
+
+pub async fn run(database_url: &str, command: OutboxCommand) -> anyhow::Result<()> {
+    let pool = db::pool(database_url, "ledger-outbox", 1)?;
+    match command {
+        OutboxCommand::Status => {
+            let status = retention::status(&pool).await?;
+            println!("rows          {}", status.rows);
+            println!("size on disk  {} kB", status.bytes / 1024);
+            println!(
+                "marks         {} (oldest at {})",
+                status.marks,
+                status.oldest_mark.as_deref().unwrap_or("-")
+            );
+            println!(
+                "parked rows   {} (never removed by retention)",
+                status.parked
+            );
+        }
+        OutboxCommand::Prune { slot, batch } => {
+            if !ra_ledger_cdc::config::identifier(&slot) {
+                anyhow::bail!("--slot {slot:?}: a slot name is 1-63 characters of a-z, 0-9 and _");
+            }
+            let pruned = retention::prune(&pool, &slot, batch).await?;
+            match (&pruned.confirmed, &pruned.through) {
+                (None, _) => println!(
+                    "slot {slot} does not exist or has confirmed nothing: no row is known to be \
+                     published, none removed"
+                ),
+                (Some(confirmed), None) => println!(
+                    "slot {slot} confirmed {confirmed}, behind every retention mark: none removed \
+                     yet (a mark was taken; run again once the relay moved on)"
+                ),
+                (Some(confirmed), Some(through)) => println!(
+                    "removed {} rows in {} batches, up to mark {through} (slot {slot} confirmed \
+                     {confirmed})",
+                    pruned.removed, pruned.batches
+                ),
+            }
+        }
+    }
+    Ok(())
+}
