@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_cdc::metrics::RelayMetrics;
-use rdkafka::Message as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
 
@@ -75,6 +74,29 @@ pub struct Received {
     pub headers: HashMap<String, String>,
 }
 
+impl<M: rdkafka::Message> From<&M> for Received {
+    fn from(message: &M) -> Self {
+        let text =
+            |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned();
+        Self {
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: text(message.key()),
+            payload: message.payload().unwrap_or_default().to_vec(),
+            headers: message
+                .headers()
+                .map(|headers| {
+                    headers
+                        .iter()
+                        .map(|h| (h.key.to_owned(), text(h.value)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
 impl Received {
     /// The `id` header: the event id.
     pub fn id(&self) -> &str {
@@ -109,7 +131,7 @@ impl Collector {
         let consumer: StreamConsumer = kafka::client_config()
             .set("bootstrap.servers", brokers)
             // tansu answers a fetch with one record batch per partition: fetch often.
-            .set("fetch.wait.max.ms", "10")
+            .set("fetch.wait.max.ms", "100")
             .set("group.id", format!("collector-{}", crate::random_suffix()))
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
@@ -141,28 +163,7 @@ impl Collector {
             match tokio::time::timeout(left.min(Duration::from_millis(500)), self.consumer.recv())
                 .await
             {
-                Ok(Ok(message)) => self.received.push(Received {
-                    topic: message.topic().to_owned(),
-                    partition: message.partition(),
-                    offset: message.offset(),
-                    key: String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned(),
-                    payload: message.payload().unwrap_or_default().to_vec(),
-                    headers: message
-                        .headers()
-                        .map(|headers| {
-                            headers
-                                .iter()
-                                .map(|h| {
-                                    (
-                                        h.key.to_owned(),
-                                        String::from_utf8_lossy(h.value.unwrap_or_default())
-                                            .into_owned(),
-                                    )
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                }),
+                Ok(Ok(message)) => self.received.push(Received::from(&message)),
                 Ok(Err(error)) => eprintln!("consumer error (continuing): {error}"),
                 Err(_) => {}
             }
@@ -213,4 +214,45 @@ pub async fn insert_backlog(
         ids.extend(rows.iter().map(|row| row.get::<_, String>(0)));
     }
     Ok(ids)
+}
+
+/// An LSN header (`X/Y`) as a number.
+///
+/// # Panics
+/// When `text` is not an LSN.
+pub fn parse_lsn(text: &str) -> u64 {
+    let (high, low) = text.split_once('/').expect("an LSN is X/Y");
+    (u64::from_str_radix(high, 16).expect("hex") << 32) | u64::from_str_radix(low, 16).expect("hex")
+}
+
+/// Messages that reached a partition out of the ledger's order for their key.
+///
+/// Reads each partition in offset order, keeps the first copy of every event id (the relay
+/// sends again what the slot had not confirmed, so later copies are expected), and counts
+/// each first copy whose (commit LSN, ordinal) is not after the previous one of its key.
+pub fn order_violations(received: &[Received]) -> usize {
+    let mut in_log_order: Vec<&Received> = received.iter().collect();
+    in_log_order
+        .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+    let mut seen = HashSet::new();
+    let mut last: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+    let mut violations = 0;
+    for message in in_log_order {
+        if !seen.insert(message.id()) {
+            continue;
+        }
+        let position = (
+            parse_lsn(&message.headers["commit_lsn"]),
+            message.headers["ordinal"]
+                .parse()
+                .expect("a numeric ordinal"),
+        );
+        let key = (message.topic.as_str(), message.key.as_str());
+        if let Some(previous) = last.insert(key, position)
+            && previous >= position
+        {
+            violations += 1;
+        }
+    }
+    violations
 }

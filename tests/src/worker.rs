@@ -41,17 +41,27 @@ impl RunningWorker {
 
 /// Starts the worker as a process (it dies with the test's thread if the test fails);
 /// `binary` is the test's `env!("CARGO_BIN_EXE_worker-under-test")`.
+/// Its consumer runs with the worker's own group settings, as `ledger worker` does.
 pub fn spawn(binary: &str, config: &WorkerConfig) -> anyhow::Result<Child> {
-    Ok(Command::new("setpriv")
+    let mut command = Command::new("setpriv");
+    command
         .args(["--pdeathsig", "SIGKILL", "--", binary])
         .env("LEDGER_DATABASE_URL", &config.database_url)
         .env("LEDGER_KAFKA_BROKERS", &config.brokers)
         .env("LEDGER_REASSIGNMENT_TOPIC", &config.topic)
         .env("LEDGER_WORKER_GROUP", &config.group_id)
+        .env(
+            "LEDGER_WORKER_STALL_AFTER_MS",
+            config.stall_after_ms.to_string(),
+        )
+        .env(
+            "LEDGER_WORKER_INSTANCE_ID",
+            config.instance_id.as_deref().unwrap_or_default(),
+        )
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()?)
+        .stdout(Stdio::null());
+    Ok(command.spawn()?)
 }
 
 /// Polls the run until `done(status)` holds or `timeout` passes; returns the last status.

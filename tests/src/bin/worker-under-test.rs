@@ -12,7 +12,6 @@ async fn main() -> anyhow::Result<()> {
     let mut config = WorkerConfig::load(None)?;
     config.retry_backoff_max_ms = 200;
     config.metrics_listen = None;
-    config.kafka = ra_ledger_tests::worker::quick_group_settings();
     ra_ledger::worker::run_process(config).await?;
     Ok(())
 }

@@ -3,10 +3,12 @@
 mod as_of;
 mod audit;
 mod bad_input;
+mod broker_faults;
 mod ledger;
 mod migrations;
 mod races;
 mod reassignment;
 mod relay;
 mod relay_faults;
+mod retention;
 mod smoke;

@@ -12,7 +12,7 @@ use ra_ledger_tests::{TestDatabase, TestTopics};
 use rand::Rng;
 
 /// Starts the relay as a process; it dies with this test's thread if the test fails.
-fn spawn_relay(config: &RelayConfig) -> anyhow::Result<Child> {
+pub(crate) fn spawn_relay(config: &RelayConfig) -> anyhow::Result<Child> {
     Ok(Command::new("setpriv")
         .args([
             "--pdeathsig",
@@ -115,15 +115,7 @@ async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()>
     relay.kill()?;
     relay.wait()?;
     let done = collector
-        .until(Duration::from_secs(300), |received| {
-            received.len() >= expected.len()
-                && received
-                    .iter()
-                    .map(|m| m.id())
-                    .collect::<HashSet<_>>()
-                    .len()
-                    >= expected.len()
-        })
+        .until_all(Duration::from_secs(300), &expected)
         .await;
     let lost = report("kill -9 x10", &expected, &collector);
     assert!(
@@ -167,9 +159,7 @@ async fn a_frozen_broker_pauses_the_relay_and_it_resumes_without_loss() -> anyho
     }
     broker.signal("CONT")?;
     let done = collector
-        .until(Duration::from_secs(120), |r| {
-            r.iter().map(|m| m.id()).collect::<HashSet<_>>().len() >= expected.len()
-        })
+        .until_all(Duration::from_secs(120), &expected)
         .await;
     // Let the slot catch up, then read the lag again.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -222,9 +212,7 @@ async fn a_postgresql_restart_mid_stream_loses_nothing() -> anyhow::Result<()> {
     let client = database.connect().await?;
     expected.extend(insert_backlog(&client, 20, 50, 64).await?);
     let done = collector
-        .until(Duration::from_secs(120), |r| {
-            r.iter().map(|m| m.id()).collect::<HashSet<_>>().len() >= expected.len()
-        })
+        .until_all(Duration::from_secs(120), &expected)
         .await;
     let sessions = relay.metrics.render();
     relay.stop().await?;
@@ -272,9 +260,7 @@ async fn sigterm_drains_confirms_and_exits_zero() -> anyhow::Result<()> {
     // A new relay finishes the rest; nothing is lost.
     let mut next = spawn_relay(&config)?;
     let done = collector
-        .until(Duration::from_secs(120), |r| {
-            r.iter().map(|m| m.id()).collect::<HashSet<_>>().len() >= expected.len()
-        })
+        .until_all(Duration::from_secs(120), &expected)
         .await;
     next.kill()?;
     next.wait()?;

@@ -4,6 +4,7 @@
 
 mod chain;
 mod edges;
+mod faults;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -86,8 +87,14 @@ pub(super) async fn poisoned_then_seeded(
 /// A fresh database and topics, the relay between them, and a worker configuration.
 pub(super) async fn relayed()
 -> anyhow::Result<(TestDatabase, TestTopics, RunningRelay, WorkerConfig)> {
+    relayed_on(TestTopics::new()).await
+}
+
+/// Like [`relayed`], with the topics of `topics` (on their broker).
+pub(super) async fn relayed_on(
+    mut topics: TestTopics,
+) -> anyhow::Result<(TestDatabase, TestTopics, RunningRelay, WorkerConfig)> {
     let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
     let relay = RunningRelay::start(test_config(&database, &mut topics).await?);
     let config = worker::test_config(&database, &topics);
     Ok((database, topics, relay, config))

@@ -1,0 +1,192 @@
+//! Runs that heal themselves: the broker killed mid-chain, the reassignment topic deleted
+//! and recreated mid-run. Each on a broker of its own, since both faults would pull the
+//! ground from under the other tests.
+
+use std::process::Child;
+use std::time::Instant;
+
+use ra_ledger_tests::stack::private_broker;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+
+use super::*;
+
+/// A worker's stall counter, from its metrics.
+fn stalls(worker: &RunningWorker) -> u64 {
+    worker
+        .metrics
+        .render()
+        .lines()
+        .find_map(|line| line.strip_prefix("ra_reassignment_stalls_total "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_5_000_survives_a_broker_kill_minus_nine_mid_chain() -> anyhow::Result<()> {
+    let broker = private_broker()?;
+    let (database, _topics, relay, config) = relayed_on(TestTopics::on(broker.brokers())).await?;
+    let worker = RunningWorker::start(config.clone());
+    let seeded = seeded(&database, 5_000).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
+    let at_kill = wait_for_run(&database, run_id, Duration::from_secs(120), |s| {
+        s.pages >= 10
+    })
+    .await?;
+    broker.kill()?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    broker.start()?;
+    let restarted = Instant::now();
+    // No step by hand: the relay, the worker and the chain pick up where they were.
+    let status = wait_for_run(&database, run_id, Duration::from_secs(240), completed).await?;
+    println!(
+        "broker killed at page {} of 51; completed {:.1} s after its restart, {} stalls noticed",
+        at_kill.pages,
+        restarted.elapsed().as_secs_f64(),
+        stalls(&worker)
+    );
+    assert_eq!(
+        (status.replaced, status.failed, status.pages),
+        (5_000, 0, 51),
+        "{status:#?}"
+    );
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    assert_eq!(max_pages_in_flight(&seeded.client, run_id).await, 1);
+    worker.stop().await?;
+    relay.stop().await?;
+    Ok(())
+}
+
+/// Processes kept running the way a supervisor (systemd's `Restart=always`) keeps them:
+/// started again whenever they exit. Counts the restarts.
+struct Supervised {
+    name: &'static str,
+    start: Box<dyn Fn() -> anyhow::Result<Child> + Send>,
+    child: Child,
+    restarts: Vec<String>,
+}
+
+impl Supervised {
+    fn new(
+        name: &'static str,
+        start: impl Fn() -> anyhow::Result<Child> + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let child = start()?;
+        Ok(Self {
+            name,
+            start: Box::new(start),
+            child,
+            restarts: Vec::new(),
+        })
+    }
+
+    /// Restarts the process if it has exited.
+    fn tend(&mut self) -> anyhow::Result<()> {
+        if let Some(exit) = self.child.try_wait()? {
+            eprintln!(
+                "{} exited ({exit}); restarting it as a supervisor would",
+                self.name
+            );
+            self.restarts.push(exit.to_string());
+            self.child = (self.start)()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_completes_when_its_topic_is_deleted_and_recreated_mid_run() -> anyhow::Result<()> {
+    let broker = private_broker()?;
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::on(broker.brokers());
+    let relay_config = test_config(&database, &mut topics).await?;
+    let mut config = worker::test_config(&database, &topics);
+    // A short stall time: the page request in flight when the topic went is gone with it,
+    // and only the stall watcher raises it again.
+    config.stall_after_ms = 3_000;
+    config.instance_id = Some(format!("worker-{}", topics.prefix));
+    // Processes under a supervisor, as deployed: librdkafka 2.12 clients sometimes crash
+    // (SIGSEGV in their metadata cache) when a topic they use is recreated with a new id.
+    let mut relay = Supervised::new("relay", move || {
+        crate::relay_faults::spawn_relay(&relay_config)
+    })?;
+    let worker_config = config.clone();
+    let mut worker = Supervised::new("worker", move || {
+        worker::spawn(env!("CARGO_BIN_EXE_worker-under-test"), &worker_config)
+    })?;
+    let seeded = seeded(&database, 2_000).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
+    let at_delete = wait_for_run(&database, run_id, Duration::from_secs(120), |s| {
+        s.pages >= 5
+    })
+    .await?;
+
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.brokers())
+        .create()?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin
+        .delete_topics(&[config.topic.as_str()], &options)
+        .await?
+    {
+        result.map_err(|(topic, code)| anyhow::anyhow!("cannot delete {topic}: {code}"))?;
+    }
+    drop(admin);
+    // tansu 0.6.0 on SQLite deletes every topic of the cluster with it, and the next
+    // produce to any of them panics its storage task ("more or less than one row",
+    // lite.rs): from then on it answers every request with an error until it restarts. A
+    // Kafka broker would not need this; the README says so.
+    broker.kill()?;
+    broker.start()?;
+    let names: Vec<String> = ra_ledger_tests::relay::AGGREGATES
+        .iter()
+        .map(|aggregate| format!("{}.outbox.event.{aggregate}", topics.prefix))
+        .collect();
+    ra_ledger::testing::create_topics(
+        &broker.brokers(),
+        &names,
+        ra_ledger_tests::kafka::TEST_PARTITIONS,
+    )
+    .await?;
+    let recreated = Instant::now();
+
+    let status = loop {
+        relay.tend()?;
+        worker.tend()?;
+        let status = wait_for_run(&database, run_id, Duration::ZERO, |_| true).await?;
+        if completed(&status) {
+            break status;
+        }
+        anyhow::ensure!(
+            recreated.elapsed() < Duration::from_secs(180),
+            "the run did not complete within 180 s of the topics' return: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "topic deleted at page {} of 21; completed {:.1} s after it was recreated; \
+         {} stalls raised again; processes restarted: relay {:?}, worker {:?}",
+        at_delete.pages,
+        recreated.elapsed().as_secs_f64(),
+        status.stalls,
+        relay.restarts,
+        worker.restarts,
+    );
+    assert_eq!(
+        (status.replaced, status.failed, status.pages),
+        (2_000, 0, 21),
+        "{status:#?}"
+    );
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    assert_eq!(max_pages_in_flight(&seeded.client, run_id).await, 1);
+    Ok(())
+}

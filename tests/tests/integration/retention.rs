@@ -1,0 +1,181 @@
+//! Outbox retention against the real relay, slot and broker: rows go only once the slot
+//! confirmed them, across a relay kill -9 and a long open transaction; parked rows stay.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use ra_ledger::retention;
+use ra_ledger_tests::relay::{Collector, insert_backlog, parse_lsn as lsn, test_config};
+use ra_ledger_tests::{TestDatabase, TestTopics};
+use tokio_postgres::Client;
+
+use crate::relay_faults::spawn_relay;
+
+/// Records every removed outbox row with the slot's confirmed position at that moment.
+async fn watch_removals(client: &Client, slot: &str) -> anyhow::Result<()> {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE removed_rows (event_id text, txid xid8, confirmed pg_lsn);
+             CREATE FUNCTION note_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO removed_rows
+                 SELECT OLD.event_id::text, OLD.txid, confirmed_flush_lsn
+                 FROM pg_replication_slots WHERE slot_name = '{slot}';
+                 RETURN OLD;
+             END $$;
+             CREATE TRIGGER note_removed AFTER DELETE ON outbox
+                 FOR EACH ROW EXECUTE FUNCTION note_removed();"
+        ))
+        .await?;
+    Ok(())
+}
+
+async fn outbox_rows(client: &Client) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one("SELECT count(*) FROM outbox", &[])
+        .await?
+        .get(0))
+}
+
+// Longer than our usual function on purpose: one scenario, read top to bottom.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -> anyhow::Result<()>
+{
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    watch_removals(&client, &config.slot).await?;
+    client
+        .execute(
+            "INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, event_type, \
+             topic, payload, headers, commit_lsn, error) \
+             VALUES (gen_random_uuid(), 'contact', 'k', 'TestEvent', 't', '\\x00', '{}', '0/0', \
+             'test')",
+            &[],
+        )
+        .await?;
+    let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
+    let prune = || retention::prune(&pool, &config.slot, 500);
+
+    // No relay yet: the slot confirmed nothing written, so nothing goes.
+    let mut expected: HashSet<String> = insert_backlog(&client, 20, 100, 32)
+        .await?
+        .into_iter()
+        .collect();
+    for _ in 0..3 {
+        assert_eq!(prune().await?.removed, 0);
+    }
+    assert_eq!(outbox_rows(&client).await?, 2_000);
+
+    // The relay publishes, retention follows; the relay dies mid-stream (kill -9: the slot
+    // stays where it last confirmed) and retention goes no further than that.
+    let mut collector = Collector::new(&topics)?;
+    let mut relay = spawn_relay(&config)?;
+    let mut removed_while_down = 0;
+    for round in 0..4 {
+        expected.extend(insert_backlog(&client, 5, 100, 32).await?);
+        if round == 2 {
+            relay.kill()?;
+            relay.wait()?;
+            for _ in 0..3 {
+                removed_while_down += prune().await?.removed;
+            }
+            relay = spawn_relay(&config)?;
+        }
+        prune().await?;
+        collector.until(Duration::from_millis(500), |_| false).await;
+    }
+
+    // A transaction stays open while more is written and published.
+    let mut long_client = database.connect().await?;
+    let long = long_client.transaction().await?;
+    let long_row = long
+        .query_one(
+            "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'contact', 'long', 'TestEvent', '\\x01') \
+             RETURNING event_id::text, txid::text",
+            &[],
+        )
+        .await?;
+    let (long_id, long_txid): (String, String) = (long_row.get(0), long_row.get(1));
+    expected.insert(long_id);
+    for _ in 0..3 {
+        expected.extend(insert_backlog(&client, 5, 100, 32).await?);
+        prune().await?;
+        collector.until(Duration::from_millis(500), |_| false).await;
+    }
+    // Marks name the oldest transaction running, so while the long one is open no row of
+    // a younger transaction is removed: retention errs on the side of keeping.
+    let younger: i64 = client
+        .query_one(
+            "SELECT count(*) FROM removed_rows WHERE txid > $1::text::xid8",
+            &[&long_txid],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        younger, 0,
+        "rows younger than an open transaction were removed"
+    );
+    long.commit().await?;
+
+    // Everything drains: the relay publishes, the slot confirms, retention removes.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while outbox_rows(&client).await? > 0 {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} outbox rows left after 120 s",
+            outbox_rows(&client).await?
+        );
+        // Heartbeats move the slot past the last mark even when nothing else is written.
+        prune().await?;
+        collector.until(Duration::from_millis(500), |_| false).await;
+    }
+    relay.kill()?;
+    relay.wait()?;
+    assert!(
+        collector
+            .until_all(Duration::from_secs(120), &expected)
+            .await,
+        "not every event reached Kafka"
+    );
+
+    // Each removed row had been published, at a commit the slot had confirmed.
+    let commit_lsns: HashMap<&str, u64> = collector
+        .received
+        .iter()
+        .map(|m| (m.id(), lsn(&m.headers["commit_lsn"])))
+        .collect();
+    let removed = client
+        .query("SELECT event_id, confirmed::text FROM removed_rows", &[])
+        .await?;
+    assert_eq!(
+        removed.len(),
+        expected.len(),
+        "each row removed exactly once"
+    );
+    for row in &removed {
+        let (id, confirmed): (String, Option<String>) = (row.get(0), row.get(1));
+        let commit = commit_lsns[id.as_str()];
+        let confirmed = lsn(&confirmed.expect("the slot had confirmed something"));
+        assert!(
+            commit < confirmed,
+            "{id} removed with the slot at {confirmed:X}, before its commit at {commit:X}"
+        );
+    }
+    let parked: i64 = client
+        .query_one("SELECT count(*) FROM outbox_parked", &[])
+        .await?
+        .get(0);
+    assert_eq!(parked, 1, "parked rows are never removed");
+    let status = retention::status(&pool).await?;
+    println!(
+        "retention: {} rows published and removed ({removed_while_down} while the relay was down), \
+         {} left, {} marks pending",
+        removed.len(),
+        status.rows,
+        status.marks
+    );
+    Ok(())
+}
