@@ -269,7 +269,8 @@ pub struct WorkerConfig {
     /// This worker's stable identity in the group (`group.instance.id`,
     /// `LEDGER_WORKER_INSTANCE_ID`): restarted, it takes its partitions back at once instead
     /// of waiting for its old session to time out. Unique per worker; unset, membership is
-    /// dynamic.
+    /// dynamic. For Apache Kafka: tansu 0.6.0 never evicts a dead member from a group whose
+    /// live members are static.
     pub instance_id: Option<String>,
     /// A run without progress for this long gets its page request raised again
     /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.

@@ -229,8 +229,12 @@ pub async fn run(
 /// The consumer's settings: the worker's own, then the operator's (`kafka`).
 ///
 /// A dead member's partitions wait for its session to time out before anyone else gets
-/// them, so the session is short (10 s, heartbeats every second). With a stable
-/// `instance_id` (static membership) a restarted worker takes its partitions back at once.
+/// them, so the session is as short as Kafka allows by default (6 s, heartbeats every
+/// second). With a stable `instance_id` (static membership) a restarted worker takes its
+/// partitions back at once on Kafka; tansu 0.6.0 then never evicts a dead member, so the
+/// stack does not set one. Metadata is refreshed every 10 s: a group that formed while its
+/// topic was missing (deleted, not yet created) assigned nothing, and only noticing the
+/// topic's return makes it rebalance.
 fn consumer_config(config: &WorkerConfig) -> rdkafka::ClientConfig {
     let mut client_config = rdkafka::ClientConfig::new();
     client_config
@@ -238,8 +242,9 @@ fn consumer_config(config: &WorkerConfig) -> rdkafka::ClientConfig {
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
+        .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000")
+        .set("topic.metadata.refresh.interval.ms", "10000")
         // Kafka answers a fetch the moment a request arrives, whatever this is; tansu polls
         // its storage within it instead, so a shorter wait is a faster chain there, and a
         // busier broker: 10 ms kept an idle SQLite-backed tansu at 30% of a core, 100 ms at 6%.

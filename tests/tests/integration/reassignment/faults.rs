@@ -113,7 +113,6 @@ async fn a_run_completes_when_its_topic_is_deleted_and_recreated_mid_run() -> an
     // A short stall time: the page request in flight when the topic went is gone with it,
     // and only the stall watcher raises it again.
     config.stall_after_ms = 3_000;
-    config.instance_id = Some(format!("worker-{}", topics.prefix));
     // Processes under a supervisor, as deployed: librdkafka 2.12 clients sometimes crash
     // (SIGSEGV in their metadata cache) when a topic they use is recreated with a new id.
     let mut relay = Supervised::new("relay", move || {
