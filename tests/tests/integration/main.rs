@@ -12,3 +12,4 @@ mod relay;
 mod relay_faults;
 mod retention;
 mod smoke;
+mod topics;
