@@ -23,3 +23,12 @@ pub fn random_suffix() -> String {
         .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
         .collect()
 }
+
+/// The value of an unlabelled metric `name` in a Prometheus text rendering; 0 when absent.
+pub fn metric(rendered: &str, name: &str) -> u64 {
+    rendered
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}

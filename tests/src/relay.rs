@@ -107,6 +107,29 @@ impl Received {
     }
 }
 
+/// A member of consumer group `group` on the test's outbox topics, from the earliest offset
+/// where the group has none, committing only when told.
+pub fn subscribe(
+    topics: &TestTopics,
+    brokers: &str,
+    group: &str,
+) -> anyhow::Result<StreamConsumer> {
+    let consumer: StreamConsumer = kafka::client_config()
+        .set("bootstrap.servers", brokers)
+        // tansu answers a fetch with one record batch per partition: fetch often.
+        .set("fetch.wait.max.ms", "100")
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let names: Vec<String> = AGGREGATES
+        .iter()
+        .map(|a| format!("{}.outbox.event.{a}", topics.prefix))
+        .collect();
+    consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>())?;
+    Ok(consumer)
+}
+
 /// Reads every message of `topics` from the beginning.
 pub struct Collector {
     consumer: StreamConsumer,
@@ -128,22 +151,9 @@ impl Collector {
 
     /// Subscribes to the test's outbox topics on a given broker.
     pub fn on(topics: &TestTopics, brokers: &str) -> anyhow::Result<Self> {
-        let consumer: StreamConsumer = kafka::client_config()
-            .set("bootstrap.servers", brokers)
-            // tansu answers a fetch with one record batch per partition: fetch often.
-            .set("fetch.wait.max.ms", "100")
-            .set("group.id", format!("collector-{}", crate::random_suffix()))
-            .set("auto.offset.reset", "earliest")
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let names: Vec<String> = AGGREGATES
-            .iter()
-            .map(|a| format!("{}.outbox.event.{a}", topics.prefix))
-            .collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        consumer.subscribe(&names)?;
+        let group = format!("collector-{}", crate::random_suffix());
         Ok(Self {
-            consumer,
+            consumer: subscribe(topics, brokers, &group)?,
             received: Vec::new(),
         })
     }

@@ -3,7 +3,11 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // RUST_LOG (the tests set `warn`), so a passing run's output stays readable.
     tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();

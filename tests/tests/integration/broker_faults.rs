@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use ra_ledger_tests::relay::{
-    AGGREGATES, Collector, Received, RunningRelay, insert_backlog, order_violations, test_config,
+    Collector, Received, RunningRelay, insert_backlog, order_violations, subscribe, test_config,
 };
-use ra_ledger_tests::stack::{BrokerServer, private_broker};
-use ra_ledger_tests::{TestDatabase, TestTopics, kafka};
+use ra_ledger_tests::stack::private_broker;
+use ra_ledger_tests::{TestDatabase, TestTopics};
 use rand::Rng;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 
@@ -89,27 +89,6 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
     Ok(())
 }
 
-/// A consumer of group `group` on the test's outbox topics.
-fn group_member(
-    broker: &BrokerServer,
-    topics: &TestTopics,
-    group: &str,
-) -> anyhow::Result<StreamConsumer> {
-    let consumer: StreamConsumer = kafka::client_config()
-        .set("bootstrap.servers", broker.brokers())
-        .set("fetch.wait.max.ms", "100")
-        .set("group.id", group)
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let names: Vec<String> = AGGREGATES
-        .iter()
-        .map(|aggregate| format!("{}.outbox.event.{aggregate}", topics.prefix))
-        .collect();
-    consumer.subscribe(&names.iter().map(String::as_str).collect::<Vec<_>>())?;
-    Ok(consumer)
-}
-
 /// Reads `n` messages (or until `timeout`), commits where it got to and leaves the group.
 async fn read_and_commit(
     consumer: StreamConsumer,
@@ -156,7 +135,7 @@ async fn a_consumer_group_resuming_inside_a_record_batch_misses_nothing() -> any
     let group = format!("resume-{}", topics.prefix);
     let mut received = Vec::new();
     for n in [37, 251, 3] {
-        let consumer = group_member(&broker, &topics, &group)?;
+        let consumer = subscribe(&topics, &broker.brokers(), &group)?;
         received.extend(read_and_commit(consumer, n, Duration::from_secs(60)).await?);
     }
     let resumed_at: Vec<(i32, i64)> = received
@@ -167,7 +146,7 @@ async fn a_consumer_group_resuming_inside_a_record_batch_misses_nothing() -> any
         .collect();
     broker.kill()?;
     broker.start()?;
-    let consumer = group_member(&broker, &topics, &group)?;
+    let consumer = subscribe(&topics, &broker.brokers(), &group)?;
     let left = expected.len().saturating_sub(received.len());
     received.extend(read_and_commit(consumer, left, Duration::from_secs(120)).await?);
     println!("the last life resumed after {resumed_at:?}");

@@ -176,13 +176,7 @@ async fn a_frozen_broker_pauses_the_relay_and_it_resumes_without_loss() -> anyho
 }
 
 fn lag_bytes(relay: &RunningRelay) -> u64 {
-    relay
-        .metrics
-        .render()
-        .lines()
-        .find_map(|line| line.strip_prefix("ra_relay_replication_lag_bytes "))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0)
+    ra_ledger_tests::metric(&relay.metrics.render(), "ra_relay_replication_lag_bytes")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

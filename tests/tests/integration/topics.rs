@@ -18,13 +18,17 @@ async fn topics_are_created_once_with_the_configs_asked_for() -> anyhow::Result<
 
     let first = topics::create_missing(&namespace.brokers, &no_settings, &specs).await?;
     assert!(
-        first.iter().all(|(_, outcome)| *outcome == Outcome::Created),
+        first
+            .iter()
+            .all(|(_, outcome)| *outcome == Outcome::Created),
         "{first:?}"
     );
     // Again: nothing is created twice, nothing fails.
     let again = topics::create_missing(&namespace.brokers, &no_settings, &specs).await?;
     assert!(
-        again.iter().all(|(_, outcome)| *outcome == Outcome::Existed),
+        again
+            .iter()
+            .all(|(_, outcome)| *outcome == Outcome::Existed),
         "{again:?}"
     );
 

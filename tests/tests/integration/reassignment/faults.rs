@@ -13,13 +13,7 @@ use super::*;
 
 /// A worker's stall counter, from its metrics.
 fn stalls(worker: &RunningWorker) -> u64 {
-    worker
-        .metrics
-        .render()
-        .lines()
-        .find_map(|line| line.strip_prefix("ra_reassignment_stalls_total "))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0)
+    ra_ledger_tests::metric(&worker.metrics.render(), "ra_reassignment_stalls_total")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
