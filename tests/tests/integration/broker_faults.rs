@@ -9,7 +9,7 @@ use ra_ledger_tests::relay::{
     Collector, Received, RunningRelay, insert_backlog, order_violations, subscribe, test_config,
 };
 use ra_ledger_tests::stack::private_broker;
-use ra_ledger_tests::{TestDatabase, TestTopics};
+use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 use rand::Rng;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 
@@ -64,15 +64,20 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
         anyhow::Ok(ids)
     });
     let mut kills = Vec::new();
+    let mut mid_stream_kills = 0;
     for _ in 0..3 {
         let up = Duration::from_millis(rand::rng().random_range(1_000..4_000));
         collector.until(up, |_| false).await;
         let read = collector.received.len();
+        let published = metric(&relay.metrics.render(), "ra_relay_events_published_total");
         broker.kill()?;
         let down = Duration::from_millis(rand::rng().random_range(100..2_000));
         tokio::time::sleep(down).await;
         broker.start()?;
-        kills.push(format!("after {read} read, down {down:?}"));
+        if published < 50_000 {
+            mid_stream_kills += 1;
+        }
+        kills.push(format!("{published} published, {read} read, down {down:?}"));
     }
     let expected: HashSet<String> = writer.await??.into_iter().collect();
     assert_eq!(expected.len(), 50_000);
@@ -86,6 +91,10 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
     relay.stop().await?;
     assert!(all_arrived && tally.lost == 0, "{} events lost", tally.lost);
     assert_eq!(tally.order_violations, 0);
+    assert_eq!(
+        mid_stream_kills, 3,
+        "every kill landed while events streamed"
+    );
     Ok(())
 }
 
