@@ -220,8 +220,11 @@ pub async fn run(
             // redelivered to whoever takes the partition.
             break;
         }
-        if let Err(error) = consumer.commit_message(&message, CommitMode::Sync) {
-            // The page committed; a redelivery is dropped by the fence.
+        // Asynchronous: a synchronous commit waits for the group coordinator without a
+        // timeout, and after a broker restart it blocked the worker for good (seen with
+        // tansu). The page committed; a redelivery of an uncommitted offset is dropped by
+        // the fence.
+        if let Err(error) = consumer.commit_message(&message, CommitMode::Async) {
             warn!(%error, "cannot commit the Kafka offset; the request may be redelivered");
         }
     }
