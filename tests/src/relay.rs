@@ -47,6 +47,21 @@ pub async fn test_config(
     })
 }
 
+/// A broker of its own (for tests that kill or freeze it), a fresh database, the test's
+/// topics on that broker and a relay configuration between them.
+pub async fn on_private_broker() -> anyhow::Result<(
+    crate::stack::BrokerServer,
+    TestDatabase,
+    TestTopics,
+    RelayConfig,
+)> {
+    let broker = crate::stack::private_broker()?;
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::on(broker.brokers());
+    let config = test_config(&database, &mut topics).await?;
+    Ok((broker, database, topics, config))
+}
+
 /// A relay running in this process.
 pub type RunningRelay = Background<RelayMetrics, ra_ledger_cdc::relay::RelayError>;
 

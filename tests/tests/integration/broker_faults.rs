@@ -5,11 +5,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use ra_ledger_tests::metric;
 use ra_ledger_tests::relay::{
-    Collector, Received, RunningRelay, insert_backlog, order_violations, subscribe, test_config,
+    Collector, Received, RunningRelay, insert_backlog, on_private_broker, order_violations,
+    subscribe,
 };
-use ra_ledger_tests::stack::private_broker;
-use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 use rand::Rng;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 
@@ -46,10 +46,7 @@ impl Tally {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_order()
 -> anyhow::Result<()> {
-    let broker = private_broker()?;
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::on(broker.brokers());
-    let config = test_config(&database, &mut topics).await?;
+    let (broker, database, topics, config) = on_private_broker().await?;
     let relay = RunningRelay::start(config);
     let mut collector = Collector::on(&topics, &broker.brokers())?;
 
@@ -120,10 +117,7 @@ async fn read_and_commit(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_group_resuming_inside_a_record_batch_misses_nothing() -> anyhow::Result<()> {
-    let broker = private_broker()?;
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::on(broker.brokers());
-    let config = test_config(&database, &mut topics).await?;
+    let (broker, database, topics, config) = on_private_broker().await?;
     let client = database.connect().await?;
     // A backlog the relay sends in many-record batches (it lingers 10 ms to fill them).
     let expected: HashSet<String> = insert_backlog(&client, 30, 100, 64)

@@ -6,8 +6,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::RelayConfig;
-use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
-use ra_ledger_tests::stack::{private_broker, private_postgres};
+use ra_ledger_tests::relay::{
+    Collector, RunningRelay, insert_backlog, on_private_broker, test_config,
+};
+use ra_ledger_tests::stack::private_postgres;
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rand::Rng;
 
@@ -48,10 +50,7 @@ fn report(name: &str, expected: &HashSet<String>, collector: &Collector) -> usiz
 async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()> {
     // A broker of its own: reading 100,000+ messages back should not queue behind the
     // other tests' traffic.
-    let broker = private_broker()?;
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::on(broker.brokers());
-    let mut config = test_config(&database, &mut topics).await?;
+    let (broker, database, topics, mut config) = on_private_broker().await?;
     // A short pipeline slows the drain, so all ten kills land while the backlog drains.
     config.max_in_flight = 100;
     let client = database.connect().await?;
@@ -132,10 +131,7 @@ async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_broker_pauses_the_relay_and_it_resumes_without_loss() -> anyhow::Result<()> {
-    let broker = private_broker()?;
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::on(broker.brokers());
-    let config = test_config(&database, &mut topics).await?;
+    let (broker, database, topics, config) = on_private_broker().await?;
     let client = database.connect().await?;
     let relay = RunningRelay::start(config.clone());
     let mut collector = Collector::on(&topics, &broker.brokers())?;

@@ -99,10 +99,8 @@ impl Drop for Supervised {
 // top to bottom; split into pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_completes_when_its_topic_is_deleted_and_recreated_mid_run() -> anyhow::Result<()> {
-    let broker = private_broker()?;
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::on(broker.brokers());
-    let relay_config = test_config(&database, &mut topics).await?;
+    let (broker, database, topics, relay_config) =
+        ra_ledger_tests::relay::on_private_broker().await?;
     let mut config = worker::test_config(&database, &topics);
     // A short stall time: the page request in flight when the topic went is gone with it,
     // and only the stall watcher raises it again.
