@@ -2,26 +2,242 @@
 //! connection the project makes: the ledger's pools and tools, the relay's SQL connection
 //! and its replication stream.
 
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_postgres::config::Host;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
-/// A database URL that does not parse.
+pub mod tls;
+
+pub use tls::{SslMode, Tls};
+
+/// A database URL that does not parse, or whose TLS settings cannot work.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid database URL: {0}")]
 pub struct UrlError(String);
 
-/// Parses `url` (a `postgres://` URL or a libpq key=value string) and sets
-/// `application_name`, so operators can find the connection in `pg_stat_activity`.
-pub fn config(url: &str, application_name: &str) -> Result<Config, UrlError> {
-    let mut config = Config::from_str(url).map_err(|error| UrlError(error.to_string()))?;
-    config.application_name(application_name);
-    Ok(config)
+/// A database URL, read: the driver's settings, and the TLS ones (libpq's `sslmode`,
+/// `sslrootcert`, `sslcert`, `sslkey`) that tokio-postgres does not know.
+#[derive(Clone)]
+pub struct Settings {
+    /// The driver's settings (host, role, password, database, options).
+    pub sql: Config,
+    /// How connections are encrypted and verified.
+    pub tls: Tls,
+    connector: tls::RustlsConnect,
 }
 
-/// Where a configuration points, without the password: `host:port/database`.
-pub fn target(config: &Config) -> String {
+impl std::fmt::Debug for Settings {
+    // Never print the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("target", &target(self))
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settings {
+    /// What makes the TLS connections of tokio-postgres (and deadpool's pools).
+    pub fn connector(&self) -> tls::RustlsConnect {
+        self.connector.clone()
+    }
+
+    /// Why these settings leave a remote server's connections open to a man in the middle,
+    /// if they do: a non-loopback host with a mode weaker than `verify-full`.
+    pub fn weakness(&self) -> Option<String> {
+        if loopback(&self.sql) || self.tls.mode == SslMode::VerifyFull {
+            return None;
+        }
+        let what = match self.tls.mode {
+            SslMode::Disable => "unencrypted",
+            SslMode::Prefer => "unencrypted when the server offers no TLS, and never verified",
+            SslMode::Require => "encrypted but the server is not verified",
+            SslMode::VerifyCa => "verified against the CA but not against the host name",
+            SslMode::VerifyFull => unreachable!(),
+        };
+        Some(format!(
+            "connections to {} use sslmode={}: {what}; set sslmode=verify-full (and \
+             sslrootcert) unless the network is trusted",
+            target(self),
+            self.tls.mode.as_str()
+        ))
+    }
+}
+
+/// Parses `url` (a `postgres://` URL or a libpq key=value string) and sets
+/// `application_name`, so operators can find the connection in `pg_stat_activity`.
+///
+/// TLS: `sslmode` is one of libpq's (`disable`, `prefer`, `require`, `verify-ca`,
+/// `verify-full`); unset, it is `prefer` for loopback hosts and Unix sockets (as libpq) and
+/// `verify-full` for any other host. As in libpq, `require` with `sslrootcert` verifies the
+/// chain (`verify-ca`). Without `sslrootcert`, verification uses Mozilla's roots.
+pub fn config(url: &str, application_name: &str) -> Result<Settings, UrlError> {
+    let (rest, params) = tls_params(url)?;
+    let mut sql = Config::from_str(&rest).map_err(|error| UrlError(error.to_string()))?;
+    sql.application_name(application_name);
+    let mut tls = Tls {
+        mode: SslMode::Prefer,
+        defaulted: true,
+        root_cert: None,
+        client_cert: None,
+        client_key: None,
+    };
+    for (key, value) in params {
+        match key.as_str() {
+            "sslmode" => {
+                tls.mode = SslMode::parse(&value).ok_or_else(|| {
+                    UrlError(format!(
+                        "sslmode={value:?}: expected disable, prefer, require, verify-ca or \
+                         verify-full"
+                    ))
+                })?;
+                tls.defaulted = false;
+            }
+            // libpq's "system" store: this project's is Mozilla's (webpki-roots).
+            "sslrootcert" if value == "system" => tls.root_cert = None,
+            "sslrootcert" => tls.root_cert = Some(PathBuf::from(value)),
+            "sslcert" => tls.client_cert = Some(PathBuf::from(value)),
+            "sslkey" => tls.client_key = Some(PathBuf::from(value)),
+            _ => unreachable!("tls_params returns only TLS keys"),
+        }
+    }
+    if tls.defaulted && !loopback(&sql) {
+        tls.mode = SslMode::VerifyFull;
+    }
+    if tls.mode == SslMode::Require && tls.root_cert.is_some() {
+        tls.mode = SslMode::VerifyCa;
+    }
+    sql.ssl_mode(tls.driver_mode());
+    let connector = tls
+        .connector()
+        .map_err(|error| UrlError(error.to_string()))?;
+    Ok(Settings {
+        sql,
+        tls,
+        connector,
+    })
+}
+
+const TLS_KEYS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
+
+/// Splits the TLS parameters off a URL or key=value string: the rest, and them.
+fn tls_params(url: &str) -> Result<(String, Vec<(String, String)>), UrlError> {
+    let mut found = Vec::new();
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok((url.to_owned(), found));
+        };
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if TLS_KEYS.contains(&key) {
+                found.push((key.to_owned(), percent_decode(value)?));
+            } else {
+                kept.push(pair);
+            }
+        }
+        let rest = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        return Ok((rest, found));
+    }
+    // key=value pairs, values optionally single-quoted with backslash escapes.
+    let mut rest = String::new();
+    let mut chars = url.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            return Err(UrlError(format!("expected key=value at {key:?}")));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut raw = String::new();
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            raw.push('\'');
+            loop {
+                match chars.next() {
+                    Some('\'') => break raw.push('\''),
+                    Some('\\') => {
+                        let escaped = chars
+                            .next()
+                            .ok_or_else(|| UrlError("unterminated quote".into()))?;
+                        raw.push('\\');
+                        raw.push(escaped);
+                        value.push(escaped);
+                    }
+                    Some(c) => {
+                        raw.push(c);
+                        value.push(c);
+                    }
+                    None => return Err(UrlError("unterminated quote".into())),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                raw.push(c);
+                value.push(c);
+            }
+        }
+        if TLS_KEYS.contains(&key.as_str()) {
+            found.push((key, value));
+        } else {
+            rest.push_str(&format!("{key}={raw} "));
+        }
+    }
+    Ok((rest.trim_end().to_owned(), found))
+}
+
+fn percent_decode(text: &str) -> Result<String, UrlError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                .ok_or_else(|| UrlError(format!("bad percent-encoding in {text:?}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| UrlError(format!("{text:?} is not UTF-8")))
+}
+
+/// Whether every host is this machine: a loopback address, `localhost` or a Unix socket.
+fn loopback(config: &Config) -> bool {
+    config.get_hosts().iter().all(|host| match host {
+        Host::Unix(_) => true,
+        Host::Tcp(name) => {
+            name == "localhost"
+                || name
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse::<IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+    })
+}
+
+/// Where settings point, without the password: `host:port/database`.
+pub fn target(settings: &Settings) -> String {
+    let config = &settings.sql;
     let host = config
         .get_hosts()
         .first()
@@ -36,15 +252,71 @@ pub fn target(config: &Config) -> String {
 }
 
 /// Opens one connection and drives it on a background task, which logs how it ended.
-pub async fn connect(config: &Config) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = config.connect(NoTls).await?;
-    let application = config.get_application_name().unwrap_or_default().to_owned();
+/// The first connection of a process with weak TLS settings for a remote host logs why.
+pub async fn connect(settings: &Settings) -> Result<Client, tokio_postgres::Error> {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if let Some(weakness) = settings.weakness()
+        && !WARNED.swap(true, Ordering::Relaxed)
+    {
+        tracing::warn!("{weakness}");
+    }
+    let (client, connection) = settings.sql.connect(settings.connector()).await?;
+    let application = settings
+        .sql
+        .get_application_name()
+        .unwrap_or_default()
+        .to_owned();
     tokio::spawn(async move {
         if let Err(error) = connection.await {
-            tracing::warn!(%error, %application, "PostgreSQL connection closed with an error");
+            tracing::warn!(error = %explain(&error), %application, "PostgreSQL connection closed with an error");
         }
     });
     Ok(client)
+}
+
+/// The whole story of a driver error (tokio-postgres' own `Display` stops at "db error" or
+/// "error performing TLS handshake"), then what to do about it when that is known.
+pub fn explain(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    if let Some(db) = error.as_db_error() {
+        text.push_str(&format!(
+            ": {} (SQLSTATE {})",
+            db.message(),
+            db.code().code()
+        ));
+    } else {
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+    }
+    let hint = if text.contains("no pg_hba.conf entry") && text.contains("no encryption") {
+        Some(
+            "the server accepts only TLS connections: set sslmode=verify-full and sslrootcert=<its CA file> in the URL",
+        )
+    } else if text.contains("server does not support TLS") {
+        Some(
+            "the server offers no TLS, and the URL's sslmode requires it (sslmode=disable only on a trusted network)",
+        )
+    } else if text.contains("UnknownIssuer") || text.contains("BadSignature") {
+        Some(
+            "the server's certificate is not signed by a CA in sslrootcert (Mozilla's roots when unset)",
+        )
+    } else if text.contains("NotValidForName") || text.contains("not valid for name") {
+        Some(
+            "the server's certificate does not name this host: connect by a name it carries, or use sslmode=verify-ca",
+        )
+    } else if text.contains("is not a host name TLS can verify") {
+        Some("verify-full needs a host name or IP address the certificate can name")
+    } else {
+        None
+    };
+    if let Some(hint) = hint {
+        text.push_str(". ");
+        text.push_str(hint);
+    }
+    text
 }
 
 /// What a replication connection needs, from the same URL as the SQL connection.
@@ -60,6 +332,8 @@ pub struct ReplicationTarget {
     pub password: String,
     /// Database.
     pub database: String,
+    /// TLS, as for the SQL connections.
+    pub tls: pgwire_replication::TlsConfig,
 }
 
 impl std::fmt::Debug for ReplicationTarget {
@@ -70,13 +344,15 @@ impl std::fmt::Debug for ReplicationTarget {
             .field("port", &self.port)
             .field("user", &self.user)
             .field("database", &self.database)
+            .field("tls", &self.tls.mode)
             .finish_non_exhaustive()
     }
 }
 
 impl ReplicationTarget {
-    /// The replication target of a configuration.
-    pub fn of(config: &Config) -> Self {
+    /// The replication target of database settings.
+    pub fn of(settings: &Settings) -> Self {
+        let config = &settings.sql;
         Self {
             host: match config.get_hosts().first() {
                 Some(Host::Tcp(host)) => host.clone(),
@@ -90,7 +366,26 @@ impl ReplicationTarget {
                 .map(|password| String::from_utf8_lossy(password).into_owned())
                 .unwrap_or_default(),
             database: config.get_dbname().unwrap_or("postgres").to_owned(),
+            tls: settings.tls.replication(),
         }
+    }
+
+    /// A replication stream of `slot` and `publication` to this target.
+    pub fn stream(
+        self,
+        slot: impl Into<String>,
+        publication: &str,
+    ) -> pgwire_replication::ReplicationConfig {
+        pgwire_replication::ReplicationConfig::new(
+            self.host,
+            self.user,
+            self.password,
+            self.database,
+            slot,
+            publication,
+        )
+        .with_port(self.port)
+        .with_tls(self.tls)
     }
 }
 
@@ -143,4 +438,74 @@ mod tests {
         assert!(!format!("{replication:?}").contains("secret"));
         assert!(super::config("postgres://[::1", "t").is_err());
     }
+
+    #[test]
+    fn tls_settings_are_read_as_libpq_reads_them() {
+        let local = config("postgres://u:p@127.0.0.1:5432/db", "t").unwrap();
+        assert_eq!(
+            (local.tls.mode, local.tls.defaulted),
+            (SslMode::Prefer, true)
+        );
+        assert!(local.weakness().is_none());
+        let remote = config("postgres://u:p@db.example/db", "t").unwrap();
+        assert_eq!(
+            (remote.tls.mode, remote.tls.defaulted),
+            (SslMode::VerifyFull, true)
+        );
+        assert!(remote.weakness().is_none());
+        let weak = config(
+            "postgres://u:p@db.example/db?sslmode=require&application_name=x",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(weak.tls.mode, SslMode::Require);
+        let weakness = weak.weakness().unwrap();
+        assert!(
+            weakness.contains("db.example") && !weakness.contains(":p@"),
+            "{weakness}"
+        );
+        // libpq: require with a root certificate verifies the chain.
+        let ca = std::env::temp_dir().join(format!("ra-ledger-pg-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca, TEST_CA).unwrap();
+        let url = format!(
+            "postgres://u@db.example/db?sslmode=require&sslrootcert={}",
+            ca.display().to_string().replace('/', "%2F")
+        );
+        let ca_checked = config(&url, "t").unwrap();
+        assert_eq!(ca_checked.tls.mode, SslMode::VerifyCa);
+        assert_eq!(ca_checked.tls.root_cert.as_deref(), Some(ca.as_path()));
+        let keyword = config(
+            &format!(
+                "host=db.example user=u password='p w' sslmode=verify-ca sslrootcert='{}'",
+                ca.display()
+            ),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(keyword.tls.mode, SslMode::VerifyCa);
+        assert_eq!(keyword.sql.get_password(), Some(&b"p w"[..]));
+        let _ = std::fs::remove_file(&ca);
+        let bad = config("postgres://u:secret@h/db?sslmode=verify_full", "t").unwrap_err();
+        assert!(
+            bad.to_string().contains("verify_full") && !bad.to_string().contains("secret"),
+            "{bad}"
+        );
+        let missing = config(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent.pem",
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            missing.to_string().contains("/nonexistent.pem"),
+            "{missing}"
+        );
+        let replication = ReplicationTarget::of(&remote);
+        assert_eq!(
+            replication.tls.mode,
+            pgwire_replication::config::SslMode::VerifyFull
+        );
+    }
+
+    // A throwaway self-signed CA (openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256).
+    const TEST_CA: &str = include_str!("pg/test-ca.pem");
 }

@@ -3,7 +3,7 @@
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use ra_ledger_cdc::pg;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 pub use ra_ledger_cdc::pg::with_database;
 
@@ -14,9 +14,7 @@ pub enum DbError {
     #[error(transparent)]
     Url(#[from] pg::UrlError),
     /// Connecting or authenticating failed.
-    #[error(
-        "cannot connect to PostgreSQL at {target}: {source}. Is the stack up (`deploy/stack status`)?"
-    )]
+    #[error("cannot connect to PostgreSQL at {target}: {}{}", pg::explain(.source), stack_hint(.source))]
     Connect {
         /// Host and port tried, without credentials.
         target: String,
@@ -27,6 +25,17 @@ pub enum DbError {
     /// Building the pool failed.
     #[error("cannot build the connection pool: {0}")]
     Pool(#[from] deadpool_postgres::BuildError),
+}
+
+fn stack_hint(error: &tokio_postgres::Error) -> &'static str {
+    let refused = std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+    if refused {
+        ". Is the stack up (`deploy/stack status`)?"
+    } else {
+        ""
+    }
 }
 
 /// Opens one connection and drives it on a background task.
@@ -54,20 +63,25 @@ pub fn command_pool(
     max_size: usize,
     lock_timeout: std::time::Duration,
 ) -> Result<Pool, DbError> {
-    let mut config = pg::config(url, application_name)?;
+    let mut settings = pg::config(url, application_name)?;
     let setting = format!("-c lock_timeout={}", lock_timeout.as_millis().max(1));
+    let config = &mut settings.sql;
     let options = match config.get_options() {
         Some(existing) if !existing.trim().is_empty() => format!("{existing} {setting}"),
         _ => setting,
     };
     config.options(&options);
-    pool_of(config, max_size)
+    pool_of(settings, max_size)
 }
 
-fn pool_of(config: tokio_postgres::Config, max_size: usize) -> Result<Pool, DbError> {
+fn pool_of(settings: pg::Settings, max_size: usize) -> Result<Pool, DbError> {
+    if let Some(weakness) = settings.weakness() {
+        tracing::warn!("{weakness}");
+    }
+    let connector = settings.connector();
     let manager = Manager::from_config(
-        config,
-        NoTls,
+        settings.sql,
+        connector,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

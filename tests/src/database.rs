@@ -4,7 +4,7 @@
 use anyhow::Context;
 use ra_ledger::testing::ScratchDatabase;
 use ra_ledger_cdc::pg::ReplicationTarget;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::stack::stack;
 
@@ -86,9 +86,13 @@ impl Drop for TestDatabase {
 
 /// Connects to `url`, driving the connection on a background task.
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
+    let settings = ra_ledger_cdc::pg::config(url, "ledger-tests")?;
+    let (client, connection) = settings
+        .sql
+        .connect(settings.connector())
         .await
-        .with_context(|| "connecting to the test PostgreSQL".to_string())?;
+        .map_err(|error| anyhow::anyhow!(ra_ledger_cdc::pg::explain(&error)))
+        .context("connecting to the test PostgreSQL")?;
     tokio::spawn(async move {
         let _ = connection.await;
     });

@@ -8,6 +8,7 @@ pub mod kafka;
 pub mod relay;
 pub mod runs;
 pub mod stack;
+pub mod tls;
 pub mod worker;
 
 pub use background::Background;

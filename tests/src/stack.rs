@@ -229,12 +229,16 @@ fn start() -> anyhow::Result<Stack> {
 /// A PostgreSQL cluster of its own, for tests that restart it: stopping the shared one
 /// would break the tests running beside them.
 pub fn private_postgres() -> anyhow::Result<PostgresServer> {
-    // The shared stack clears the run folder when it starts: start it first.
-    stack();
-    let server =
-        PostgresServer::init(&run_dir().join(format!("postgres-{}", crate::random_suffix())))?;
+    let server = unstarted_postgres()?;
     server.start()?;
     Ok(server)
+}
+
+/// Like [`private_postgres`], to be changed before it starts.
+pub fn unstarted_postgres() -> anyhow::Result<PostgresServer> {
+    // The shared stack clears the run folder when it starts: start it first.
+    stack();
+    PostgresServer::init(&run_dir().join(format!("postgres-{}", crate::random_suffix())))
 }
 
 /// A broker of its own (with the run's storage), for tests that pause, kill or restart it.
@@ -287,6 +291,40 @@ impl PostgresServer {
             owner,
             pid: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Makes the server accept TLS connections only (`hostssl` lines alone), with `pki`'s
+    /// server certificate. Call before [`PostgresServer::start`].
+    pub fn require_tls(&self, pki: &crate::tls::Pki) -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for (from, to) in [
+            (&pki.server_cert, "server.crt"),
+            (&pki.server_key, "server.key"),
+        ] {
+            let path = self.data_dir.join(to);
+            std::fs::copy(from, &path)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            if let Some(user) = &self.owner {
+                std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid))?;
+            }
+        }
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.data_dir.join("postgresql.conf"))?;
+        std::io::Write::write_all(
+            &mut conf,
+            b"ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+        )?;
+        std::fs::write(
+            self.data_dir.join("pg_hba.conf"),
+            "hostssl all all 127.0.0.1/32 scram-sha-256\nhostssl replication all 127.0.0.1/32 scram-sha-256\n",
+        )?;
+        Ok(())
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// URL of the superuser on the maintenance database.

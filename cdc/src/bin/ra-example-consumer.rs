@@ -14,7 +14,6 @@ use ra_ledger_proto::v1::envelope::Event;
 use rdkafka::ClientConfig;
 use rdkafka::Message as _;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use tokio_postgres::NoTls;
 
 const CONSUMER: &str = "example-current-ra";
 
@@ -58,8 +57,10 @@ fn args() -> anyhow::Result<Args> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = args()?;
-    let (mut client, connection) = tokio_postgres::connect(&args.database_url, NoTls).await?;
-    tokio::spawn(connection);
+    let settings = ra_ledger_cdc::pg::config(&args.database_url, CONSUMER)?;
+    let mut client = ra_ledger_cdc::pg::connect(&settings)
+        .await
+        .map_err(|error| anyhow::anyhow!(ra_ledger_cdc::pg::explain(&error)))?;
     client.batch_execute(INBOX_SCHEMA).await?;
     client.batch_execute(SCHEMA).await?;
     let mut group = args.group.clone();

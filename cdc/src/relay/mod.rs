@@ -27,7 +27,7 @@ pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     /// PostgreSQL (SQL connection) failed.
-    #[error("PostgreSQL: {0}")]
+    #[error("PostgreSQL: {}", crate::pg::explain(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// The replication connection failed.
     #[error("replication stream: {0}")]

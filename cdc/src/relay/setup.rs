@@ -87,19 +87,11 @@ pub(super) fn replication_config(
 ) -> Result<ReplicationConfig, RelayError> {
     let settings = pg::config(&config.database_url, application_name)
         .map_err(|error| RelayError::Url(error.to_string()))?;
-    let target = ReplicationTarget::of(&settings);
-    Ok(ReplicationConfig::new(
-        target.host,
-        target.user,
-        target.password,
-        target.database,
-        config.slot.clone(),
-        config.publication.clone(),
-    )
-    .with_port(target.port)
-    // Zero: start where the slot confirmed, so nothing unacknowledged is skipped.
-    .with_start_lsn(Lsn::ZERO)
-    .with_status_interval(Duration::from_millis(config.status_interval_ms))
-    .with_wakeup_interval(Duration::from_secs(1))
-    .with_application_name(application_name))
+    Ok(ReplicationTarget::of(&settings)
+        .stream(config.slot.clone(), &config.publication)
+        // Zero: start where the slot confirmed, so nothing unacknowledged is skipped.
+        .with_start_lsn(Lsn::ZERO)
+        .with_status_interval(Duration::from_millis(config.status_interval_ms))
+        .with_wakeup_interval(Duration::from_secs(1))
+        .with_application_name(application_name))
 }

@@ -12,4 +12,5 @@ mod relay;
 mod relay_faults;
 mod retention;
 mod smoke;
+mod tls;
 mod topics;

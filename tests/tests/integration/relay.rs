@@ -476,9 +476,7 @@ async fn the_relay_runs_as_a_least_privilege_role() -> anyhow::Result<()> {
     );
 
     // It may read the outbox and nothing else, and write nothing but outbox_parked.
-    let (relay_client, connection) =
-        tokio_postgres::connect(&config.database_url, tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
+    let relay_client = ra_ledger_tests::database::connect(&config.database_url).await?;
     for statement in [
         "SELECT count(*) FROM events",
         "SELECT count(*) FROM assignments",

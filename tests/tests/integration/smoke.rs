@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use prost::Message as _;
 use ra_ledger_cdc::outbox::{OutboxLayout, OutboxRow};
 use ra_ledger_cdc::pgoutput::{self, LogicalMessage};
@@ -62,17 +62,10 @@ async fn read_outbox(
     count: usize,
 ) -> anyhow::Result<Vec<Replicated>> {
     let target = database.replication_target()?;
-    let config = ReplicationConfig::new(
-        target.host,
-        target.user,
-        target.password,
-        target.database,
-        slot,
-        PUBLICATION,
-    )
-    .with_port(target.port)
-    .with_start_lsn(Lsn::ZERO)
-    .with_application_name("ledger-smoke-test");
+    let config = target
+        .stream(slot, PUBLICATION)
+        .with_start_lsn(Lsn::ZERO)
+        .with_application_name("ledger-smoke-test");
     let mut client = ReplicationClient::connect(config).await?;
     let mut layouts: HashMap<u32, OutboxLayout> = HashMap::new();
     let mut rows = Vec::new();
