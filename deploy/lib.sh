@@ -39,6 +39,21 @@ ensure_postgres() {
     pg_bindir >/dev/null || die "apt installed postgresql but no server binaries are in /usr/lib/postgresql/*/bin"
 }
 
+# Debian packages, installed with apt only when missing: libssl-dev and pkg-config to build
+# librdkafka with TLS and SASL; openssl, stunnel4 and systemd (systemd-analyze) for tests.
+ensure_packages() {
+    local missing=() package
+    for package in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+            missing+=("$package")
+        fi
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "installing ${missing[*]} with apt"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
 # The Kafka-protocol broker, built once into the cache. The default build has only a null
 # storage engine that discards messages: build with dynostore (memory://) and libsql
 # (sqlite://, durable on local disk).

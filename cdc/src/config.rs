@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -59,8 +60,12 @@ pub struct RelayConfig {
     pub topic_prefix: String,
     /// Explicit topic per aggregate type, e.g. `{ contact = "ra.contacts" }`.
     pub topics: BTreeMap<String, String>,
-    /// librdkafka settings passed through, e.g. `bootstrap.servers`, `linger.ms`.
+    /// librdkafka settings passed through, e.g. `bootstrap.servers`, `linger.ms`,
+    /// `security.protocol`, `ssl.ca.location`.
     pub kafka: BTreeMap<String, String>,
+    /// Secret librdkafka settings read from files, e.g.
+    /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
+    pub kafka_secret_files: BTreeMap<String, PathBuf>,
     /// How often to emit a heartbeat through the slot, so an idle outbox does not pin WAL.
     pub heartbeat_interval_ms: u64,
     /// Most messages in flight to Kafka before the relay stops reading the slot.
@@ -84,6 +89,7 @@ impl Default for RelayConfig {
             topic_prefix: local::TOPIC_PREFIX.into(),
             topics: BTreeMap::new(),
             kafka: BTreeMap::from([("bootstrap.servers".into(), local::KAFKA_BROKERS.into())]),
+            kafka_secret_files: BTreeMap::new(),
             heartbeat_interval_ms: 10_000,
             max_in_flight: 50_000,
             shutdown_grace_ms: 10_000,
@@ -104,6 +110,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("topic_prefix", &self.topic_prefix)
             .field("topics", &self.topics)
             .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
+            .field("kafka_secret_files", &self.kafka_secret_files)
             .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
             .field("max_in_flight", &self.max_in_flight)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
@@ -190,8 +197,9 @@ pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, Con
 
 impl RelayConfig {
     /// Reads `path` (when given) over the defaults, then applies `LEDGER_DATABASE_URL`,
-    /// `LEDGER_RELAY_SLOT`, `LEDGER_KAFKA_BROKERS`, `LEDGER_TOPIC_PREFIX` and
-    /// `LEDGER_METRICS_LISTEN`, and validates.
+    /// `LEDGER_RELAY_SLOT`, `LEDGER_KAFKA_BROKERS`, `LEDGER_TOPIC_PREFIX`,
+    /// `LEDGER_METRICS_LISTEN` and the Kafka security variables
+    /// ([`crate::kafka::ENV_SETTINGS`]), and validates.
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
         let mut config: Self = read_file(path)?;
         if let Some(url) = env("LEDGER_DATABASE_URL") {
@@ -209,6 +217,13 @@ impl RelayConfig {
         if let Some(listen) = env("LEDGER_METRICS_LISTEN") {
             config.metrics_listen = listen_address("LEDGER_METRICS_LISTEN", &listen)?;
         }
+        let mut kafka = crate::kafka::KafkaSettings {
+            properties: std::mem::take(&mut config.kafka),
+            secret_files: std::mem::take(&mut config.kafka_secret_files),
+        };
+        kafka.apply_env();
+        config.kafka = kafka.properties;
+        config.kafka_secret_files = kafka.secret_files;
         config.validate()?;
         Ok(config)
     }
@@ -251,6 +266,7 @@ impl RelayConfig {
                 ));
             }
         }
+        self.kafka_settings().validate()?;
         for (field, value) in [
             ("max_in_flight", self.max_in_flight as u64),
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
@@ -289,6 +305,14 @@ impl RelayConfig {
             settings.insert(key.into(), value.into());
         }
         settings
+    }
+
+    /// The producer's settings and secret files.
+    pub fn kafka_settings(&self) -> crate::kafka::KafkaSettings {
+        crate::kafka::KafkaSettings {
+            properties: self.producer_settings(),
+            secret_files: self.kafka_secret_files.clone(),
+        }
     }
 
     /// Heartbeat interval.

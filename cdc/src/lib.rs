@@ -5,6 +5,7 @@
 pub mod ack;
 pub mod config;
 pub mod consumer;
+pub mod kafka;
 pub mod metrics;
 pub mod outbox;
 pub mod parking;

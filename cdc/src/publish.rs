@@ -1,6 +1,5 @@
 //! Turning outbox rows into Kafka messages, and deciding what a delivery error means.
 
-use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureProducer;
@@ -124,11 +123,11 @@ pub fn classify(error: &KafkaError) -> DeliveryFailure {
 
 /// The relay's idempotent producer.
 pub fn producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
-    let mut client = ClientConfig::new();
-    for (key, value) in config.producer_settings() {
-        client.set(key, value);
-    }
-    client.create()
+    config
+        .kafka_settings()
+        .client_config()
+        .map_err(|error| KafkaError::ClientCreation(error.to_string()))?
+        .create()
 }
 
 #[cfg(test)]

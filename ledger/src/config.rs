@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ra_ledger_cdc::config::{ConfigError, env, listen_address, local, read_file};
+use ra_ledger_cdc::kafka::KafkaSettings;
 use serde::Deserialize;
 
 use crate::api::{CursorKey, Tokens};
@@ -275,8 +277,11 @@ pub struct WorkerConfig {
     /// A run without progress for this long gets its page request raised again
     /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.
     pub stall_after_ms: u64,
-    /// Other librdkafka consumer settings.
+    /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...).
     pub kafka: BTreeMap<String, String>,
+    /// Secret librdkafka settings read from files, e.g.
+    /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
+    pub kafka_secret_files: BTreeMap<String, PathBuf>,
 }
 
 impl Default for WorkerConfig {
@@ -292,6 +297,7 @@ impl Default for WorkerConfig {
             instance_id: None,
             stall_after_ms: reassign::STALL_AFTER.as_millis() as u64,
             kafka: BTreeMap::new(),
+            kafka_secret_files: BTreeMap::new(),
         }
     }
 }
@@ -308,6 +314,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("instance_id", &self.instance_id)
             .field("stall_after_ms", &self.stall_after_ms)
             .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
+            .field("kafka_secret_files", &self.kafka_secret_files)
             .finish_non_exhaustive()
     }
 }
@@ -340,6 +347,10 @@ impl WorkerConfig {
         if let Some(stall) = env("LEDGER_WORKER_STALL_AFTER_MS") {
             config.stall_after_ms = number("LEDGER_WORKER_STALL_AFTER_MS", &stall)?;
         }
+        let mut kafka = config.kafka_settings();
+        kafka.apply_env();
+        config.kafka = kafka.properties;
+        config.kafka_secret_files = kafka.secret_files;
         config.validate()?;
         Ok(config)
     }
@@ -362,6 +373,7 @@ impl WorkerConfig {
                 "must be between 1 and 100",
             ));
         }
+        self.kafka_settings().validate()?;
         if self.retry_backoff_max_ms == 0 {
             return Err(ConfigError::invalid(
                 "retry_backoff_max_ms",
@@ -370,6 +382,15 @@ impl WorkerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The consumer's own librdkafka settings and secret files (the brokers and the group
+    /// settings are added by the worker).
+    pub fn kafka_settings(&self) -> KafkaSettings {
+        KafkaSettings {
+            properties: self.kafka.clone(),
+            secret_files: self.kafka_secret_files.clone(),
+        }
     }
 
     /// Longest pause between retries of a failing page.

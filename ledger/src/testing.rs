@@ -103,12 +103,19 @@ impl ScratchDatabase {
 
     /// A relay on this database's `slot`, publishing under `topic_prefix` to `brokers`,
     /// without a metrics endpoint.
+    /// Kafka security comes from the environment, as for every tool.
     pub fn relay_config(&self, slot: String, topic_prefix: String, brokers: &str) -> RelayConfig {
+        let mut kafka = ra_ledger_cdc::kafka::KafkaSettings {
+            properties: BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
+            secret_files: BTreeMap::new(),
+        };
+        kafka.apply_env();
         RelayConfig {
             database_url: self.url.clone(),
             slot,
             topic_prefix,
-            kafka: BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
+            kafka: kafka.properties,
+            kafka_secret_files: kafka.secret_files,
             metrics_listen: None,
             ..RelayConfig::default()
         }
@@ -161,11 +168,17 @@ impl ScratchDatabase {
     }
 }
 
+/// A librdkafka configuration for `brokers`, with the environment's Kafka security settings
+/// (`LEDGER_KAFKA_SECURITY_PROTOCOL`, ...), as every tool and bench uses.
+pub fn kafka_client(brokers: &str) -> Result<rdkafka::ClientConfig, TestingError> {
+    ra_ledger_cdc::kafka::KafkaSettings::from_env(brokers)
+        .and_then(|settings| settings.client_config())
+        .map_err(|error| TestingError::Refused(error.to_string()))
+}
+
 /// A Kafka admin client for `brokers`.
 pub fn admin_client(brokers: &str) -> Result<AdminClient<DefaultClientContext>, TestingError> {
-    let mut config = rdkafka::ClientConfig::new();
-    config.set("bootstrap.servers", brokers);
-    Ok(config.create()?)
+    Ok(kafka_client(brokers)?.create()?)
 }
 
 /// Creates `topics` with `partitions` partitions each on `brokers`.
@@ -174,7 +187,16 @@ pub async fn create_topics(
     topics: &[String],
     partitions: i32,
 ) -> Result<(), TestingError> {
-    let admin = admin_client(brokers)?;
+    create_topics_with(kafka_client(brokers)?, topics, partitions).await
+}
+
+/// Creates `topics` with `partitions` partitions each, with a client made of `config`.
+pub async fn create_topics_with(
+    config: rdkafka::ClientConfig,
+    topics: &[String],
+    partitions: i32,
+) -> Result<(), TestingError> {
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
     let new_topics: Vec<NewTopic> = topics
         .iter()
         .map(|topic| NewTopic::new(topic, partitions, TopicReplication::Fixed(1)))

@@ -71,6 +71,9 @@ pub enum TopicError {
     /// The admin client failed.
     #[error("Kafka admin: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// The Kafka settings of the environment cannot work.
+    #[error("{0}")]
+    Settings(String),
     /// The broker refused a topic.
     #[error("cannot create topic {topic}: {code}")]
     Refused {
@@ -88,7 +91,9 @@ pub async fn create_missing(
     settings: &BTreeMap<String, String>,
     specs: &[TopicSpec],
 ) -> Result<Vec<(String, Outcome)>, TopicError> {
-    let mut config = rdkafka::ClientConfig::new();
+    let mut config = ra_ledger_cdc::kafka::KafkaSettings::from_env(brokers)
+        .and_then(|kafka| kafka.client_config())
+        .map_err(|error| TopicError::Settings(error.to_string()))?;
     for (key, value) in settings {
         config.set(key, value);
     }

@@ -161,6 +161,9 @@ pub enum WorkerError {
     /// The Kafka consumer could not be created or subscribed.
     #[error("Kafka consumer: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// A Kafka setting cannot be used (a secret file went missing since start).
+    #[error(transparent)]
+    Config(#[from] ra_ledger_cdc::config::ConfigError),
 }
 
 /// Runs the worker until `shutdown`; the page in progress finishes first.
@@ -170,7 +173,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     let pool = db::pool(&config.database_url, "ledger-worker", 3)?;
-    let consumer: Arc<StreamConsumer> = Arc::new(consumer_config(&config).create()?);
+    let consumer: Arc<StreamConsumer> = Arc::new(consumer_config(&config)?.create()?);
     consumer.subscribe(&[&config.topic])?;
     info!(topic = %config.topic, group = %config.group_id,
           instance = config.instance_id.as_deref().unwrap_or("(dynamic)"),
@@ -242,8 +245,10 @@ pub async fn run(
 /// stack does not set one. Metadata is refreshed every 10 s: a group that formed while its
 /// topic was missing (deleted, not yet created) assigned nothing, and only noticing the
 /// topic's return makes it rebalance.
-fn consumer_config(config: &WorkerConfig) -> rdkafka::ClientConfig {
-    let mut client_config = rdkafka::ClientConfig::new();
+fn consumer_config(
+    config: &WorkerConfig,
+) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::config::ConfigError> {
+    let mut client_config = config.kafka_settings().client_config()?;
     client_config
         .set("bootstrap.servers", &config.brokers)
         .set("group.id", &config.group_id)
@@ -262,7 +267,7 @@ fn consumer_config(config: &WorkerConfig) -> rdkafka::ClientConfig {
     for (key, value) in &config.kafka {
         client_config.set(key, value);
     }
-    client_config
+    Ok(client_config)
 }
 
 /// Handles one request until it is processed or dropped; `false` when shutdown interrupted

@@ -1,5 +1,7 @@
 //! Topics of their own for each test, on the run's broker.
 
+use std::collections::BTreeMap;
+
 use rdkafka::ClientConfig;
 
 use crate::stack::stack;
@@ -19,6 +21,8 @@ pub struct TestTopics {
     pub prefix: String,
     /// Bootstrap servers of the broker holding them.
     pub brokers: String,
+    /// librdkafka settings every client of these topics needs (TLS, SASL).
+    pub client: BTreeMap<String, String>,
 }
 
 impl TestTopics {
@@ -32,14 +36,25 @@ impl TestTopics {
         Self {
             prefix: format!("t{}", crate::random_suffix()),
             brokers,
+            client: BTreeMap::new(),
         }
+    }
+
+    /// A client configuration for these topics' broker.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (key, value) in &self.client {
+            config.set(key, value);
+        }
+        config
     }
 
     /// Creates `<prefix>.<name>` with [`TEST_PARTITIONS`] partitions and returns its name.
     pub async fn create(&mut self, name: &str) -> anyhow::Result<String> {
         let topic = format!("{}.{name}", self.prefix);
-        ra_ledger::testing::create_topics(
-            &self.brokers,
+        ra_ledger::testing::create_topics_with(
+            self.client_config(),
             std::slice::from_ref(&topic),
             TEST_PARTITIONS,
         )

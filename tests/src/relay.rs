@@ -1,6 +1,6 @@
 //! Running the relay in tests, and reading back what reached Kafka.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::RelayConfig;
@@ -8,7 +8,7 @@ use ra_ledger_cdc::metrics::RelayMetrics;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
 
-use crate::{Background, TestDatabase, TestTopics, kafka};
+use crate::{Background, TestDatabase, TestTopics};
 
 /// Aggregate types the relay tests publish.
 pub const AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignment"];
@@ -37,7 +37,12 @@ pub async fn test_config(
         database_url: database.url.clone(),
         slot,
         topic_prefix: format!("{}.outbox.event.", topics.prefix),
-        kafka: BTreeMap::from([("bootstrap.servers".into(), topics.brokers.clone())]),
+        kafka: topics
+            .client
+            .clone()
+            .into_iter()
+            .chain([("bootstrap.servers".into(), topics.brokers.clone())])
+            .collect(),
         heartbeat_interval_ms: 200,
         status_interval_ms: 100,
         metrics_listen: None,
@@ -129,7 +134,8 @@ pub fn subscribe(
     brokers: &str,
     group: &str,
 ) -> anyhow::Result<StreamConsumer> {
-    let consumer: StreamConsumer = kafka::client_config()
+    let consumer: StreamConsumer = topics
+        .client_config()
         .set("bootstrap.servers", brokers)
         // tansu answers a fetch with one record batch per partition: fetch often.
         .set("fetch.wait.max.ms", "100")

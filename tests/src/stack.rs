@@ -67,6 +67,10 @@ pub struct BrokerServer {
     pub dir: PathBuf,
     /// Where it keeps what it acknowledged.
     pub storage: BrokerStorage,
+    /// A port of `localhost` to advertise instead of its own: a TLS terminator in front.
+    pub advertised_port: Option<u16>,
+    /// Whether clients must authenticate (SASL/SCRAM, `--authentication`).
+    pub authentication: bool,
     log: PathBuf,
     pid: Arc<Mutex<Option<u32>>>,
 }
@@ -406,6 +410,8 @@ impl BrokerServer {
             port: free_port()?,
             dir: dir.to_owned(),
             storage,
+            advertised_port: None,
+            authentication: false,
             log: dir.join("tansu.log"),
             pid: Arc::new(Mutex::new(None)),
         })
@@ -424,13 +430,26 @@ impl BrokerServer {
             .append(true)
             .open(&self.log)?;
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = match self.advertised_port {
+            Some(port) => format!("tcp://localhost:{port}"),
+            None => url.clone(),
+        };
         let mut command = Command::new("setpriv");
         command
             .args(["--pdeathsig", "SIGKILL", "--"])
             .arg(&self.binary)
             .arg("broker")
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", self.storage.url()])
+            .args([
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &advertised,
+            ])
+            .args(["--storage-engine", self.storage.url()]);
+        if self.authentication {
+            command.arg("--authentication");
+        }
+        command
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -440,6 +459,23 @@ impl BrokerServer {
         wait_for_port(self.port, Duration::from_secs(30), "tansu", &self.log)?;
         if self.storage == BrokerStorage::Sqlite {
             self.add_missing_index()?;
+        }
+        Ok(())
+    }
+
+    /// Creates a SCRAM user (`tansu user create`), on a broker running without
+    /// authentication: tansu 0.6.0 refuses it from an unauthenticated client otherwise.
+    pub fn create_user(&self, name: &str, password: &str, mechanism: &str) -> anyhow::Result<()> {
+        let output = Command::new(&self.binary)
+            .args(["user", "create", name, password, "--mechanism", mechanism])
+            .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
+            .output()
+            .context("running tansu user create")?;
+        if !output.status.success() {
+            bail!(
+                "tansu user create {name} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         Ok(())
     }
@@ -593,7 +629,8 @@ fn tansu_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// A port that was free a moment ago.
-fn free_port() -> anyhow::Result<u16> {
+/// A free port on 127.0.0.1.
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

@@ -16,7 +16,10 @@ pub fn test_config(database: &TestDatabase, topics: &TestTopics) -> WorkerConfig
         topic: format!("{}.outbox.event.reassignment", topics.prefix),
         group_id: format!("worker-{}", topics.prefix),
         retry_backoff_max_ms: 200,
-        kafka: quick_group_settings(),
+        kafka: quick_group_settings()
+            .into_iter()
+            .chain(topics.client.clone())
+            .collect(),
         ..WorkerConfig::default()
     }
 }

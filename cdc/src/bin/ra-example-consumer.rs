@@ -11,7 +11,6 @@ use std::time::Duration;
 use anyhow::Context;
 use ra_ledger_cdc::consumer::{self, INBOX_SCHEMA, Outcome};
 use ra_ledger_proto::v1::envelope::Event;
-use rdkafka::ClientConfig;
 use rdkafka::Message as _;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 
@@ -73,8 +72,9 @@ async fn main() -> anyhow::Result<()> {
         group = format!("{}-replay-{}", args.group, std::process::id());
         eprintln!("replaying from the beginning as group {group}");
     }
-    let kafka: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &args.brokers)
+    // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
+    let kafka: StreamConsumer = ra_ledger_cdc::kafka::KafkaSettings::from_env(&args.brokers)?
+        .client_config()?
         .set("group.id", &group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")

@@ -299,8 +299,7 @@ struct Counts {
 
 impl KafkaCount {
     fn start(brokers: &str, prefix: &str) -> anyhow::Result<Self> {
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let consumer: BaseConsumer = ra_ledger::testing::kafka_client(brokers)?
             .set(
                 "group.id",
                 format!("ledger-demo-{}", Uuid::new_v4().simple()),

@@ -1,12 +1,13 @@
 //! Production connections against real servers: a PostgreSQL that accepts TLS only, and a
 //! broker behind a TLS terminator (with mutual TLS, and with SASL/SCRAM).
 
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use pgwire_replication::ReplicationClient;
-use ra_ledger_tests::relay::{RunningRelay, test_config};
-use ra_ledger_tests::stack::{run_dir, unstarted_postgres};
-use ra_ledger_tests::tls::Pki;
+use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, parse_lsn, test_config};
+use ra_ledger_tests::stack::{BrokerServer, BrokerStorage, free_port, run_dir, unstarted_postgres};
+use ra_ledger_tests::tls::{Pki, TlsTerminator};
 use ra_ledger_tests::worker::{self, RunningWorker, wait_for_run};
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
 
@@ -135,5 +136,225 @@ async fn postgres_over_tls_only_runs_the_whole_flow_with_verify_full_and_refuses
     // verify-ca checks the chain only: the same address passes.
     let (sql, _) = refusals(&format!("{by_address}?sslmode=verify-ca&sslrootcert={ca}")).await;
     assert_eq!(sql, "connected");
+    Ok(())
+}
+
+/// A broker of its own that advertises `localhost:<TLS port>`, and a TLS terminator on that
+/// port in front of it (`mutual`: client certificates required). `prepare` runs against the
+/// plaintext broker first (creating SCRAM users); with `authentication` the broker is then
+/// restarted requiring SASL.
+fn broker_behind_tls(
+    pki: &Pki,
+    mutual: bool,
+    users: &[(&str, &str, &str)],
+) -> anyhow::Result<(BrokerServer, TlsTerminator)> {
+    let tls_port = free_port()?;
+    let dir = run_dir().join(format!("tansu-tls-{}", random_suffix()));
+    let mut broker = BrokerServer::new(&dir, BrokerStorage::Sqlite)?;
+    broker.advertised_port = Some(tls_port);
+    broker.start()?;
+    if !users.is_empty() {
+        // tansu 0.6.0 creates users only for unauthenticated clients, and only on a broker
+        // that does not require authentication: create them, then restart requiring it.
+        for (name, password, mechanism) in users {
+            broker.create_user(name, password, mechanism)?;
+        }
+        broker.kill()?;
+        broker.authentication = true;
+        broker.start()?;
+    }
+    let terminator = TlsTerminator::start(pki, tls_port, broker.port, mutual)?;
+    Ok((broker, terminator))
+}
+
+fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+async fn confirmed_lsn(database: &TestDatabase, slot: &str) -> anyhow::Result<u64> {
+    let row = database
+        .connect()
+        .await?
+        .query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await?;
+    Ok(parse_lsn(&row.get::<_, String>(0)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_over_mutual_tls_refuses_a_client_without_a_certificate_and_loses_nothing()
+-> anyhow::Result<()> {
+    let pki = pki()?;
+    let (_broker, terminator) = broker_behind_tls(&pki, true, &[])?;
+    let mut topics = TestTopics::on(format!("localhost:{}", terminator.port));
+    topics.client = settings(&[
+        ("security.protocol", "SSL"),
+        ("ssl.ca.location", &pki.ca.display().to_string()),
+        (
+            "ssl.certificate.location",
+            &pki.client_cert.display().to_string(),
+        ),
+        ("ssl.key.location", &pki.client_key.display().to_string()),
+    ]);
+    let database = TestDatabase::new().await?;
+    let config = test_config(&database, &mut topics).await?;
+
+    // A relay that verifies the server but has no certificate of its own: the terminator
+    // refuses it, and the slot does not move past what Kafka never acknowledged.
+    let mut anonymous = config.clone();
+    anonymous.kafka.remove("ssl.certificate.location");
+    anonymous.kafka.remove("ssl.key.location");
+    anonymous.shutdown_grace_ms = 500;
+    let refused = RunningRelay::start(anonymous);
+    let client = database.connect().await?;
+    let ids: HashSet<String> = insert_backlog(&client, 20, 10, 64)
+        .await?
+        .into_iter()
+        .collect();
+    let written: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let confirmed = confirmed_lsn(&database, &config.slot).await?;
+    assert!(
+        confirmed < parse_lsn(&written),
+        "the slot confirmed {confirmed:X} past the unacknowledged events (written up to {written})"
+    );
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        !collector
+            .until(Duration::from_secs(3), |received| !received.is_empty())
+            .await,
+        "nothing may reach Kafka without a client certificate"
+    );
+    // Stopped with deliveries pending: whatever it returns, it confirmed nothing.
+    let _ = refused.stop().await;
+
+    // The same relay with its certificate delivers every event, verified both ways.
+    let relay = RunningRelay::start(config.clone());
+    assert!(
+        collector.until_all(Duration::from_secs(90), &ids).await,
+        "{} of {} events arrived",
+        collector.distinct_ids().len(),
+        ids.len()
+    );
+    relay.stop().await?;
+    assert!(confirmed_lsn(&database, &config.slot).await? >= parse_lsn(&written));
+
+    // A client that trusts another CA cannot even read the metadata.
+    let mut wrong_ca = topics.client_config();
+    wrong_ca.set("ssl.ca.location", pki.other_ca.display().to_string());
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        wrong_ca.create()?;
+    let metadata = tokio::task::spawn_blocking(move || {
+        admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(5))
+            .map(|_| ())
+    })
+    .await?;
+    assert!(metadata.is_err(), "the wrong CA was accepted");
+    terminator.stop()?;
+    Ok(())
+}
+
+const SCRAM_USER: &str = "ledger-relay";
+const SCRAM_PASSWORD: &str = "scram-password-for-tests";
+
+/// The relay and the worker over SASL_SSL (SCRAM-SHA-512) with the password in a file.
+fn scram_settings(
+    pki: &Pki,
+    password: &str,
+) -> anyhow::Result<(BTreeMap<String, String>, std::path::PathBuf)> {
+    let password_file = pki.dir.join(format!("kafka-password-{}", random_suffix()));
+    std::fs::write(&password_file, format!("{password}\n"))?;
+    let client = settings(&[
+        ("security.protocol", "SASL_SSL"),
+        ("sasl.mechanism", "SCRAM-SHA-512"),
+        ("sasl.username", SCRAM_USER),
+        ("ssl.ca.location", &pki.ca.display().to_string()),
+    ]);
+    Ok((client, password_file))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_scram_over_tls_carries_a_supersede_through_relay_and_worker() -> anyhow::Result<()> {
+    let pki = pki()?;
+    let (_broker, terminator) =
+        broker_behind_tls(&pki, false, &[(SCRAM_USER, SCRAM_PASSWORD, "scram512")])?;
+    let (client, password_file) = scram_settings(&pki, SCRAM_PASSWORD)?;
+    let mut topics = TestTopics::on(format!("localhost:{}", terminator.port));
+    // The harness's own clients (topics, collector) take the password inline.
+    topics.client = client.clone();
+    topics
+        .client
+        .insert("sasl.password".into(), SCRAM_PASSWORD.into());
+    let database = TestDatabase::new().await?;
+    let mut relay_config = test_config(&database, &mut topics).await?;
+    // The relay and the worker read it from a file, as in production.
+    relay_config.kafka.remove("sasl.password");
+    relay_config
+        .kafka_secret_files
+        .insert("sasl.password".into(), password_file.clone());
+    relay_config.validate()?;
+    let mut worker_config = worker::test_config(&database, &topics);
+    worker_config.kafka.remove("sasl.password");
+    worker_config
+        .kafka_secret_files
+        .insert("sasl.password".into(), password_file);
+    worker_config.validate()?;
+    let relay = RunningRelay::start(relay_config);
+    let worker = RunningWorker::start(worker_config);
+    let seeded = seeded(&database, 250).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
+    let status = wait_for_run(&database, run_id, Duration::from_secs(120), completed).await?;
+    assert_eq!((status.replaced, status.pages), (250, 3), "{status:#?}");
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |received| received.len() >= 3)
+            .await
+    );
+    worker.stop().await?;
+    relay.stop().await?;
+    terminator.stop()?;
+    Ok(())
+}
+
+// tansu 0.6.0 accepts a wrong SCRAM proof (a known bug). librdkafka still fails such a
+// login, because it checks the signature in the server's final message, which a server
+// holding the real credentials cannot produce for the wrong password. So against tansu this
+// test passes without proving that the broker refused anything: it is the test to run
+// against Apache Kafka, which refuses the proof itself (SaslAuthenticationFailed). Ignored
+// here so that a green run does not claim what it did not check.
+#[ignore = "tansu 0.6.0 accepts a wrong SCRAM proof; run against Apache Kafka"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_scram_refuses_a_wrong_password() -> anyhow::Result<()> {
+    let pki = pki()?;
+    let (_broker, terminator) =
+        broker_behind_tls(&pki, false, &[(SCRAM_USER, SCRAM_PASSWORD, "scram512")])?;
+    let (mut client, _) = scram_settings(&pki, SCRAM_PASSWORD)?;
+    client.insert("sasl.password".into(), "not-the-password".into());
+    let mut topics = TestTopics::on(format!("localhost:{}", terminator.port));
+    topics.client = client;
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        topics.client_config().create()?;
+    let metadata = tokio::task::spawn_blocking(move || {
+        admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(10))
+            .map(|_| ())
+    })
+    .await?;
+    println!("metadata with a wrong password: {metadata:?}");
+    assert!(metadata.is_err(), "a wrong SCRAM password was accepted");
+    terminator.stop()?;
     Ok(())
 }

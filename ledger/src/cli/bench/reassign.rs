@@ -201,7 +201,7 @@ async fn pipeline(
     ));
     let worker_tasks = (0..workers.max(1))
         .map(|_| {
-            let config = WorkerConfig {
+            let mut config = WorkerConfig {
                 database_url: scratch.url.clone(),
                 brokers: brokers.into(),
                 topic: format!("{prefix}reassignment"),
@@ -209,6 +209,10 @@ async fn pipeline(
                 metrics_listen: None,
                 ..WorkerConfig::default()
             };
+            // Kafka security from the environment, as every tool.
+            let mut kafka = config.kafka_settings();
+            kafka.apply_env();
+            (config.kafka, config.kafka_secret_files) = (kafka.properties, kafka.secret_files);
             let metrics = std::sync::Arc::new(WorkerMetrics::default());
             tokio::spawn(ra_ledger::worker::run(config, metrics, shutdown.clone()))
         })

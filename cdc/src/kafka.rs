@@ -1,0 +1,304 @@
+//! Kafka client settings every process of the project shares: the relay, the worker, the
+//! example consumer, the CLI's tools and the benches build their librdkafka clients here.
+//!
+//! Settings are librdkafka properties (`security.protocol`, `sasl.mechanism`,
+//! `ssl.ca.location`, ...). Secrets (`sasl.password`, `ssl.key.password`) may instead come
+//! from files: `kafka_secret_files` in a TOML config, or `LEDGER_KAFKA_SASL_PASSWORD_FILE`
+//! and `LEDGER_KAFKA_SSL_KEY_PASSWORD_FILE`. A file's content is read when the client is
+//! built, never printed, and its trailing newline is dropped.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use rdkafka::ClientConfig;
+
+use crate::config::{ConfigError, env};
+
+/// Environment variables that set a librdkafka property, for every Kafka client.
+pub const ENV_SETTINGS: [(&str, &str); 6] = [
+    ("LEDGER_KAFKA_SECURITY_PROTOCOL", "security.protocol"),
+    ("LEDGER_KAFKA_SASL_MECHANISM", "sasl.mechanism"),
+    ("LEDGER_KAFKA_SASL_USERNAME", "sasl.username"),
+    ("LEDGER_KAFKA_SSL_CA_LOCATION", "ssl.ca.location"),
+    (
+        "LEDGER_KAFKA_SSL_CERTIFICATE_LOCATION",
+        "ssl.certificate.location",
+    ),
+    ("LEDGER_KAFKA_SSL_KEY_LOCATION", "ssl.key.location"),
+];
+
+/// Environment variables that name a file holding a secret librdkafka property.
+pub const ENV_SECRET_FILES: [(&str, &str); 2] = [
+    ("LEDGER_KAFKA_SASL_PASSWORD_FILE", "sasl.password"),
+    ("LEDGER_KAFKA_SSL_KEY_PASSWORD_FILE", "ssl.key.password"),
+];
+
+/// librdkafka properties whose values are secrets: never printed.
+const SECRET_KEYS: [&str; 5] = [
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.key.pem",
+    "sasl.oauthbearer.client.secret",
+];
+
+const PROTOCOLS: [&str; 4] = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+/// librdkafka properties, and secret ones to read from files.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// Properties, e.g. `bootstrap.servers`, `security.protocol`.
+    pub properties: BTreeMap<String, String>,
+    /// Property -> file holding its value, e.g. `sasl.password` -> `/run/secrets/kafka`.
+    pub secret_files: BTreeMap<String, PathBuf>,
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    // Keys only: values may be secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSettings")
+            .field("properties", &self.properties.keys().collect::<Vec<_>>())
+            .field("secret_files", &self.secret_files)
+            .finish()
+    }
+}
+
+impl KafkaSettings {
+    /// `brokers` and the security settings of the environment: what tools use.
+    pub fn from_env(brokers: &str) -> Result<Self, ConfigError> {
+        let mut settings = Self::default();
+        settings
+            .properties
+            .insert("bootstrap.servers".into(), brokers.into());
+        settings.apply_env();
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Applies the `LEDGER_KAFKA_*` security variables over these settings.
+    pub fn apply_env(&mut self) {
+        for (variable, key) in ENV_SETTINGS {
+            if let Some(value) = env(variable).filter(|value| !value.trim().is_empty()) {
+                self.properties.insert(key.into(), value);
+            }
+        }
+        for (variable, key) in ENV_SECRET_FILES {
+            if let Some(path) = env(variable).filter(|value| !value.trim().is_empty()) {
+                self.secret_files.insert(key.into(), path.into());
+            }
+        }
+    }
+
+    /// Checks the security settings: known protocol and mechanism, credentials for SASL,
+    /// readable files. Errors name the setting, never a secret's value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let protocol = self
+            .properties
+            .get("security.protocol")
+            .map(|value| value.to_ascii_lowercase())
+            .unwrap_or_else(|| "plaintext".into());
+        if !PROTOCOLS.contains(&protocol.as_str()) {
+            return Err(ConfigError::invalid(
+                "kafka.\"security.protocol\"",
+                &protocol,
+                "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+            ));
+        }
+        if protocol.starts_with("sasl") {
+            let mechanism = self
+                .properties
+                .get("sasl.mechanism")
+                .or_else(|| self.properties.get("sasl.mechanisms"))
+                .map(String::as_str)
+                .unwrap_or("GSSAPI");
+            if !MECHANISMS.contains(&mechanism) {
+                return Err(ConfigError::invalid(
+                    "kafka.\"sasl.mechanism\"",
+                    mechanism,
+                    "expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (this build has no GSSAPI)",
+                ));
+            }
+            if !self.properties.contains_key("sasl.username") {
+                return Err(ConfigError::invalid(
+                    "kafka.\"sasl.username\"",
+                    "",
+                    "SASL needs a user name",
+                ));
+            }
+            if !self.properties.contains_key("sasl.password")
+                && !self.secret_files.contains_key("sasl.password")
+            {
+                return Err(ConfigError::invalid(
+                    "kafka_secret_files.\"sasl.password\"",
+                    "",
+                    "SASL needs a password: name a file holding it (LEDGER_KAFKA_SASL_PASSWORD_FILE)",
+                ));
+            }
+        }
+        for key in [
+            "ssl.ca.location",
+            "ssl.certificate.location",
+            "ssl.key.location",
+        ] {
+            if let Some(path) = self.properties.get(key)
+                && let Err(error) = std::fs::metadata(path)
+            {
+                return Err(ConfigError::invalid(
+                    &format!("kafka.\"{key}\""),
+                    path,
+                    format!("cannot read it: {error}"),
+                ));
+            }
+        }
+        for (key, path) in &self.secret_files {
+            read_secret(key, path)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this connects without TLS to a broker that is not on this machine.
+    pub fn weakness(&self) -> Option<String> {
+        let protocol = self
+            .properties
+            .get("security.protocol")
+            .map(|value| value.to_ascii_lowercase())
+            .unwrap_or_else(|| "plaintext".into());
+        let brokers = self.properties.get("bootstrap.servers")?;
+        let remote = brokers.split(',').any(|broker| {
+            let host = broker
+                .trim()
+                .rsplit_once(':')
+                .map_or(broker, |(host, _)| host);
+            let host = host.trim_matches(|c| c == '[' || c == ']');
+            !(host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback()))
+        });
+        (remote && !protocol.ends_with("ssl")).then(|| {
+            format!(
+                "Kafka brokers {brokers} are reached with security.protocol={protocol}: \
+                 unencrypted; set SSL or SASL_SSL unless the network is trusted"
+            )
+        })
+    }
+
+    /// A librdkafka configuration: the properties, then the secrets read from their files.
+    pub fn client_config(&self) -> Result<ClientConfig, ConfigError> {
+        let mut config = ClientConfig::new();
+        for (key, value) in &self.properties {
+            config.set(key, value);
+        }
+        for (key, path) in &self.secret_files {
+            config.set(key, read_secret(key, path)?);
+        }
+        Ok(config)
+    }
+}
+
+/// Whether a librdkafka property holds a secret.
+pub fn is_secret(key: &str) -> bool {
+    SECRET_KEYS.contains(&key)
+}
+
+/// Reads a secret from `path`, without its trailing newline.
+pub fn read_secret(key: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::invalid(
+            &format!("secret file of {key}"),
+            path.display().to_string(),
+            format!("cannot read it: {error}"),
+        )
+    })?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
+    if secret.is_empty() {
+        return Err(ConfigError::invalid(
+            &format!("secret file of {key}"),
+            path.display().to_string(),
+            "the file is empty",
+        ));
+    }
+    Ok(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, &str)]) -> KafkaSettings {
+        KafkaSettings {
+            properties: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            secret_files: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn sasl_needs_a_known_mechanism_a_user_and_a_password() {
+        let base = [
+            ("bootstrap.servers", "k:9093"),
+            ("security.protocol", "SASL_SSL"),
+        ];
+        let error = settings(&base).validate().unwrap_err().to_string();
+        assert!(error.contains("sasl.mechanism"), "{error}");
+        let mut with_mechanism = base.to_vec();
+        with_mechanism.push(("sasl.mechanism", "SCRAM-SHA-512"));
+        let error = settings(&with_mechanism)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("sasl.username"), "{error}");
+        with_mechanism.push(("sasl.username", "relay"));
+        let error = settings(&with_mechanism)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("LEDGER_KAFKA_SASL_PASSWORD_FILE"), "{error}");
+        let mut complete = settings(&with_mechanism);
+        let file = std::env::temp_dir().join(format!("ra-kafka-secret-{}", std::process::id()));
+        std::fs::write(&file, "s3cret-pass\n").unwrap();
+        complete
+            .secret_files
+            .insert("sasl.password".into(), file.clone());
+        complete.validate().unwrap();
+        let config = complete.client_config().unwrap();
+        assert_eq!(config.get("sasl.password"), Some("s3cret-pass"));
+        assert!(!format!("{complete:?}").contains("s3cret"));
+        std::fs::remove_file(&file).unwrap();
+        let error = complete.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("sasl.password") && error.contains("ra-kafka-secret"),
+            "{error}"
+        );
+        let error = settings(&[("security.protocol", "tls")])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("security.protocol"), "{error}");
+    }
+
+    #[test]
+    fn plaintext_to_a_remote_broker_is_called_out() {
+        assert!(
+            settings(&[("bootstrap.servers", "127.0.0.1:9092,localhost:9093")])
+                .weakness()
+                .is_none()
+        );
+        assert!(
+            settings(&[("bootstrap.servers", "kafka.internal:9092")])
+                .weakness()
+                .is_some()
+        );
+        assert!(
+            settings(&[
+                ("bootstrap.servers", "kafka.internal:9093"),
+                ("security.protocol", "SSL")
+            ])
+            .weakness()
+            .is_none()
+        );
+    }
+}
