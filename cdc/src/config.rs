@@ -51,6 +51,9 @@ const FIXED_KAFKA_SETTINGS: [(&str, &str); 4] = [
 pub struct RelayConfig {
     /// PostgreSQL URL of a role with REPLICATION that may read the outbox.
     pub database_url: String,
+    /// File holding the password of `database_url`'s role
+    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
+    pub database_password_file: Option<PathBuf>,
     /// Logical replication slot (created with pgoutput when missing).
     pub slot: String,
     /// Publication of the outbox table (created insert-only when missing).
@@ -84,6 +87,7 @@ impl Default for RelayConfig {
     fn default() -> Self {
         Self {
             database_url: local::DATABASE_URL.into(),
+            database_password_file: None,
             slot: local::SLOT.into(),
             publication: local::PUBLICATION.into(),
             topic_prefix: local::TOPIC_PREFIX.into(),
@@ -105,6 +109,7 @@ impl std::fmt::Debug for RelayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RelayConfig")
             .field("database_url", &"<redacted>")
+            .field("database_password_file", &self.database_password_file)
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("topic_prefix", &self.topic_prefix)
@@ -169,6 +174,41 @@ pub fn read_file<T: serde::de::DeserializeOwned + Default>(
     toml::from_str(&text).map_err(|error| file_error(error.to_string()))
 }
 
+/// Reads a secret from the file at `path`, without its trailing newline. Errors name
+/// `field` and the path, never the content.
+pub fn read_secret(field: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::invalid(
+            field,
+            path.display().to_string(),
+            format!("cannot read it: {error}"),
+        )
+    })?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
+    if secret.is_empty() {
+        return Err(ConfigError::invalid(
+            field,
+            path.display().to_string(),
+            "the file is empty",
+        ));
+    }
+    Ok(secret)
+}
+
+/// `url` with the password in `password_file` (when given): `database_password_file`, or
+/// `LEDGER_DATABASE_PASSWORD_FILE`.
+pub fn with_password_file(
+    url: &str,
+    password_file: Option<&std::path::Path>,
+) -> Result<String, ConfigError> {
+    let Some(path) = password_file else {
+        return Ok(url.to_owned());
+    };
+    let password = read_secret("database_password_file", path)?;
+    crate::pg::with_password(url, &password)
+        .map_err(|error| ConfigError::invalid("database_url", "<redacted>", error.to_string()))
+}
+
 /// Whether `name` is a slot or publication name we accept: 1-63 characters of a-z, 0-9
 /// and `_` (PostgreSQL's own rules for slots, kept for publications too).
 pub fn identifier(name: &str) -> bool {
@@ -205,6 +245,9 @@ impl RelayConfig {
         if let Some(url) = env("LEDGER_DATABASE_URL") {
             config.database_url = url;
         }
+        if let Some(path) = env("LEDGER_DATABASE_PASSWORD_FILE") {
+            config.database_password_file = Some(path.into());
+        }
         if let Some(slot) = env("LEDGER_RELAY_SLOT") {
             config.slot = slot;
         }
@@ -224,12 +267,24 @@ impl RelayConfig {
         kafka.apply_env();
         config.kafka = kafka.properties;
         config.kafka_secret_files = kafka.secret_files;
+        config.resolve_secrets()?;
         config.validate()?;
         Ok(config)
     }
 
+    /// Puts the password of `database_password_file` into `database_url`; again after the
+    /// URL changed (idempotent).
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        self.database_url =
+            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
+        Ok(())
+    }
+
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::pg::config(&self.database_url, "check").map_err(|error| {
+            ConfigError::invalid("database_url", "<redacted>", error.to_string())
+        })?;
         if !identifier(&self.slot) {
             return Err(ConfigError::invalid(
                 "slot",

@@ -202,24 +202,9 @@ pub fn is_secret(key: &str) -> bool {
     SECRET_KEYS.contains(&key)
 }
 
-/// Reads a secret from `path`, without its trailing newline.
-pub fn read_secret(key: &str, path: &std::path::Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        ConfigError::invalid(
-            &format!("secret file of {key}"),
-            path.display().to_string(),
-            format!("cannot read it: {error}"),
-        )
-    })?;
-    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
-    if secret.is_empty() {
-        return Err(ConfigError::invalid(
-            &format!("secret file of {key}"),
-            path.display().to_string(),
-            "the file is empty",
-        ));
-    }
-    Ok(secret)
+/// Reads the secret `key` from `path`.
+fn read_secret(key: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    crate::config::read_secret(&format!("kafka_secret_files.\"{key}\""), path)
 }
 
 #[cfg(test)]

@@ -389,6 +389,41 @@ impl ReplicationTarget {
     }
 }
 
+/// `url` with `password` as its password (replacing any): how a password read from a file
+/// (`LEDGER_DATABASE_PASSWORD_FILE`) joins the URL, so it never has to be written in one.
+pub fn with_password(url: &str, password: &str) -> Result<String, UrlError> {
+    let Some(scheme_end) = url.find("://") else {
+        // key=value: a later key wins, so appending replaces an earlier password.
+        let escaped = password.replace('\\', "\\\\").replace('\'', "\\'");
+        return Ok(format!("{url} password='{escaped}'"));
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = url[authority_start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |end| authority_start + end);
+    let authority = &url[authority_start..authority_end];
+    let Some((userinfo, hosts)) = authority.rsplit_once('@') else {
+        return Err(UrlError(
+            "a password file needs a user name in the URL (postgres://USER@host/db)".into(),
+        ));
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    let encoded: String = password
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (byte as char).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect();
+    Ok(format!(
+        "{}{user}:{encoded}@{hosts}{}",
+        &url[..authority_start],
+        &url[authority_end..]
+    ))
+}
+
 /// `url` with its database replaced by `database` (credentials, host and query kept).
 pub fn with_database(url: &str, database: &str) -> String {
     let (base, query) = url
@@ -437,6 +472,33 @@ mod tests {
         );
         assert!(!format!("{replication:?}").contains("secret"));
         assert!(super::config("postgres://[::1", "t").is_err());
+    }
+
+    #[test]
+    fn a_password_from_a_file_joins_the_url_encoded() {
+        let url = with_password(
+            "postgres://ledger@db.example:5432/ledger?sslmode=verify-full",
+            "p@ss:w/rd %",
+        )
+        .unwrap();
+        let settings = config(&url, "t").unwrap();
+        assert_eq!(settings.sql.get_password(), Some(&b"p@ss:w/rd %"[..]));
+        assert_eq!(settings.sql.get_user(), Some("ledger"));
+        assert_eq!(settings.tls.mode, SslMode::VerifyFull);
+        let replaced = with_password("postgres://ledger:old@h/db", "new").unwrap();
+        assert_eq!(replaced, "postgres://ledger:new@h/db");
+        let keyword = with_password("host=h user=u password=old", "it's").unwrap();
+        assert_eq!(
+            config(&keyword, "t").unwrap().sql.get_password(),
+            Some(&b"it's"[..])
+        );
+        let error = with_password("postgres://h/db", "secret")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("user name") && !error.contains("secret"),
+            "{error}"
+        );
     }
 
     #[test]

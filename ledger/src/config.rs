@@ -6,9 +6,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ra_ledger_cdc::config::{ConfigError, env, listen_address, local, read_file};
+use ra_ledger_cdc::config::{
+    ConfigError, env, listen_address, local, read_file, read_secret, with_password_file,
+};
 use ra_ledger_cdc::kafka::KafkaSettings;
 use serde::Deserialize;
 
@@ -21,16 +24,29 @@ use crate::{reassign, retention};
 pub struct ServeConfig {
     /// PostgreSQL URL of the ledger database (`LEDGER_DATABASE_URL`).
     pub database_url: String,
+    /// File holding the password of `database_url`'s role
+    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
+    pub database_password_file: Option<PathBuf>,
     /// Address to listen on (`LEDGER_LISTEN`).
     pub listen: String,
+    /// Serve HTTPS with this certificate chain (PEM, `LEDGER_TLS_CERT_FILE`); plain HTTP
+    /// when unset.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The certificate's private key (PEM, `LEDGER_TLS_KEY_FILE`).
+    pub tls_key_file: Option<PathBuf>,
     /// Most PostgreSQL connections in the pool (`LEDGER_POOL_SIZE`).
     pub pool_size: usize,
-    /// Bearer tokens, `role:name:token` separated by commas; role is writer or auditor
-    /// (`LEDGER_TOKENS`).
+    /// Bearer tokens as SHA-256 hashes, `role:name:sha256:<64 hex digits>` separated by
+    /// commas or lines; role is writer or auditor (`LEDGER_TOKENS`). `ledger token new`
+    /// makes one.
     pub tokens: String,
+    /// File of more token entries, one per line (`LEDGER_TOKENS_FILE`).
+    pub tokens_file: Option<PathBuf>,
     /// Secret that signs history cursors, at least 16 characters; random per process when
     /// unset, so cursors do not survive a restart (`LEDGER_CURSOR_KEY`).
     pub cursor_key: Option<String>,
+    /// File holding the cursor key instead (`LEDGER_CURSOR_KEY_FILE`).
+    pub cursor_key_file: Option<PathBuf>,
     /// Longest a command waits for a lock another transaction holds before it answers 409
     /// (`LEDGER_LOCK_TIMEOUT_MS`).
     pub lock_timeout_ms: u64,
@@ -48,10 +64,15 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             database_url: local::DATABASE_URL.into(),
+            database_password_file: None,
             listen: local::HTTP_LISTEN.into(),
+            tls_cert_file: None,
+            tls_key_file: None,
             pool_size: 16,
             tokens: String::new(),
+            tokens_file: None,
             cursor_key: None,
+            cursor_key_file: None,
             lock_timeout_ms: 5_000,
             relay_slot: local::SLOT.into(),
             outbox_retention_interval_ms: retention::DEFAULT_INTERVAL.as_millis() as u64,
@@ -64,7 +85,12 @@ impl std::fmt::Debug for ServeConfig {
     // The URL, the tokens and the cursor key are secrets: never print them.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServeConfig")
+            .field("database_password_file", &self.database_password_file)
+            .field("tokens_file", &self.tokens_file)
+            .field("cursor_key_file", &self.cursor_key_file)
             .field("listen", &self.listen)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
             .field("pool_size", &self.pool_size)
             .field("lock_timeout_ms", &self.lock_timeout_ms)
             .field("relay_slot", &self.relay_slot)
@@ -84,6 +110,8 @@ pub struct Service {
     pub database_url: String,
     /// Where to listen.
     pub listen: SocketAddr,
+    /// HTTPS, when configured.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Most pooled connections.
     pub pool_size: usize,
     /// Who may do what.
@@ -114,6 +142,7 @@ impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
             .field("listen", &self.listen)
+            .field("tls", &self.tls.is_some())
             .field("pool_size", &self.pool_size)
             .field("tokens", &self.tokens)
             .field("lock_timeout", &self.lock_timeout)
@@ -129,8 +158,23 @@ impl ServeConfig {
         if let Some(url) = env("LEDGER_DATABASE_URL") {
             config.database_url = url;
         }
+        if let Some(path) = env("LEDGER_DATABASE_PASSWORD_FILE") {
+            config.database_password_file = Some(path.into());
+        }
+        if let Some(path) = env("LEDGER_TOKENS_FILE") {
+            config.tokens_file = Some(path.into());
+        }
+        if let Some(path) = env("LEDGER_CURSOR_KEY_FILE") {
+            config.cursor_key_file = Some(path.into());
+        }
         if let Some(listen) = env("LEDGER_LISTEN") {
             config.listen = listen;
+        }
+        if let Some(path) = env("LEDGER_TLS_CERT_FILE") {
+            config.tls_cert_file = Some(path.into());
+        }
+        if let Some(path) = env("LEDGER_TLS_KEY_FILE") {
+            config.tls_key_file = Some(path.into());
         }
         if let Some(size) = env("LEDGER_POOL_SIZE") {
             config.pool_size = number("LEDGER_POOL_SIZE", &size)?;
@@ -173,16 +217,34 @@ impl ServeConfig {
                 "must be between 1 and 1000",
             ));
         }
-        let tokens = Tokens::parse(&self.tokens)
+        let mut token_spec = self.tokens.clone();
+        if let Some(path) = &self.tokens_file {
+            let listed = std::fs::read_to_string(path).map_err(|error| {
+                ConfigError::invalid(
+                    "tokens_file",
+                    path.display().to_string(),
+                    format!("cannot read it: {error}"),
+                )
+            })?;
+            token_spec.push('\n');
+            token_spec.push_str(&listed);
+        }
+        let tokens = Tokens::parse(&token_spec)
             .map_err(|error| ConfigError::invalid("tokens", "<redacted>", error.to_string()))?;
         if tokens.is_empty() {
             return Err(ConfigError::invalid(
                 "tokens",
                 "",
-                "no token configured; set e.g. writer:cs-tool:<secret>,auditor:audit:<secret>",
+                "no token configured; `ledger token new writer cs-tool` makes an entry \
+                 (role:name:sha256:<hash>) for tokens or tokens_file",
             ));
         }
-        let cursor_key = match &self.cursor_key {
+        let cursor_key = match &self.cursor_key_file {
+            Some(path) => Some(read_secret("cursor_key_file", path)?),
+            None => self.cursor_key.clone(),
+        };
+        let cursor_key_configured = cursor_key.is_some();
+        let cursor_key = match &cursor_key {
             Some(key) if key.len() >= 16 => CursorKey::new(key.as_bytes()),
             Some(_) => {
                 return Err(ConfigError::invalid(
@@ -201,20 +263,75 @@ impl ServeConfig {
             ));
         }
         let retention = self.retention()?;
+        let database_url =
+            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
+        ra_ledger_cdc::pg::config(&database_url, "check").map_err(|error| {
+            ConfigError::invalid("database_url", "<redacted>", error.to_string())
+        })?;
+        let tls = self.server_tls()?;
         Ok(Service {
-            database_url: self.database_url.clone(),
+            tls,
+            database_url,
             retention,
             listen,
             pool_size: self.pool_size,
             tokens,
             cursor_key,
-            cursor_key_configured: self.cursor_key.is_some(),
+            cursor_key_configured,
             lock_timeout: Duration::from_millis(self.lock_timeout_ms),
         })
     }
 }
 
 impl ServeConfig {
+    /// The HTTPS settings: both files or neither. Errors name the file, never a key's bytes.
+    fn server_tls(&self) -> Result<Option<Arc<rustls::ServerConfig>>, ConfigError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (cert, key) = match (&self.tls_cert_file, &self.tls_key_file) {
+            (None, None) => return Ok(None),
+            (Some(cert), Some(key)) => (cert, key),
+            (Some(_), None) => {
+                return Err(ConfigError::invalid(
+                    "tls_key_file",
+                    "",
+                    "tls_cert_file needs its private key",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::invalid(
+                    "tls_cert_file",
+                    "",
+                    "tls_key_file needs its certificate",
+                ));
+            }
+        };
+        let file_error = |field: &str, path: &std::path::Path, error: &dyn std::fmt::Display| {
+            ConfigError::invalid(field, path.display().to_string(), error.to_string())
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|error| file_error("tls_cert_file", cert, &error))?;
+        if chain.is_empty() {
+            return Err(file_error(
+                "tls_cert_file",
+                cert,
+                &"no PEM certificate in it",
+            ));
+        }
+        let private_key = PrivateKeyDer::from_pem_file(key)
+            .map_err(|error| file_error("tls_key_file", key, &error))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| file_error("tls_cert_file", cert, &error))?
+        .with_no_client_auth()
+        .with_single_cert(chain, private_key)
+        .map_err(|error| file_error("tls_key_file", key, &error))?;
+        Ok(Some(Arc::new(config)))
+    }
+
     fn retention(&self) -> Result<Option<Retention>, ConfigError> {
         if self.outbox_retention_interval_ms == 0 {
             return Ok(None);
@@ -254,6 +371,9 @@ impl ServeConfig {
 pub struct WorkerConfig {
     /// The ledger database (`LEDGER_DATABASE_URL`).
     pub database_url: String,
+    /// File holding the password of `database_url`'s role
+    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
+    pub database_password_file: Option<PathBuf>,
     /// Kafka bootstrap servers (`LEDGER_KAFKA_BROKERS`).
     pub brokers: String,
     /// The reassignment topic (`LEDGER_REASSIGNMENT_TOPIC`).
@@ -288,6 +408,7 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             database_url: local::DATABASE_URL.into(),
+            database_password_file: None,
             brokers: local::KAFKA_BROKERS.into(),
             topic: local::REASSIGNMENT_TOPIC.into(),
             group_id: local::WORKER_GROUP.into(),
@@ -306,6 +427,7 @@ impl std::fmt::Debug for WorkerConfig {
     // The database URL carries a password: never print it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerConfig")
+            .field("database_password_file", &self.database_password_file)
             .field("brokers", &self.brokers)
             .field("topic", &self.topic)
             .field("group_id", &self.group_id)
@@ -325,6 +447,9 @@ impl WorkerConfig {
         let mut config: Self = read_file(path)?;
         if let Some(url) = env("LEDGER_DATABASE_URL") {
             config.database_url = url;
+        }
+        if let Some(path) = env("LEDGER_DATABASE_PASSWORD_FILE") {
+            config.database_password_file = Some(path.into());
         }
         if let Some(brokers) = env("LEDGER_KAFKA_BROKERS") {
             config.brokers = brokers;
@@ -351,12 +476,24 @@ impl WorkerConfig {
         kafka.apply_env();
         config.kafka = kafka.properties;
         config.kafka_secret_files = kafka.secret_files;
+        config.resolve_secrets()?;
         config.validate()?;
         Ok(config)
     }
 
+    /// Puts the password of `database_password_file` into `database_url`; again after the
+    /// URL changed (idempotent).
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        self.database_url =
+            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
+        Ok(())
+    }
+
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        ra_ledger_cdc::pg::config(&self.database_url, "check").map_err(|error| {
+            ConfigError::invalid("database_url", "<redacted>", error.to_string())
+        })?;
         for (field, value) in [
             ("brokers", &self.brokers),
             ("topic", &self.topic),
@@ -417,7 +554,7 @@ mod tests {
     #[test]
     fn serve_config_validates_and_hides_its_secrets() {
         let config = ServeConfig {
-            tokens: "writer:cs:secret-token-1".into(),
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
             cursor_key: Some("a cursor key of sixteen+".into()),
             database_url: "postgres://u:hunter2@db/ledger".into(),
             ..ServeConfig::default()
@@ -458,7 +595,7 @@ mod tests {
     #[test]
     fn outbox_retention_is_on_by_default_and_zero_turns_it_off() {
         let config = ServeConfig {
-            tokens: "writer:cs:secret-token-1".into(),
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
             ..ServeConfig::default()
         };
         let retention = config.validate().unwrap().retention.unwrap();

@@ -31,6 +31,11 @@ pub enum MigrateError {
     /// The database cannot be reached.
     #[error(transparent)]
     Connect(#[from] crate::db::DbError),
+    /// Migrations are pending and this role may not apply them.
+    #[error(
+        "the schema needs migrations {0:?}, and this role may not apply them: run `ledger migrate` as the owner role, then start again"
+    )]
+    NotOwner(Vec<String>),
 }
 
 /// What `ledger migrate` and every service start do: apply pending migrations, then create
@@ -94,6 +99,116 @@ pub async fn run(client: &mut Client) -> Result<MigrationReport, MigrateError> {
             .map(|migration| format!("V{}__{}", migration.version(), migration.name()))
             .collect(),
     })
+}
+
+/// What a service does at start: nothing when the schema is current (no DDL, so a role
+/// without CREATE, as `ledger grant app` sets up, can start), else apply the pending
+/// migrations, which needs the owner role. Either way the relay's slot is created when
+/// missing and the role may.
+pub async fn prepare_service(database_url: &str) -> Result<MigrationReport, MigrateError> {
+    let client = crate::db::connect(database_url, "ledger-migrate").await?;
+    let pending = pending(&client).await.map_err(MigrateError::Lock)?;
+    if pending.is_empty() {
+        drop(client);
+        ensure_slot_or_warn(database_url).await;
+        tracing::info!("schema is up to date");
+        return Ok(MigrationReport {
+            applied: Vec::new(),
+        });
+    }
+    tracing::info!(pending = ?pending, "applying pending migrations");
+    prepare(database_url).await.map_err(|error| match error {
+        MigrateError::Apply(_) if privilege_refused(&error) => MigrateError::NotOwner(pending),
+        other => other,
+    })
+}
+
+fn privilege_refused(error: &MigrateError) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        if inner
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::code)
+            == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+        {
+            return true;
+        }
+        source = inner.source();
+    }
+    false
+}
+
+/// Embedded migrations the database has not applied yet.
+pub async fn pending(client: &Client) -> Result<Vec<String>, tokio_postgres::Error> {
+    let history = client
+        .query_one(
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get::<_, bool>(0);
+    let applied: Vec<i32> = if history {
+        client
+            .query("SELECT version FROM refinery_schema_history", &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(migrations::runner()
+        .get_migrations()
+        .iter()
+        .filter(|migration| !applied.contains(&migration.version()))
+        .map(|migration| format!("V{}__{}", migration.version(), migration.name()))
+        .collect())
+}
+
+async fn ensure_slot_or_warn(database_url: &str) {
+    let slot = std::env::var("LEDGER_RELAY_SLOT").unwrap_or_else(|_| DEFAULT_RELAY_SLOT.to_owned());
+    let Ok(client) = crate::db::connect(database_url, "ledger-migrate").await else {
+        return;
+    };
+    match ensure_relay_slot(&client, &slot).await {
+        Ok(true) => tracing::info!(%slot,
+            "created the relay's replication slot; the outbox is captured from now on"),
+        Ok(false) => {}
+        Err(error) => tracing::warn!(
+            %slot, error = %crate::db::describe(&error),
+            "the relay's replication slot is missing and this role cannot create it; run \
+             `ledger migrate` as the owner role: outbox rows committed before the slot exists \
+             are never published"
+        ),
+    }
+}
+
+/// Grants a role what `ledger serve` and `ledger worker` need, and nothing more: read the
+/// ledger; append events and outbox rows; maintain the projections, the runs and the outbox
+/// retention marks; remove published outbox rows. It gets no UPDATE, DELETE or TRUNCATE on
+/// `events`, and owns nothing, so it cannot alter, drop or disable the triggers of any table,
+/// nor create one. The role itself (LOGIN) is created by the operator.
+pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
+    let role = quote_identifier(role);
+    let database: String = client
+        .query_one("SELECT current_database()", &[])
+        .await?
+        .get(0);
+    let database = quote_identifier(&database);
+    client
+        .batch_execute(&format!(
+            "GRANT CONNECT ON DATABASE {database} TO {role}; \
+             GRANT USAGE ON SCHEMA public TO {role}; \
+             REVOKE CREATE ON SCHEMA public FROM {role}; \
+             GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}; \
+             GRANT INSERT ON events, outbox, contacts, assignments, reassignment_runs, \
+                   reassignment_pages, reassignment_failures, outbox_retention_marks TO {role}; \
+             GRANT UPDATE ON contacts, assignments, reassignment_runs TO {role}; \
+             GRANT DELETE ON outbox, outbox_retention_marks TO {role}; \
+             REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON events FROM {role}; \
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};"
+        ))
+        .await
 }
 
 /// Names of all embedded migrations, in order.

@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use ra_ledger::api::{AppState, CursorKey, Tokens};
+use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
 use ra_ledger::commands::Ledger;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -58,7 +58,9 @@ impl TestApi {
         )?;
         let ledger = Ledger::new(pool.clone());
         let tokens = Tokens::parse(&format!(
-            "writer:test-writer:{WRITER},auditor:test-auditor:{AUDITOR}"
+            "{},{}",
+            token_entry(Role::Writer, "test-writer", WRITER),
+            token_entry(Role::Auditor, "test-auditor", AUDITOR)
         ))?;
         let state = AppState {
             ledger: ledger.clone(),
@@ -82,6 +84,22 @@ impl TestApi {
         tokio::spawn(ra_ledger::api::serve(
             listener,
             router,
+            std::future::pending(),
+        ));
+        Ok(address)
+    }
+
+    /// Like [`TestApi::serve`], over TLS with `tls`.
+    pub async fn serve_tls(
+        &self,
+        tls: std::sync::Arc<rustls::ServerConfig>,
+    ) -> anyhow::Result<std::net::SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(ra_ledger::api::serve_tls(
+            listener,
+            self.served.clone(),
+            tls,
             std::future::pending(),
         ));
         Ok(address)

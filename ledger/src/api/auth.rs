@@ -1,12 +1,11 @@
 //! Bearer-token authentication with two roles: `writer` runs commands and reads,
 //! `auditor` only reads. Tokens come from configuration, never from the code.
 
-use std::collections::HashMap;
-
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::{ApiError, AppState};
 
@@ -37,22 +36,22 @@ impl std::fmt::Debug for Principal {
     }
 }
 
-/// The configured tokens, kept only as SHA-256 digests.
+/// The configured tokens: configured as SHA-256 digests, never in plaintext.
 #[derive(Clone, Default)]
 pub struct Tokens {
-    by_digest: HashMap<[u8; 32], Principal>,
+    entries: Vec<([u8; 32], Principal)>,
 }
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tokens({} configured)", self.by_digest.len())
+        write!(f, "Tokens({} configured)", self.entries.len())
     }
 }
 
 /// A bad token specification.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "invalid token entry #{index} in LEDGER_TOKENS: {reason} (expected role:name:token, role writer or auditor)"
+    "invalid token entry #{index}: {reason} (expected role:name:sha256:<64 hex digits>, role writer or auditor; `ledger token new <role> <name>` makes one)"
 )]
 pub struct TokenSpecError {
     index: usize,
@@ -60,12 +59,14 @@ pub struct TokenSpecError {
 }
 
 impl Tokens {
-    /// Parses `role:name:token` entries separated by commas, e.g.
-    /// `writer:cs-tool:s3cret,auditor:audit-team:0ther`.
+    /// Parses `role:name:sha256:<hex digest of the token>` entries separated by commas or
+    /// lines, e.g. `writer:cs-tool:sha256:9f86d0…`. Lines starting with `#` are comments.
     pub fn parse(spec: &str) -> Result<Self, TokenSpecError> {
         let mut tokens = Self::default();
         for (index, entry) in spec
-            .split(',')
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#'))
+            .flat_map(|line| line.split(','))
             .map(str::trim)
             .filter(|e| !e.is_empty())
             .enumerate()
@@ -84,30 +85,64 @@ impl Tokens {
                 .next()
                 .filter(|n| !n.is_empty())
                 .ok_or_else(|| error("missing name"))?;
-            let token = parts
+            let hash = parts
                 .next()
-                .filter(|t| t.len() >= 8)
-                .ok_or_else(|| error("token missing or shorter than 8 characters"))?;
-            tokens.by_digest.insert(
-                digest(token),
+                .and_then(|rest| rest.strip_prefix("sha256:"))
+                .ok_or_else(|| error("not a SHA-256 hash; plaintext tokens are not accepted"))?;
+            let digest =
+                parse_digest(hash).ok_or_else(|| error("the hash is not 64 hexadecimal digits"))?;
+            if tokens.entries.iter().any(|(known, _)| *known == digest) {
+                return Err(error("the same token is configured twice"));
+            }
+            tokens.entries.push((
+                digest,
                 Principal {
                     name: name.to_owned(),
                     role,
                 },
-            );
+            ));
         }
         Ok(tokens)
     }
 
     /// Whether no token is configured.
     pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
+        self.entries.is_empty()
     }
 
+    /// The holder of `token`. Every configured digest is compared, each in constant time,
+    /// so the time taken says nothing about which entry (if any) matched, or how closely.
     fn find(&self, token: &str) -> Option<&Principal> {
-        // Comparing fixed-size digests in a hash map leaks nothing useful about the token.
-        self.by_digest.get(&digest(token))
+        let presented = digest(token);
+        let mut found = None;
+        for (known, principal) in &self.entries {
+            if bool::from(known.ct_eq(&presented)) {
+                found = Some(principal);
+            }
+        }
+        found
     }
+}
+
+/// The configuration entry of a token: `role:name:sha256:<hex>`.
+pub fn entry(role: Role, name: &str, token: &str) -> String {
+    let role = match role {
+        Role::Writer => "writer",
+        Role::Auditor => "auditor",
+    };
+    let hex: String = digest(token).iter().map(|b| format!("{b:02x}")).collect();
+    format!("{role}:{name}:sha256:{hex}")
+}
+
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(digest)
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -189,29 +224,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_token_entries_and_refuses_bad_ones() {
-        let tokens = Tokens::parse("writer:cs:secret-one, auditor:audit:secret-two").unwrap();
+    fn parses_hashed_token_entries_and_refuses_bad_ones() {
+        let spec = format!(
+            "{}, {}\n# a comment\n",
+            entry(Role::Writer, "cs", "secret-one"),
+            entry(Role::Auditor, "audit", "secret-two")
+        );
+        let tokens = Tokens::parse(&spec).unwrap();
         assert_eq!(tokens.find("secret-one").unwrap().role, Role::Writer);
         assert_eq!(tokens.find("secret-two").unwrap().name, "audit");
         assert!(tokens.find("secret-three").is_none());
-        assert!(
-            Tokens::parse("admin:x:secret-one")
-                .unwrap_err()
-                .to_string()
-                .contains("#1")
+        for (bad, reason) in [
+            ("admin:x:sha256:00", "#1: unknown role"),
+            ("writer:x:secret-one", "plaintext tokens are not accepted"),
+            ("writer:x:sha256:abc", "64 hexadecimal digits"),
+        ] {
+            let error = Tokens::parse(bad).unwrap_err().to_string();
+            assert!(error.contains(reason), "{bad}: {error}");
+            assert!(!error.contains("secret-one"), "{error}");
+        }
+        let twice = format!(
+            "{},{}",
+            entry(Role::Writer, "a", "t1"),
+            entry(Role::Auditor, "b", "t1")
         );
         assert!(
-            Tokens::parse("writer:x:short")
+            Tokens::parse(&twice)
                 .unwrap_err()
                 .to_string()
-                .contains("shorter")
+                .contains("twice")
         );
         assert!(Tokens::parse("").unwrap().is_empty());
     }
 
     #[test]
+    fn an_entry_is_the_sha256_of_the_token_in_hex() {
+        // printf %s abc | sha256sum
+        assert_eq!(
+            entry(Role::Auditor, "n", "abc"),
+            "auditor:n:sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
     fn debug_output_hides_tokens() {
-        let tokens = Tokens::parse("writer:cs:secret-one").unwrap();
+        let tokens = Tokens::parse(&entry(Role::Writer, "cs", "secret-one")).unwrap();
         assert_eq!(format!("{tokens:?}"), "Tokens(1 configured)");
     }
 }

@@ -20,7 +20,7 @@ use axum::routing::{get, post};
 use uuid::Uuid;
 
 pub use audit::{DEFAULT_PAGE, MAX_PAGE};
-pub use auth::{Role, TokenSpecError, Tokens};
+pub use auth::{Role, TokenSpecError, Tokens, entry as token_entry};
 pub use cursor::CursorKey;
 pub use error::ApiError;
 
@@ -101,7 +101,17 @@ pub async fn serve(
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    http1::serve(listener, service(router), shutdown).await
+    http1::serve(listener, service(router), None, shutdown).await
+}
+
+/// Like [`serve`], over TLS with `tls` (see [`crate::config::Service::tls`]).
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    tls: std::sync::Arc<rustls::ServerConfig>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    http1::serve(listener, service(router), Some(tls), shutdown).await
 }
 
 async fn openapi() -> ([(axum::http::HeaderName, &'static str); 1], &'static str) {

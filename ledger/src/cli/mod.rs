@@ -4,12 +4,14 @@
 mod audit;
 mod bench;
 mod demo;
+mod grant;
 mod migrate;
 mod outbox;
 mod projections;
 mod relay;
 mod runs;
 mod serve;
+mod token;
 mod topics;
 mod verify;
 mod worker;
@@ -24,7 +26,8 @@ use ra_ledger_cdc::config::local;
     about = "RA Ledger: registered-agent contacts and assignments as an append-only ledger"
 )]
 struct Cli {
-    /// PostgreSQL URL of the ledger database.
+    /// PostgreSQL URL of the ledger database. Keep passwords out of it (a command line is
+    /// visible to every user of the machine): use LEDGER_DATABASE_PASSWORD_FILE.
     #[arg(long, env = "LEDGER_DATABASE_URL", default_value = local::DATABASE_URL, global = true, hide_env_values = true)]
     database_url: String,
 
@@ -76,6 +79,16 @@ enum Command {
         #[command(subcommand)]
         question: audit::AuditCommand,
     },
+    /// Least-privilege roles for the services (run as the owner role, after migrating).
+    Grant {
+        #[command(subcommand)]
+        command: grant::GrantCommand,
+    },
+    /// API bearer tokens: make one, or hash one for the service's configuration.
+    Token {
+        #[command(subcommand)]
+        command: token::TokenCommand,
+    },
 }
 
 /// The database URL, and whether it was given (by flag or environment) rather than the
@@ -94,11 +107,25 @@ pub async fn run() -> anyhow::Result<()> {
     let explicit = matches
         .value_source("database_url")
         .is_some_and(|source| source != clap::parser::ValueSource::DefaultValue);
+    let on_command_line =
+        matches.value_source("database_url") == Some(clap::parser::ValueSource::CommandLine);
     let cli = Cli::from_arg_matches(&matches)?;
-    let database = DatabaseUrl {
-        url: cli.database_url,
-        explicit,
-    };
+    if on_command_line
+        && ra_ledger_cdc::pg::config(&cli.database_url, "ledger")
+            .is_ok_and(|settings| settings.sql.get_password().is_some())
+    {
+        tracing::warn!(
+            "--database-url carries a password, which other users of this machine can read \
+             in the process list; use LEDGER_DATABASE_PASSWORD_FILE"
+        );
+    }
+    // The password from a file, for every command (the services' configs may name their
+    // own file too).
+    let password_file =
+        std::env::var_os("LEDGER_DATABASE_PASSWORD_FILE").map(std::path::PathBuf::from);
+    let url =
+        ra_ledger_cdc::config::with_password_file(&cli.database_url, password_file.as_deref())?;
+    let database = DatabaseUrl { url, explicit };
     let url = database.url.as_str();
     match cli.command {
         Command::Migrate(args) => migrate::run(url, args).await,
@@ -113,6 +140,8 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Outbox { command } => outbox::run(url, command).await,
         Command::Topics { command } => topics::run(command).await,
         Command::Audit { question } => audit::run(url, question).await,
+        Command::Token { command } => token::run(command),
+        Command::Grant { command } => grant::run(url, command).await,
     }
 }
 

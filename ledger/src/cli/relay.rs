@@ -50,6 +50,7 @@ pub async fn run(database: &DatabaseUrl, args: RelayArgs) -> anyhow::Result<()> 
     let mut config = RelayConfig::load(args.config.as_deref())?;
     if database.explicit {
         config.database_url = database.url.clone();
+        config.resolve_secrets()?;
     }
     match args.command {
         None => Ok(ra_ledger_cdc::relay::run_process(config).await?),

@@ -10,6 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::DatabaseUrl;
 
 /// Arguments of `ledger serve`; each overrides the config file and the environment.
+/// Secrets have no flags (a command line is visible to every user of the machine): tokens,
+/// the cursor key and the database password come from the config file, the environment,
+/// or files (`tokens_file`, `cursor_key_file`, `database_password_file`).
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// TOML file with the service's settings; the environment and these flags override it.
@@ -21,13 +24,6 @@ pub struct ServeArgs {
     /// Maximum PostgreSQL connections in the pool [default: 16].
     #[arg(long, env = "LEDGER_POOL_SIZE")]
     pool_size: Option<usize>,
-    /// Bearer tokens, `role:name:token` separated by commas; role is writer or auditor.
-    #[arg(long, env = "LEDGER_TOKENS", hide_env_values = true)]
-    tokens: Option<String>,
-    /// Secret that signs history cursors; random per process when unset (cursors then
-    /// do not survive a restart).
-    #[arg(long, env = "LEDGER_CURSOR_KEY", hide_env_values = true)]
-    cursor_key: Option<String>,
     /// Longest a command waits for a lock another transaction holds before it answers
     /// 409 conflict, in milliseconds [default: 5000].
     #[arg(long, env = "LEDGER_LOCK_TIMEOUT_MS")]
@@ -45,17 +41,17 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
     }
     config.listen = args.listen.unwrap_or(config.listen);
     config.pool_size = args.pool_size.unwrap_or(config.pool_size);
-    config.tokens = args.tokens.unwrap_or(config.tokens);
-    config.cursor_key = args.cursor_key.or(config.cursor_key);
     config.lock_timeout_ms = args.lock_timeout_ms.unwrap_or(config.lock_timeout_ms);
     config.outbox_retention_interval_ms = args
         .outbox_retention_interval_ms
         .unwrap_or(config.outbox_retention_interval_ms);
     let service = config.validate()?;
     if !service.cursor_key_configured {
-        tracing::warn!("LEDGER_CURSOR_KEY is not set; history cursors will not survive a restart");
+        tracing::warn!(
+            "no cursor key (cursor_key_file, LEDGER_CURSOR_KEY_FILE); history cursors will not survive a restart"
+        );
     }
-    migrate::prepare(&service.database_url).await?;
+    migrate::prepare_service(&service.database_url).await?;
     let pool = db::command_pool(
         &service.database_url,
         "ledger-api",
@@ -91,8 +87,22 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
     });
     let retention = retention.transpose()?;
     let app = api::router(state).merge(health::router(pool));
-    tracing::info!(%listen, "ledger serving");
-    api::serve(listener, app, shutdown.clone().cancelled_owned()).await?;
+    match service.tls {
+        Some(tls) => {
+            tracing::info!(%listen, "ledger serving HTTPS");
+            api::serve_tls(listener, app, tls, shutdown.clone().cancelled_owned()).await?;
+        }
+        None => {
+            if !listen.ip().is_loopback() {
+                tracing::warn!(%listen,
+                    "serving plain HTTP on a non-loopback address: bearer tokens cross the \
+                     network in the clear; set tls_cert_file and tls_key_file, or put a TLS \
+                     terminator in front");
+            }
+            tracing::info!(%listen, "ledger serving");
+            api::serve(listener, app, shutdown.clone().cancelled_owned()).await?;
+        }
+    }
     shutdown.cancel();
     if let Some(task) = retention {
         let _ = task.await;

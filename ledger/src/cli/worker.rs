@@ -44,6 +44,7 @@ pub async fn run(database: &DatabaseUrl, args: WorkerArgs) -> anyhow::Result<()>
     let mut config = WorkerConfig::load(args.config.as_deref())?;
     if database.explicit {
         config.database_url = database.url.clone();
+        config.resolve_secrets()?;
     }
     config.brokers = args.brokers.unwrap_or(config.brokers);
     config.topic = args.topic.unwrap_or(config.topic);

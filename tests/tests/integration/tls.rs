@@ -358,3 +358,57 @@ async fn sasl_scram_refuses_a_wrong_password() -> anyhow::Result<()> {
     terminator.stop()?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_serves_https_with_rustls_and_refuses_plain_http_on_that_port() -> anyhow::Result<()>
+{
+    use ra_ledger::api::{Role, token_entry};
+    let pki = pki()?;
+    let database = TestDatabase::new().await?;
+    let config = ra_ledger::config::ServeConfig {
+        database_url: database.url.clone(),
+        tokens: token_entry(Role::Auditor, "audit", "an-auditor-token-for-https"),
+        tls_cert_file: Some(pki.server_cert.clone()),
+        tls_key_file: Some(pki.server_key.clone()),
+        ..Default::default()
+    };
+    let tls = config.validate()?.tls.expect("TLS configured");
+    let api = ra_ledger_tests::api::TestApi::new(&database)?;
+    let address = api.serve_tls(tls).await?;
+    let url = format!("https://localhost:{}/readyz", address.port());
+    let trusting = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(&pki.ca)?)?)
+        .build()?;
+    let ready = trusting.get(&url).send().await?;
+    assert_eq!(ready.status(), 200);
+    // Another CA: the client refuses the server.
+    let other = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
+            &pki.other_ca,
+        )?)?)
+        .build()?;
+    assert!(other.get(&url).send().await.is_err());
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    let plain = reqwest::Client::new()
+        .get(format!("http://localhost:{}/readyz", address.port()))
+        .timeout(Duration::from_secs(15))
+        .send()
+        .await;
+    assert!(plain.is_err(), "{plain:?}");
+    // A key that does not belong to the certificate is refused at start, naming the file.
+    let mismatched = ra_ledger::config::ServeConfig {
+        tls_key_file: Some(pki.client_key.clone()),
+        ..config
+    };
+    let error = mismatched
+        .validate()
+        .expect_err("a foreign key")
+        .to_string();
+    assert!(
+        error.contains("tls_key_file") && error.contains("client.key"),
+        "{error}"
+    );
+    Ok(())
+}

@@ -13,6 +13,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -32,9 +33,13 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// This is `axum::serve` with two settings it does not expose: half-closed connections are
 /// allowed, so a refused head (which ends the stream hyper reads) still gets the answers
 /// owed to the requests before it, and request heads must arrive within 30 s.
+/// Longest a client may take over its TLS handshake.
+const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub async fn serve(
     listener: TcpListener,
     service: axum::Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -60,14 +65,40 @@ pub async fn serve(
         };
         // Small JSON answers: send them now rather than wait for more.
         let _ = stream.set_nodelay(true);
-        let io = hyper_util::rt::TokioIo::new(Guarded::new(stream));
         let service = hyper_util::service::TowerToHyperService::new(service.clone());
-        let connection = graceful.watch(builder.serve_connection(io, service));
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "HTTP connection ended with an error");
+        match &tls {
+            None => {
+                let io = hyper_util::rt::TokioIo::new(Guarded::new(stream));
+                let connection = graceful.watch(builder.serve_connection(io, service));
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "HTTP connection ended with an error");
+                    }
+                });
             }
-        });
+            Some(config) => {
+                // The handshake runs on the connection's task: a slow client holds up
+                // nobody, and one that never finishes is dropped after TLS_HANDSHAKE.
+                let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let stream =
+                        match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(error)) => {
+                                return tracing::debug!(%error, "TLS handshake failed");
+                            }
+                            Err(_) => return tracing::debug!("TLS handshake timed out"),
+                        };
+                    let io = hyper_util::rt::TokioIo::new(Guarded::new(stream));
+                    let connection = watcher.watch(builder.serve_connection(io, service));
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "HTTPS connection ended with an error");
+                    }
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
