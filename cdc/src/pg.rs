@@ -313,8 +313,13 @@ pub fn explain(error: &tokio_postgres::Error) -> String {
         None
     };
     if let Some(hint) = hint {
-        text.push_str(". ");
-        text.push_str(hint);
+        // A sentence of its own after the driver's words.
+        let mut chars = hint.chars();
+        let first = chars
+            .next()
+            .map(|c| c.to_ascii_uppercase())
+            .unwrap_or_default();
+        text.push_str(&format!(". {first}{}", chars.as_str()));
     }
     text
 }

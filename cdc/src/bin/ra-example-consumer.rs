@@ -5,6 +5,9 @@
 //! ra-example-consumer --database-url postgres://… --brokers 127.0.0.1:19092          # follow
 //! ra-example-consumer --database-url postgres://… --brokers 127.0.0.1:19092 --replay # rebuild from the beginning
 //! ```
+//!
+//! `CONSUMER_DATABASE_PASSWORD_FILE` names a file holding the database password; Kafka TLS
+//! and SASL come from the same `LEDGER_KAFKA_*` variables as the relay's and the worker's.
 
 use std::time::Duration;
 
@@ -50,6 +53,11 @@ fn args() -> anyhow::Result<Args> {
         !args.database_url.is_empty(),
         "--database-url (or CONSUMER_DATABASE_URL) is required"
     );
+    // The password from a file rather than the URL, as every process of the project.
+    let password_file =
+        std::env::var_os("CONSUMER_DATABASE_PASSWORD_FILE").map(std::path::PathBuf::from);
+    args.database_url =
+        ra_ledger_cdc::config::with_password_file(&args.database_url, password_file.as_deref())?;
     Ok(args)
 }
 
