@@ -421,6 +421,13 @@ async fn heal_stalled(
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
 pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
+    let mut kafka = config.kafka_settings();
+    kafka
+        .properties
+        .insert("bootstrap.servers".into(), config.brokers.clone());
+    if let Some(weakness) = kafka.weakness() {
+        tracing::warn!("{weakness}");
+    }
     let metrics = Arc::new(WorkerMetrics::default());
     let rendered = metrics.clone();
     ra_ledger_cdc::runtime::run_process(

@@ -67,6 +67,9 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::Outbox(_)
             | RelayError::ForeignTable { .. }
             | RelayError::Url(_)
+            // librdkafka refuses its configuration (a TLS file that is not a certificate,
+            // an unknown property): no retry will change that.
+            | RelayError::Kafka(KafkaError::ClientCreation(_))
     )
 }
 
@@ -117,6 +120,9 @@ pub async fn run(
 /// Runs the relay as a process does: `/metrics` on the configured address, SIGTERM or
 /// Ctrl-C starts a clean shutdown. `ledger relay` is this.
 pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
+    if let Some(weakness) = config.kafka_settings().weakness() {
+        tracing::warn!("{weakness}");
+    }
     let metrics = Arc::new(RelayMetrics::default());
     let rendered = metrics.clone();
     crate::runtime::run_process(
@@ -125,4 +131,21 @@ pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
         |shutdown| run(config, metrics, shutdown),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configuration_errors_stop_the_relay_and_passing_ones_are_retried() {
+        let refused_config =
+            RelayError::Kafka(KafkaError::ClientCreation("ssl.ca.location failed".into()));
+        assert!(!should_retry(&refused_config));
+        assert!(!should_retry(&RelayError::Url("bad".into())));
+        assert!(should_retry(&RelayError::SlotBusy("s".into())));
+        assert!(should_retry(&RelayError::Kafka(KafkaError::Flush(
+            rdkafka::types::RDKafkaErrorCode::AllBrokersDown
+        ))));
+    }
 }
