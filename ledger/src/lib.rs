@@ -5,6 +5,7 @@ pub mod api;
 pub mod commands;
 pub mod config;
 pub mod db;
+pub mod digest;
 pub mod domain;
 pub mod error;
 pub mod events;

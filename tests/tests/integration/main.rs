@@ -5,6 +5,7 @@ mod audit;
 mod bad_input;
 mod broker_faults;
 mod deploy;
+mod digest;
 mod ledger;
 mod migrations;
 mod races;
