@@ -37,6 +37,7 @@
 //!
 //! **Hash of a digest** (what the next one chains to): `SHA-256(signed message || signature)`.
 
+pub mod build;
 pub mod merkle;
 
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
@@ -213,6 +214,27 @@ impl DigestKey {
 /// Reads a public key from SubjectPublicKeyInfo PEM.
 pub fn public_key_from_pem(pem: &str) -> Option<VerifyingKey> {
     VerifyingKey::from_public_key_pem(pem).ok()
+}
+
+/// The JSON document of a digest, as published on Kafka and served over HTTP: the fields
+/// of the signed message in hex and numbers, the signature, the digest's hash and the
+/// public key. `tests/verify_digest.py` reads it as its `digest` object.
+pub fn document(seq: i64, digest: &SignedDigest, public_key_pem: &str) -> serde_json::Value {
+    let statement = &digest.statement;
+    serde_json::json!({
+        "format": "ra-ledger digest v1",
+        "seq": seq,
+        "root": hex(&statement.root),
+        "time_micros": statement.time_micros,
+        "time": chrono::DateTime::from_timestamp_micros(statement.time_micros)
+            .map(|time| time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        "stream_count": statement.stream_count,
+        "event_count": statement.event_count,
+        "previous": hex(&statement.previous),
+        "signature": hex(&digest.signature),
+        "hash": hex(&digest.hash()),
+        "public_key_pem": public_key_pem,
+    })
 }
 
 /// Lowercase hex.

@@ -1,0 +1,189 @@
+//! Building the next digest from the database, incrementally: only the streams whose head
+//! moved since the last digest are read from `events`; the other leaves come from
+//! `digest_leaves`, as the previous digest sealed them.
+//!
+//! One transaction, REPEATABLE READ: the changed streams (`digest_dirty`), their heads, the
+//! leaves, the new digest, its outbox row and the removal of exactly the `digest_dirty` rows
+//! it read all belong to one snapshot. Appends committed after that snapshot leave their
+//! `digest_dirty` rows for the next digest. A session advisory lock keeps one builder at a
+//! time per database (several `ledger serve` replicas may run).
+
+use deadpool_postgres::Pool;
+use tokio_postgres::IsolationLevel;
+
+use super::merkle::Hash;
+use super::{DigestKey, Head, SignedDigest, Statement, merkle};
+
+/// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
+pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
+
+/// The outbox's aggregate type of digests: the relay publishes them to
+/// `<topic prefix>digest`.
+pub const AGGREGATE_TYPE: &str = "digest";
+
+/// Heads read per statement.
+const HEADS_PER_READ: usize = 10_000;
+
+/// What a build did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Built {
+    /// Nothing changed since the last digest.
+    Unchanged,
+    /// Another builder holds the lock.
+    Busy,
+    /// A new digest.
+    Sealed {
+        /// Its sequence number (1 for the first).
+        seq: i64,
+        /// The streams re-read.
+        changed: usize,
+        /// The digest.
+        digest: SignedDigest,
+    },
+}
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// No connection.
+    #[error("digest: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// A statement failed.
+    #[error("digest: {}", crate::db::describe(.0))]
+    Database(#[from] tokio_postgres::Error),
+    /// The database holds a head hash that is not 32 bytes.
+    #[error("digest: stream {0} has a head hash that is not 32 bytes")]
+    BadHash(String),
+}
+
+/// Seals the next digest, unless nothing changed. `time_micros` is its time.
+pub async fn build(pool: &Pool, key: &DigestKey, time_micros: i64) -> Result<Built, BuildError> {
+    let mut client = pool.get().await?;
+    let locked: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&DIGEST_LOCK_KEY])
+        .await?
+        .get(0);
+    if !locked {
+        return Ok(Built::Busy);
+    }
+    let built = build_locked(&mut client, key, time_micros).await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&DIGEST_LOCK_KEY])
+        .await;
+    let built = built?;
+    unlocked?;
+    Ok(built)
+}
+
+async fn build_locked(
+    client: &mut deadpool_postgres::Client,
+    key: &DigestKey,
+    time_micros: i64,
+) -> Result<Built, BuildError> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .start()
+        .await?;
+    let changed: Vec<String> = tx
+        .query("SELECT DISTINCT stream FROM digest_dirty", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let last = tx
+        .query_opt("SELECT seq, hash FROM digests ORDER BY seq DESC LIMIT 1", &[])
+        .await?;
+    if changed.is_empty() && last.is_some() {
+        return Ok(Built::Unchanged);
+    }
+    let (seq, previous) = match &last {
+        Some(row) => (row.get::<_, i64>(0) + 1, hash32("previous digest", row.get(1))?),
+        None => (1, [0; 32]),
+    };
+    for chunk in changed.chunks(HEADS_PER_READ) {
+        let heads = tx
+            .query(include_str!("../sql/stream_heads.sql"), &[&chunk])
+            .await?;
+        let mut streams = Vec::with_capacity(heads.len());
+        let mut versions = Vec::with_capacity(heads.len());
+        let mut hashes = Vec::with_capacity(heads.len());
+        let mut leaf_hashes = Vec::with_capacity(heads.len());
+        for row in &heads {
+            let stream: String = row.get(0);
+            let Some(version) = row.get::<_, Option<i64>>(1) else {
+                continue;
+            };
+            let hash = hash32(&stream, row.get(2))?;
+            let head = Head {
+                stream: stream.clone(),
+                version: version as u64,
+                hash,
+            };
+            leaf_hashes.push(head.leaf_hash().to_vec());
+            streams.push(stream);
+            versions.push(version);
+            hashes.push(hash.to_vec());
+        }
+        tx.execute(
+            include_str!("../sql/digest/upsert_leaves.sql"),
+            &[&streams, &versions, &hashes, &leaf_hashes, &seq],
+        )
+        .await?;
+    }
+    let leaves: Vec<Hash> = tx
+        .query(
+            "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| hash32(&row.get::<_, String>(0), row.get(1)))
+        .collect::<Result<_, _>>()?;
+    let event_count: i64 = tx
+        .query_one("SELECT coalesce(sum(version), 0)::bigint FROM digest_leaves", &[])
+        .await?
+        .get(0);
+    let statement = Statement {
+        root: merkle::root(&leaves),
+        time_micros,
+        stream_count: leaves.len() as u64,
+        event_count: event_count as u64,
+        previous,
+    };
+    let digest = key.sign(statement);
+    let document = super::document(seq, &digest, &key.public_pem());
+    tx.execute(
+        include_str!("../sql/digest/insert_digest.sql"),
+        &[
+            &seq,
+            &digest.statement.root.to_vec(),
+            &digest.statement.time_micros,
+            &(digest.statement.stream_count as i64),
+            &event_count,
+            &digest.statement.previous.to_vec(),
+            &digest.signature.to_vec(),
+            &digest.hash().to_vec(),
+            &key.public().as_bytes().to_vec(),
+            &(changed.len() as i64),
+            &uuid::Uuid::now_v7(),
+            &AGGREGATE_TYPE,
+            &serde_json::to_vec(&document).expect("a JSON value always serializes"),
+        ],
+    )
+    .await?;
+    // Exactly the rows this snapshot shows: later appends keep theirs.
+    tx.execute("DELETE FROM digest_dirty", &[]).await?;
+    tx.commit().await?;
+    Ok(Built::Sealed {
+        seq,
+        changed: changed.len(),
+        digest,
+    })
+}
+
+fn hash32(what: &str, bytes: Vec<u8>) -> Result<Hash, BuildError> {
+    bytes
+        .try_into()
+        .map_err(|_| BuildError::BadHash(what.to_owned()))
+}
