@@ -218,7 +218,8 @@ def main(argv):
     for failure in check(document):
         print(f"FAIL: {failure}")
         return 1
-    print("ok: signature, leaves and inclusion path hold")
+    checked = ["signature"] + [part for part in ("leaves", "inclusion") if part in document]
+    print(f"ok: {', '.join(checked)} hold")
     return 0
 
 

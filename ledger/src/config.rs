@@ -58,6 +58,12 @@ pub struct ServeConfig {
     pub outbox_retention_interval_ms: u64,
     /// Most rows one retention delete removes (`LEDGER_OUTBOX_RETENTION_BATCH`).
     pub outbox_retention_batch: i64,
+    /// Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm ed25519`) that signs
+    /// the ledger's digests (`LEDGER_DIGEST_KEY_FILE`); digests are off without one.
+    pub digest_key_file: Option<PathBuf>,
+    /// How often a digest is sealed when something changed, in milliseconds
+    /// (`LEDGER_DIGEST_INTERVAL_MS`).
+    pub digest_interval_ms: u64,
 }
 
 impl Default for ServeConfig {
@@ -77,6 +83,8 @@ impl Default for ServeConfig {
             relay_slot: local::SLOT.into(),
             outbox_retention_interval_ms: retention::DEFAULT_INTERVAL.as_millis() as u64,
             outbox_retention_batch: retention::DEFAULT_BATCH,
+            digest_key_file: None,
+            digest_interval_ms: 60_000,
         }
     }
 }
@@ -99,6 +107,8 @@ impl std::fmt::Debug for ServeConfig {
                 &self.outbox_retention_interval_ms,
             )
             .field("outbox_retention_batch", &self.outbox_retention_batch)
+            .field("digest_key_file", &self.digest_key_file)
+            .field("digest_interval_ms", &self.digest_interval_ms)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +134,17 @@ pub struct Service {
     pub lock_timeout: Duration,
     /// Outbox retention, unless turned off.
     pub retention: Option<Retention>,
+    /// Signed digests, when a key is configured.
+    pub digests: Option<Digests>,
+}
+
+/// How `ledger serve` seals digests.
+#[derive(Debug, Clone)]
+pub struct Digests {
+    /// The signing key.
+    pub key: Arc<crate::digest::DigestKey>,
+    /// Time between digests (when something changed).
+    pub interval: Duration,
 }
 
 /// How `ledger serve` removes published outbox rows.
@@ -147,6 +168,7 @@ impl std::fmt::Debug for Service {
             .field("tokens", &self.tokens)
             .field("lock_timeout", &self.lock_timeout)
             .field("retention", &self.retention)
+            .field("digests", &self.digests)
             .finish_non_exhaustive()
     }
 }
@@ -194,6 +216,13 @@ impl ServeConfig {
         if let Some(interval) = env("LEDGER_OUTBOX_RETENTION_INTERVAL_MS") {
             config.outbox_retention_interval_ms =
                 number("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", &interval)?;
+        }
+        if let Some(path) = env("LEDGER_DIGEST_KEY_FILE") {
+            config.digest_key_file =
+                Some(path.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
+        }
+        if let Some(interval) = env("LEDGER_DIGEST_INTERVAL_MS") {
+            config.digest_interval_ms = number("LEDGER_DIGEST_INTERVAL_MS", &interval)?;
         }
         if let Some(batch) = env("LEDGER_OUTBOX_RETENTION_BATCH") {
             config.outbox_retention_batch = number("LEDGER_OUTBOX_RETENTION_BATCH", &batch)?;
@@ -269,8 +298,10 @@ impl ServeConfig {
             ConfigError::invalid("database_url", "<redacted>", error.to_string())
         })?;
         let tls = self.server_tls()?;
+        let digests = self.digests()?;
         Ok(Service {
             tls,
+            digests,
             database_url,
             retention,
             listen,
@@ -284,6 +315,30 @@ impl ServeConfig {
 }
 
 impl ServeConfig {
+    fn digests(&self) -> Result<Option<Digests>, ConfigError> {
+        let Some(path) = &self.digest_key_file else {
+            return Ok(None);
+        };
+        if !(1_000..=86_400_000).contains(&self.digest_interval_ms) {
+            return Err(ConfigError::invalid(
+                "digest_interval_ms",
+                self.digest_interval_ms.to_string(),
+                "must be between 1000 and 86400000",
+            ));
+        }
+        let key = crate::digest::DigestKey::from_pem_file(path).map_err(|error| {
+            ConfigError::invalid(
+                "digest_key_file",
+                path.display().to_string(),
+                error.to_string(),
+            )
+        })?;
+        Ok(Some(Digests {
+            key: Arc::new(key),
+            interval: Duration::from_millis(self.digest_interval_ms),
+        }))
+    }
+
     /// The HTTPS settings: both files or neither. Errors name the file, never a key's bytes.
     fn server_tls(&self) -> Result<Option<Arc<rustls::ServerConfig>>, ConfigError> {
         use rustls::pki_types::pem::PemObject;

@@ -44,8 +44,10 @@ pub fn plan(prefix: &str, partitions: i32) -> Vec<TopicSpec> {
     ]);
     [
         (CONTACT_AGGREGATE, keep_everything.clone()),
-        (ASSIGNMENT_AGGREGATE, keep_everything),
+        (ASSIGNMENT_AGGREGATE, keep_everything.clone()),
         (REASSIGNMENT_AGGREGATE, delete_after_a_week),
+        // Signed digests: auditors' copies outside the database, kept for good.
+        (crate::digest::build::AGGREGATE_TYPE, keep_everything),
     ]
     .into_iter()
     .map(|(aggregate, configs)| TopicSpec {
@@ -153,7 +155,8 @@ mod tests {
             [
                 "outbox.event.contact",
                 "outbox.event.assignment",
-                "outbox.event.reassignment"
+                "outbox.event.reassignment",
+                "outbox.event.digest"
             ]
         );
         assert_eq!(specs[1].configs["retention.ms"], "-1");

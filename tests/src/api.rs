@@ -66,6 +66,7 @@ impl TestApi {
             ledger: ledger.clone(),
             tokens,
             cursor_key: CursorKey::new(b"test cursor key"),
+            digest_public_key: None,
         };
         let router = ra_ledger::api::router(state).merge(ra_ledger::health::router(pool));
         Ok(Self {

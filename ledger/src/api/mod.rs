@@ -7,6 +7,7 @@ mod audit;
 mod auth;
 mod contacts;
 mod cursor;
+mod digests;
 mod error;
 mod extract;
 pub mod http1;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub tokens: Tokens,
     /// Signs history cursors.
     pub cursor_key: CursorKey,
+    /// The digests' public key (PEM), when digests are on.
+    pub digest_public_key: Option<String>,
 }
 
 /// The API routes (health endpoints are added by the caller).
@@ -54,6 +57,8 @@ pub fn router(state: AppState) -> Router {
             post(runs::start_reassignment).get(runs::contact_runs),
         )
         .route("/v1/reassignment-runs/{id}", get(runs::reassignment_run))
+        .route("/v1/digests/public-key", get(digests::public_key))
+        .route("/v1/digests/latest", get(digests::latest))
         .route("/v1/assignments", post(assignments::assign))
         .route("/v1/assignments/{id}", get(assignments::get_assignment))
         .route(

@@ -66,6 +66,10 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         ledger: Ledger::new(pool.clone()),
         tokens: service.tokens,
         cursor_key: service.cursor_key,
+        digest_public_key: service
+            .digests
+            .as_ref()
+            .map(|digests| digests.key.public_pem()),
     };
     let shutdown = CancellationToken::new();
     ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
@@ -86,6 +90,17 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         )))
     });
     let retention = retention.transpose()?;
+    let digests = service.digests.map(|settings| {
+        tracing::info!(every = ?settings.interval, "signed digests on");
+        let pool = db::pool(&service.database_url, "ledger-digest", 1)?;
+        anyhow::Ok(tokio::spawn(ra_ledger::digest::build::run(
+            pool,
+            settings.key,
+            settings.interval,
+            shutdown.clone(),
+        )))
+    });
+    let digests = digests.transpose()?;
     let app = api::router(state).merge(health::router(pool));
     match service.tls {
         Some(tls) => {
@@ -104,7 +119,7 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         }
     }
     shutdown.cancel();
-    if let Some(task) = retention {
+    for task in [retention, digests].into_iter().flatten() {
         let _ = task.await;
     }
     tracing::info!("ledger stopped");

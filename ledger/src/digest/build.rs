@@ -92,13 +92,19 @@ async fn build_locked(
         .map(|row| row.get(0))
         .collect();
     let last = tx
-        .query_opt("SELECT seq, hash FROM digests ORDER BY seq DESC LIMIT 1", &[])
+        .query_opt(
+            "SELECT seq, hash FROM digests ORDER BY seq DESC LIMIT 1",
+            &[],
+        )
         .await?;
     if changed.is_empty() && last.is_some() {
         return Ok(Built::Unchanged);
     }
     let (seq, previous) = match &last {
-        Some(row) => (row.get::<_, i64>(0) + 1, hash32("previous digest", row.get(1))?),
+        Some(row) => (
+            row.get::<_, i64>(0) + 1,
+            hash32("previous digest", row.get(1))?,
+        ),
         None => (1, [0; 32]),
     };
     for chunk in changed.chunks(HEADS_PER_READ) {
@@ -141,7 +147,10 @@ async fn build_locked(
         .map(|row| hash32(&row.get::<_, String>(0), row.get(1)))
         .collect::<Result<_, _>>()?;
     let event_count: i64 = tx
-        .query_one("SELECT coalesce(sum(version), 0)::bigint FROM digest_leaves", &[])
+        .query_one(
+            "SELECT coalesce(sum(version), 0)::bigint FROM digest_leaves",
+            &[],
+        )
         .await?
         .get(0);
     let statement = Statement {
@@ -186,4 +195,77 @@ fn hash32(what: &str, bytes: Vec<u8>) -> Result<Hash, BuildError> {
     bytes
         .try_into()
         .map_err(|_| BuildError::BadHash(what.to_owned()))
+}
+
+/// Seals a digest every `interval` while something changed, until `shutdown`. Failures are
+/// logged and retried on the next tick: a digest late is better than a service down.
+pub async fn run(
+    pool: Pool,
+    key: std::sync::Arc<DigestKey>,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let now = chrono::Utc::now().timestamp_micros();
+        match build(&pool, &key, now).await {
+            Ok(Built::Sealed {
+                seq,
+                changed,
+                digest,
+            }) => tracing::info!(
+                seq,
+                changed,
+                streams = digest.statement.stream_count,
+                root = %super::hex(&digest.statement.root),
+                "digest sealed"
+            ),
+            Ok(Built::Unchanged | Built::Busy) => {}
+            Err(error) => tracing::warn!(%error, "digest not sealed; trying again next time"),
+        }
+    }
+}
+
+/// The newest digest's document (see [`super::document`]), if any.
+pub async fn latest(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<Option<serde_json::Value>, BuildError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT seq, root, time_micros, stream_count, event_count, previous, signature, \
+                    public_key FROM digests ORDER BY seq DESC LIMIT 1",
+            &[],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let seq: i64 = row.get(0);
+    let digest = SignedDigest {
+        statement: Statement {
+            root: hash32("root", row.get(1))?,
+            time_micros: row.get(2),
+            stream_count: row.get::<_, i64>(3) as u64,
+            event_count: row.get::<_, i64>(4) as u64,
+            previous: hash32("previous", row.get(5))?,
+        },
+        signature: row
+            .get::<_, Vec<u8>>(6)
+            .try_into()
+            .map_err(|_| BuildError::BadHash(format!("signature of digest {seq}")))?,
+    };
+    let public: [u8; 32] = hash32("public key", row.get(7))?;
+    let pem = ed25519_dalek::VerifyingKey::from_bytes(&public)
+        .ok()
+        .and_then(|key| {
+            use ed25519_dalek::pkcs8::EncodePublicKey;
+            key.to_public_key_pem(Default::default()).ok()
+        })
+        .ok_or_else(|| BuildError::BadHash(format!("public key of digest {seq}")))?;
+    Ok(Some(super::document(seq, &digest, &pem)))
 }

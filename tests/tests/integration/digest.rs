@@ -189,7 +189,12 @@ async fn assign(api: &ra_ledger_tests::api::TestApi, count: usize) {
                 json!({"business_id": uuid::Uuid::now_v7(), "jurisdiction": "TX"}),
             )
             .await;
-        assert_eq!(reply.status, axum::http::StatusCode::CREATED, "{:?}", reply.body);
+        assert_eq!(
+            reply.status,
+            axum::http::StatusCode::CREATED,
+            "{:?}",
+            reply.body
+        );
     }
 }
 
@@ -210,7 +215,10 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     let database = TestDatabase::new().await?;
     let api = ra_ledger_tests::api::TestApi::new(&database)?;
     let created = api
-        .post("/v1/contacts", ra_ledger_tests::api::contact_body("TX", "Office"))
+        .post(
+            "/v1/contacts",
+            ra_ledger_tests::api::contact_body("TX", "Office"),
+        )
         .await;
     assert_eq!(created.status, axum::http::StatusCode::CREATED);
     assign(&api, 20).await;
@@ -221,7 +229,10 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     let (seq, changed, first) = sealed(build(pool, &key, 1_000).await?);
     let heads = full_heads(&client).await?;
     assert_eq!((seq, changed), (1, heads.len()));
-    assert_eq!(first.statement, Statement::over(heads.clone(), 1_000, [0; 32]));
+    assert_eq!(
+        first.statement,
+        Statement::over(heads.clone(), 1_000, [0; 32])
+    );
     assert!(first.verify(&key.public()));
     // Nothing changed: no digest.
     assert_eq!(build(pool, &key, 2_000).await?, Built::Unchanged);
@@ -230,7 +241,11 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     let (seq, changed, second) = sealed(build(pool, &key, 3_000).await?);
     let heads = full_heads(&client).await?;
     assert_eq!(seq, 2);
-    assert!(changed < heads.len(), "re-read {changed} of {} streams", heads.len());
+    assert!(
+        changed < heads.len(),
+        "re-read {changed} of {} streams",
+        heads.len()
+    );
     assert_eq!(
         second.statement,
         Statement::over(heads.clone(), 3_000, first.hash())
@@ -269,7 +284,10 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
     let database = TestDatabase::new().await?;
     let api = ra_ledger_tests::api::TestApi::new(&database)?;
     let created = api
-        .post("/v1/contacts", ra_ledger_tests::api::contact_body("TX", "Office"))
+        .post(
+            "/v1/contacts",
+            ra_ledger_tests::api::contact_body("TX", "Office"),
+        )
         .await;
     assert_eq!(created.status, axum::http::StatusCode::CREATED);
     let key = DigestKey::from_seed(&[6; 32]);

@@ -70,6 +70,17 @@ async fn the_app_role_runs_the_flow_but_cannot_alter_drop_or_rewrite_events() ->
         }
     }
     assert!(removed > 0, "retention removed nothing as the app role");
+    // Digests as the app role: the appends it made marked their streams (through the
+    // trigger's SECURITY DEFINER function), and it may seal them.
+    let key = ra_ledger::digest::DigestKey::from_seed(&[3; 32]);
+    let built = ra_ledger::digest::build::build(&pool, &key, 1).await?;
+    assert!(
+        matches!(
+            built,
+            ra_ledger::digest::build::Built::Sealed { seq: 1, .. }
+        ),
+        "{built:?}"
+    );
     relay.stop().await?;
 
     // What it must not do.
@@ -91,6 +102,10 @@ async fn the_app_role_runs_the_flow_but_cannot_alter_drop_or_rewrite_events() ->
         "DELETE FROM assignments",
         "UPDATE outbox_parked SET error = error",
         "DELETE FROM refinery_schema_history",
+        "UPDATE digests SET changed = 0",
+        "DELETE FROM digests",
+        "DELETE FROM digest_leaf_changes",
+        "INSERT INTO digest_dirty (stream) VALUES ('contact-x')",
     ];
     for statement in refused {
         let error = client.batch_execute(statement).await.expect_err(statement);

@@ -1,0 +1,32 @@
+//! The ledger's signed digests: the public key that checks them and the newest one.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+
+use super::{ApiError, AppState, auth};
+
+/// `GET /v1/digests/public-key`: the Ed25519 public key, SubjectPublicKeyInfo PEM.
+pub(super) async fn public_key(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+) -> Result<impl IntoResponse, ApiError> {
+    let pem = state.digest_public_key.clone().ok_or_else(|| {
+        ApiError::not_found("digests are off: this service has no digest_key_file")
+    })?;
+    Ok(([(CONTENT_TYPE, "application/x-pem-file")], pem))
+}
+
+/// `GET /v1/digests/latest`: the newest digest's document.
+pub(super) async fn latest(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let client = state.ledger.pool().get().await?;
+    crate::digest::build::latest(&client)
+        .await
+        .map_err(|error| ApiError::internal(&error))?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("no digest has been sealed yet"))
+}
