@@ -262,6 +262,9 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     assert_eq!(published.len(), 2);
     let document: Value = serde_json::from_slice(&published[1].get::<_, Vec<u8>>(0))?;
     assert_eq!(document["seq"], json!(2));
+    // What `GET /v1/digests/latest` serves is what was published.
+    let served = ra_ledger::digest::build::latest(&pool.get().await?).await?;
+    assert_eq!(served.as_ref(), Some(&document));
     let (ok, said) = python_verdict(&json!({
         "public_key_pem": document["public_key_pem"],
         "digest": document,
