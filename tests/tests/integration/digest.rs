@@ -198,6 +198,20 @@ async fn assign(api: &ra_ledger_tests::api::TestApi, count: usize) {
     }
 }
 
+/// A fresh database and its API, with a primary contact in Texas to assign.
+async fn with_a_contact() -> anyhow::Result<(TestDatabase, ra_ledger_tests::api::TestApi)> {
+    let database = TestDatabase::new().await?;
+    let api = ra_ledger_tests::api::TestApi::new(&database)?;
+    let created = api
+        .post(
+            "/v1/contacts",
+            ra_ledger_tests::api::contact_body("TX", "Office"),
+        )
+        .await;
+    assert_eq!(created.status, axum::http::StatusCode::CREATED);
+    Ok((database, api))
+}
+
 fn sealed(built: Built) -> (i64, usize, ra_ledger::digest::SignedDigest) {
     match built {
         Built::Sealed {
@@ -212,15 +226,7 @@ fn sealed(built: Built) -> (i64, usize, ra_ledger::digest::SignedDigest) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() -> anyhow::Result<()>
 {
-    let database = TestDatabase::new().await?;
-    let api = ra_ledger_tests::api::TestApi::new(&database)?;
-    let created = api
-        .post(
-            "/v1/contacts",
-            ra_ledger_tests::api::contact_body("TX", "Office"),
-        )
-        .await;
-    assert_eq!(created.status, axum::http::StatusCode::CREATED);
+    let (database, api) = with_a_contact().await?;
     assign(&api, 20).await;
     let client = database.connect().await?;
     let key = DigestKey::from_seed(&[5; 32]);
@@ -284,15 +290,7 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let api = ra_ledger_tests::api::TestApi::new(&database)?;
-    let created = api
-        .post(
-            "/v1/contacts",
-            ra_ledger_tests::api::contact_body("TX", "Office"),
-        )
-        .await;
-    assert_eq!(created.status, axum::http::StatusCode::CREATED);
+    let (database, api) = with_a_contact().await?;
     let key = DigestKey::from_seed(&[6; 32]);
     let writers: Vec<_> = (0..2)
         .map(|_| {
