@@ -13,6 +13,10 @@ FILE.json:
      "inclusion": {"stream": str, "version": int, "hash": hex,
                    "index": int, "path": [hex, ...]}}                     (optional)
 
+or a proof (`GET /v1/events/{id}/proof`, `ledger proof`): "event_id", "events" (the event
+and its stream's later events up to the sealed head, every field their hashes cover),
+"inclusion" (index and path of the head's leaf), "digest" and "public_key_pem".
+
 Exits 0 when everything given holds; otherwise 1, naming the first thing that does not.
 """
 
@@ -20,6 +24,7 @@ import base64
 import hashlib
 import json
 import sys
+import uuid
 
 # --- Ed25519 (RFC 8032, section 6) -----------------------------------------------------
 
@@ -169,6 +174,57 @@ def signed_message(digest):
     )
 
 
+def event_hash(previous, event):
+    """The event's hash (ledger/src/store.rs `event_hash`): SHA-256 over length-prefixed
+    parts (8-byte big-endian lengths)."""
+    h = hashlib.sha256()
+
+    def part(data):
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+
+    part(b"ra-ledger/event/v1")
+    part(previous or b"")
+    part(uuid.UUID(event["event_id"]).bytes)
+    part(event["stream"].encode("utf-8"))
+    part(event["stream_version"].to_bytes(8, "big", signed=True))
+    part(event["event_type"].encode("utf-8"))
+    part(event["schema_version"].to_bytes(4, "big", signed=True))
+    part(bytes.fromhex(event["payload"]))
+    part(event["recorded_at_micros"].to_bytes(8, "big", signed=True))
+    part(event["effective_at_micros"].to_bytes(8, "big", signed=True))
+    part(event["actor"].encode("utf-8"))
+    part(uuid.UUID(event["correlation_id"]).bytes)
+    part(uuid.UUID(event["causation_id"]).bytes if event["causation_id"] else b"")
+    return h.digest()
+
+
+def check_events(document):
+    """Yields what does not hold in a proof's chain of events."""
+    events = document["events"]
+    if not events or events[0]["event_id"] != document["event_id"]:
+        yield "the proof's first event is not the event it proves"
+        return
+    previous = None
+    for i, event in enumerate(events):
+        prev_hash = bytes.fromhex(event["prev_hash"]) if event["prev_hash"] else None
+        if i > 0:
+            if event["stream"] != events[0]["stream"]:
+                yield f"event {event['event_id']} is of another stream"
+                return
+            if event["stream_version"] != events[i - 1]["stream_version"] + 1:
+                yield f"version {event['stream_version']} does not follow {events[i - 1]['stream_version']}"
+                return
+            if prev_hash != previous:
+                yield f"event {event['event_id']} does not chain to the event before it"
+                return
+        computed = event_hash(prev_hash, event)
+        if computed != bytes.fromhex(event["hash"]):
+            yield f"event {event['event_id']} (version {event['stream_version']}) does not hash to its recorded hash"
+            return
+        previous = computed
+
+
 def check(document):
     """Yields what does not hold, in order."""
     digest = document["digest"]
@@ -189,6 +245,19 @@ def check(document):
             yield "the leaves' versions do not add up to the digest's event count"
         elif tree_root(hashes) != root:
             yield "the leaves do not reproduce the digest's root"
+    if "events" in document:
+        failures = list(check_events(document))
+        if failures:
+            yield failures[0]
+            return
+        head = document["events"][-1]
+        if head["stream"] != document["inclusion"]["stream"]:
+            yield "the inclusion path is of another stream"
+            return
+        document = dict(document)
+        document["inclusion"] = dict(
+            document["inclusion"], version=head["stream_version"], hash=head["hash"]
+        )
     if "inclusion" in document:
         inc = document["inclusion"]
         leaf = leaf_hash(leaf_bytes(inc["stream"], inc["version"], bytes.fromhex(inc["hash"])))
@@ -218,7 +287,7 @@ def main(argv):
     for failure in check(document):
         print(f"FAIL: {failure}")
         return 1
-    checked = ["signature"] + [part for part in ("leaves", "inclusion") if part in document]
+    checked = ["signature"] + [part for part in ("leaves", "events", "inclusion") if part in document]
     print(f"ok: {', '.join(checked)} hold")
     return 0
 

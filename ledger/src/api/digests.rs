@@ -30,3 +30,23 @@ pub(super) async fn latest(
         .map(Json)
         .ok_or_else(|| ApiError::not_found("no digest has been sealed yet"))
 }
+
+/// `GET /v1/events/{id}/proof`: the event's inclusion proof against the newest digest.
+pub(super) async fn event_proof(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    use crate::digest::proof::{self, ProofError};
+    let id = super::uuid_param("event id", &id)?;
+    match proof::for_event(state.ledger.pool(), id).await {
+        Ok(document) => Ok(Json(document)),
+        Err(error @ ProofError::UnknownEvent(_)) => Err(ApiError::not_found(error.to_string())),
+        Err(error @ ProofError::NotSealed(_)) => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "not_sealed",
+            error.to_string(),
+        )),
+        Err(error) => Err(ApiError::internal(&error)),
+    }
+}

@@ -59,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reassignment-runs/{id}", get(runs::reassignment_run))
         .route("/v1/digests/public-key", get(digests::public_key))
         .route("/v1/digests/latest", get(digests::latest))
+        .route("/v1/events/{id}/proof", get(digests::event_proof))
         .route("/v1/assignments", post(assignments::assign))
         .route("/v1/assignments/{id}", get(assignments::get_assignment))
         .route(

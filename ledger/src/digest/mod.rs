@@ -39,6 +39,7 @@
 
 pub mod build;
 pub mod merkle;
+pub mod proof;
 
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};

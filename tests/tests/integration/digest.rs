@@ -327,3 +327,97 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
     assert_eq!(broken, 0);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_proof_verifies_offline_and_names_what_a_tampering_breaks() -> anyhow::Result<()> {
+    let (database, api) = with_a_contact().await?;
+    let business = uuid::Uuid::now_v7();
+    let assigned = api
+        .post(
+            "/v1/assignments",
+            json!({"business_id": business, "jurisdiction": "TX"}),
+        )
+        .await;
+    assert_eq!(
+        assigned.status,
+        axum::http::StatusCode::CREATED,
+        "{:?}",
+        assigned.body
+    );
+    assign(&api, 10).await;
+    let client = database.connect().await?;
+    let stream = format!("assignment-{business}-TX");
+    let first: uuid::Uuid = client
+        .query_one(
+            "SELECT event_id FROM events WHERE stream = $1 ORDER BY stream_version LIMIT 1",
+            &[&stream],
+        )
+        .await?
+        .get(0);
+    // Not sealed before the first digest.
+    let early = api.get(&format!("/v1/events/{first}/proof")).await;
+    assert_eq!(
+        early.status,
+        axum::http::StatusCode::CONFLICT,
+        "{:?}",
+        early.body
+    );
+    assert_eq!(early.error_code(), "not_sealed");
+    // The stream gets a later event; then a digest seals it.
+    let assignment_id = assigned.str("assignment_id");
+    let ended = api
+        .post(&format!("/v1/assignments/{assignment_id}/end"), json!({}))
+        .await;
+    assert!(ended.status.is_success(), "{:?}", ended.body);
+    let key = DigestKey::from_seed(&[8; 32]);
+    sealed(build(api.ledger.pool(), &key, 5_000).await?);
+
+    let proof = api.get(&format!("/v1/events/{first}/proof")).await;
+    assert_eq!(proof.status, axum::http::StatusCode::OK, "{:?}", proof.body);
+    let document = proof.body;
+    assert_eq!(document["events"].as_array().map(Vec::len), Some(2));
+    let (ok, said) = python_verdict(&document)?;
+    assert!(ok && said.contains("events"), "{said}");
+
+    let tampered = |change: &dyn Fn(&mut Value)| {
+        let mut copy = document.clone();
+        change(&mut copy);
+        python_verdict(&copy)
+    };
+    for (change, expected) in [
+        (
+            Box::new(|d: &mut Value| d["events"][0]["actor"] = json!("someone else"))
+                as Box<dyn Fn(&mut Value)>,
+            "does not hash to its recorded hash",
+        ),
+        (
+            Box::new(|d: &mut Value| {
+                let events = d["events"].as_array_mut().expect("events");
+                events.pop();
+            }),
+            "inclusion path of stream",
+        ),
+        (
+            Box::new(|d: &mut Value| {
+                let index = d["inclusion"]["index"].as_u64().expect("an index");
+                d["inclusion"]["index"] = json!(index ^ 1);
+            }),
+            "inclusion path of stream",
+        ),
+        (
+            Box::new(|d: &mut Value| d["digest"]["root"] = json!(hex(&[1; 32]))),
+            "signature does not verify",
+        ),
+    ] {
+        let (ok, said) = tampered(&*change)?;
+        assert!(
+            !ok && said.contains(expected),
+            "expected {expected:?}, got: {said}"
+        );
+    }
+    let unknown = api
+        .get(&format!("/v1/events/{}/proof", uuid::Uuid::now_v7()))
+        .await;
+    assert_eq!(unknown.status, axum::http::StatusCode::NOT_FOUND);
+    Ok(())
+}
