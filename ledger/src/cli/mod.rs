@@ -8,6 +8,7 @@ mod grant;
 mod migrate;
 mod outbox;
 mod projections;
+mod proof;
 mod relay;
 mod runs;
 mod serve;
@@ -84,6 +85,8 @@ enum Command {
         #[command(subcommand)]
         command: grant::GrantCommand,
     },
+    /// An event's inclusion proof against the newest signed digest; or check one offline.
+    Proof(proof::ProofArgs),
     /// API bearer tokens: make one, or hash one for the service's configuration.
     Token {
         #[command(subcommand)]
@@ -142,6 +145,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Audit { question } => audit::run(url, question).await,
         Command::Token { command } => token::run(command),
         Command::Grant { command } => grant::run(url, command).await,
+        Command::Proof(args) => proof::run(url, args).await,
     }
 }
 

@@ -378,6 +378,12 @@ async fn an_event_proof_verifies_offline_and_names_what_a_tampering_breaks() -> 
     assert_eq!(document["events"].as_array().map(Vec::len), Some(2));
     let (ok, said) = python_verdict(&document)?;
     assert!(ok && said.contains("events"), "{said}");
+    // The Rust verifier (`ledger proof verify`) agrees, and refuses another key.
+    let verified =
+        ra_ledger::digest::proof::verify(&document, &key.public()).map_err(anyhow::Error::msg)?;
+    assert_eq!((verified.events, verified.sealed_version), (2, 2));
+    let other = DigestKey::from_seed(&[9; 32]).public();
+    assert!(ra_ledger::digest::proof::verify(&document, &other).is_err());
 
     let tampered = |change: &dyn Fn(&mut Value)| {
         let mut copy = document.clone();
@@ -413,6 +419,15 @@ async fn an_event_proof_verifies_offline_and_names_what_a_tampering_breaks() -> 
         assert!(
             !ok && said.contains(expected),
             "expected {expected:?}, got: {said}"
+        );
+        // The Rust verifier names the same failure.
+        let mut copy = document.clone();
+        change(&mut copy);
+        let rust =
+            ra_ledger::digest::proof::verify(&copy, &key.public()).expect_err("a tampered proof");
+        assert!(
+            rust.contains(expected),
+            "expected {expected:?}, got: {rust}"
         );
     }
     let unknown = api

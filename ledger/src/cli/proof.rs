@@ -1,0 +1,71 @@
+//! `ledger proof <event-id>`: an event's inclusion proof against the newest digest, as JSON;
+//! `ledger proof verify <file> --public-key <file>`: checks one offline, with no database and
+//! no network.
+
+use ra_ledger::db;
+use ra_ledger::digest::{proof, public_key_from_pem};
+
+/// Arguments of `ledger proof`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProofArgs {
+    /// The event to prove.
+    event_id: Option<String>,
+    #[command(subcommand)]
+    command: Option<ProofCommand>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ProofCommand {
+    /// Check a proof offline; exits 1 naming the first thing that does not hold.
+    Verify {
+        /// The proof (JSON), as `ledger proof` or `GET /v1/events/{id}/proof` gave it.
+        file: String,
+        /// The digests' public key (PEM), as `GET /v1/digests/public-key` gave it. Never
+        /// the one inside the proof: that one proves nothing.
+        #[arg(long)]
+        public_key: String,
+    },
+}
+
+pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
+    match (args.event_id, args.command) {
+        (_, Some(ProofCommand::Verify { file, public_key })) => {
+            let read = |path: &str| {
+                std::fs::read_to_string(path).map_err(|error| anyhow::anyhow!("{path}: {error}"))
+            };
+            let document: serde_json::Value = serde_json::from_str(&read(&file)?)
+                .map_err(|error| anyhow::anyhow!("{file}: not JSON: {error}"))?;
+            let key = public_key_from_pem(&read(&public_key)?)
+                .ok_or_else(|| anyhow::anyhow!("{public_key}: not an Ed25519 public key in PEM"))?;
+            match proof::verify(&document, &key) {
+                Ok(verified) => {
+                    println!(
+                        "ok: {} event(s) of {} chain to version {}, sealed by the digest of {}",
+                        verified.events,
+                        verified.stream,
+                        verified.sealed_version,
+                        chrono::DateTime::from_timestamp_micros(verified.digest_time_micros)
+                            .map(|time| time.to_rfc3339())
+                            .unwrap_or_default()
+                    );
+                    Ok(())
+                }
+                Err(failure) => {
+                    eprintln!("FAIL: {failure}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        (Some(event_id), None) => {
+            let id = event_id
+                .parse()
+                .map_err(|_| anyhow::anyhow!("event id {event_id:?} is not a UUID"))?;
+            let pool = db::pool(database_url, "ledger-proof", 1)?;
+            let document = proof::for_event(&pool, id).await?;
+            println!("{}", serde_json::to_string_pretty(&document)?);
+            Ok(())
+        }
+        (None, None) => anyhow::bail!("name an event id, or `verify <file> --public-key <file>`"),
+    }
+}
