@@ -33,15 +33,6 @@ pub const ENV_SECRET_FILES: [(&str, &str); 2] = [
     ("LEDGER_KAFKA_SSL_KEY_PASSWORD_FILE", "ssl.key.password"),
 ];
 
-/// librdkafka properties whose values are secrets: never printed.
-const SECRET_KEYS: [&str; 5] = [
-    "sasl.password",
-    "ssl.key.password",
-    "ssl.keystore.password",
-    "ssl.key.pem",
-    "sasl.oauthbearer.client.secret",
-];
-
 const PROTOCOLS: [&str; 4] = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
 const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
@@ -195,11 +186,6 @@ impl KafkaSettings {
         }
         Ok(config)
     }
-}
-
-/// Whether a librdkafka property holds a secret.
-pub fn is_secret(key: &str) -> bool {
-    SECRET_KEYS.contains(&key)
 }
 
 /// Reads the secret `key` from `path`.
