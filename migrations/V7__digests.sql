@@ -22,9 +22,11 @@ CREATE TRIGGER events_mark_digest_dirty AFTER INSERT ON events
     REFERENCING NEW TABLE AS appended
     FOR EACH STATEMENT EXECUTE FUNCTION mark_digest_dirty();
 
--- Every stream that existed before this migration: the first digest seals them all. (After
--- the trigger, whose creation waits for appends in flight and holds off new ones.)
-INSERT INTO digest_dirty (stream) SELECT DISTINCT stream FROM events;
+-- The mark `*` stands for every stream: the next digest re-reads them all. It covers the
+-- streams that existed before this migration (the trigger's creation above waited for
+-- appends in flight and holds off new ones), and `ledger serve` without a digest key puts it
+-- back when it clears the marks no builder consumes, so they never pile up.
+INSERT INTO digest_dirty (stream) VALUES ('*');
 
 -- The tree's leaves as the newest digest sealed them: one row per stream.
 CREATE TABLE digest_leaves (

@@ -207,7 +207,7 @@ pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_pos
              GRANT DELETE ON outbox, outbox_retention_marks TO {role}; \
              GRANT INSERT ON digests, digest_leaf_changes TO {role}; \
              GRANT INSERT, UPDATE ON digest_leaves TO {role}; \
-             GRANT DELETE ON digest_dirty TO {role}; \
+             GRANT INSERT, DELETE ON digest_dirty TO {role}; \
              REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON events FROM {role}; \
              GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};"
         ))

@@ -90,17 +90,24 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         )))
     });
     let retention = retention.transpose()?;
-    let digests = service.digests.map(|settings| {
-        tracing::info!(every = ?settings.interval, "signed digests on");
-        let pool = db::pool(&service.database_url, "ledger-digest", 1)?;
-        anyhow::Ok(tokio::spawn(ra_ledger::digest::build::run(
-            pool,
-            settings.key,
-            settings.interval,
+    let digest_pool = db::pool(&service.database_url, "ledger-digest", 1)?;
+    let digests = Some(match service.digests {
+        Some(settings) => {
+            tracing::info!(every = ?settings.interval, "signed digests on");
+            tokio::spawn(ra_ledger::digest::build::run(
+                digest_pool,
+                settings.key,
+                settings.interval,
+                shutdown.clone(),
+            ))
+        }
+        // Off: the marks appends leave for the builder are cleared, so they never pile up.
+        None => tokio::spawn(ra_ledger::digest::build::clear_marks_until(
+            digest_pool,
+            std::time::Duration::from_secs(60),
             shutdown.clone(),
-        )))
+        )),
     });
-    let digests = digests.transpose()?;
     let app = api::router(state).merge(health::router(pool));
     match service.tls {
         Some(tls) => {

@@ -21,6 +21,9 @@ pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
 /// `<topic prefix>digest`.
 pub const AGGREGATE_TYPE: &str = "digest";
 
+/// The mark that stands for every stream (no stream is named `*`).
+pub const EVERY_STREAM: &str = "*";
+
 /// Heads read per statement.
 const HEADS_PER_READ: usize = 10_000;
 
@@ -85,12 +88,21 @@ async fn build_locked(
         .isolation_level(IsolationLevel::RepeatableRead)
         .start()
         .await?;
-    let changed: Vec<String> = tx
+    let mut changed: Vec<String> = tx
         .query("SELECT DISTINCT stream FROM digest_dirty", &[])
         .await?
         .iter()
         .map(|row| row.get(0))
         .collect();
+    if changed.iter().any(|stream| stream == EVERY_STREAM) {
+        // Marks were cleared while no builder ran (or none was ever taken): re-read all.
+        changed = tx
+            .query("SELECT DISTINCT stream FROM events", &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+    }
     let last = tx
         .query_opt(
             "SELECT seq, hash FROM digests ORDER BY seq DESC LIMIT 1",
@@ -268,4 +280,47 @@ pub async fn latest(
         })
         .ok_or_else(|| BuildError::BadHash(format!("public key of digest {seq}")))?;
     Ok(Some(super::document(seq, &digest, &pem)))
+}
+
+/// With digests off, clears the marks no builder will consume, leaving the one that makes
+/// the first digest after digests are turned on re-read every stream. Returns the marks
+/// removed.
+pub async fn clear_marks(pool: &Pool) -> Result<u64, BuildError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let removed = tx
+        .execute(
+            "DELETE FROM digest_dirty WHERE stream <> $1",
+            &[&EVERY_STREAM],
+        )
+        .await?;
+    if removed > 0 {
+        tx.execute(
+            "INSERT INTO digest_dirty (stream) SELECT $1 \
+             WHERE NOT EXISTS (SELECT 1 FROM digest_dirty WHERE stream = $1)",
+            &[&EVERY_STREAM],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(removed)
+}
+
+/// `ledger serve` without a digest key: clears the marks every `interval` until `shutdown`.
+pub async fn clear_marks_until(
+    pool: Pool,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        if let Err(error) = clear_marks(&pool).await {
+            tracing::warn!(%error, "cannot clear the digest marks; trying again next time");
+        }
+    }
 }

@@ -212,6 +212,16 @@ async fn with_a_contact() -> anyhow::Result<(TestDatabase, ra_ledger_tests::api:
     Ok((database, api))
 }
 
+/// The streams marked for the next digest.
+async fn marks(client: &tokio_postgres::Client) -> anyhow::Result<Vec<String>> {
+    Ok(client
+        .query("SELECT stream FROM digest_dirty ORDER BY stream", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect())
+}
+
 fn sealed(built: Built) -> (i64, usize, ra_ledger::digest::SignedDigest) {
     match built {
         Built::Sealed {
@@ -434,5 +444,35 @@ async fn an_event_proof_verifies_offline_and_names_what_a_tampering_breaks() -> 
         .get(&format!("/v1/events/{}/proof", uuid::Uuid::now_v7()))
         .await;
     assert_eq!(unknown.status, axum::http::StatusCode::NOT_FOUND);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everything()
+-> anyhow::Result<()> {
+    let (database, api) = with_a_contact().await?;
+    let key = DigestKey::from_seed(&[10; 32]);
+    sealed(build(api.ledger.pool(), &key, 1).await?);
+    // Digests turned off: appends leave marks, which `ledger serve` clears.
+    assign(&api, 5).await;
+    let client = database.connect().await?;
+    assert_eq!(marks(&client).await?.len(), 5);
+    let removed = ra_ledger::digest::build::clear_marks(api.ledger.pool()).await?;
+    assert_eq!(removed, 5);
+    assert_eq!(marks(&client).await?, ["*"]);
+    // Cleared again with nothing new: nothing changes.
+    assert_eq!(
+        ra_ledger::digest::build::clear_marks(api.ledger.pool()).await?,
+        0
+    );
+    // Turned on again: the next digest re-reads every stream and misses none of the five.
+    let (_, changed, digest) = sealed(build(api.ledger.pool(), &key, 2).await?);
+    let heads = full_heads(&client).await?;
+    assert_eq!(changed, heads.len());
+    assert_eq!(
+        digest.statement.root,
+        Statement::over(heads, 0, [0; 32]).root
+    );
+    assert!(marks(&client).await?.is_empty());
     Ok(())
 }
