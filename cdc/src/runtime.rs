@@ -86,3 +86,28 @@ pub fn text_router(render: impl Fn() -> String + Clone + Send + Sync + 'static) 
         )
         .route("/healthz", get(|| async { "ok" }))
 }
+
+/// The ticks of a background task that runs every `interval` (the first at once) until
+/// `shutdown`; a late tick is not made up.
+#[derive(Debug)]
+pub struct Every {
+    ticks: tokio::time::Interval,
+    shutdown: CancellationToken,
+}
+
+impl Every {
+    /// Ticks every `interval` until `shutdown`.
+    pub fn new(interval: std::time::Duration, shutdown: CancellationToken) -> Self {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { ticks, shutdown }
+    }
+
+    /// Waits for the next tick: `false` once shut down.
+    pub async fn tick(&mut self) -> bool {
+        tokio::select! {
+            () = self.shutdown.cancelled() => false,
+            _ = self.ticks.tick() => true,
+        }
+    }
+}

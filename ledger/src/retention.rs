@@ -126,14 +126,9 @@ pub async fn run(
     batch: i64,
     shutdown: CancellationToken,
 ) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
     let mut warned_missing = false;
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    while every.tick().await {
         match prune(&pool, &slot, batch).await {
             Ok(pruned) if pruned.confirmed.is_none() => {
                 if !warned_missing {

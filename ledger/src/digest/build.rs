@@ -217,13 +217,8 @@ pub async fn run(
     interval: std::time::Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
+    while every.tick().await {
         let now = chrono::Utc::now().timestamp_micros();
         match build(&pool, &key, now).await {
             Ok(Built::Sealed {
@@ -312,13 +307,8 @@ pub async fn clear_marks_until(
     interval: std::time::Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
+    let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
+    while every.tick().await {
         if let Err(error) = clear_marks(&pool).await {
             tracing::warn!(%error, "cannot clear the digest marks; trying again next time");
         }
