@@ -3,7 +3,10 @@
 layouts documented in ledger/src/digest/mod.rs alone, with Python's standard library only
 (Ed25519 is RFC 8032's reference algorithm, section 6).
 
-    verify_digest.py FILE.json
+    verify_digest.py FILE.json... [--public-key PUBLIC.pem]
+
+PUBLIC.pem is the ledger's public key (`GET /v1/digests/public-key`); without it the
+document's own key is used, which proves only that the document is self-consistent.
 
 FILE.json:
     {"public_key_pem": "-----BEGIN PUBLIC KEY-----...",
@@ -13,11 +16,13 @@ FILE.json:
      "inclusion": {"stream": str, "version": int, "hash": hex,
                    "index": int, "path": [hex, ...]}}                     (optional)
 
-or a proof (`GET /v1/events/{id}/proof`, `ledger proof`): "event_id", "events" (the event
-and its stream's later events up to the sealed head, every field their hashes cover),
-"inclusion" (index and path of the head's leaf), "digest" and "public_key_pem".
+or a proof (`GET /v1/events/{id}/proof`, `ledger proof`, `registered-agent?...&proof=true`):
+"streams" (per stream: "stream", "events" up to the head a digest sealed with every field
+their hashes cover, "index" and "path" of the head's leaf), "digest", "public_key_pem",
+and "event_id" for an event's proof. (An answer's fold is checked by `ledger proof verify`.)
 
-Exits 0 when everything given holds; otherwise 1, naming the first thing that does not.
+Exits 0 when everything given holds; otherwise 1, naming per file the first thing that
+does not. With several files, each verdict line starts with the file's name.
 """
 
 import base64
@@ -199,25 +204,29 @@ def event_hash(previous, event):
     return h.digest()
 
 
-def check_events(document):
-    """Yields what does not hold in a proof's chain of events."""
-    events = document["events"]
-    if not events or events[0]["event_id"] != document["event_id"]:
-        yield "the proof's first event is not the event it proves"
+def check_stream(entry):
+    """Yields what does not hold in one proven stream's chain of events; returns its head's
+    leaf (stream, version, hash) when it holds."""
+    stream, events = entry["stream"], entry["events"]
+    if not events:
+        yield f"the proof of stream {stream} has no events"
         return
     previous = None
     for i, event in enumerate(events):
         prev_hash = bytes.fromhex(event["prev_hash"]) if event["prev_hash"] else None
+        if event["stream"] != stream:
+            yield f"event {event['event_id']} is of stream {event['stream']}, not {stream}"
+            return
         if i > 0:
-            if event["stream"] != events[0]["stream"]:
-                yield f"event {event['event_id']} is of another stream"
-                return
             if event["stream_version"] != events[i - 1]["stream_version"] + 1:
-                yield f"version {event['stream_version']} does not follow {events[i - 1]['stream_version']}"
+                yield f"event {event['event_id']} does not follow version {events[i - 1]['stream_version']} of {stream}"
                 return
             if prev_hash != previous:
                 yield f"event {event['event_id']} does not chain to the event before it"
                 return
+        elif event["stream_version"] == 1 and prev_hash is not None:
+            yield f"event {event['event_id']} is version 1 of {stream} but chains to an earlier one"
+            return
         computed = event_hash(prev_hash, event)
         if computed != bytes.fromhex(event["hash"]):
             yield f"event {event['event_id']} (version {event['stream_version']}) does not hash to its recorded hash"
@@ -225,10 +234,11 @@ def check_events(document):
         previous = computed
 
 
-def check(document):
-    """Yields what does not hold, in order."""
+def check(document, public_pem=None):
+    """Yields what does not hold, in order. `public_pem` is the key to trust; without it,
+    the document's own key is used, which proves only that the document is consistent."""
     digest = document["digest"]
-    public = public_key_from_pem(document["public_key_pem"])
+    public = public_key_from_pem(public_pem or document["public_key_pem"])
     if not ed25519_verify(public, signed_message(digest), bytes.fromhex(digest["signature"])):
         yield "the digest's signature does not verify with the public key"
         return
@@ -245,25 +255,29 @@ def check(document):
             yield "the leaves' versions do not add up to the digest's event count"
         elif tree_root(hashes) != root:
             yield "the leaves do not reproduce the digest's root"
-    if "events" in document:
-        failures = list(check_events(document))
-        if failures:
-            yield failures[0]
+    inclusions = [document["inclusion"]] if "inclusion" in document else []
+    if "streams" in document:
+        if not document["streams"]:
+            yield "the proof has no streams"
             return
-        head = document["events"][-1]
-        if head["stream"] != document["inclusion"]["stream"]:
-            yield "the inclusion path is of another stream"
+        for entry in document["streams"]:
+            failures = list(check_stream(entry))
+            if failures:
+                yield failures[0]
+                return
+            head = entry["events"][-1]
+            inclusions.append(
+                dict(entry, version=head["stream_version"], hash=head["hash"])
+            )
+        if "event_id" in document and document["streams"][0]["events"][0]["event_id"] != document["event_id"]:
+            yield "the proof's first event is not the event it proves"
             return
-        document = dict(document)
-        document["inclusion"] = dict(
-            document["inclusion"], version=head["stream_version"], hash=head["hash"]
-        )
-    if "inclusion" in document:
-        inc = document["inclusion"]
+    for inc in inclusions:
         leaf = leaf_hash(leaf_bytes(inc["stream"], inc["version"], bytes.fromhex(inc["hash"])))
         path = [bytes.fromhex(h) for h in inc["path"]]
         if not verify_inclusion(leaf, inc["index"], digest["stream_count"], path, root):
             yield f"the inclusion path of stream {inc['stream']} does not lead to the root"
+            return
 
 
 def self_test():
@@ -277,19 +291,40 @@ def self_test():
     assert not ed25519_verify(public, b"x", signature), "RFC 8032 test 1, other message"
 
 
+def verify_file(path, public_pem):
+    """One document's verdict: (True, what holds) or (False, the first failure)."""
+    with open(path, encoding="utf-8") as file:
+        document = json.load(file)
+    for failure in check(document, public_pem):
+        return False, f"FAIL: {failure}"
+    checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion") if part in document]
+    return True, f"ok: {', '.join(checked)} hold"
+
+
 def main(argv):
-    if len(argv) != 2:
+    args = argv[1:]
+    public_pem = None
+    if "--public-key" in args:
+        at = args.index("--public-key")
+        if at + 1 >= len(args):
+            print(__doc__, file=sys.stderr)
+            return 2
+        with open(args[at + 1], encoding="ascii") as file:
+            public_pem = file.read()
+        args = args[:at] + args[at + 2:]
+    if not args:
         print(__doc__, file=sys.stderr)
         return 2
     self_test()
-    with open(argv[1], encoding="utf-8") as file:
-        document = json.load(file)
-    for failure in check(document):
-        print(f"FAIL: {failure}")
-        return 1
-    checked = ["signature"] + [part for part in ("leaves", "events", "inclusion") if part in document]
-    print(f"ok: {', '.join(checked)} hold")
-    return 0
+    failed = 0
+    for path in args:
+        ok, said = verify_file(path, public_pem)
+        failed += not ok
+        print(f"{path}: {said}" if len(args) > 1 else said)
+    if public_pem is None:
+        print("note: checked with the document's own public key; pass --public-key FILE "
+              "with the key published by the ledger to prove more than consistency")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

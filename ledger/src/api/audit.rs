@@ -26,6 +26,20 @@ pub(super) struct AtQuery {
     at: Option<DateTime<Utc>>,
     /// Transaction time: only what the ledger had recorded by then; defaults to now.
     known_at: Option<DateTime<Utc>>,
+    /// Add the answer's proof against the newest signed digest.
+    #[serde(default)]
+    proof: bool,
+}
+
+/// The answer, with its proof when asked for.
+#[derive(Debug, Serialize)]
+pub(super) struct AtAnswer {
+    #[serde(flatten)]
+    answer: RegisteredAgent,
+    /// The events the answer folds, proven against a signed digest
+    /// ([`crate::digest::proof`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proof: Option<serde_json::Value>,
 }
 
 /// A query's instant, within the years the ledger keeps: 400 `invalid_field` otherwise.
@@ -46,21 +60,45 @@ pub(super) async fn registered_agent_at(
     _reader: auth::Reader,
     Path((business_id, jurisdiction)): Path<(String, String)>,
     Query(query): Query<AtQuery>,
-) -> Result<Json<RegisteredAgent>, ApiError> {
+) -> Result<Json<AtAnswer>, ApiError> {
     let (business_id, jurisdiction) = registration(&business_id, &jurisdiction)?;
     let now = Utc::now();
     let at = instant("at", query.at.unwrap_or(now))?;
     let known_at = instant("known_at", query.known_at.unwrap_or(now))?;
+    let none = || {
+        ApiError::not_found(format!(
+            "business {business_id} had no registered agent in {} at {at} (as known at {known_at})",
+            jurisdiction.code()
+        ))
+    };
+    if query.proof {
+        use crate::digest::proof::{self, ProofError};
+        return match proof::for_answer(state.ledger.pool(), business_id, jurisdiction, at, known_at)
+            .await
+        {
+            Ok(Some((answer, proof))) => Ok(Json(AtAnswer {
+                answer,
+                proof: Some(proof),
+            })),
+            Ok(None) => Err(none()),
+            Err(error @ ProofError::NotSealed(_)) => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_sealed",
+                error.to_string(),
+            )),
+            Err(error) => Err(ApiError::internal(&error)),
+        };
+    }
     let client = state.ledger.pool().get().await?;
     queries::registered_agent_at(&client, business_id, jurisdiction, at, known_at)
         .await?
-        .map(Json)
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "business {business_id} had no registered agent in {} at {at} (as known at {known_at})",
-                jurisdiction.code()
-            ))
+        .map(|answer| {
+            Json(AtAnswer {
+                answer,
+                proof: None,
+            })
         })
+        .ok_or_else(none)
 }
 
 /// Query of "every RA during a period".

@@ -1,6 +1,7 @@
 //! `ledger audit`: the audit questions, answered from the projections, as JSON.
 
 use chrono::{DateTime, Utc};
+use ra_ledger::digest::proof;
 use ra_ledger::domain::{self, Jurisdiction};
 use ra_ledger::{db, queries};
 use uuid::Uuid;
@@ -21,6 +22,10 @@ pub enum AuditCommand {
         /// Only what the ledger had recorded by then (RFC 3339); defaults to now.
         #[arg(long, value_parser = parse_instant)]
         known_at: Option<DateTime<Utc>>,
+        /// Print the answer's proof against the newest signed digest instead (it holds the
+        /// answer); `ledger proof verify` checks it offline.
+        #[arg(long)]
+        proof: bool,
     },
     /// Every RA of a business in a jurisdiction during [from, to).
     During {
@@ -61,24 +66,35 @@ fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
 }
 
 pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<()> {
-    let client = db::pool(database_url, "ledger-audit", 1)?.get().await?;
+    // Two: `--proof` reads in a snapshot of its own.
+    let pool = db::pool(database_url, "ledger-audit", 2)?;
+    let client = pool.get().await?;
     let json = match question {
         AuditCommand::At {
             business,
             jurisdiction,
             at,
             known_at,
+            proof,
         } => {
             let now = Utc::now();
-            let answer = queries::registered_agent_at(
-                &client,
-                business,
-                jurisdiction,
-                at.unwrap_or(now),
-                known_at.unwrap_or(now),
-            )
-            .await?;
-            serde_json::to_string_pretty(&answer)?
+            let (at, known_at) = (at.unwrap_or(now), known_at.unwrap_or(now));
+            if proof {
+                let Some((_, document)) =
+                    proof::for_answer(&pool, business, jurisdiction, at, known_at).await?
+                else {
+                    anyhow::bail!(
+                        "business {business} had no registered agent in {} at {at} (as known at {known_at}): nothing to prove",
+                        jurisdiction.code()
+                    );
+                };
+                serde_json::to_string_pretty(&document)?
+            } else {
+                let answer =
+                    queries::registered_agent_at(&client, business, jurisdiction, at, known_at)
+                        .await?;
+                serde_json::to_string_pretty(&answer)?
+            }
         }
         AuditCommand::During {
             business,

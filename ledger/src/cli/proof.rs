@@ -40,15 +40,18 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow::anyhow!("{public_key}: not an Ed25519 public key in PEM"))?;
             match proof::verify(&document, &key) {
                 Ok(verified) => {
-                    println!(
-                        "ok: {} event(s) of {} chain to version {}, sealed by the digest of {}",
-                        verified.events,
-                        verified.stream,
-                        verified.sealed_version,
-                        chrono::DateTime::from_timestamp_micros(verified.digest_time_micros)
-                            .map(|time| time.to_rfc3339())
-                            .unwrap_or_default()
-                    );
+                    let time = chrono::DateTime::from_timestamp_micros(verified.digest_time_micros)
+                        .map(|time| time.to_rfc3339())
+                        .unwrap_or_default();
+                    for proven in &verified.streams {
+                        println!(
+                            "ok: {} versions {}..={} chain to the head sealed by the digest of {time}",
+                            proven.stream, proven.first_version, proven.sealed_version
+                        );
+                    }
+                    if let Some(answer) = &verified.answer {
+                        println!("ok: the proven events fold to the answer: {answer}");
+                    }
                     Ok(())
                 }
                 Err(failure) => {

@@ -1,19 +1,36 @@
-//! Inclusion proofs: one self-contained JSON document that proves an event against a signed
+//! Inclusion proofs: one self-contained JSON document that proves events against a signed
 //! digest, for someone holding only the document and the public key.
 //!
-//! It carries the event and the stream's later events up to the head the newest digest
-//! sealed (each with every field its hash covers, see [`crate::store::event_hash`]), the
-//! Merkle path from that head's leaf to the digest's root, and the signed digest. To check
-//! it: recompute each event's hash from its fields and the previous hash, check the chain
-//! reaches the sealed head, the head's leaf reaches the root through the path, and the
-//! signature (`tests/verify_digest.py` does all of it).
+//! # Document (`ra-ledger proof v1`)
+//!
+//! - `digest`: the signed digest ([`super::document`]); `public_key_pem`: the key that
+//!   signed it, for convenience only (a verifier must use a key it got elsewhere).
+//! - `streams`: one entry per proven stream: `stream`, `events` (consecutive versions up to
+//!   the head the digest sealed, each with every field its hash covers, see
+//!   [`crate::store::event_hash`]), and the `index` and Merkle `path` of the head's leaf.
+//! - An event's proof (`GET /v1/events/{id}/proof`) has `event_id` and one stream, from
+//!   that event on.
+//! - A proven audit answer (`registered-agent?at=T&proof=true`) has `question` (business,
+//!   jurisdiction, `at_micros`, `known_at_micros`), `answer` (the API's answer) and two whole
+//!   streams from version 1: the business's assignments in the jurisdiction and the
+//!   answer's contact. Folding their events recorded by `known_at` ([`Fold`]) gives the
+//!   answer.
+//!
+//! To check one: recompute each event's hash from its fields and the previous hash, check
+//! each chain reaches its sealed head, each head's leaf reaches the root through its path,
+//! the signature, and for an answer, the fold (`ledger proof verify`; `tests/verify_digest.py`
+//! checks all but the fold).
 
-use deadpool_postgres::Pool;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Pool, Transaction};
+use prost::Message as _;
 use serde_json::{Value, json};
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
 use super::{hex, merkle};
+use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
+use crate::queries::{self, Fold, RegisteredAgent};
 
 /// Why there is no proof.
 #[derive(Debug, thiserror::Error)]
@@ -21,11 +38,11 @@ pub enum ProofError {
     /// No such event.
     #[error("event {0} not found")]
     UnknownEvent(Uuid),
-    /// No digest has sealed the event yet.
+    /// No digest has sealed what is to be proven yet.
     #[error(
-        "event {0} is not sealed by a digest yet: digests are sealed every digest_interval_ms while something changed"
+        "{0} is not sealed by a digest yet: digests are sealed every digest_interval_ms while something changed"
     )]
-    NotSealed(Uuid),
+    NotSealed(String),
     /// No connection.
     #[error("proof: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
@@ -40,71 +57,169 @@ pub enum ProofError {
 const EVENT_COLUMNS: &str = "event_id, stream, stream_version, event_type, schema_version, \
      payload, recorded_at, effective_at, actor, correlation_id, causation_id, prev_hash, hash";
 
-/// The proof of `event_id` against the newest digest.
-pub async fn for_event(pool: &Pool, event_id: Uuid) -> Result<Value, ProofError> {
-    let mut client = pool.get().await?;
+/// One stream to prove: its events from `from_version` up to the sealed head, which must
+/// be at least `sealed_at_least` (else [`ProofError::NotSealed`], naming `what`).
+struct Span {
+    stream: String,
+    from_version: i64,
+    sealed_at_least: i64,
+    what: String,
+}
+
+async fn read_only_snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<Transaction<'_>, tokio_postgres::Error> {
     // One snapshot: the newest digest and `digest_leaves` were written together.
-    let tx = client
+    client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
-        .await?;
+        .await
+}
+
+/// The proof of `event_id` against the newest digest.
+pub async fn for_event(pool: &Pool, event_id: Uuid) -> Result<Value, ProofError> {
+    let mut client = pool.get().await?;
+    let tx = read_only_snapshot(&mut client).await?;
     let event = tx
         .query_opt(
-            &format!("SELECT {EVENT_COLUMNS} FROM events WHERE event_id = $1"),
+            "SELECT stream, stream_version FROM events WHERE event_id = $1",
             &[&event_id],
         )
         .await?
         .ok_or(ProofError::UnknownEvent(event_id))?;
-    let stream: String = event.get(1);
-    let version: i64 = event.get(2);
-    let sealed = tx
-        .query_opt(
-            "SELECT version FROM digest_leaves WHERE stream = $1",
-            &[&stream],
-        )
-        .await?
-        .map(|row| row.get::<_, i64>(0))
-        .filter(|sealed| *sealed >= version)
-        .ok_or(ProofError::NotSealed(event_id))?;
-    let digest = super::build::latest(&tx)
-        .await?
-        .ok_or(ProofError::NotSealed(event_id))?;
-    let events = tx
-        .query(
-            &format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 \
-                 AND stream_version BETWEEN $2 AND $3 ORDER BY stream_version"
+    let version: i64 = event.get(1);
+    let mut document = prove(
+        &tx,
+        &[Span {
+            stream: event.get(0),
+            from_version: version,
+            sealed_at_least: version,
+            what: format!("event {event_id}"),
+        }],
+    )
+    .await?;
+    tx.commit().await?;
+    document["event_id"] = json!(event_id);
+    Ok(document)
+}
+
+/// "Who was the RA of `business_id` in `jurisdiction` at `at`, as known at `known_at`",
+/// answered with its proof against the newest digest, both from one snapshot. `None` when
+/// there was no RA then.
+pub async fn for_answer(
+    pool: &Pool,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: DateTime<Utc>,
+) -> Result<Option<(RegisteredAgent, Value)>, ProofError> {
+    let mut client = pool.get().await?;
+    let tx = read_only_snapshot(&mut client).await?;
+    let Some(answer) =
+        queries::registered_agent_at(&tx, business_id, jurisdiction, at, known_at).await?
+    else {
+        return Ok(None);
+    };
+    let mut spans = Vec::with_capacity(2);
+    for (stream, what) in [
+        (
+            assignment_stream(business_id, jurisdiction),
+            format!(
+                "the assignments of business {business_id} in {} recorded by {known_at}",
+                jurisdiction.code()
             ),
-            &[&stream, &version, &sealed],
-        )
-        .await?;
+        ),
+        (
+            contact_stream(answer.contact.contact_id),
+            format!(
+                "contact {} as recorded by {known_at}",
+                answer.contact.contact_id
+            ),
+        ),
+    ] {
+        // Every event the answer folds must be sealed: those recorded by `known_at`.
+        let folded: i64 = tx
+            .query_one(
+                "SELECT coalesce(max(stream_version), 1) FROM events \
+                 WHERE stream = $1 AND recorded_at <= $2",
+                &[&stream, &known_at],
+            )
+            .await?
+            .get(0);
+        spans.push(Span {
+            stream,
+            from_version: 1,
+            sealed_at_least: folded,
+            what,
+        });
+    }
+    let mut document = prove(&tx, &spans).await?;
+    tx.commit().await?;
+    document["question"] = json!({
+        "business_id": business_id,
+        "jurisdiction": jurisdiction.code(),
+        "at_micros": at.timestamp_micros(),
+        "known_at_micros": known_at.timestamp_micros(),
+        "at": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        "known_at": known_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+    });
+    document["answer"] = serde_json::to_value(&answer).expect("an answer always serializes");
+    Ok(Some((answer, document)))
+}
+
+/// The proof of `spans` against the newest digest, in `tx`'s snapshot.
+async fn prove(tx: &Transaction<'_>, spans: &[Span]) -> Result<Value, ProofError> {
+    let digest = super::build::latest(tx)
+        .await?
+        .ok_or_else(|| ProofError::NotSealed(spans[0].what.clone()))?;
+    // The path needs every leaf hash, in the tree's order: one read for all spans.
     let leaves = tx
         .query(
             "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
             &[],
         )
         .await?;
-    tx.commit().await?;
-    let index = leaves
-        .iter()
-        .position(|row| row.get::<_, &str>(0) == stream)
-        .ok_or(ProofError::NotSealed(event_id))?;
     let hashes: Vec<merkle::Hash> = leaves
         .iter()
         .map(|row| row.get::<_, Vec<u8>>(1).try_into().unwrap_or([0; 32]))
         .collect();
-    let path = merkle::inclusion_path(&hashes, index).unwrap_or_default();
-    Ok(json!({
-        "format": "ra-ledger proof v1",
-        "event_id": event_id,
-        "events": events.iter().map(event_json).collect::<Vec<_>>(),
-        "inclusion": {
-            "stream": stream,
+    let mut streams = Vec::with_capacity(spans.len());
+    for span in spans {
+        let sealed = tx
+            .query_opt(
+                "SELECT version FROM digest_leaves WHERE stream = $1",
+                &[&span.stream],
+            )
+            .await?
+            .map(|row| row.get::<_, i64>(0))
+            .filter(|sealed| *sealed >= span.sealed_at_least)
+            .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
+        let events = tx
+            .query(
+                &format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 \
+                     AND stream_version BETWEEN $2 AND $3 ORDER BY stream_version"
+                ),
+                &[&span.stream, &span.from_version, &sealed],
+            )
+            .await?;
+        let index = leaves
+            .iter()
+            .position(|row| row.get::<_, &str>(0) == span.stream)
+            .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
+        let path = merkle::inclusion_path(&hashes, index).unwrap_or_default();
+        streams.push(json!({
+            "stream": span.stream,
+            "events": events.iter().map(event_json).collect::<Vec<_>>(),
             "index": index,
             "path": path.iter().map(|hash| hex(hash)).collect::<Vec<_>>(),
-        },
+        }));
+    }
+    Ok(json!({
+        "format": "ra-ledger proof v1",
+        "streams": streams,
         "public_key_pem": digest["public_key_pem"],
         "digest": digest,
     }))
@@ -132,15 +247,51 @@ fn event_json(row: &tokio_postgres::Row) -> Value {
     })
 }
 
-/// Checks a proof document offline against `public_key`, as `tests/verify_digest.py`
-/// does: every event's hash from its fields and the previous hash, the chain up to the
-/// sealed head, the head's leaf through the Merkle path to the root, the signature. The
-/// error names the first thing that does not hold.
+/// Checks a proof document offline against `public_key`: every event's hash from its
+/// fields and the previous hash, each chain up to its sealed head, each head's leaf through
+/// its Merkle path to the root, the signature, and for an audit answer, that the proven
+/// events fold to it. The error names the first thing that does not hold.
 pub fn verify(
     document: &Value,
     public_key: &ed25519_dalek::VerifyingKey,
 ) -> Result<VerifiedProof, String> {
-    let digest = &document["digest"];
+    let signed = signed_digest(&document["digest"])?;
+    if !signed.verify(public_key) {
+        return Err("the digest's signature does not verify with the public key".into());
+    }
+    let entries = document["streams"]
+        .as_array()
+        .filter(|streams| !streams.is_empty())
+        .ok_or("the proof has no streams")?;
+    let mut streams = Vec::with_capacity(entries.len());
+    let mut envelopes = Vec::new();
+    for entry in entries {
+        let (proven, events) = verify_stream(entry, &signed.statement)?;
+        streams.push(proven);
+        envelopes.extend(events);
+    }
+    if !document["event_id"].is_null()
+        && entries[0]["events"][0]["event_id"] != document["event_id"]
+    {
+        return Err("the proof's first event is not the event it proves".into());
+    }
+    let answer = match &document["question"] {
+        Value::Null => None,
+        question => Some(verify_answer(
+            question,
+            &document["answer"],
+            &streams,
+            &envelopes,
+        )?),
+    };
+    Ok(VerifiedProof {
+        streams,
+        digest_time_micros: signed.statement.time_micros,
+        answer,
+    })
+}
+
+fn signed_digest(digest: &Value) -> Result<super::SignedDigest, String> {
     let statement = super::Statement {
         root: hash_field(&digest["root"], "digest.root")?,
         time_micros: digest["time_micros"]
@@ -157,28 +308,37 @@ pub fn verify(
     let signature: [u8; 64] = bytes_field(&digest["signature"], "digest.signature")?
         .try_into()
         .map_err(|_| "digest.signature is not 64 bytes")?;
-    let signed = super::SignedDigest {
+    Ok(super::SignedDigest {
         statement,
         signature,
-    };
-    if !signed.verify(public_key) {
-        return Err("the digest's signature does not verify with the public key".into());
-    }
-    let events = document["events"]
+    })
+}
+
+/// One stream's chain and inclusion; returns what it proved and its events' envelopes.
+fn verify_stream(
+    entry: &Value,
+    statement: &super::Statement,
+) -> Result<(ProvenStream, Vec<ra_ledger_proto::v1::Envelope>), String> {
+    let stream = entry["stream"]
+        .as_str()
+        .ok_or("a proven stream has no name")?;
+    let events = entry["events"]
         .as_array()
         .filter(|events| !events.is_empty())
-        .ok_or("the proof has no events")?;
-    if events[0]["event_id"] != document["event_id"] {
-        return Err("the proof's first event is not the event it proves".into());
-    }
+        .ok_or_else(|| format!("the proof of stream {stream} has no events"))?;
     let mut previous: Option<merkle::Hash> = None;
-    let mut head = None;
-    for (i, event) in events.iter().enumerate() {
+    let mut last_version = None;
+    let mut envelopes = Vec::with_capacity(events.len());
+    for event in events {
         let fields = EventFields::read(event)?;
-        if i > 0 {
-            let before = head.as_ref().expect("set on the first event");
-            let (stream, version): &(String, i64) = before;
-            if &fields.stream != stream || fields.stream_version != version + 1 {
+        if fields.stream != stream {
+            return Err(format!(
+                "event {} is of stream {}, not {stream}",
+                fields.event_id, fields.stream
+            ));
+        }
+        if let Some(version) = last_version {
+            if fields.stream_version != version + 1 {
                 return Err(format!(
                     "event {} does not follow version {version} of {stream}",
                     fields.event_id
@@ -190,6 +350,11 @@ pub fn verify(
                     fields.event_id
                 ));
             }
+        } else if fields.stream_version == 1 && fields.prev_hash.is_some() {
+            return Err(format!(
+                "event {} is version 1 of {stream} but chains to an earlier one",
+                fields.event_id
+            ));
         }
         let computed = fields.hash();
         if computed[..] != fields.hash[..] {
@@ -198,58 +363,125 @@ pub fn verify(
                 fields.event_id, fields.stream_version
             ));
         }
+        envelopes.push(fields.envelope()?);
         previous = Some(computed);
-        head = Some((fields.stream, fields.stream_version));
+        last_version = Some(fields.stream_version);
     }
-    let (stream, version) = head.expect("at least one event");
-    let inclusion = &document["inclusion"];
-    if inclusion["stream"].as_str() != Some(stream.as_str()) {
-        return Err("the inclusion path is of another stream".into());
-    }
+    let (first, version) = (
+        events[0]["stream_version"].as_i64().unwrap_or_default(),
+        last_version.expect("at least one event"),
+    );
     let leaf = super::Head {
-        stream: stream.clone(),
+        stream: stream.to_owned(),
         version: version as u64,
         hash: previous.expect("at least one event"),
     };
-    let path = inclusion["path"]
+    let path = entry["path"]
         .as_array()
-        .ok_or("inclusion.path is missing")?
+        .ok_or_else(|| format!("the path of stream {stream} is missing"))?
         .iter()
-        .map(|hash| hash_field(hash, "inclusion.path"))
+        .map(|hash| hash_field(hash, "path"))
         .collect::<Result<Vec<_>, _>>()?;
-    let index = inclusion["index"]
+    let index = entry["index"]
         .as_u64()
-        .ok_or("inclusion.index is missing")?;
+        .ok_or_else(|| format!("the index of stream {stream} is missing"))?;
     if !merkle::verify_inclusion(
         &leaf.leaf_hash(),
         index,
-        signed.statement.stream_count,
+        statement.stream_count,
         &path,
-        &signed.statement.root,
+        &statement.root,
     ) {
         return Err(format!(
             "the inclusion path of stream {stream} does not lead to the root"
         ));
     }
-    Ok(VerifiedProof {
-        stream,
-        events: events.len(),
-        sealed_version: version,
-        digest_time_micros: signed.statement.time_micros,
-    })
+    Ok((
+        ProvenStream {
+            stream: stream.to_owned(),
+            first_version: first,
+            sealed_version: version,
+        },
+        envelopes,
+    ))
+}
+
+/// That the proven events, whole streams from version 1, fold to the answer.
+fn verify_answer(
+    question: &Value,
+    answer: &Value,
+    streams: &[ProvenStream],
+    envelopes: &[ra_ledger_proto::v1::Envelope],
+) -> Result<String, String> {
+    let business_id: Uuid = question["business_id"]
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .ok_or("question.business_id is not a UUID")?;
+    let jurisdiction = question["jurisdiction"]
+        .as_str()
+        .and_then(|code| Jurisdiction::parse("question.jurisdiction", code).ok())
+        .ok_or("question.jurisdiction is not a jurisdiction")?;
+    let instant = |name: &str| {
+        question[name]
+            .as_i64()
+            .and_then(DateTime::from_timestamp_micros)
+            .ok_or_else(|| format!("question.{name} is missing"))
+    };
+    let (at, known_at) = (instant("at_micros")?, instant("known_at_micros")?);
+    let registration = assignment_stream(business_id, jurisdiction);
+    if !streams.iter().any(|proven| proven.stream == registration) {
+        return Err(format!(
+            "the proof does not prove stream {registration}, whose events the answer folds"
+        ));
+    }
+    if let Some(partial) = streams.iter().find(|proven| proven.first_version != 1) {
+        return Err(format!(
+            "the proof of stream {} starts at version {}: an answer needs whole streams",
+            partial.stream, partial.first_version
+        ));
+    }
+    // Only this registration's assignments count, whatever other streams came along.
+    let relevant: Vec<_> = envelopes
+        .iter()
+        .filter(|envelope| {
+            envelope.stream == registration || !envelope.stream.starts_with("assignment-")
+        })
+        .cloned()
+        .collect();
+    let folded = Fold::new(&relevant, known_at)?.registered_agent_at(at);
+    let folded = serde_json::to_value(&folded).expect("an answer always serializes");
+    if &folded != answer {
+        return Err(format!(
+            "the proven events fold to another answer than the one given: {folded}"
+        ));
+    }
+    Ok(format!(
+        "the RA of business {business_id} in {} at {at}, as known at {known_at}, is contact {}",
+        jurisdiction.code(),
+        folded["contact"]["contact_id"].as_str().unwrap_or("(none)")
+    ))
+}
+
+/// One stream a proof established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenStream {
+    /// The stream.
+    pub stream: String,
+    /// Its first proven event's version.
+    pub first_version: i64,
+    /// The head version the digest sealed.
+    pub sealed_version: i64,
 }
 
 /// What a verified proof established.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedProof {
-    /// The event's stream.
-    pub stream: String,
-    /// Events checked, the proved one first.
-    pub events: usize,
-    /// The head version the digest sealed.
-    pub sealed_version: i64,
+    /// The proven streams.
+    pub streams: Vec<ProvenStream>,
     /// The digest's time.
     pub digest_time_micros: i64,
+    /// For an audit answer: the answer the proven events fold to, in words.
+    pub answer: Option<String>,
 }
 
 struct EventFields {
@@ -313,6 +545,28 @@ impl EventFields {
             },
             hash: bytes_field(&event["hash"], "hash")?,
         })
+    }
+
+    /// The payload, which must agree with the row's fields the fold reads.
+    fn envelope(&self) -> Result<ra_ledger_proto::v1::Envelope, String> {
+        let envelope = ra_ledger_proto::v1::Envelope::decode(&self.payload[..]).map_err(|_| {
+            format!(
+                "event {}: the payload is not an event envelope",
+                self.event_id
+            )
+        })?;
+        let agrees = envelope.event_id == self.event_id.to_string()
+            && envelope.stream == self.stream
+            && envelope.stream_version == self.stream_version
+            && envelope.recorded_at_micros == self.recorded_at.timestamp_micros()
+            && envelope.effective_at_micros == self.effective_at.timestamp_micros();
+        if !agrees {
+            return Err(format!(
+                "event {}: the payload disagrees with the event's fields",
+                self.event_id
+            ));
+        }
+        Ok(envelope)
     }
 
     fn hash(&self) -> merkle::Hash {

@@ -6,6 +6,7 @@
 //! [`audit`]; this module holds the views and the lookups the commands make.
 
 mod audit;
+mod fold;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -17,6 +18,7 @@ pub use audit::{
     HistoryCursor, RegisteredAgent, assignment_history, lineage, registered_agent_at,
     registered_agents_during,
 };
+pub use fold::Fold;
 
 use crate::db::cached;
 use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};

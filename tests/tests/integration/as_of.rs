@@ -7,22 +7,23 @@
 //! supersede whose business time is earlier than assignment events recorded before it.
 //!
 //! Then "who was the RA at T, as known at K" is asked for many T and K, and the whole
-//! answer, every field, is compared with a pure fold over the events recorded by K read
+//! answer, every field, is compared with a pure fold (`queries::Fold`, which proven answers
+//! are checked against too) over the events recorded by K read
 //! back from the ledger. Period questions are compared with the point answers over the
 //! same period: half-open intervals make them agree.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use prost::Message as _;
 use ra_ledger::commands::{Assign, ChangeAssignment, CreateContact, Ledger, SupersedeContact};
-use ra_ledger::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
+use ra_ledger::domain::{Jurisdiction, PostalAddress};
 use ra_ledger::projections::from_micros;
-use ra_ledger::queries::{self, AssignmentView, ContactView, RegisteredAgent};
+use ra_ledger::queries::{self, Fold};
 use ra_ledger::store::Metadata;
-use ra_ledger_proto::v1::{self, envelope::Event};
+use ra_ledger_proto::v1;
 use ra_ledger_tests::TestDatabase;
 use uuid::Uuid;
 
@@ -58,129 +59,6 @@ fn metadata() -> Metadata {
         actor: "property-test".into(),
         correlation_id: Uuid::now_v7(),
         causation_id: None,
-    }
-}
-
-fn uuid(text: &str) -> Uuid {
-    text.parse().expect("the ledger writes UUIDs")
-}
-
-fn optional(text: &str) -> Option<Uuid> {
-    (!text.is_empty()).then(|| uuid(text))
-}
-
-/// The projections as the ledger knew them at `known_at`, folded from its events.
-#[derive(Debug, Default)]
-struct Model {
-    contacts: BTreeMap<Uuid, ContactView>,
-    assignments: BTreeMap<Uuid, AssignmentView>,
-}
-
-impl Model {
-    // One arm per event type, as in the ledger's projections: longer than usual on purpose.
-    fn fold(events: &[v1::Envelope], known_at: DateTime<Utc>) -> Self {
-        let mut model = Self::default();
-        for envelope in events {
-            let recorded = from_micros(envelope.recorded_at_micros);
-            if recorded > known_at {
-                continue;
-            }
-            let effective = from_micros(envelope.effective_at_micros);
-            match &envelope.event {
-                Some(Event::ContactCreated(created)) => {
-                    let address = created.address.clone().unwrap_or_default();
-                    model.contacts.insert(
-                        uuid(&created.contact_id),
-                        ContactView {
-                            contact_id: uuid(&created.contact_id),
-                            jurisdiction: created.jurisdiction.clone(),
-                            name: created.name.clone(),
-                            address: PostalAddress {
-                                line1: address.line1,
-                                line2: address.line2,
-                                city: address.city,
-                                region: address.region,
-                                postal_code: address.postal_code,
-                            },
-                            status: ContactStatus::Primary,
-                            supersedes: optional(&created.supersedes),
-                            superseded_by: None,
-                            created_at: effective,
-                            recorded_at: recorded,
-                            superseded_at: None,
-                            superseded_recorded_at: None,
-                            version: envelope.stream_version,
-                        },
-                    );
-                }
-                Some(Event::ContactSuperseded(superseded)) => {
-                    let contact = model
-                        .contacts
-                        .get_mut(&uuid(&superseded.contact_id))
-                        .expect("superseded after created");
-                    contact.status = ContactStatus::OnFile;
-                    contact.superseded_by = Some(uuid(&superseded.superseded_by));
-                    contact.superseded_at = Some(effective);
-                    contact.superseded_recorded_at = Some(recorded);
-                    contact.version = envelope.stream_version;
-                }
-                Some(Event::AssignmentStarted(started)) => {
-                    model.assignments.insert(
-                        uuid(&started.assignment_id),
-                        AssignmentView {
-                            assignment_id: uuid(&started.assignment_id),
-                            business_id: uuid(&started.business_id),
-                            jurisdiction: started.jurisdiction.clone(),
-                            contact_id: uuid(&started.contact_id),
-                            started_at: effective,
-                            ended_at: None,
-                            end_reason: None,
-                            replaces: optional(&started.replaces),
-                            replaced_by: None,
-                            recorded_at: recorded,
-                            ended_recorded_at: None,
-                        },
-                    );
-                }
-                Some(Event::AssignmentEnded(ended)) => {
-                    let assignment = model
-                        .assignments
-                        .get_mut(&uuid(&ended.assignment_id))
-                        .expect("ended after started");
-                    assignment.ended_at = Some(effective);
-                    assignment.end_reason =
-                        Some(if ended.reason == v1::EndReason::Replaced as i32 {
-                            EndReason::Replaced
-                        } else {
-                            EndReason::Cancelled
-                        });
-                    assignment.replaced_by = optional(&ended.replaced_by);
-                    assignment.ended_recorded_at = Some(recorded);
-                }
-                _ => {}
-            }
-        }
-        model
-    }
-
-    /// Who was the RA at `at`: the assignment with `started_at <= at < ended_at`.
-    fn at(&self, at: DateTime<Utc>) -> Option<RegisteredAgent> {
-        let assignment = self
-            .assignments
-            .values()
-            .filter(|a| a.started_at <= at && a.ended_at.is_none_or(|ended| ended > at))
-            .max_by_key(|a| (a.started_at, a.assignment_id))?
-            .clone();
-        let contact = self.contacts[&assignment.contact_id].clone();
-        let contact_status = match contact.superseded_at {
-            Some(superseded) if superseded <= at => ContactStatus::OnFile,
-            _ => ContactStatus::Primary,
-        };
-        Some(RegisteredAgent {
-            assignment,
-            contact,
-            contact_status,
-        })
     }
 }
 
@@ -308,9 +186,9 @@ async fn run_case(ops: Vec<(Op, u32)>, probes: Vec<(u32, usize)>) -> anyhow::Res
         instants.extend([instant, instant - Duration::microseconds(1)]);
     }
     for known_at in &known {
-        let model = Model::fold(&events, *known_at);
+        let model = Fold::new(&events, *known_at).map_err(anyhow::Error::msg)?;
         for at in &instants {
-            let expected = model.at(*at);
+            let expected = model.registered_agent_at(*at);
             let answer =
                 queries::registered_agent_at(&client, business, texas, *at, *known_at).await?;
             anyhow::ensure!(
@@ -323,7 +201,7 @@ async fn run_case(ops: Vec<(Op, u32)>, probes: Vec<(u32, usize)>) -> anyhow::Res
     // Periods agree with points: an assignment is listed for [from, to) exactly when the
     // point question names it at some instant of the period. The point answers only change
     // at interval boundaries, so `from` and every boundary inside the period cover them all.
-    let model = Model::fold(&events, Utc::now());
+    let model = Fold::new(&events, Utc::now()).map_err(anyhow::Error::msg)?;
     let boundaries: BTreeSet<DateTime<Utc>> = model
         .assignments
         .values()

@@ -11,21 +11,63 @@ use ra_ledger_tests::TestDatabase;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-fn python_verdict(document: &Value) -> anyhow::Result<(bool, String)> {
-    let path = std::env::temp_dir().join(format!(
-        "ra-ledger-digest-{}.json",
+/// `tests/verify_digest.py`'s verdict on each document, in one run: (holds, what it said).
+/// With `public_key_pem`, the verifier trusts that key rather than the document's own.
+fn python_verdicts(
+    documents: &[Value],
+    public_key_pem: Option<&str>,
+) -> anyhow::Result<Vec<(bool, String)>> {
+    let dir = std::env::temp_dir().join(format!(
+        "ra-ledger-digest-{}",
         ra_ledger_tests::random_suffix()
     ));
-    std::fs::write(&path, serde_json::to_vec_pretty(document)?)?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("verify_digest.py");
-    let output = Command::new("python3").arg(&script).arg(&path).output()?;
-    std::fs::remove_file(&path)?;
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
+    std::fs::create_dir_all(&dir)?;
+    let mut command = Command::new("python3");
+    command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("verify_digest.py"));
+    let mut paths = Vec::with_capacity(documents.len());
+    for (i, document) in documents.iter().enumerate() {
+        let path = dir.join(format!("{i}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(document)?)?;
+        command.arg(&path);
+        paths.push(path);
+    }
+    if let Some(pem) = public_key_pem {
+        let key = dir.join("public.pem");
+        std::fs::write(&key, pem)?;
+        command.arg("--public-key").arg(&key);
+    }
+    let output = command.output()?;
+    std::fs::remove_dir_all(&dir)?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let verdicts: Vec<(bool, String)> = if documents.len() == 1 {
+        let said = stdout.lines().next().unwrap_or_default().to_owned();
+        vec![(output.status.success(), said)]
+    } else {
+        paths
+            .iter()
+            .map(|path| {
+                let prefix = format!("{}: ", path.display());
+                let said = stdout
+                    .lines()
+                    .find_map(|line| line.strip_prefix(&prefix))
+                    .unwrap_or("(no verdict)")
+                    .to_owned();
+                (said.starts_with("ok:"), said)
+            })
+            .collect()
+    };
+    anyhow::ensure!(
+        verdicts
+            .iter()
+            .all(|(_, said)| said != "(no verdict)" && !said.is_empty()),
+        "the Python verifier gave no verdict for every file: {stdout}{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    Ok((output.status.success(), said))
+    Ok(verdicts)
+}
+
+fn python_verdict(document: &Value) -> anyhow::Result<(bool, String)> {
+    Ok(python_verdicts(std::slice::from_ref(document), None)?.remove(0))
 }
 
 #[test]
@@ -338,29 +380,110 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
     Ok(())
 }
 
+/// `hex` with its byte `at` flipped (one bit of it).
+fn flip(hex_text: &Value, at: usize) -> Value {
+    let text = hex_text.as_str().expect("a hex string");
+    let mut bytes: Vec<u8> = (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect();
+    let at = at % bytes.len();
+    bytes[at] ^= 0x01;
+    json!(hex(&bytes))
+}
+
+type Tampering = (&'static str, Box<dyn Fn(&mut Value)>, &'static str);
+
+/// Each way of tampering with a proof, with what the verifiers must name.
+fn tamperings() -> Vec<Tampering> {
+    vec![
+        (
+            "one byte of the event",
+            Box::new(|d: &mut Value| {
+                let payload = &mut d["streams"][0]["events"][0]["payload"];
+                *payload = flip(payload, 3);
+            }),
+            "does not hash to its recorded hash",
+        ),
+        (
+            "one field of the event",
+            Box::new(|d: &mut Value| d["streams"][0]["events"][0]["actor"] = json!("someone else")),
+            "does not hash to its recorded hash",
+        ),
+        (
+            "one node of the Merkle path",
+            Box::new(|d: &mut Value| {
+                let node = &mut d["streams"][0]["path"][0];
+                *node = flip(node, 17);
+            }),
+            "inclusion path of stream",
+        ),
+        (
+            "the leaf's index",
+            Box::new(|d: &mut Value| {
+                let index = d["streams"][0]["index"].as_u64().expect("an index");
+                d["streams"][0]["index"] = json!(index ^ 1);
+            }),
+            "inclusion path of stream",
+        ),
+        (
+            "the sealed head left out",
+            Box::new(|d: &mut Value| {
+                let events = d["streams"][0]["events"].as_array_mut().expect("events");
+                if events.len() > 1 {
+                    events.pop();
+                } else {
+                    // A one-event proof: claim another event's place instead.
+                    events[0]["stream_version"] = json!(99);
+                }
+            }),
+            "",
+        ),
+        (
+            "the signature",
+            Box::new(|d: &mut Value| {
+                let signature = &mut d["digest"]["signature"];
+                *signature = flip(signature, 40);
+            }),
+            "signature does not verify",
+        ),
+        (
+            "the signed root",
+            Box::new(|d: &mut Value| d["digest"]["root"] = json!(hex(&[1; 32]))),
+            "signature does not verify",
+        ),
+    ]
+}
+
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_proof_verifies_offline_and_names_what_a_tampering_breaks() -> anyhow::Result<()> {
+async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named()
+-> anyhow::Result<()> {
     let (database, api) = with_a_contact().await?;
-    let business = uuid::Uuid::now_v7();
-    let assigned = api
-        .post(
-            "/v1/assignments",
-            json!({"business_id": business, "jurisdiction": "TX"}),
-        )
-        .await;
-    assert_eq!(
-        assigned.status,
-        axum::http::StatusCode::CREATED,
-        "{:?}",
-        assigned.body
-    );
-    assign(&api, 10).await;
     let client = database.connect().await?;
-    let stream = format!("assignment-{business}-TX");
+    // 100 businesses, 20 of them with three events in their stream (assign, end, assign).
+    let mut businesses = Vec::new();
+    for _ in 0..100 {
+        let business = uuid::Uuid::now_v7();
+        let assigned = api
+            .post(
+                "/v1/assignments",
+                json!({"business_id": business, "jurisdiction": "TX"}),
+            )
+            .await;
+        assert_eq!(
+            assigned.status,
+            axum::http::StatusCode::CREATED,
+            "{:?}",
+            assigned.body
+        );
+        businesses.push((business, assigned.str("assignment_id")));
+    }
     let first: uuid::Uuid = client
         .query_one(
-            "SELECT event_id FROM events WHERE stream = $1 ORDER BY stream_version LIMIT 1",
-            &[&stream],
+            "SELECT event_id FROM events WHERE stream = $1",
+            &[&format!("assignment-{}-TX", businesses[0].0)],
         )
         .await?
         .get(0);
@@ -373,71 +496,101 @@ async fn an_event_proof_verifies_offline_and_names_what_a_tampering_breaks() -> 
         early.body
     );
     assert_eq!(early.error_code(), "not_sealed");
-    // The stream gets a later event; then a digest seals it.
-    let assignment_id = assigned.str("assignment_id");
-    let ended = api
-        .post(&format!("/v1/assignments/{assignment_id}/end"), json!({}))
-        .await;
-    assert!(ended.status.is_success(), "{:?}", ended.body);
+    for (business, assignment_id) in &businesses[..20] {
+        let ended = api
+            .post(&format!("/v1/assignments/{assignment_id}/end"), json!({}))
+            .await;
+        assert!(ended.status.is_success(), "{:?}", ended.body);
+        let again = api
+            .post(
+                "/v1/assignments",
+                json!({"business_id": business, "jurisdiction": "TX"}),
+            )
+            .await;
+        assert_eq!(
+            again.status,
+            axum::http::StatusCode::CREATED,
+            "{:?}",
+            again.body
+        );
+    }
     let key = DigestKey::from_seed(&[8; 32]);
     sealed(build(api.ledger.pool(), &key, 5_000).await?);
 
-    let proof = api.get(&format!("/v1/events/{first}/proof")).await;
-    assert_eq!(proof.status, axum::http::StatusCode::OK, "{:?}", proof.body);
-    let document = proof.body;
-    assert_eq!(document["events"].as_array().map(Vec::len), Some(2));
-    let (ok, said) = python_verdict(&document)?;
-    assert!(ok && said.contains("events"), "{said}");
-    // The Rust verifier (`ledger proof verify`) agrees, and refuses another key.
-    let verified =
-        ra_ledger::digest::proof::verify(&document, &key.public()).map_err(anyhow::Error::msg)?;
-    assert_eq!((verified.events, verified.sealed_version), (2, 2));
-    let other = DigestKey::from_seed(&[9; 32]).public();
-    assert!(ra_ledger::digest::proof::verify(&document, &other).is_err());
+    let picked: Vec<uuid::Uuid> = client
+        .query(
+            "SELECT event_id FROM events ORDER BY random() LIMIT 100",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(picked.len(), 100);
+    let mut proofs = Vec::with_capacity(picked.len());
+    for id in &picked {
+        let proof = api.get(&format!("/v1/events/{id}/proof")).await;
+        assert_eq!(proof.status, axum::http::StatusCode::OK, "{:?}", proof.body);
+        // The Rust verifier (`ledger proof verify`) accepts it with the ledger's key only.
+        let verified = ra_ledger::digest::proof::verify(&proof.body, &key.public())
+            .map_err(anyhow::Error::msg)?;
+        let stream: String = client
+            .query_one("SELECT stream FROM events WHERE event_id = $1", &[id])
+            .await?
+            .get(0);
+        assert_eq!(verified.streams.len(), 1);
+        assert_eq!(verified.streams[0].stream, stream);
+        proofs.push(proof.body);
+    }
+    let multi = proofs
+        .iter()
+        .filter(|proof| proof["streams"][0]["events"].as_array().map(Vec::len) > Some(1))
+        .count();
+    assert!(multi > 0, "some proofs chain several events");
+    let public_pem = key.public_pem();
+    for (ok, said) in python_verdicts(&proofs, Some(&public_pem))? {
+        assert!(ok && said.contains("streams"), "{said}");
+    }
 
-    let tampered = |change: &dyn Fn(&mut Value)| {
-        let mut copy = document.clone();
-        change(&mut copy);
-        python_verdict(&copy)
-    };
-    for (change, expected) in [
-        (
-            Box::new(|d: &mut Value| d["events"][0]["actor"] = json!("someone else"))
-                as Box<dyn Fn(&mut Value)>,
-            "does not hash to its recorded hash",
-        ),
-        (
-            Box::new(|d: &mut Value| {
-                let events = d["events"].as_array_mut().expect("events");
-                events.pop();
-            }),
-            "inclusion path of stream",
-        ),
-        (
-            Box::new(|d: &mut Value| {
-                let index = d["inclusion"]["index"].as_u64().expect("an index");
-                d["inclusion"]["index"] = json!(index ^ 1);
-            }),
-            "inclusion path of stream",
-        ),
-        (
-            Box::new(|d: &mut Value| d["digest"]["root"] = json!(hex(&[1; 32]))),
-            "signature does not verify",
-        ),
-    ] {
-        let (ok, said) = tampered(&*change)?;
+    // Every tampering of every proof is refused in Rust; of ten of them in Python too.
+    let other = DigestKey::from_seed(&[9; 32]);
+    let mut tampered = Vec::new();
+    let mut expected = Vec::new();
+    for (i, proof) in proofs.iter().enumerate() {
+        let wrong_key =
+            ra_ledger::digest::proof::verify(proof, &other.public()).expect_err("another key");
         assert!(
-            !ok && said.contains(expected),
-            "expected {expected:?}, got: {said}"
+            wrong_key.contains("signature does not verify"),
+            "{wrong_key}"
         );
-        // The Rust verifier names the same failure.
-        let mut copy = document.clone();
-        change(&mut copy);
-        let rust =
-            ra_ledger::digest::proof::verify(&copy, &key.public()).expect_err("a tampered proof");
+        for (what, change, names) in tamperings() {
+            let mut copy = proof.clone();
+            change(&mut copy);
+            let rust = ra_ledger::digest::proof::verify(&copy, &key.public())
+                .expect_err("a tampered proof");
+            assert!(
+                rust.contains(names),
+                "{what}: expected {names:?}, got: {rust}"
+            );
+            if i < 10 {
+                tampered.push(copy);
+                expected.push((what, names));
+            }
+        }
+    }
+    for ((ok, said), (what, names)) in python_verdicts(&tampered, Some(&public_pem))?
+        .into_iter()
+        .zip(expected)
+    {
         assert!(
-            rust.contains(expected),
-            "expected {expected:?}, got: {rust}"
+            !ok && said.contains(names),
+            "{what}: expected {names:?}, got: {said}"
+        );
+    }
+    for (ok, said) in python_verdicts(&proofs[..10], Some(&other.public_pem()))? {
+        assert!(
+            !ok && said.contains("signature does not verify"),
+            "wrong key: {said}"
         );
     }
     let unknown = api
@@ -474,5 +627,211 @@ async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everythi
         Statement::over(heads, 0, [0; 32]).root
     );
     assert!(marks(&client).await?.is_empty());
+    Ok(())
+}
+
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = ra_ledger_tests::api::TestApi::new(&database)?;
+    let address = ra_ledger_tests::api::contact_body("TX", "x")["address"].clone();
+    let first = api
+        .post("/v1/contacts", json!({"jurisdiction": "TX", "name": "First Office", "address": address, "effective_at": "2024-01-01T00:00:00Z"}))
+        .await;
+    let business = uuid::Uuid::now_v7();
+    let assigned = api
+        .post("/v1/assignments", json!({"business_id": business, "jurisdiction": "TX", "effective_at": "2024-02-01T00:00:00Z"}))
+        .await;
+    assert_eq!(
+        assigned.status,
+        axum::http::StatusCode::CREATED,
+        "{:?}",
+        assigned.body
+    );
+    let superseded = api
+        .post(
+            &format!("/v1/contacts/{}/supersede", first.str("contact_id")),
+            json!({"name": "Second Office", "address": address, "effective_at": "2025-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert!(superseded.status.is_success(), "{:?}", superseded.body);
+    let replaced = api
+        .post(
+            &format!("/v1/assignments/{}/replace", assigned.str("assignment_id")),
+            json!({"effective_at": "2025-03-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(
+        replaced.status,
+        axum::http::StatusCode::CREATED,
+        "{:?}",
+        replaced.body
+    );
+    let base = format!("/v1/businesses/{business}/jurisdictions/TX/registered-agent");
+    let early = api.get(&format!("{base}?proof=true")).await;
+    assert_eq!(
+        early.status,
+        axum::http::StatusCode::CONFLICT,
+        "{:?}",
+        early.body
+    );
+    assert_eq!(early.error_code(), "not_sealed");
+
+    let key = DigestKey::from_seed(&[11; 32]);
+    sealed(build(api.ledger.pool(), &key, 6_000).await?);
+    let client = database.connect().await?;
+    // Just before the supersede was recorded: the first contact, still primary.
+    let before_supersede: chrono::DateTime<chrono::Utc> = client
+        .query_one(
+            "SELECT recorded_at - interval '1 microsecond' FROM events \
+             WHERE event_type = 'ContactSuperseded'",
+            &[],
+        )
+        .await?
+        .get(0);
+    let before_supersede = before_supersede
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        .replace('+', "%2B");
+    let mut proofs = Vec::new();
+    for (question, contact, status) in [
+        ("at=2024-06-01T00:00:00Z", "First Office", "primary"),
+        ("at=2025-02-01T00:00:00Z", "First Office", "on_file"),
+        ("at=2026-01-01T00:00:00Z", "Second Office", "primary"),
+        (
+            &format!("at=2025-02-01T00:00:00Z&known_at={before_supersede}") as &str,
+            "First Office",
+            "primary",
+        ),
+    ] {
+        let plain = api.get(&format!("{base}?{question}")).await;
+        assert_eq!(
+            plain.status,
+            axum::http::StatusCode::OK,
+            "{question}: {:?}",
+            plain.body
+        );
+        assert_eq!(plain.body["contact"]["name"], json!(contact), "{question}");
+        assert_eq!(plain.body["contact_status"], json!(status), "{question}");
+        let proven = api.get(&format!("{base}?{question}&proof=true")).await;
+        assert_eq!(
+            proven.status,
+            axum::http::StatusCode::OK,
+            "{question}: {:?}",
+            proven.body
+        );
+        let mut answer = proven.body.clone();
+        let proof = answer
+            .as_object_mut()
+            .and_then(|fields| fields.remove("proof"))
+            .expect("a proof");
+        // The same answer with or without its proof, and the proof holds that answer.
+        assert_eq!(answer, plain.body, "{question}");
+        assert_eq!(proof["answer"], answer, "{question}");
+        // Checked offline: the chains, the paths, the signature, and the fold of the
+        // proven events (recorded by known_at) is the answer.
+        let verified = ra_ledger::digest::proof::verify(&proof, &key.public())
+            .map_err(|failure| anyhow::anyhow!("{question}: {failure}"))?;
+        assert_eq!(verified.streams.len(), 2, "{question}");
+        assert!(verified.streams.iter().all(|s| s.first_version == 1));
+        assert!(verified.answer.is_some());
+        proofs.push(proof);
+    }
+    for (ok, said) in python_verdicts(&proofs, Some(&key.public_pem()))? {
+        assert!(ok, "{said}");
+    }
+    // The fold catches an answer the events do not give, and a proof missing a stream.
+    let proof = &proofs[0];
+    for (what, change, names) in [
+        (
+            "another contact name",
+            Box::new(|d: &mut Value| d["answer"]["contact"]["name"] = json!("Elsewhere"))
+                as Box<dyn Fn(&mut Value)>,
+            "fold to another answer",
+        ),
+        (
+            "another business",
+            Box::new(|d: &mut Value| d["question"]["business_id"] = json!(uuid::Uuid::now_v7())),
+            "does not prove stream",
+        ),
+        (
+            "the contact's stream left out",
+            Box::new(|d: &mut Value| {
+                let streams = d["streams"].as_array_mut().expect("streams");
+                streams.pop();
+            }),
+            "fold to another answer",
+        ),
+        (
+            "a partial stream",
+            Box::new(|d: &mut Value| {
+                let events = d["streams"][0]["events"].as_array_mut().expect("events");
+                events.remove(0);
+            }),
+            "an answer needs whole streams",
+        ),
+        (
+            "a later instant",
+            Box::new(|d: &mut Value| d["question"]["at_micros"] = json!(1_767_225_600_000_000i64)),
+            "fold to another answer",
+        ),
+    ] {
+        let mut copy = proof.clone();
+        change(&mut copy);
+        let failure =
+            ra_ledger::digest::proof::verify(&copy, &key.public()).expect_err("a tampered answer");
+        assert!(
+            failure.contains(names),
+            "{what}: expected {names:?}, got {failure}"
+        );
+    }
+
+    // A change recorded after the digest: the answer as known now folds an unsealed
+    // event, so no proof yet; as known before it, the digest still proves the answer.
+    let before_end = chrono::Utc::now()
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        .replace('+', "%2B");
+    let ended = api
+        .post(
+            &format!("/v1/assignments/{}/end", replaced.str("assignment_id")),
+            json!({}),
+        )
+        .await;
+    assert!(ended.status.is_success(), "{:?}", ended.body);
+    let now = api
+        .get(&format!("{base}?at=2025-06-01T00:00:00Z&proof=true"))
+        .await;
+    assert_eq!(
+        now.status,
+        axum::http::StatusCode::CONFLICT,
+        "{:?}",
+        now.body
+    );
+    let then = api
+        .get(&format!(
+            "{base}?at=2025-06-01T00:00:00Z&known_at={before_end}&proof=true"
+        ))
+        .await;
+    assert_eq!(then.status, axum::http::StatusCode::OK, "{:?}", then.body);
+    ra_ledger::digest::proof::verify(&then.body["proof"], &key.public())
+        .map_err(anyhow::Error::msg)?;
+    // No RA: 404 with or without proof; bad values: 400.
+    let none = api
+        .get(&format!("{base}?at=2020-01-01T00:00:00Z&proof=true"))
+        .await;
+    assert_eq!(
+        none.status,
+        axum::http::StatusCode::NOT_FOUND,
+        "{:?}",
+        none.body
+    );
+    let bad = api.get(&format!("{base}?proof=maybe")).await;
+    assert_eq!(
+        bad.status,
+        axum::http::StatusCode::BAD_REQUEST,
+        "{:?}",
+        bad.body
+    );
     Ok(())
 }

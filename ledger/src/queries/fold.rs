@@ -1,0 +1,154 @@
+//! The audit answer folded from events alone, with no projection: what a proven as-of
+//! answer is checked against (`ledger proof verify`), and the oracle of the as-of tests.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use ra_ledger_proto::v1::{self, envelope::Event};
+use uuid::Uuid;
+
+use super::{AssignmentView, ContactView, RegisteredAgent};
+use crate::domain::{ContactStatus, EndReason, PostalAddress};
+use crate::projections::from_micros;
+
+/// Contacts and assignments as the ledger knew them at some `known_at`, folded from events.
+#[derive(Debug, Default)]
+pub struct Fold {
+    /// Contacts by id.
+    pub contacts: BTreeMap<Uuid, ContactView>,
+    /// Assignments by id.
+    pub assignments: BTreeMap<Uuid, AssignmentView>,
+}
+
+fn uuid(field: &str, text: &str) -> Result<Uuid, String> {
+    text.parse()
+        .map_err(|_| format!("{field} {text:?} is not a UUID"))
+}
+
+fn optional(field: &str, text: &str) -> Result<Option<Uuid>, String> {
+    if text.is_empty() {
+        Ok(None)
+    } else {
+        uuid(field, text).map(Some)
+    }
+}
+
+impl Fold {
+    /// Folds `events` (in stream-version order per stream), skipping those recorded after
+    /// `known_at`. Errors name an event the fold cannot place (an end before its start).
+    // One arm per event type, as in the ledger's projections.
+    pub fn new(events: &[v1::Envelope], known_at: DateTime<Utc>) -> Result<Self, String> {
+        let mut fold = Self::default();
+        for envelope in events {
+            let recorded = from_micros(envelope.recorded_at_micros);
+            if recorded > known_at {
+                continue;
+            }
+            let effective = from_micros(envelope.effective_at_micros);
+            match &envelope.event {
+                Some(Event::ContactCreated(created)) => {
+                    let address = created.address.clone().unwrap_or_default();
+                    let contact_id = uuid("contact_id", &created.contact_id)?;
+                    fold.contacts.insert(
+                        contact_id,
+                        ContactView {
+                            contact_id,
+                            jurisdiction: created.jurisdiction.clone(),
+                            name: created.name.clone(),
+                            address: PostalAddress {
+                                line1: address.line1,
+                                line2: address.line2,
+                                city: address.city,
+                                region: address.region,
+                                postal_code: address.postal_code,
+                            },
+                            status: ContactStatus::Primary,
+                            supersedes: optional("supersedes", &created.supersedes)?,
+                            superseded_by: None,
+                            created_at: effective,
+                            recorded_at: recorded,
+                            superseded_at: None,
+                            superseded_recorded_at: None,
+                            version: envelope.stream_version,
+                        },
+                    );
+                }
+                Some(Event::ContactSuperseded(superseded)) => {
+                    let contact_id = uuid("contact_id", &superseded.contact_id)?;
+                    let contact = fold.contacts.get_mut(&contact_id).ok_or_else(|| {
+                        format!(
+                            "event {}: contact {contact_id} superseded before it was created",
+                            envelope.event_id
+                        )
+                    })?;
+                    contact.status = ContactStatus::OnFile;
+                    contact.superseded_by = Some(uuid("superseded_by", &superseded.superseded_by)?);
+                    contact.superseded_at = Some(effective);
+                    contact.superseded_recorded_at = Some(recorded);
+                    contact.version = envelope.stream_version;
+                }
+                Some(Event::AssignmentStarted(started)) => {
+                    let assignment_id = uuid("assignment_id", &started.assignment_id)?;
+                    fold.assignments.insert(
+                        assignment_id,
+                        AssignmentView {
+                            assignment_id,
+                            business_id: uuid("business_id", &started.business_id)?,
+                            jurisdiction: started.jurisdiction.clone(),
+                            contact_id: uuid("contact_id", &started.contact_id)?,
+                            started_at: effective,
+                            ended_at: None,
+                            end_reason: None,
+                            replaces: optional("replaces", &started.replaces)?,
+                            replaced_by: None,
+                            recorded_at: recorded,
+                            ended_recorded_at: None,
+                        },
+                    );
+                }
+                Some(Event::AssignmentEnded(ended)) => {
+                    let assignment_id = uuid("assignment_id", &ended.assignment_id)?;
+                    let assignment = fold.assignments.get_mut(&assignment_id).ok_or_else(|| {
+                        format!(
+                            "event {}: assignment {assignment_id} ended before it started",
+                            envelope.event_id
+                        )
+                    })?;
+                    assignment.ended_at = Some(effective);
+                    assignment.end_reason =
+                        Some(if ended.reason == v1::EndReason::Replaced as i32 {
+                            EndReason::Replaced
+                        } else {
+                            EndReason::Cancelled
+                        });
+                    assignment.replaced_by = optional("replaced_by", &ended.replaced_by)?;
+                    assignment.ended_recorded_at = Some(recorded);
+                }
+                _ => {}
+            }
+        }
+        Ok(fold)
+    }
+
+    /// Who was the RA at `at`: the newest assignment with `started_at <= at < ended_at`,
+    /// with its contact. `None` when no assignment was in force, or when its contact is
+    /// not among the folded events.
+    pub fn registered_agent_at(&self, at: DateTime<Utc>) -> Option<RegisteredAgent> {
+        let assignment = self
+            .assignments
+            .values()
+            .filter(|a| a.started_at <= at && a.ended_at.is_none_or(|ended| ended > at))
+            .max_by_key(|a| (a.started_at, a.assignment_id))?
+            .clone();
+        let contact = self.contacts.get(&assignment.contact_id)?.clone();
+        let contact_status = match contact.superseded_at {
+            Some(superseded) if superseded <= at => ContactStatus::OnFile,
+            _ => ContactStatus::Primary,
+        };
+        Some(RegisteredAgent {
+            assignment,
+            contact,
+            contact_status,
+        })
+    }
+}
