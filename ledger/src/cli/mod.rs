@@ -42,8 +42,9 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// Run the ledger HTTP service; applies migrations first.
     Serve(serve::ServeArgs),
-    /// Recompute every stream's hash chain; exits 1 and names the first broken link.
-    Verify,
+    /// Recompute every stream's hash chain and, with --digests, check the tables against
+    /// the signed digests on Kafka; exits 1 naming the first broken link or disagreeing digest.
+    Verify(verify::VerifyArgs),
     /// Projection maintenance.
     Projections {
         #[command(subcommand)]
@@ -133,7 +134,7 @@ pub async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => migrate::run(url, args).await,
         Command::Serve(args) => serve::run(&database, args).await,
-        Command::Verify => verify::run(url).await,
+        Command::Verify(args) => verify::run(url, args).await,
         Command::Projections { command } => projections::run(url, command).await,
         Command::Relay(args) => relay::run(&database, args).await,
         Command::Worker(args) => worker::run(&database, args).await,

@@ -1,21 +1,112 @@
-//! `ledger verify`: recompute every stream's hash chain.
+//! `ledger verify`: recompute every stream's hash chain; with `--digests`, also check the
+//! ledger against the signed digests published on Kafka.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ra_ledger::digest::{DigestKey, public_key_from_pem, published};
 use ra_ledger::{db, verify};
+use ra_ledger_cdc::config::local;
 
-pub async fn run(database_url: &str) -> anyhow::Result<()> {
+/// Arguments of `ledger verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// Also check every digest published on Kafka: its signature, the chain of digests, and
+    /// that the current tables reproduce its root.
+    #[arg(long)]
+    digests: bool,
+    /// The digests' public key (PEM, as `GET /v1/digests/public-key` serves it). Defaults to
+    /// the public half of LEDGER_DIGEST_KEY_FILE; an auditor should pass the key they got
+    /// and kept themselves.
+    #[arg(long, env = "LEDGER_DIGEST_PUBLIC_KEY_FILE")]
+    public_key: Option<PathBuf>,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    brokers: String,
+    /// The digest topic; defaults to `<prefix>digest`.
+    #[arg(long)]
+    topic: Option<String>,
+    /// Topic prefix the relay publishes under.
+    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+    prefix: String,
+    /// Give up reading the topic after this many seconds.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    read_timeout_s: u64,
+}
+
+fn public_key(args: &VerifyArgs) -> anyhow::Result<ed25519_dalek::VerifyingKey> {
+    if let Some(path) = &args.public_key {
+        let pem = std::fs::read_to_string(path)
+            .map_err(|error| anyhow::anyhow!("--public-key {}: {error}", path.display()))?;
+        return public_key_from_pem(&pem).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--public-key {}: not an Ed25519 public key in PEM",
+                path.display()
+            )
+        });
+    }
+    match std::env::var_os("LEDGER_DIGEST_KEY_FILE") {
+        Some(path) => Ok(DigestKey::from_pem_file(path.as_ref())?.public()),
+        None => anyhow::bail!(
+            "--digests needs the digests' public key: --public-key FILE (GET /v1/digests/public-key)"
+        ),
+    }
+}
+
+pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
+    // Before any long work: a missing key is a usage error.
+    let key = args.digests.then(|| public_key(&args)).transpose()?;
     let client = db::connect(database_url, "ledger-verify").await?;
     let report = verify::verify(&client, |done| eprintln!("verified {done} events…")).await?;
-    match report.broken {
+    let mut holds = match report.broken {
         None => {
             println!(
                 "ok: {} events in {} streams, every hash chain intact",
                 report.events, report.streams
             );
-            Ok(())
+            true
         }
         Some(link) => {
             println!("BROKEN: {link}");
-            std::process::exit(1);
+            false
         }
+    };
+    if let Some(key) = key {
+        let topic = args.topic.clone().unwrap_or_else(|| {
+            format!(
+                "{}{}",
+                args.prefix,
+                ra_ledger::digest::build::AGGREGATE_TYPE
+            )
+        });
+        let config = ra_ledger::testing::kafka_client(&args.brokers)?;
+        let timeout = Duration::from_secs(args.read_timeout_s);
+        let report = published::verify_topic(&client, config, &topic, &key, timeout).await?;
+        for problem in &report.problems {
+            println!("DIGEST: {problem}");
+        }
+        if let Some(disagreement) = &report.disagreement {
+            println!("DIGEST MISMATCH: {disagreement}");
+        }
+        if report.checked == 0 {
+            println!("DIGEST: no digest on {topic}: nothing proves the tables");
+            holds = false;
+        } else if report.holds() {
+            println!(
+                "ok: {} digests published on {topic}: signatures, chain and roots hold",
+                report.checked
+            );
+        }
+        if !report.unpublished.is_empty() {
+            println!(
+                "note: digests {:?} are in the table but not on {topic} yet (is the relay running?)",
+                report.unpublished
+            );
+        }
+        holds &= report.holds();
     }
+    if !holds {
+        std::process::exit(1);
+    }
+    Ok(())
 }

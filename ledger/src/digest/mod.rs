@@ -40,12 +40,16 @@
 pub mod build;
 pub mod merkle;
 pub mod proof;
+pub mod published;
 
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
 use merkle::Hash;
+
+/// An Ed25519 public key, what checks digests.
+pub use ed25519_dalek::VerifyingKey as PublicKey;
 
 /// The first 24 bytes of every signed message.
 pub const MESSAGE_PREFIX: &[u8; 24] = b"ra-ledger digest v1\0\0\0\0\0";

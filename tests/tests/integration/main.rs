@@ -6,6 +6,7 @@ mod bad_input;
 mod broker_faults;
 mod deploy;
 mod digest;
+mod digest_published;
 mod ledger;
 mod migrations;
 mod races;

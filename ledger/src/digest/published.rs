@@ -1,0 +1,453 @@
+//! `ledger verify --digests`: the ledger checked against the digests it published on Kafka,
+//! which a superuser of the database cannot take back.
+//!
+//! For every published digest: its signature, the chain to the one before it, and that the
+//! current tables reproduce its root. The leaves of digest N are rebuilt from
+//! `digest_leaf_changes` (which stream was at which version when N was sealed) with the
+//! hash the `events` table holds *now* at that version; the root is compared with the
+//! published one. A stream rewritten with recomputed hashes, deleted, or cut short changes
+//! a leaf, so the root disagrees, and comparing the hashes with the ones recorded at
+//! sealing names the streams. The published root is what counts: if `digest_leaf_changes`
+//! was rewritten as well, the root still disagrees, only the streams cannot be named.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde_json::Value;
+use tokio_postgres::Client;
+
+use super::merkle::{self, Hash};
+use super::{Head, SignedDigest, Statement};
+
+/// A digest as read from the topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// Its sequence number.
+    pub seq: i64,
+    /// The signed statement.
+    pub digest: SignedDigest,
+    /// Where it was read, e.g. `outbox.event.digest/0@12`.
+    pub location: String,
+}
+
+/// Reads a digest document (see [`super::document`]).
+pub fn parse(document: &Value, location: &str) -> Result<Published, String> {
+    let field = |name: &str| {
+        let text = document[name]
+            .as_str()
+            .ok_or_else(|| format!("{location}: {name} is missing"))?;
+        unhex(text).ok_or_else(|| format!("{location}: {name} is not hex"))
+    };
+    let hash = |name: &str| -> Result<Hash, String> {
+        field(name)?
+            .try_into()
+            .map_err(|_| format!("{location}: {name} is not 32 bytes"))
+    };
+    let number = |name: &str| {
+        document[name]
+            .as_i64()
+            .ok_or_else(|| format!("{location}: {name} is missing"))
+    };
+    if document["format"] != "ra-ledger digest v1" {
+        return Err(format!("{location}: not an ra-ledger digest v1 document"));
+    }
+    Ok(Published {
+        seq: number("seq")?,
+        digest: SignedDigest {
+            statement: Statement {
+                root: hash("root")?,
+                time_micros: number("time_micros")?,
+                stream_count: number("stream_count")? as u64,
+                event_count: number("event_count")? as u64,
+                previous: hash("previous")?,
+            },
+            signature: field("signature")?
+                .try_into()
+                .map_err(|_| format!("{location}: signature is not 64 bytes"))?,
+        },
+        location: location.to_owned(),
+    })
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Every message of `topic`, read from the beginning with `config` (no consumer group is
+/// joined, nothing is committed). Blocking.
+///
+/// A partition's reported end offset is not trusted to be one past its last record (tansu
+/// 0.6.0 reports the start of the last batch): the read goes on until every partition
+/// passed its reported end and nothing new came for `quiet`.
+fn read_topic_blocking(
+    mut config: rdkafka::ClientConfig,
+    topic: &str,
+    quiet: Duration,
+    timeout: Duration,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let consumer: BaseConsumer = config
+        .set(
+            "group.id",
+            format!("ledger-verify-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .map_err(|error| format!("Kafka client: {error}"))?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|error| format!("reading metadata of {topic}: {error}"))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions())
+        .map(|partition| partition.id())
+        .collect();
+    if partitions.is_empty() {
+        return Err(format!(
+            "topic {topic} has no partitions: does it exist (ledger topics create)?"
+        ));
+    }
+    let mut ends = BTreeMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for &partition in &partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            .map_err(|error| format!("end offset of {topic}/{partition}: {error}"))?;
+        if high > low {
+            ends.insert(partition, high);
+        }
+        assignment
+            .add_partition_offset(topic, partition, Offset::Beginning)
+            .map_err(|error| error.to_string())?;
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(|error| format!("assigning {topic}: {error}"))?;
+    let started = Instant::now();
+    let mut last_message = Instant::now();
+    let mut messages = Vec::new();
+    loop {
+        if ends.is_empty() && last_message.elapsed() >= quiet {
+            return Ok(messages);
+        }
+        if started.elapsed() > timeout {
+            return Err(format!(
+                "read {} messages of {topic} in {timeout:?}, but partitions {:?} did not reach their end offsets",
+                messages.len(),
+                ends.keys().collect::<Vec<_>>()
+            ));
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(error)) => tracing::warn!(%error, "reading {topic}"),
+            Some(Ok(message)) => {
+                last_message = Instant::now();
+                let partition = message.partition();
+                if ends
+                    .get(&partition)
+                    .is_some_and(|end| message.offset() + 1 >= *end)
+                {
+                    ends.remove(&partition);
+                }
+                messages.push((
+                    format!("{topic}/{partition}@{}", message.offset()),
+                    message.payload().unwrap_or_default().to_vec(),
+                ));
+            }
+        }
+    }
+}
+
+/// One stream whose head, as the tables hold it now, is not the one a digest sealed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Differing {
+    /// The stream.
+    pub stream: String,
+    /// The version the digest sealed.
+    pub version: i64,
+    /// What the tables hold there now.
+    pub now: &'static str,
+}
+
+/// The first digest the tables do not reproduce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The digest.
+    pub seq: i64,
+    /// Its time.
+    pub time_micros: i64,
+    /// The streams whose heads differ (empty when the record of sealed leaves was rewritten
+    /// too).
+    pub streams: Vec<Differing>,
+    /// Later digests that disagree too.
+    pub later: usize,
+}
+
+impl std::fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let time = chrono::DateTime::from_timestamp_micros(self.time_micros)
+            .map(|time| time.to_rfc3339())
+            .unwrap_or_default();
+        write!(
+            f,
+            "digest {} (sealed {time}): the current tables do not reproduce its root",
+            self.seq
+        )?;
+        if self.streams.is_empty() {
+            write!(
+                f,
+                "; no stream's event differs from the sealed leaves the database recorded, so that record was rewritten too"
+            )?;
+        } else {
+            write!(f, "; streams whose heads differ:")?;
+            for differing in self.streams.iter().take(20) {
+                write!(
+                    f,
+                    " {} (sealed at version {}: {});",
+                    differing.stream, differing.version, differing.now
+                )?;
+            }
+            if self.streams.len() > 20 {
+                write!(f, " and {} more;", self.streams.len() - 20)?;
+            }
+        }
+        if self.later > 0 {
+            write!(f, " {} later digest(s) disagree too", self.later)?;
+        }
+        Ok(())
+    }
+}
+
+/// What `ledger verify --digests` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DigestReport {
+    /// Published digests checked.
+    pub checked: usize,
+    /// Signatures, chain links, duplicates, gaps: in order.
+    pub problems: Vec<String>,
+    /// The first digest the tables do not reproduce.
+    pub disagreement: Option<Disagreement>,
+    /// Digests in the table but not published yet (the relay may be behind).
+    pub unpublished: Vec<i64>,
+}
+
+impl DigestReport {
+    /// Whether everything held.
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty() && self.disagreement.is_none()
+    }
+}
+
+/// Reads every digest published on `topic` and checks them against the tables (see
+/// [`check`]); messages that are not digests are reported as problems.
+pub async fn verify_topic(
+    client: &Client,
+    config: rdkafka::ClientConfig,
+    topic: &str,
+    key: &ed25519_dalek::VerifyingKey,
+    timeout: Duration,
+) -> Result<DigestReport, VerifyError> {
+    let read_topic = topic.to_owned();
+    let messages = tokio::task::spawn_blocking(move || {
+        read_topic_blocking(config, &read_topic, Duration::from_secs(2), timeout)
+    })
+    .await
+    .map_err(|error| VerifyError::Kafka(error.to_string()))?
+    .map_err(VerifyError::Kafka)?;
+    let mut digests = Vec::with_capacity(messages.len());
+    let mut unreadable = Vec::new();
+    for (location, payload) in &messages {
+        let parsed = serde_json::from_slice(payload)
+            .map_err(|error| format!("{location}: not JSON: {error}"))
+            .and_then(|document| parse(&document, location));
+        match parsed {
+            Ok(digest) => digests.push(digest),
+            Err(problem) => unreadable.push(problem),
+        }
+    }
+    let mut report = check(client, digests, key).await?;
+    report.problems.splice(0..0, unreadable);
+    Ok(report)
+}
+
+/// Why the published digests could not be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The topic could not be read.
+    #[error("{0}")]
+    Kafka(String),
+    /// A statement failed.
+    #[error("{}", crate::db::describe(.0))]
+    Database(#[from] tokio_postgres::Error),
+}
+
+/// Checks `published` (in any order, duplicates allowed: the relay delivers at least once)
+/// with `key`, against the tables `client` reads.
+pub async fn check(
+    client: &Client,
+    mut published: Vec<Published>,
+    key: &ed25519_dalek::VerifyingKey,
+) -> Result<DigestReport, tokio_postgres::Error> {
+    let mut report = DigestReport::default();
+    published.sort_by_key(|digest| digest.seq);
+    published.dedup();
+    for pair in published.windows(2) {
+        if pair[0].seq == pair[1].seq {
+            report.problems.push(format!(
+                "two different digests numbered {} ({} and {})",
+                pair[0].seq, pair[0].location, pair[1].location
+            ));
+        }
+    }
+    published.dedup_by_key(|digest| digest.seq);
+    report.checked = published.len();
+    let mut previous: Option<&Published> = None;
+    for digest in &published {
+        if !digest.digest.verify(key) {
+            report.problems.push(format!(
+                "digest {} ({}): the signature does not verify with the public key",
+                digest.seq, digest.location
+            ));
+        }
+        let expected_previous = match previous {
+            Some(before) if before.seq + 1 == digest.seq => Some(before.digest.hash()),
+            Some(before) => {
+                report.problems.push(format!(
+                    "digests {} to {} are missing from the topic",
+                    before.seq + 1,
+                    digest.seq - 1
+                ));
+                None
+            }
+            None if digest.seq == 1 => Some([0; 32]),
+            None => {
+                report.problems.push(format!(
+                    "digests 1 to {} are missing from the topic",
+                    digest.seq - 1
+                ));
+                None
+            }
+        };
+        if expected_previous.is_some_and(|hash| hash != digest.digest.statement.previous) {
+            report.problems.push(format!(
+                "digest {} does not chain to digest {}: its previous hash is another",
+                digest.seq,
+                digest.seq - 1
+            ));
+        }
+        previous = Some(digest);
+    }
+    check_against_table(client, &published, &mut report).await?;
+    reproduce_roots(client, &published, &mut report).await?;
+    Ok(report)
+}
+
+/// The `digests` table must hold each published digest, the same; digests it holds beyond
+/// the last published are reported as not published yet.
+async fn check_against_table(
+    client: &Client,
+    published: &[Published],
+    report: &mut DigestReport,
+) -> Result<(), tokio_postgres::Error> {
+    let stored: BTreeMap<i64, Vec<u8>> = client
+        .query("SELECT seq, hash FROM digests ORDER BY seq", &[])
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    for digest in published {
+        match stored.get(&digest.seq) {
+            None => report.problems.push(format!(
+                "digest {} was published but is not in the digests table",
+                digest.seq
+            )),
+            Some(hash) if hash[..] != digest.digest.hash()[..] => report.problems.push(format!(
+                "digest {} in the digests table is not the one published",
+                digest.seq
+            )),
+            Some(_) => {}
+        }
+    }
+    let last = published.last().map_or(0, |digest| digest.seq);
+    report.unpublished = stored.range(last + 1..).map(|(seq, _)| *seq).collect();
+    Ok(())
+}
+
+/// Rebuilds each digest's leaves from the current `events` and compares its root.
+async fn reproduce_roots(
+    client: &Client,
+    published: &[Published],
+    report: &mut DigestReport,
+) -> Result<(), tokio_postgres::Error> {
+    // Per stream: the sealed version, the hash recorded at sealing, the hash `events`
+    // holds now at that version (None: no such event).
+    let mut leaves: BTreeMap<String, (i64, Vec<u8>, Option<Vec<u8>>)> = BTreeMap::new();
+    let mut applied = 0i64;
+    for digest in published {
+        let changes = client
+            .query(
+                include_str!("../sql/digest/sealed_leaves.sql"),
+                &[&applied, &digest.seq],
+            )
+            .await?;
+        applied = digest.seq;
+        for row in changes {
+            leaves.insert(row.get(0), (row.get(1), row.get(2), row.get(3)));
+        }
+        let mut heads = Vec::with_capacity(leaves.len());
+        let mut differing = Vec::new();
+        for (stream, (version, sealed, now)) in &leaves {
+            let hash: Hash = now
+                .as_deref()
+                .and_then(|now| now.try_into().ok())
+                .unwrap_or([0; 32]);
+            match now {
+                None => differing.push(Differing {
+                    stream: stream.clone(),
+                    version: *version,
+                    now: "no such event in the events table",
+                }),
+                Some(now) if now != sealed => differing.push(Differing {
+                    stream: stream.clone(),
+                    version: *version,
+                    now: "the event there has another hash",
+                }),
+                Some(_) => {}
+            }
+            heads.push(Head {
+                stream: stream.clone(),
+                version: *version as u64,
+                hash,
+            });
+        }
+        // BTreeMap order is the tree's order: stream names by their UTF-8 bytes.
+        let hashes: Vec<Hash> = heads.iter().map(Head::leaf_hash).collect();
+        let statement = &digest.digest.statement;
+        let reproduced =
+            merkle::root(&hashes) == statement.root && heads.len() as u64 == statement.stream_count;
+        if reproduced {
+            continue;
+        }
+        match &mut report.disagreement {
+            Some(first) => first.later += 1,
+            None => {
+                report.disagreement = Some(Disagreement {
+                    seq: digest.seq,
+                    time_micros: statement.time_micros,
+                    streams: differing,
+                    later: 0,
+                })
+            }
+        }
+    }
+    Ok(())
+}
