@@ -382,6 +382,16 @@ async fn check_against_table(
     Ok(())
 }
 
+/// A stream's leaf as a digest sealed it.
+struct SealedLeaf {
+    /// The sealed version.
+    version: i64,
+    /// The head hash recorded at sealing.
+    sealed: Vec<u8>,
+    /// The hash `events` holds now at that version; `None`: no such event.
+    now: Option<Vec<u8>>,
+}
+
 /// Rebuilds each digest's leaves from the current `events` and compares its root.
 async fn reproduce_roots(
     client: &Client,
@@ -390,7 +400,7 @@ async fn reproduce_roots(
 ) -> Result<(), tokio_postgres::Error> {
     // Per stream: the sealed version, the hash recorded at sealing, the hash `events`
     // holds now at that version (None: no such event).
-    let mut leaves: BTreeMap<String, (i64, Vec<u8>, Option<Vec<u8>>)> = BTreeMap::new();
+    let mut leaves: BTreeMap<String, SealedLeaf> = BTreeMap::new();
     let mut applied = 0i64;
     for digest in published {
         let changes = client
@@ -401,11 +411,26 @@ async fn reproduce_roots(
             .await?;
         applied = digest.seq;
         for row in changes {
-            leaves.insert(row.get(0), (row.get(1), row.get(2), row.get(3)));
+            leaves.insert(
+                row.get(0),
+                SealedLeaf {
+                    version: row.get(1),
+                    sealed: row.get(2),
+                    now: row.get(3),
+                },
+            );
         }
         let mut heads = Vec::with_capacity(leaves.len());
         let mut differing = Vec::new();
-        for (stream, (version, sealed, now)) in &leaves {
+        for (
+            stream,
+            SealedLeaf {
+                version,
+                sealed,
+                now,
+            },
+        ) in &leaves
+        {
             let hash: Hash = now
                 .as_deref()
                 .and_then(|now| now.try_into().ok())
