@@ -59,8 +59,49 @@ pub enum BuildError {
     BadHash(String),
 }
 
+/// The leaves as the last digest this process sealed left them, so that the next digest
+/// reads only the changed streams and not every leaf again. It is used only while the
+/// newest digest in the database is still the one it describes (same number and root);
+/// otherwise (another replica sealed one, a restart) the leaves are read from
+/// `digest_leaves` once and the cache starts over.
+#[derive(Debug, Default)]
+pub struct TreeCache(Option<CachedTree>);
+
+impl TreeCache {
+    /// The digest the cached leaves describe, if any.
+    pub fn seq(&self) -> Option<i64> {
+        self.0.as_ref().map(|tree| tree.seq)
+    }
+}
+
+#[derive(Debug)]
+struct CachedTree {
+    seq: i64,
+    root: Hash,
+    event_count: u64,
+    /// Sorted by stream name bytes: the tree's order.
+    leaves: Vec<CachedLeaf>,
+}
+
+#[derive(Debug)]
+struct CachedLeaf {
+    stream: Box<str>,
+    version: u64,
+    leaf_hash: Hash,
+}
+
 /// Seals the next digest, unless nothing changed. `time_micros` is its time.
 pub async fn build(pool: &Pool, key: &DigestKey, time_micros: i64) -> Result<Built, BuildError> {
+    build_cached(pool, key, time_micros, &mut TreeCache::default()).await
+}
+
+/// [`build`], keeping the tree in `cache` between calls.
+pub async fn build_cached(
+    pool: &Pool,
+    key: &DigestKey,
+    time_micros: i64,
+    cache: &mut TreeCache,
+) -> Result<Built, BuildError> {
     let mut client = pool.get().await?;
     let locked: bool = client
         .query_one("SELECT pg_try_advisory_lock($1)", &[&DIGEST_LOCK_KEY])
@@ -69,12 +110,15 @@ pub async fn build(pool: &Pool, key: &DigestKey, time_micros: i64) -> Result<Bui
     if !locked {
         return Ok(Built::Busy);
     }
-    let built = build_locked(&mut client, key, time_micros).await;
+    // Taken out while building: a failed build leaves no cache to trust.
+    let tree = cache.0.take();
+    let built = build_locked(&mut client, key, time_micros, tree).await;
     let unlocked = client
         .execute("SELECT pg_advisory_unlock($1)", &[&DIGEST_LOCK_KEY])
         .await;
-    let built = built?;
+    let (built, tree) = built?;
     unlocked?;
+    cache.0 = tree;
     Ok(built)
 }
 
@@ -82,7 +126,9 @@ async fn build_locked(
     client: &mut deadpool_postgres::Client,
     key: &DigestKey,
     time_micros: i64,
-) -> Result<Built, BuildError> {
+    tree: Option<CachedTree>,
+) -> Result<(Built, Option<CachedTree>), BuildError> {
+    let started = std::time::Instant::now();
     let tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
@@ -105,12 +151,12 @@ async fn build_locked(
     }
     let last = tx
         .query_opt(
-            "SELECT seq, hash FROM digests ORDER BY seq DESC LIMIT 1",
+            "SELECT seq, hash, root, event_count FROM digests ORDER BY seq DESC LIMIT 1",
             &[],
         )
         .await?;
     if changed.is_empty() && last.is_some() {
-        return Ok(Built::Unchanged);
+        return Ok((Built::Unchanged, tree));
     }
     let (seq, previous) = match &last {
         Some(row) => (
@@ -119,15 +165,22 @@ async fn build_locked(
         ),
         None => (1, [0; 32]),
     };
+    // The cache describes the newest digest, or it is dropped.
+    let tree = tree.filter(|tree| {
+        last.as_ref().is_some_and(|row| {
+            tree.seq == row.get::<_, i64>(0) && tree.root[..] == row.get::<_, &[u8]>(2)[..]
+        })
+    });
+    let mut heads = Vec::new();
     for chunk in changed.chunks(HEADS_PER_READ) {
-        let heads = tx
+        let rows = tx
             .query(include_str!("../sql/stream_heads.sql"), &[&chunk])
             .await?;
-        let mut streams = Vec::with_capacity(heads.len());
-        let mut versions = Vec::with_capacity(heads.len());
-        let mut hashes = Vec::with_capacity(heads.len());
-        let mut leaf_hashes = Vec::with_capacity(heads.len());
-        for row in &heads {
+        let mut streams = Vec::with_capacity(rows.len());
+        let mut versions = Vec::with_capacity(rows.len());
+        let mut hashes = Vec::with_capacity(rows.len());
+        let mut leaf_hashes = Vec::with_capacity(rows.len());
+        for row in &rows {
             let stream: String = row.get(0);
             let Some(version) = row.get::<_, Option<i64>>(1) else {
                 continue;
@@ -138,10 +191,18 @@ async fn build_locked(
                 version: version as u64,
                 hash,
             };
-            leaf_hashes.push(head.leaf_hash().to_vec());
+            let leaf_hash = head.leaf_hash();
+            leaf_hashes.push(leaf_hash.to_vec());
             streams.push(stream);
             versions.push(version);
             hashes.push(hash.to_vec());
+            if tree.is_some() {
+                heads.push(CachedLeaf {
+                    stream: head.stream.into_boxed_str(),
+                    version: version as u64,
+                    leaf_hash,
+                });
+            }
         }
         tx.execute(
             include_str!("../sql/digest/upsert_leaves.sql"),
@@ -149,30 +210,25 @@ async fn build_locked(
         )
         .await?;
     }
-    let leaves: Vec<Hash> = tx
-        .query(
-            "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|row| hash32(&row.get::<_, String>(0), row.get(1)))
-        .collect::<Result<_, _>>()?;
-    let event_count: i64 = tx
-        .query_one(
-            "SELECT coalesce(sum(version), 0)::bigint FROM digest_leaves",
-            &[],
-        )
-        .await?
-        .get(0);
+    let upserted = started.elapsed();
+    let cached = tree.is_some();
+    let (leaves, event_count) = match tree {
+        Some(tree) => {
+            let event_count = tree.event_count;
+            merge(tree.leaves, heads, event_count)
+        }
+        None => read_leaves(&tx).await?,
+    };
+    let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
     let statement = Statement {
-        root: merkle::root(&leaves),
+        root: merkle::root(&hashes),
         time_micros,
         stream_count: leaves.len() as u64,
-        event_count: event_count as u64,
+        event_count,
         previous,
     };
     let digest = key.sign(statement);
+    let rooted = started.elapsed();
     let document = super::document(seq, &digest, &key.public_pem());
     tx.execute(
         include_str!("../sql/digest/insert_digest.sql"),
@@ -181,7 +237,7 @@ async fn build_locked(
             &digest.statement.root.to_vec(),
             &digest.statement.time_micros,
             &(digest.statement.stream_count as i64),
-            &event_count,
+            &(event_count as i64),
             &digest.statement.previous.to_vec(),
             &digest.signature.to_vec(),
             &digest.hash().to_vec(),
@@ -196,11 +252,85 @@ async fn build_locked(
     // Exactly the rows this snapshot shows: later appends keep theirs.
     tx.execute("DELETE FROM digest_dirty", &[]).await?;
     tx.commit().await?;
-    Ok(Built::Sealed {
+    tracing::debug!(
         seq,
-        changed: changed.len(),
-        digest,
-    })
+        cached,
+        ?upserted,
+        ?rooted,
+        total = ?started.elapsed(),
+        "digest phases (cumulative)"
+    );
+    let tree = CachedTree {
+        seq,
+        root: digest.statement.root,
+        event_count,
+        leaves,
+    };
+    Ok((
+        Built::Sealed {
+            seq,
+            changed: changed.len(),
+            digest,
+        },
+        Some(tree),
+    ))
+}
+
+/// Every leaf from `digest_leaves`, in the tree's order, and the events they count.
+async fn read_leaves(
+    tx: &deadpool_postgres::Transaction<'_>,
+) -> Result<(Vec<CachedLeaf>, u64), BuildError> {
+    let rows = tx
+        .query(
+            "SELECT stream, version, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
+            &[],
+        )
+        .await?;
+    let mut event_count = 0u64;
+    let mut leaves = Vec::with_capacity(rows.len());
+    for row in rows {
+        let stream: String = row.get(0);
+        let version = row.get::<_, i64>(1) as u64;
+        event_count += version;
+        leaves.push(CachedLeaf {
+            leaf_hash: hash32(&stream, row.get(2))?,
+            stream: stream.into_boxed_str(),
+            version,
+        });
+    }
+    Ok((leaves, event_count))
+}
+
+/// The cached leaves with `changes` applied (replaced or inserted in order), in one pass,
+/// and the events they count.
+fn merge(
+    old: Vec<CachedLeaf>,
+    mut changes: Vec<CachedLeaf>,
+    mut event_count: u64,
+) -> (Vec<CachedLeaf>, u64) {
+    changes.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
+    let mut merged = Vec::with_capacity(old.len() + changes.len());
+    let mut changes = changes.into_iter().peekable();
+    for leaf in old {
+        while let Some(change) =
+            changes.next_if(|change| change.stream.as_bytes() < leaf.stream.as_bytes())
+        {
+            event_count += change.version;
+            merged.push(change);
+        }
+        match changes.next_if(|change| change.stream == leaf.stream) {
+            Some(change) => {
+                event_count = event_count - leaf.version + change.version;
+                merged.push(change);
+            }
+            None => merged.push(leaf),
+        }
+    }
+    for change in changes {
+        event_count += change.version;
+        merged.push(change);
+    }
+    (merged, event_count)
 }
 
 fn hash32(what: &str, bytes: Vec<u8>) -> Result<Hash, BuildError> {
@@ -218,9 +348,10 @@ pub async fn run(
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
+    let mut cache = TreeCache::default();
     while every.tick().await {
         let now = chrono::Utc::now().timestamp_micros();
-        match build(&pool, &key, now).await {
+        match build_cached(&pool, &key, now, &mut cache).await {
             Ok(Built::Sealed {
                 seq,
                 changed,

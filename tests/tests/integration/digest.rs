@@ -340,6 +340,73 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     Ok(())
 }
 
+// Longer than our usual function on purpose: one scenario, or one table of cases, read
+// top to bottom; split into pieces, the order of its steps would be harder to follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow::Result<()> {
+    let (database, api) = with_a_contact().await?;
+    let client = database.connect().await?;
+    let key = DigestKey::from_seed(&[6; 32]);
+    let pool = api.ledger.pool();
+    let mut cache = ra_ledger::digest::build::TreeCache::default();
+    // Random business ids: new streams land anywhere in the tree's order, not at its end.
+    let assign_anywhere = async |count: usize| -> Vec<String> {
+        let mut ids = Vec::new();
+        for _ in 0..count {
+            let reply = api
+                .post(
+                    "/v1/assignments",
+                    json!({"business_id": uuid::Uuid::new_v4(), "jurisdiction": "TX"}),
+                )
+                .await;
+            assert_eq!(
+                reply.status,
+                axum::http::StatusCode::CREATED,
+                "{:?}",
+                reply.body
+            );
+            ids.push(reply.str("assignment_id"));
+        }
+        ids
+    };
+    let mut previous = [0; 32];
+    let mut ids = assign_anywhere(30).await;
+    for round in 0..6i64 {
+        let time = 1_000 * (round + 1);
+        let built = if round == 3 {
+            // Another replica seals one: this builder's cache no longer describes the
+            // newest digest and must not be used.
+            build(pool, &key, time).await?
+        } else {
+            ra_ledger::digest::build::build_cached(pool, &key, time, &mut cache).await?
+        };
+        let (seq, _, digest) = sealed(built);
+        if round != 3 {
+            assert_eq!(
+                cache.seq(),
+                Some(seq),
+                "round {round}: the cache describes it"
+            );
+        }
+        let heads = full_heads(&client).await?;
+        assert_eq!(
+            digest.statement,
+            Statement::over(heads, time, previous),
+            "round {round}"
+        );
+        previous = digest.hash();
+        // New streams among the old ones, and old ones moving on.
+        ids.extend(assign_anywhere(7).await);
+        for id in ids.drain(..5) {
+            let ended = api
+                .post(&format!("/v1/assignments/{id}/end"), json!({}))
+                .await;
+            assert!(ended.status.is_success(), "{:?}", ended.body);
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::Result<()> {
     let (database, api) = with_a_contact().await?;

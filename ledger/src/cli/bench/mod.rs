@@ -4,6 +4,7 @@
 //! role needs CREATEDB) and drops afterwards, so the ledger's own data is never touched.
 
 mod as_of;
+mod digest;
 mod latency;
 mod outbox;
 mod reassign;
@@ -92,6 +93,18 @@ pub enum BenchCommand {
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
     },
+    /// Sealing a signed digest over many streams when few changed since the last one.
+    Digest {
+        /// Streams in the ledger.
+        #[arg(long, default_value_t = 1_000_000)]
+        streams: u64,
+        /// Streams changed between two digests.
+        #[arg(long, default_value_t = 10_000)]
+        changed: u64,
+        /// Incremental digests to time.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
         /// Assignment history rows to seed.
@@ -141,6 +154,11 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             workers,
             brokers,
         } => reassign::run(database_url, &brokers, rows, page_size, workers).await,
+        BenchCommand::Digest {
+            streams,
+            changed,
+            rounds,
+        } => digest::run(database_url, streams, changed, rounds).await,
         BenchCommand::AsOf {
             history_rows,
             queries,
