@@ -5,6 +5,8 @@
 //! while it runs and no event can slip between the replay and the swap. Verify runs at one
 //! REPEATABLE READ snapshot and blocks nobody.
 
+pub mod online;
+
 use deadpool_postgres::Object;
 use prost::Message as _;
 use ra_ledger_proto::v1;
@@ -45,6 +47,25 @@ pub enum RebuildError {
     /// An event does not fit the projection being rebuilt.
     #[error(transparent)]
     Projection(#[from] ProjectionError),
+    /// No connection.
+    #[error("rebuild: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// Another online rebuild holds the lock.
+    #[error("another online rebuild is running on this database")]
+    Busy,
+    /// The rebuild must create tables the owner of the live ones owns.
+    #[error(
+        "an online rebuild creates the new tables: run it as the projections' owner {0} (as ledger migrate runs)"
+    )]
+    NotOwner(String),
+    /// Other tables point at the projections; moving them would break those keys.
+    #[error(
+        "foreign keys of other tables reference the projections ({0}); an online rebuild would break them"
+    )]
+    Referenced(String),
+    /// Writers held the tables for every attempt.
+    #[error("could not take the rebuild's brief lock in {0} attempts: writers held it each time")]
+    LockUnavailable(u32),
 }
 
 /// Rebuilds the projections. With `verify_only`, compares instead of swapping and leaves the

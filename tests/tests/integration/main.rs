@@ -11,6 +11,7 @@ mod ledger;
 mod migrations;
 mod races;
 mod reassignment;
+mod rebuild_online;
 mod relay;
 mod relay_faults;
 mod retention;

@@ -8,6 +8,7 @@ mod digest;
 mod latency;
 mod outbox;
 mod reassign;
+mod rebuild;
 mod relay;
 mod write;
 
@@ -105,6 +106,18 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Write latency before and during an online projection rebuild over many events.
+    Rebuild {
+        /// Events in the ledger.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: usize,
+        /// Assignments per second the writer commits throughout.
+        #[arg(long, default_value_t = 200)]
+        rate: u64,
+        /// Seconds of writes measured before the rebuild starts.
+        #[arg(long, default_value_t = 10)]
+        seconds_before: u64,
+    },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
         /// Assignment history rows to seed.
@@ -159,6 +172,19 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             changed,
             rounds,
         } => digest::run(database_url, streams, changed, rounds).await,
+        BenchCommand::Rebuild {
+            events,
+            rate,
+            seconds_before,
+        } => {
+            rebuild::run(
+                database_url,
+                events,
+                rate,
+                Duration::from_secs(seconds_before),
+            )
+            .await
+        }
         BenchCommand::AsOf {
             history_rows,
             queries,

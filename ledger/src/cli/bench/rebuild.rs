@@ -1,0 +1,200 @@
+//! `ledger bench rebuild`: write latency before and during an online projection rebuild
+//! over many events, and the longest stall a writer saw.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use prost::Message as _;
+use ra_ledger::commands::{Assign, CreateContact, Ledger};
+use ra_ledger::db;
+use ra_ledger::domain::{Jurisdiction, assignment_stream};
+use ra_ledger::rebuild::online::rebuild_online;
+use ra_ledger::store::Metadata;
+use ra_ledger_proto::v1;
+use uuid::Uuid;
+
+use super::{Latencies, scratch, texas_address};
+
+/// Events inserted per statement while seeding.
+const SEED_CHUNK: usize = 10_000;
+
+pub async fn run(
+    database_url: &str,
+    events: usize,
+    rate: u64,
+    before: Duration,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(events >= 1, "--events must be at least 1");
+    anyhow::ensure!(
+        (1..=5_000).contains(&rate),
+        "--rate must be between 1 and 5000"
+    );
+    let scratch = scratch(database_url).await?;
+    let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
+    let ledger = Ledger::new(pool.clone());
+    let metadata = Metadata {
+        actor: "bench".into(),
+        correlation_id: Uuid::now_v7(),
+        causation_id: None,
+    };
+    let contact = ledger
+        .create_contact(
+            CreateContact {
+                jurisdiction: "TX".into(),
+                name: "Bench Agents".into(),
+                address: texas_address(),
+                effective_at: None,
+            },
+            &metadata,
+        )
+        .await?;
+    eprintln!("seeding {events} events…");
+    let started = Instant::now();
+    seed(&pool, contact.contact_id, events).await?;
+    eprintln!(
+        "seeded in {:.1} s; building the projections of them…",
+        started.elapsed().as_secs_f64()
+    );
+    let started = Instant::now();
+    rebuild_online(&pool, false, |_, _, _| {}).await?;
+    println!(
+        "online rebuild over {events} events with no writer: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    pool.get().await?.batch_execute("VACUUM ANALYZE").await?;
+
+    // A writer at `rate` assignments/s throughout; each write's start and latency.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn(write_at(
+        ledger.clone(),
+        metadata.clone(),
+        rate,
+        stop.clone(),
+    ));
+    tokio::time::sleep(before).await;
+    let rebuild_started = Instant::now();
+    let report = rebuild_online(&pool, false, |_, _, _| {}).await?;
+    let rebuild_took = rebuild_started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.await??;
+    let (mut during, mut outside) = (Vec::new(), Vec::new());
+    for (at, latency) in writes {
+        // A write overlapping the rebuild at all counts as during.
+        if at + latency >= rebuild_started && at <= rebuild_started + rebuild_took {
+            during.push(latency);
+        } else if at < rebuild_started {
+            outside.push(latency);
+        }
+    }
+    let before_figures = Latencies::from_samples(outside);
+    let during_figures = Latencies::from_samples(during);
+    println!(
+        "online rebuild with a writer at {rate}/s: {:.1} s, {} events, {} catch-up window(s), {} events in the swapping transaction, locks held {:.1} ms, {} lock attempt(s) retried",
+        rebuild_took.as_secs_f64(),
+        report.events,
+        report.catch_up_windows,
+        report.last_window,
+        report.swap_held.as_secs_f64() * 1e3,
+        report.lock_retries
+    );
+    if let Some(figures) = before_figures {
+        println!("write latency before: {figures} ({} writes)", figures.count);
+    }
+    if let Some(figures) = during_figures {
+        println!(
+            "write latency during: {figures} ({} writes); longest stall {:.1} ms (target < 100 ms)",
+            figures.count,
+            figures.max.as_secs_f64() * 1e3
+        );
+    }
+    let verified = rebuild_online(&pool, true, |_, _, _| {}).await?;
+    let different: u64 = verified.differences.iter().map(|(_, n)| n).sum();
+    println!(
+        "rebuilt tables vs a fresh rebuild: {different} differing rows ({:?})",
+        verified.differences
+    );
+    pool.close();
+    scratch.drop().await?;
+    Ok(())
+}
+
+/// `events - 1` assignments of new businesses to `contact` (after its creation), inserted
+/// straight into `events`: the rebuild reads events only.
+async fn seed(pool: &deadpool_postgres::Pool, contact: Uuid, events: usize) -> anyhow::Result<()> {
+    let client = pool.get().await?;
+    let texas = Jurisdiction::parse("jurisdiction", "TX")?;
+    let now = Utc::now();
+    let mut remaining = events.saturating_sub(1);
+    while remaining > 0 {
+        let count = remaining.min(SEED_CHUNK);
+        remaining -= count;
+        let mut ids = Vec::with_capacity(count);
+        let mut streams = Vec::with_capacity(count);
+        let mut payloads = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (event_id, business) = (Uuid::now_v7(), Uuid::now_v7());
+            let stream = assignment_stream(business, texas);
+            let envelope = v1::Envelope {
+                event_id: event_id.to_string(),
+                stream: stream.clone(),
+                stream_version: 1,
+                event_type: "AssignmentStarted".into(),
+                schema_version: 1,
+                recorded_at_micros: now.timestamp_micros(),
+                effective_at_micros: now.timestamp_micros(),
+                actor: "bench".into(),
+                correlation_id: event_id.to_string(),
+                causation_id: String::new(),
+                event: Some(ra_ledger::events::assignment_started(
+                    Uuid::now_v7(),
+                    business,
+                    texas,
+                    contact,
+                    None,
+                )),
+            };
+            ids.push(event_id);
+            streams.push(stream);
+            payloads.push(envelope.encode_to_vec());
+        }
+        client
+            .execute(
+                include_str!("../../sql/bench/rebuild_events.sql"),
+                &[&ids, &streams, &payloads, &now],
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Assigns new businesses at `rate` per second until `stop`; each write's start and latency.
+async fn write_at(
+    ledger: Ledger,
+    metadata: Metadata,
+    rate: u64,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Vec<(Instant, Duration)>> {
+    let gap = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut next = Instant::now();
+    let mut writes = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep_until(next.into()).await;
+        next += gap;
+        let started = Instant::now();
+        ledger
+            .assign(
+                Assign {
+                    business_id: Uuid::now_v7(),
+                    jurisdiction: "TX".into(),
+                    effective_at: None,
+                },
+                &metadata,
+            )
+            .await?;
+        writes.push((started, started.elapsed()));
+    }
+    Ok(writes)
+}
