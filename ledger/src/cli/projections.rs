@@ -18,13 +18,25 @@ pub enum ProjectionsCommand {
         /// wait at most about 50 ms at a time). Run as the projections' owner.
         #[arg(long)]
         online: bool,
+        /// With --online: after each chunk of the bulk, pause this many times as long as the
+        /// chunk took, leaving CPU and disk to the writers (0: full speed).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_pause_ratio, requires = "online")]
+        pause_ratio: f64,
     },
 }
 
 pub async fn run(database_url: &str, command: ProjectionsCommand) -> anyhow::Result<()> {
-    let ProjectionsCommand::Rebuild { verify, online } = command;
+    let ProjectionsCommand::Rebuild {
+        verify,
+        online,
+        pause_ratio,
+    } = command;
     if online {
-        return run_online(database_url, verify).await;
+        let options = rebuild::online::OnlineOptions {
+            verify_only: verify,
+            pause_ratio,
+        };
+        return run_online(database_url, options).await;
     }
     let mut client = db::pool(database_url, "ledger-rebuild", 1)?.get().await?;
     let started = Instant::now();
@@ -63,12 +75,24 @@ fn differences(
     Ok(())
 }
 
-async fn run_online(database_url: &str, verify: bool) -> anyhow::Result<()> {
+/// A pause ratio: a number from 0 to 100.
+pub fn parse_pause_ratio(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|ratio| (0.0..=100.0).contains(ratio))
+        .ok_or_else(|| format!("{text:?} is not a number from 0 to 100"))
+}
+
+async fn run_online(
+    database_url: &str,
+    options: rebuild::online::OnlineOptions,
+) -> anyhow::Result<()> {
+    let verify = options.verify_only;
     use rebuild::online::{Phase, rebuild_online};
     // One connection builds, one takes the brief locks.
     let pool = db::pool(database_url, "ledger-rebuild", 2)?;
     let started = Instant::now();
-    let report = rebuild_online(&pool, verify, |phase, done, total| {
+    let report = rebuild_online(&pool, options, |phase, done, total| {
         if done % 100_000 == 0 || done == total {
             let rate = done as f64 / started.elapsed().as_secs_f64().max(0.001);
             match phase {

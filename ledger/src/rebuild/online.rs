@@ -69,10 +69,38 @@ pub struct OnlineReport {
     pub swap_held: Duration,
     /// Lock attempts that timed out and were retried.
     pub lock_retries: u32,
+    /// Time from the start to the end of the first window's bulk, and to the start of the
+    /// swapping (or comparing) transaction.
+    pub bulk_done: Duration,
+    /// See `bulk_done`.
+    pub last_window_started: Duration,
+    /// Catch-up windows' ends: when one was asked for, and how long reading it took (the
+    /// lock included).
+    pub window_ends: Vec<(Duration, Duration)>,
     /// Rows that differ per table (with `verify_only`).
     pub differences: Vec<(String, u64)>,
     /// A few differing rows.
     pub examples: Vec<String>,
+}
+
+/// How an online rebuild paces itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OnlineOptions {
+    /// Compare with the live tables instead of swapping.
+    pub verify_only: bool,
+    /// After each chunk, pause this many times as long as the chunk took (0: full speed).
+    /// The bulk competes with the writers for CPU, WAL and disk; pausing trades rebuild time
+    /// for their latency.
+    pub pause_ratio: f64,
+}
+
+impl Default for OnlineOptions {
+    fn default() -> Self {
+        Self {
+            verify_only: false,
+            pause_ratio: 1.0,
+        }
+    }
 }
 
 /// What the rebuild is doing, for progress reports.
@@ -84,12 +112,11 @@ pub enum Phase {
     CatchUp,
 }
 
-/// Rebuilds the projections while writes continue; `verify_only` compares instead of
-/// swapping. Must run as the owner of the projection tables (like `ledger migrate`).
+/// Rebuilds the projections while writes continue (see [`OnlineOptions`]). Must run as the owner of the projection tables (like `ledger migrate`).
 /// `progress(phase, done, total)` is called after every chunk.
 pub async fn rebuild_online(
     pool: &Pool,
-    verify_only: bool,
+    options: OnlineOptions,
     mut progress: impl FnMut(Phase, u64, u64),
 ) -> Result<OnlineReport, RebuildError> {
     let mut work = pool.get().await?;
@@ -103,10 +130,10 @@ pub async fn rebuild_online(
     }
     // The new tables are reached by their unqualified names, as the projections write them.
     work.statement_cache.clear();
-    let outcome = run(&mut work, &locker, verify_only, &mut progress).await;
+    let outcome = run(&mut work, &locker, options, &mut progress).await;
     work.statement_cache.clear();
     let reset = work
-        .batch_execute("RESET search_path; RESET lock_timeout")
+        .batch_execute("RESET search_path; RESET lock_timeout; RESET synchronous_commit")
         .await;
     let unlocked = work
         .execute("SELECT pg_advisory_unlock($1)", &[&REBUILD_LOCK_KEY])
@@ -120,23 +147,31 @@ pub async fn rebuild_online(
 async fn run(
     work: &mut Object,
     locker: &Object,
-    verify_only: bool,
+    options: OnlineOptions,
     progress: &mut impl FnMut(Phase, u64, u64),
 ) -> Result<OnlineReport, RebuildError> {
+    let started = Instant::now();
     prepare(work).await?;
     let mut report = OnlineReport::default();
     let mut from = 0i64;
     let (end, retries) = window_end(locker).await?;
     report.lock_retries += retries;
     let total = count(work, from, end).await?;
-    report.events +=
-        apply_window(work, from, end, |done| progress(Phase::Bulk, done, total)).await?;
+    report.events += apply_window(work, from, end, options.pause_ratio, |done| {
+        progress(Phase::Bulk, done, total)
+    })
+    .await?;
+    report.bulk_done = started.elapsed();
     from = end;
     loop {
+        let asked = started.elapsed();
         let (end, retries) = window_end(locker).await?;
+        report.window_ends.push((asked, started.elapsed() - asked));
         report.lock_retries += retries;
-        let applied =
-            apply_window(work, from, end, |done| progress(Phase::CatchUp, done, 0)).await?;
+        let applied = apply_window(work, from, end, options.pause_ratio, |done| {
+            progress(Phase::CatchUp, done, 0)
+        })
+        .await?;
         report.events += applied;
         report.catch_up_windows += 1;
         from = end;
@@ -148,7 +183,8 @@ async fn run(
         work.batch_execute(&format!("ANALYZE {SCHEMA}.{table}"))
             .await?;
     }
-    if verify_only {
+    report.last_window_started = started.elapsed();
+    if options.verify_only {
         compare(work, locker, from, &mut report).await?;
         work.batch_execute(&format!("DROP SCHEMA {SCHEMA} CASCADE"))
             .await?;
@@ -240,7 +276,8 @@ async fn prepare(work: &Object) -> Result<(), RebuildError> {
          CREATE SCHEMA {SCHEMA}; \
          CREATE TABLE {SCHEMA}.contacts (LIKE public.contacts INCLUDING ALL); \
          CREATE TABLE {SCHEMA}.assignments (LIKE public.assignments INCLUDING ALL); \
-         SET search_path = {SCHEMA}, public"
+         SET search_path = {SCHEMA}, public; \
+         SET synchronous_commit = off"
     ))
     .await?;
     // LIKE names the copied indexes after their columns: give them the live ones' names,
@@ -355,11 +392,13 @@ async fn apply_window(
     work: &mut Object,
     from: i64,
     to: i64,
+    pause_ratio: f64,
     mut progress: impl FnMut(u64),
 ) -> Result<u64, RebuildError> {
     let mut after = from;
     let mut applied = 0u64;
     while after < to {
+        let chunk_started = Instant::now();
         let tx = work.transaction().await?;
         let (last, count) = apply_chunk(&tx, after, to).await?;
         tx.commit().await?;
@@ -369,6 +408,8 @@ async fn apply_window(
         after = last;
         applied += count;
         progress(applied);
+        // Yields the machine (CPU, WAL, disk) to the writers for a while after each chunk.
+        tokio::time::sleep(chunk_started.elapsed().mul_f64(pause_ratio)).await;
     }
     Ok(applied)
 }
@@ -424,8 +465,11 @@ async fn swap(
 ) -> Result<(), RebuildError> {
     for attempt in 0..LOCK_ATTEMPTS {
         let tx = work.transaction().await?;
-        tx.batch_execute(&format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            .await?;
+        // The swap is the one commit that must be durable before it is reported.
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; SET LOCAL synchronous_commit = on"
+        ))
+        .await?;
         let locked = tx
             .batch_execute(
                 "LOCK TABLE public.contacts, public.assignments IN ACCESS EXCLUSIVE MODE; \
@@ -441,7 +485,7 @@ async fn swap(
                 // Writers went on meanwhile: catch up outside the locks again.
                 let (end, retries) = window_end(work).await?;
                 report.lock_retries += retries;
-                report.events += apply_window(work, from, end, |_| {}).await?;
+                report.events += apply_window(work, from, end, 0.0, |_| {}).await?;
                 from = end;
                 continue;
             }

@@ -6,11 +6,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use ra_ledger::rebuild::online::rebuild_online;
+use ra_ledger::rebuild::online::{OnlineOptions, rebuild_online};
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::{TestApi, contact_body};
 use serde_json::json;
 use uuid::Uuid;
+
+const VERIFY: OnlineOptions = OnlineOptions {
+    verify_only: true,
+    pause_ratio: 0.0,
+};
+const SWAP: OnlineOptions = OnlineOptions {
+    verify_only: false,
+    pause_ratio: 0.5,
+};
 
 /// Assigns, replaces and ends, one request after another, until `stop`; returns the
 /// latencies and the failures.
@@ -110,7 +119,7 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
              WHERE assignment_id = (SELECT assignment_id FROM assignments ORDER BY assignment_id LIMIT 1)",
         )
         .await?;
-    let drifted = rebuild_online(&pool, true, |_, _, _| {}).await?;
+    let drifted = rebuild_online(&pool, VERIFY, |_, _, _| {}).await?;
     assert_eq!(
         drifted.differences,
         vec![("contacts".into(), 0), ("assignments".into(), 2)],
@@ -122,10 +131,10 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
     let stop = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn(write_until(api.clone(), stop.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let report = rebuild_online(&pool, false, |_, _, _| {}).await?;
+    let report = rebuild_online(&pool, SWAP, |_, _, _| {}).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Also a verify while writes go on: the snapshot trick compares at one exact point.
-    let verified = rebuild_online(&pool, true, |_, _, _| {}).await?;
+    let verified = rebuild_online(&pool, VERIFY, |_, _, _| {}).await?;
     stop.store(true, Ordering::Relaxed);
     let (latencies, failures) = writer.await?;
     assert!(

@@ -117,6 +117,9 @@ pub enum BenchCommand {
         /// Seconds of writes measured before the rebuild starts.
         #[arg(long, default_value_t = 10)]
         seconds_before: u64,
+        /// The rebuild's pause after each chunk, as a multiple of the chunk's time.
+        #[arg(long, default_value_t = 1.0, value_parser = crate::cli::projections::parse_pause_ratio)]
+        pause_ratio: f64,
     },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
@@ -176,12 +179,14 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             events,
             rate,
             seconds_before,
+            pause_ratio,
         } => {
             rebuild::run(
                 database_url,
                 events,
                 rate,
                 Duration::from_secs(seconds_before),
+                pause_ratio,
             )
             .await
         }

@@ -10,7 +10,7 @@ use prost::Message as _;
 use ra_ledger::commands::{Assign, CreateContact, Ledger};
 use ra_ledger::db;
 use ra_ledger::domain::{Jurisdiction, assignment_stream};
-use ra_ledger::rebuild::online::rebuild_online;
+use ra_ledger::rebuild::online::{OnlineOptions, rebuild_online};
 use ra_ledger::store::Metadata;
 use ra_ledger_proto::v1;
 use uuid::Uuid;
@@ -25,6 +25,7 @@ pub async fn run(
     events: usize,
     rate: u64,
     before: Duration,
+    pause_ratio: f64,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(events >= 1, "--events must be at least 1");
     anyhow::ensure!(
@@ -58,7 +59,11 @@ pub async fn run(
         started.elapsed().as_secs_f64()
     );
     let started = Instant::now();
-    rebuild_online(&pool, false, |_, _, _| {}).await?;
+    let full_speed = OnlineOptions {
+        verify_only: false,
+        pause_ratio: 0.0,
+    };
+    rebuild_online(&pool, full_speed, |_, _, _| {}).await?;
     println!(
         "online rebuild over {events} events with no writer: {:.1} s",
         started.elapsed().as_secs_f64()
@@ -75,12 +80,43 @@ pub async fn run(
     ));
     tokio::time::sleep(before).await;
     let rebuild_started = Instant::now();
-    let report = rebuild_online(&pool, false, |_, _, _| {}).await?;
+    let options = OnlineOptions {
+        verify_only: false,
+        pause_ratio,
+    };
+    let report = rebuild_online(&pool, options, |_, _, _| {}).await?;
     let rebuild_took = rebuild_started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
     let writes = writer.await??;
     let (mut during, mut outside) = (Vec::new(), Vec::new());
+    let mut slowest: Vec<(Duration, f64)> = writes
+        .iter()
+        .filter(|(at, _)| *at >= rebuild_started)
+        .map(|(at, latency)| (*latency, (*at - rebuild_started).as_secs_f64()))
+        .collect();
+    slowest.sort_by_key(|(latency, _)| std::cmp::Reverse(*latency));
+    println!(
+        "slowest writes during the rebuild (latency ms @ seconds after its start): {}; bulk done @ {:.1} s, window ends read @ {}, last window @ {:.1} s",
+        slowest
+            .iter()
+            .take(5)
+            .map(|(latency, at)| format!("{:.0} @ {at:.1}", latency.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.bulk_done.as_secs_f64(),
+        report
+            .window_ends
+            .iter()
+            .map(|(at, took)| format!(
+                "{:.1} s ({:.1} ms)",
+                at.as_secs_f64(),
+                took.as_secs_f64() * 1e3
+            ))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.last_window_started.as_secs_f64()
+    );
     for (at, latency) in writes {
         // A write overlapping the rebuild at all counts as during.
         if at + latency >= rebuild_started && at <= rebuild_started + rebuild_took {
@@ -92,7 +128,7 @@ pub async fn run(
     let before_figures = Latencies::from_samples(outside);
     let during_figures = Latencies::from_samples(during);
     println!(
-        "online rebuild with a writer at {rate}/s: {:.1} s, {} events, {} catch-up window(s), {} events in the swapping transaction, locks held {:.1} ms, {} lock attempt(s) retried",
+        "online rebuild (pause ratio {pause_ratio}) with a writer at {rate}/s: {:.1} s, {} events, {} catch-up window(s), {} events in the swapping transaction, locks held {:.1} ms, {} lock attempt(s) retried",
         rebuild_took.as_secs_f64(),
         report.events,
         report.catch_up_windows,
@@ -110,7 +146,11 @@ pub async fn run(
             figures.max.as_secs_f64() * 1e3
         );
     }
-    let verified = rebuild_online(&pool, true, |_, _, _| {}).await?;
+    let verify = OnlineOptions {
+        verify_only: true,
+        pause_ratio: 0.0,
+    };
+    let verified = rebuild_online(&pool, verify, |_, _, _| {}).await?;
     let different: u64 = verified.differences.iter().map(|(_, n)| n).sum();
     println!(
         "rebuilt tables vs a fresh rebuild: {different} differing rows ({:?})",
