@@ -133,25 +133,7 @@ async fn replay(
         examples: Vec::new(),
     };
     if verify_only {
-        for (table, key) in [("contacts", "contact_id"), ("assignments", "assignment_id")] {
-            let rows = tx
-                .query(
-                    &format!(
-                        "SELECT {key}::text FROM ((TABLE pg_temp.{table} EXCEPT TABLE public.{table}) \
-                         UNION ALL (TABLE public.{table} EXCEPT TABLE pg_temp.{table})) d"
-                    ),
-                    &[],
-                )
-                .await?;
-            report
-                .differences
-                .push((table.to_owned(), rows.len() as u64));
-            report.examples.extend(
-                rows.iter()
-                    .take(5)
-                    .map(|row| format!("{table} {}", row.get::<_, String>(0))),
-            );
-        }
+        (report.differences, report.examples) = differences(&tx, "pg_temp").await?;
         tx.rollback().await?;
     } else {
         tx.batch_execute(include_str!("sql/tools/swap_projections.sql"))
@@ -159,4 +141,32 @@ async fn replay(
         tx.commit().await?;
     }
     Ok(report)
+}
+
+/// Rows that differ between the rebuilt projections in `schema` and the live ones, per
+/// table, and a few of their ids.
+async fn differences(
+    client: &impl deadpool_postgres::GenericClient,
+    schema: &str,
+) -> Result<(Vec<(String, u64)>, Vec<String>), tokio_postgres::Error> {
+    let mut differences = Vec::new();
+    let mut examples = Vec::new();
+    for (table, key) in [("contacts", "contact_id"), ("assignments", "assignment_id")] {
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {key}::text FROM ((TABLE {schema}.{table} EXCEPT TABLE public.{table}) \
+                     UNION ALL (TABLE public.{table} EXCEPT TABLE {schema}.{table})) d"
+                ),
+                &[],
+            )
+            .await?;
+        differences.push((table.to_owned(), rows.len() as u64));
+        examples.extend(
+            rows.iter()
+                .take(5)
+                .map(|row| format!("{table} {}", row.get::<_, String>(0))),
+        );
+    }
+    Ok((differences, examples))
 }

@@ -194,6 +194,19 @@ impl TestApi {
     pub async fn get(&self, uri: &str) -> Reply {
         self.call(Method::GET, uri, Some(AUDITOR), None).await
     }
+
+    /// Assigns `business` in Texas to the primary contact there; panics unless 201. Returns
+    /// the new assignment's id.
+    pub async fn assign(&self, business: Uuid) -> String {
+        let reply = self
+            .post(
+                "/v1/assignments",
+                json!({"business_id": business, "jurisdiction": "TX"}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        reply.str("assignment_id")
+    }
 }
 
 /// A valid contact body for `jurisdiction`.

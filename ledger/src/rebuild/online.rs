@@ -349,32 +349,41 @@ async fn back_off(attempt: u32) {
 /// held only for that. Returns it and the lock attempts that timed out.
 async fn window_end(locker: &Object) -> Result<(i64, u32), RebuildError> {
     for attempt in 0..LOCK_ATTEMPTS {
-        locker
-            .batch_execute(&format!("BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            .await?;
-        match locker
-            .batch_execute("LOCK TABLE events IN SHARE MODE")
-            .await
-        {
-            Ok(()) => {
-                let end: i64 = locker
-                    .query_one("SELECT coalesce(max(position), 0) FROM events", &[])
-                    .await?
-                    .get(0);
-                locker.batch_execute("COMMIT").await?;
-                return Ok((end, attempt));
-            }
-            Err(error) if lock_timed_out(&error) => {
-                locker.batch_execute("ROLLBACK").await?;
-                back_off(attempt).await;
-            }
-            Err(error) => {
-                locker.batch_execute("ROLLBACK").await.ok();
-                return Err(error.into());
+        if !share_lock_events(locker).await? {
+            back_off(attempt).await;
+            continue;
+        }
+        let end = locker
+            .query_one("SELECT coalesce(max(position), 0) FROM events", &[])
+            .await;
+        let released = locker.batch_execute("COMMIT").await;
+        let end: i64 = end?.get(0);
+        released?;
+        return Ok((end, attempt));
+    }
+    Err(RebuildError::LockUnavailable(LOCK_ATTEMPTS))
+}
+
+/// Opens a transaction on `locker` holding a SHARE lock on `events`; `false` (and no
+/// transaction) when the lock was not granted within [`LOCK_TIMEOUT`].
+async fn share_lock_events(locker: &Object) -> Result<bool, RebuildError> {
+    locker
+        .batch_execute(&format!("BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        .await?;
+    match locker
+        .batch_execute("LOCK TABLE events IN SHARE MODE")
+        .await
+    {
+        Ok(()) => Ok(true),
+        Err(error) => {
+            locker.batch_execute("ROLLBACK").await?;
+            if lock_timed_out(&error) {
+                Ok(false)
+            } else {
+                Err(error.into())
             }
         }
     }
-    Err(RebuildError::LockUnavailable(LOCK_ATTEMPTS))
 }
 
 async fn count(work: &Object, from: i64, to: i64) -> Result<u64, RebuildError> {
@@ -565,24 +574,10 @@ async fn compare(
     report: &mut OnlineReport,
 ) -> Result<(), RebuildError> {
     for attempt in 0..LOCK_ATTEMPTS {
-        locker
-            .batch_execute(&format!("BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            .await?;
-        match locker
-            .batch_execute("LOCK TABLE events IN SHARE MODE")
-            .await
-        {
-            Ok(()) => {}
-            Err(error) if lock_timed_out(&error) => {
-                locker.batch_execute("ROLLBACK").await?;
-                report.lock_retries += 1;
-                back_off(attempt).await;
-                continue;
-            }
-            Err(error) => {
-                locker.batch_execute("ROLLBACK").await.ok();
-                return Err(error.into());
-            }
+        if !share_lock_events(locker).await? {
+            report.lock_retries += 1;
+            back_off(attempt).await;
+            continue;
         }
         // The snapshot is taken while no append is in flight and none can start.
         let tx = work
@@ -606,25 +601,7 @@ async fn compare(
             report.last_window += count;
         }
         report.events += report.last_window;
-        for (table, key) in [("contacts", "contact_id"), ("assignments", "assignment_id")] {
-            let rows = tx
-                .query(
-                    &format!(
-                        "SELECT {key}::text FROM ((TABLE {SCHEMA}.{table} EXCEPT TABLE public.{table}) \
-                         UNION ALL (TABLE public.{table} EXCEPT TABLE {SCHEMA}.{table})) d"
-                    ),
-                    &[],
-                )
-                .await?;
-            report
-                .differences
-                .push((table.to_owned(), rows.len() as u64));
-            report.examples.extend(
-                rows.iter()
-                    .take(5)
-                    .map(|row| format!("{table} {}", row.get::<_, String>(0))),
-            );
-        }
+        (report.differences, report.examples) = super::differences(&tx, SCHEMA).await?;
         tx.rollback().await?;
         return Ok(());
     }

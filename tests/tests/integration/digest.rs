@@ -225,18 +225,7 @@ async fn full_heads(client: &tokio_postgres::Client) -> anyhow::Result<Vec<Head>
 
 async fn assign(api: &ra_ledger_tests::api::TestApi, count: usize) {
     for _ in 0..count {
-        let reply = api
-            .post(
-                "/v1/assignments",
-                json!({"business_id": uuid::Uuid::now_v7(), "jurisdiction": "TX"}),
-            )
-            .await;
-        assert_eq!(
-            reply.status,
-            axum::http::StatusCode::CREATED,
-            "{:?}",
-            reply.body
-        );
+        api.assign(uuid::Uuid::now_v7()).await;
     }
 }
 
@@ -353,19 +342,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
     let assign_anywhere = async |count: usize| -> Vec<String> {
         let mut ids = Vec::new();
         for _ in 0..count {
-            let reply = api
-                .post(
-                    "/v1/assignments",
-                    json!({"business_id": uuid::Uuid::new_v4(), "jurisdiction": "TX"}),
-                )
-                .await;
-            assert_eq!(
-                reply.status,
-                axum::http::StatusCode::CREATED,
-                "{:?}",
-                reply.body
-            );
-            ids.push(reply.str("assignment_id"));
+            ids.push(api.assign(uuid::Uuid::new_v4()).await);
         }
         ids
     };
@@ -544,19 +521,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
     let mut businesses = Vec::new();
     for _ in 0..100 {
         let business = uuid::Uuid::now_v7();
-        let assigned = api
-            .post(
-                "/v1/assignments",
-                json!({"business_id": business, "jurisdiction": "TX"}),
-            )
-            .await;
-        assert_eq!(
-            assigned.status,
-            axum::http::StatusCode::CREATED,
-            "{:?}",
-            assigned.body
-        );
-        businesses.push((business, assigned.str("assignment_id")));
+        businesses.push((business, api.assign(business).await));
     }
     let first: uuid::Uuid = client
         .query_one(
@@ -579,18 +544,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
             .post(&format!("/v1/assignments/{assignment_id}/end"), json!({}))
             .await;
         assert!(ended.status.is_success(), "{:?}", ended.body);
-        let again = api
-            .post(
-                "/v1/assignments",
-                json!({"business_id": business, "jurisdiction": "TX"}),
-            )
-            .await;
-        assert_eq!(
-            again.status,
-            axum::http::StatusCode::CREATED,
-            "{:?}",
-            again.body
-        );
+        api.assign(*business).await;
     }
     let key = DigestKey::from_seed(&[8; 32]);
     sealed(build(api.ledger.pool(), &key, 5_000).await?);

@@ -160,22 +160,8 @@ async fn digests_on_kafka_catch_a_rewritten_a_deleted_and_a_truncated_history() 
         .str("contact_id");
     let assign = async || {
         let business = Uuid::now_v7();
-        let assigned = api
-            .post(
-                "/v1/assignments",
-                json!({"business_id": business, "jurisdiction": "TX"}),
-            )
-            .await;
-        assert_eq!(
-            assigned.status,
-            axum::http::StatusCode::CREATED,
-            "{:?}",
-            assigned.body
-        );
-        (
-            format!("assignment-{business}-TX"),
-            assigned.str("assignment_id"),
-        )
+        let assignment_id = api.assign(business).await;
+        (format!("assignment-{business}-TX"), assignment_id)
     };
     let mut first = Vec::new();
     for _ in 0..10 {

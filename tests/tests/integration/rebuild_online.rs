@@ -96,13 +96,7 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
     let created = api.post("/v1/contacts", contact_body("TX", "Office")).await;
     assert_eq!(created.status, StatusCode::CREATED);
     for _ in 0..300 {
-        let reply = api
-            .post(
-                "/v1/assignments",
-                json!({"business_id": Uuid::now_v7(), "jurisdiction": "TX"}),
-            )
-            .await;
-        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        api.assign(Uuid::now_v7()).await;
     }
     let client = database.connect().await?;
     // A grant the new tables must keep (as `ledger grant app` gives).
@@ -175,14 +169,8 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
         .get(0);
     assert_eq!(leftovers, 0);
     // The API still reads and writes the (new) tables.
-    let reply = api
-        .post(
-            "/v1/assignments",
-            json!({"business_id": Uuid::now_v7(), "jurisdiction": "TX"}),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
-    let business = reply.str("business_id");
+    let business = Uuid::now_v7();
+    api.assign(business).await;
     let answer = api
         .get(&format!(
             "/v1/businesses/{business}/jurisdictions/TX/registered-agent"

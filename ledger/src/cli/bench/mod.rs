@@ -202,6 +202,29 @@ async fn scratch(database_url: &str) -> anyhow::Result<ScratchDatabase> {
     Ok(ScratchDatabase::create(database_url, SCRATCH_PREFIX).await?)
 }
 
+/// The benches' metadata, and a Texas primary contact created through the ledger.
+async fn bench_contact(
+    ledger: &ra_ledger::commands::Ledger,
+) -> anyhow::Result<(ra_ledger::store::Metadata, ra_ledger::queries::ContactView)> {
+    let metadata = ra_ledger::store::Metadata {
+        actor: "bench".into(),
+        correlation_id: uuid::Uuid::now_v7(),
+        causation_id: None,
+    };
+    let contact = ledger
+        .create_contact(
+            ra_ledger::commands::CreateContact {
+                jurisdiction: "TX".into(),
+                name: "Bench Agents".into(),
+                address: texas_address(),
+                effective_at: None,
+            },
+            &metadata,
+        )
+        .await?;
+    Ok((metadata, contact))
+}
+
 pub(super) fn texas_address() -> PostalAddress {
     PostalAddress {
         line1: "211 E 7th St".into(),

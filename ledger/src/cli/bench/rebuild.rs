@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use prost::Message as _;
-use ra_ledger::commands::{Assign, CreateContact, Ledger};
+use ra_ledger::commands::{Assign, Ledger};
 use ra_ledger::db;
 use ra_ledger::domain::{Jurisdiction, assignment_stream};
 use ra_ledger::rebuild::online::{OnlineOptions, rebuild_online};
@@ -15,7 +15,7 @@ use ra_ledger::store::Metadata;
 use ra_ledger_proto::v1;
 use uuid::Uuid;
 
-use super::{Latencies, scratch, texas_address};
+use super::{Latencies, scratch};
 
 /// Events inserted per statement while seeding.
 const SEED_CHUNK: usize = 10_000;
@@ -35,22 +35,7 @@ pub async fn run(
     let scratch = scratch(database_url).await?;
     let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
     let ledger = Ledger::new(pool.clone());
-    let metadata = Metadata {
-        actor: "bench".into(),
-        correlation_id: Uuid::now_v7(),
-        causation_id: None,
-    };
-    let contact = ledger
-        .create_contact(
-            CreateContact {
-                jurisdiction: "TX".into(),
-                name: "Bench Agents".into(),
-                address: texas_address(),
-                effective_at: None,
-            },
-            &metadata,
-        )
-        .await?;
+    let (metadata, contact) = super::bench_contact(&ledger).await?;
     eprintln!("seeding {events} events…");
     let started = Instant::now();
     seed(&pool, contact.contact_id, events).await?;

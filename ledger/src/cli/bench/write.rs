@@ -6,12 +6,11 @@ use std::time::Instant;
 use chrono::Utc;
 use deadpool_postgres::Pool;
 use futures::future::try_join_all;
-use ra_ledger::commands::{Assign, CreateContact, Ledger};
+use ra_ledger::commands::{Assign, Ledger};
 use ra_ledger::db;
-use ra_ledger::store::Metadata;
 use uuid::Uuid;
 
-use super::{scratch, texas_address};
+use super::scratch;
 
 pub async fn run(
     database_url: &str,
@@ -66,22 +65,7 @@ async fn measure(
     let scratch = scratch(url).await?;
     let pool = db::pool(&scratch.url, "ledger-bench", concurrency)?;
     let ledger = Ledger::new(pool.clone());
-    let metadata = Metadata {
-        actor: "bench".into(),
-        correlation_id: Uuid::now_v7(),
-        causation_id: None,
-    };
-    let contact = ledger
-        .create_contact(
-            CreateContact {
-                jurisdiction: "TX".into(),
-                name: "Bench Agents".into(),
-                address: texas_address(),
-                effective_at: None,
-            },
-            &metadata,
-        )
-        .await?;
+    let (metadata, contact) = super::bench_contact(&ledger).await?;
     let mut results = Vec::new();
     for _ in 0..rounds {
         let (ledger_, metadata_) = (ledger.clone(), metadata.clone());
