@@ -423,6 +423,20 @@ async fn apply_window(
     Ok(applied)
 }
 
+/// Applies the events of `(from, to]` in `tx`, the caller's transaction.
+async fn apply_in(tx: &impl GenericClient, from: i64, to: i64) -> Result<u64, RebuildError> {
+    let (mut after, mut applied) = (from, 0);
+    while after < to {
+        let (last, count) = apply_chunk(tx, after, to).await?;
+        if count == 0 {
+            break;
+        }
+        after = last;
+        applied += count;
+    }
+    Ok(applied)
+}
+
 /// Applies up to [`CHUNK`] events after `after`, up to `to`; returns the last position and
 /// how many.
 async fn apply_chunk(
@@ -505,16 +519,7 @@ async fn swap(
             .query_one("SELECT coalesce(max(position), 0) FROM events", &[])
             .await?
             .get(0);
-        let mut applied = 0;
-        let mut after = from;
-        while after < end {
-            let (last, count) = apply_chunk(&tx, after, end).await?;
-            if count == 0 {
-                break;
-            }
-            after = last;
-            applied += count;
-        }
+        let applied = apply_in(&tx, from, end).await?;
         tx.batch_execute(&format!(
             "CREATE SCHEMA {RETIRED}; \
              ALTER TABLE public.assignments SET SCHEMA {RETIRED}; \
@@ -591,15 +596,7 @@ async fn compare(
         let released = locker.batch_execute("COMMIT").await;
         let end: i64 = end?.get(0);
         released?;
-        let mut after = from;
-        while after < end {
-            let (last, count) = apply_chunk(&tx, after, end).await?;
-            if count == 0 {
-                break;
-            }
-            after = last;
-            report.last_window += count;
-        }
+        report.last_window = apply_in(&tx, from, end).await?;
         report.events += report.last_window;
         (report.differences, report.examples) = super::differences(&tx, SCHEMA).await?;
         tx.rollback().await?;
