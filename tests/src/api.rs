@@ -67,6 +67,7 @@ impl TestApi {
             tokens,
             cursor_key: CursorKey::new(b"test cursor key"),
             digest_public_key: None,
+            digest_tree: Default::default(),
         };
         let router = ra_ledger::api::router(state).merge(ra_ledger::health::router(pool));
         Ok(Self {

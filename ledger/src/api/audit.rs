@@ -73,8 +73,15 @@ pub(super) async fn registered_agent_at(
     };
     if query.proof {
         use crate::digest::proof::{self, ProofError};
-        return match proof::for_answer(state.ledger.pool(), business_id, jurisdiction, at, known_at)
-            .await
+        return match proof::for_answer(
+            state.ledger.pool(),
+            &state.digest_tree,
+            business_id,
+            jurisdiction,
+            at,
+            known_at,
+        )
+        .await
         {
             Ok(Some((answer, proof))) => Ok(Json(AtAnswer {
                 answer,

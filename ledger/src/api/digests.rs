@@ -39,7 +39,7 @@ pub(super) async fn event_proof(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     use crate::digest::proof::{self, ProofError};
     let id = super::uuid_param("event id", &id)?;
-    match proof::for_event(state.ledger.pool(), id).await {
+    match proof::for_event(state.ledger.pool(), id, &state.digest_tree).await {
         Ok(document) => Ok(Json(document)),
         Err(error @ ProofError::UnknownEvent(_)) => Err(ApiError::not_found(error.to_string())),
         Err(error @ ProofError::NotSealed(_)) => Err(ApiError::new(

@@ -39,6 +39,8 @@ pub struct AppState {
     pub cursor_key: CursorKey,
     /// The digests' public key (PEM), when digests are on.
     pub digest_public_key: Option<String>,
+    /// The digest builder's tree in memory, which proofs take their paths from.
+    pub digest_tree: crate::digest::build::TreeCache,
 }
 
 /// The API routes (health endpoints are added by the caller).

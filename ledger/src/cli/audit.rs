@@ -80,8 +80,15 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
             let now = Utc::now();
             let (at, known_at) = (at.unwrap_or(now), known_at.unwrap_or(now));
             if proof {
-                let Some((_, document)) =
-                    proof::for_answer(&pool, business, jurisdiction, at, known_at).await?
+                let Some((_, document)) = proof::for_answer(
+                    &pool,
+                    &Default::default(),
+                    business,
+                    jurisdiction,
+                    at,
+                    known_at,
+                )
+                .await?
                 else {
                     anyhow::bail!(
                         "business {business} had no registered agent in {} at {at} (as known at {known_at}): nothing to prove",

@@ -72,7 +72,8 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                 .parse()
                 .map_err(|_| anyhow::anyhow!("event id {event_id:?} is not a UUID"))?;
             let pool = db::pool(database_url, "ledger-proof", 1)?;
-            let document = proof::for_event(&pool, id).await?;
+            // A process of its own: no builder tree to take paths from.
+            let document = proof::for_event(&pool, id, &Default::default()).await?;
             println!("{}", serde_json::to_string_pretty(&document)?);
             Ok(())
         }

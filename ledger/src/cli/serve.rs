@@ -62,7 +62,10 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}; is another ledger running?"))?;
+    // The digest builder's tree, shared with the proofs.
+    let digest_tree = ra_ledger::digest::build::TreeCache::default();
     let state = AppState {
+        digest_tree: digest_tree.clone(),
         ledger: Ledger::new(pool.clone()),
         tokens: service.tokens,
         cursor_key: service.cursor_key,
@@ -98,6 +101,7 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
                 digest_pool,
                 settings.key,
                 settings.interval,
+                digest_tree,
                 shutdown.clone(),
             ))
         }

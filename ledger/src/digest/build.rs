@@ -8,6 +8,8 @@
 //! `digest_dirty` rows for the next digest. A session advisory lock keeps one builder at a
 //! time per database (several `ledger serve` replicas may run).
 
+use std::sync::{Arc, Mutex};
+
 use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
@@ -64,26 +66,58 @@ pub enum BuildError {
 /// newest digest in the database is still the one it describes (same number and root);
 /// otherwise (another replica sealed one, a restart) the leaves are read from
 /// `digest_leaves` once and the cache starts over.
-#[derive(Debug, Default)]
-pub struct TreeCache(Option<CachedTree>);
+///
+/// Cloning it shares it: `ledger serve` gives the same one to the builder and to the proofs,
+/// which take their Merkle paths from it instead of reading every leaf.
+#[derive(Debug, Clone, Default)]
+pub struct TreeCache(Arc<Mutex<Option<Arc<CachedTree>>>>);
 
 impl TreeCache {
     /// The digest the cached leaves describe, if any.
     pub fn seq(&self) -> Option<i64> {
-        self.0.as_ref().map(|tree| tree.seq)
+        self.slot().as_ref().map(|tree| tree.seq)
+    }
+
+    /// The cached tree, if it is the one of digest `seq` with `root`.
+    pub fn tree_of(&self, seq: i64, root: &Hash) -> Option<Arc<CachedTree>> {
+        self.slot()
+            .as_ref()
+            .filter(|tree| tree.seq == seq && tree.root == *root)
+            .cloned()
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<CachedTree>>> {
+        // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-#[derive(Debug)]
-struct CachedTree {
+/// A digest's tree, in memory.
+#[derive(Debug, Clone)]
+pub struct CachedTree {
     seq: i64,
     root: Hash,
     event_count: u64,
     /// Sorted by stream name bytes: the tree's order.
     leaves: Vec<CachedLeaf>,
+    /// The leaves' hashes, in the same order.
+    hashes: Vec<Hash>,
 }
 
-#[derive(Debug)]
+impl CachedTree {
+    /// The index of `stream`'s leaf and its inclusion path, if the tree has it.
+    pub fn path(&self, stream: &str) -> Option<(usize, Vec<Hash>)> {
+        let index = self
+            .leaves
+            .binary_search_by(|leaf| leaf.stream.as_bytes().cmp(stream.as_bytes()))
+            .ok()?;
+        Some((index, merkle::inclusion_path(&self.hashes, index)?))
+    }
+}
+
+#[derive(Debug, Clone)]
 struct CachedLeaf {
     stream: Box<str>,
     version: u64,
@@ -92,7 +126,7 @@ struct CachedLeaf {
 
 /// Seals the next digest, unless nothing changed. `time_micros` is its time.
 pub async fn build(pool: &Pool, key: &DigestKey, time_micros: i64) -> Result<Built, BuildError> {
-    build_cached(pool, key, time_micros, &mut TreeCache::default()).await
+    build_cached(pool, key, time_micros, &TreeCache::default()).await
 }
 
 /// [`build`], keeping the tree in `cache` between calls.
@@ -100,7 +134,7 @@ pub async fn build_cached(
     pool: &Pool,
     key: &DigestKey,
     time_micros: i64,
-    cache: &mut TreeCache,
+    cache: &TreeCache,
 ) -> Result<Built, BuildError> {
     let mut client = pool.get().await?;
     let locked: bool = client
@@ -111,14 +145,14 @@ pub async fn build_cached(
         return Ok(Built::Busy);
     }
     // Taken out while building: a failed build leaves no cache to trust.
-    let tree = cache.0.take();
+    let tree = cache.slot().take();
     let built = build_locked(&mut client, key, time_micros, tree).await;
     let unlocked = client
         .execute("SELECT pg_advisory_unlock($1)", &[&DIGEST_LOCK_KEY])
         .await;
     let (built, tree) = built?;
     unlocked?;
-    cache.0 = tree;
+    *cache.slot() = tree;
     Ok(built)
 }
 
@@ -126,8 +160,8 @@ async fn build_locked(
     client: &mut deadpool_postgres::Client,
     key: &DigestKey,
     time_micros: i64,
-    tree: Option<CachedTree>,
-) -> Result<(Built, Option<CachedTree>), BuildError> {
+    tree: Option<Arc<CachedTree>>,
+) -> Result<(Built, Option<Arc<CachedTree>>), BuildError> {
     let started = std::time::Instant::now();
     let tx = client
         .build_transaction()
@@ -214,8 +248,9 @@ async fn build_locked(
     let cached = tree.is_some();
     let (leaves, event_count) = match tree {
         Some(tree) => {
-            let event_count = tree.event_count;
-            merge(tree.leaves, heads, event_count)
+            // Copied only if a proof still holds it.
+            let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
+            merge(tree.leaves, heads, tree.event_count)
         }
         None => read_leaves(&tx).await?,
     };
@@ -260,12 +295,13 @@ async fn build_locked(
         total = ?started.elapsed(),
         "digest phases (cumulative)"
     );
-    let tree = CachedTree {
+    let tree = Arc::new(CachedTree {
         seq,
         root: digest.statement.root,
         event_count,
         leaves,
-    };
+        hashes,
+    });
     Ok((
         Built::Sealed {
             seq,
@@ -343,15 +379,15 @@ fn hash32(what: &str, bytes: Vec<u8>) -> Result<Hash, BuildError> {
 /// logged and retried on the next tick: a digest late is better than a service down.
 pub async fn run(
     pool: Pool,
-    key: std::sync::Arc<DigestKey>,
+    key: Arc<DigestKey>,
     interval: std::time::Duration,
+    cache: TreeCache,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
-    let mut cache = TreeCache::default();
     while every.tick().await {
         let now = chrono::Utc::now().timestamp_micros();
-        match build_cached(&pool, &key, now, &mut cache).await {
+        match build_cached(&pool, &key, now, &cache).await {
             Ok(Built::Sealed {
                 seq,
                 changed,

@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
+use super::build::{CachedTree, TreeCache};
 use super::{hex, merkle};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::{self, Fold, RegisteredAgent};
@@ -79,7 +80,8 @@ async fn read_only_snapshot(
 }
 
 /// The proof of `event_id` against the newest digest.
-pub async fn for_event(pool: &Pool, event_id: Uuid) -> Result<Value, ProofError> {
+/// `tree` is the builder's tree in memory, used when it is the newest digest's.
+pub async fn for_event(pool: &Pool, event_id: Uuid, tree: &TreeCache) -> Result<Value, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
     let event = tx
@@ -92,6 +94,7 @@ pub async fn for_event(pool: &Pool, event_id: Uuid) -> Result<Value, ProofError>
     let version: i64 = event.get(1);
     let mut document = prove(
         &tx,
+        tree,
         &[Span {
             stream: event.get(0),
             from_version: version,
@@ -110,6 +113,7 @@ pub async fn for_event(pool: &Pool, event_id: Uuid) -> Result<Value, ProofError>
 /// there was no RA then.
 pub async fn for_answer(
     pool: &Pool,
+    tree: &TreeCache,
     business_id: Uuid,
     jurisdiction: Jurisdiction,
     at: DateTime<Utc>,
@@ -155,7 +159,7 @@ pub async fn for_answer(
             what,
         });
     }
-    let mut document = prove(&tx, &spans).await?;
+    let mut document = prove(&tx, tree, &spans).await?;
     tx.commit().await?;
     document["question"] = json!({
         "business_id": business_id,
@@ -170,21 +174,15 @@ pub async fn for_answer(
 }
 
 /// The proof of `spans` against the newest digest, in `tx`'s snapshot.
-async fn prove(tx: &Transaction<'_>, spans: &[Span]) -> Result<Value, ProofError> {
+async fn prove(
+    tx: &Transaction<'_>,
+    tree: &TreeCache,
+    spans: &[Span],
+) -> Result<Value, ProofError> {
     let digest = super::build::latest(tx)
         .await?
         .ok_or_else(|| ProofError::NotSealed(spans[0].what.clone()))?;
-    // The path needs every leaf hash, in the tree's order: one read for all spans.
-    let leaves = tx
-        .query(
-            "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
-            &[],
-        )
-        .await?;
-    let hashes: Vec<merkle::Hash> = leaves
-        .iter()
-        .map(|row| row.get::<_, Vec<u8>>(1).try_into().unwrap_or([0; 32]))
-        .collect();
+    let paths = Paths::of(tx, tree, &digest).await?;
     let mut streams = Vec::with_capacity(spans.len());
     for span in spans {
         let sealed = tx
@@ -205,11 +203,10 @@ async fn prove(tx: &Transaction<'_>, spans: &[Span]) -> Result<Value, ProofError
                 &[&span.stream, &span.from_version, &sealed],
             )
             .await?;
-        let index = leaves
-            .iter()
-            .position(|row| row.get::<_, &str>(0) == span.stream)
+        let (index, path) = paths
+            .path(&span.stream)
+            .await
             .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
-        let path = merkle::inclusion_path(&hashes, index).unwrap_or_default();
         streams.push(json!({
             "stream": span.stream,
             "events": events.iter().map(event_json).collect::<Vec<_>>(),
@@ -223,6 +220,64 @@ async fn prove(tx: &Transaction<'_>, spans: &[Span]) -> Result<Value, ProofError
         "public_key_pem": digest["public_key_pem"],
         "digest": digest,
     }))
+}
+
+/// Where the Merkle paths come from: the builder's tree in memory when it is the newest
+/// digest's (same number and root), else every leaf read from `digest_leaves`.
+enum Paths {
+    Cached(std::sync::Arc<CachedTree>),
+    Read(Vec<(String, merkle::Hash)>),
+}
+
+impl Paths {
+    async fn of(
+        tx: &Transaction<'_>,
+        tree: &TreeCache,
+        digest: &Value,
+    ) -> Result<Self, ProofError> {
+        let seq = digest["seq"].as_i64().unwrap_or_default();
+        let root: merkle::Hash = digest["root"]
+            .as_str()
+            .and_then(super::unhex)
+            .and_then(|bytes| bytes.try_into().ok())
+            .unwrap_or([0; 32]);
+        if let Some(tree) = tree.tree_of(seq, &root) {
+            return Ok(Self::Cached(tree));
+        }
+        // In the tree's order: stream names by their bytes.
+        let leaves = tx
+            .query(
+                "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|row| {
+                let hash = row.get::<_, Vec<u8>>(1).try_into().unwrap_or([0; 32]);
+                (row.get::<_, String>(0), hash)
+            })
+            .collect();
+        Ok(Self::Read(leaves))
+    }
+
+    /// The leaf index and inclusion path of `stream`.
+    async fn path(&self, stream: &str) -> Option<(usize, Vec<merkle::Hash>)> {
+        match self {
+            // Hashing a path touches every leaf: off the async threads.
+            Self::Cached(tree) => {
+                let (tree, stream) = (tree.clone(), stream.to_owned());
+                tokio::task::spawn_blocking(move || tree.path(&stream))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            Self::Read(leaves) => {
+                let index = leaves.iter().position(|(name, _)| name == stream)?;
+                let hashes: Vec<merkle::Hash> = leaves.iter().map(|(_, hash)| *hash).collect();
+                Some((index, merkle::inclusion_path(&hashes, index)?))
+            }
+        }
+    }
 }
 
 fn event_json(row: &tokio_postgres::Row) -> Value {

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio_postgres::Client;
 
 use super::merkle::{self, Hash};
-use super::{Head, SignedDigest, Statement};
+use super::{Head, SignedDigest, Statement, unhex};
 
 /// A digest as read from the topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,16 +69,6 @@ pub fn parse(document: &Value, location: &str) -> Result<Published, String> {
         },
         location: location.to_owned(),
     })
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Every message of `topic`, read from the beginning with `config` (no consumer group is

@@ -337,7 +337,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
     let client = database.connect().await?;
     let key = DigestKey::from_seed(&[6; 32]);
     let pool = api.ledger.pool();
-    let mut cache = ra_ledger::digest::build::TreeCache::default();
+    let cache = ra_ledger::digest::build::TreeCache::default();
     // Random business ids: new streams land anywhere in the tree's order, not at its end.
     let assign_anywhere = async |count: usize| -> Vec<String> {
         let mut ids = Vec::new();
@@ -355,7 +355,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
             // newest digest and must not be used.
             build(pool, &key, time).await?
         } else {
-            ra_ledger::digest::build::build_cached(pool, &key, time, &mut cache).await?
+            ra_ledger::digest::build::build_cached(pool, &key, time, &cache).await?
         };
         let (seq, _, digest) = sealed(built);
         if round != 3 {
@@ -364,6 +364,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
                 Some(seq),
                 "round {round}: the cache describes it"
             );
+            assert!(cache.tree_of(seq, &digest.statement.root).is_some());
         }
         let heads = full_heads(&client).await?;
         assert_eq!(
@@ -372,6 +373,21 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
             "round {round}"
         );
         previous = digest.hash();
+        // Proofs take their paths from the builder's tree when it is the newest digest's
+        // (after round 3 it is not, and they read the leaves): the same documents either way.
+        let some: Vec<uuid::Uuid> = client
+            .query("SELECT event_id FROM events ORDER BY random() LIMIT 5", &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        for id in some {
+            let cached = ra_ledger::digest::proof::for_event(pool, id, &cache).await?;
+            let read = ra_ledger::digest::proof::for_event(pool, id, &Default::default()).await?;
+            assert_eq!(cached, read, "round {round}");
+            ra_ledger::digest::proof::verify(&cached, &key.public())
+                .map_err(|failure| anyhow::anyhow!("round {round}: {failure}"))?;
+        }
         // New streams among the old ones, and old ones moving on.
         ids.extend(assign_anywhere(7).await);
         for id in ids.drain(..5) {
