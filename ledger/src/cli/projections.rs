@@ -35,6 +35,7 @@ pub async fn run(database_url: &str, command: ProjectionsCommand) -> anyhow::Res
         let options = rebuild::online::OnlineOptions {
             verify_only: verify,
             pause_ratio,
+            ..Default::default()
         };
         return run_online(database_url, options).await;
     }

@@ -45,8 +45,6 @@ pub const SCHEMA: &str = "projection_rebuild";
 const RETIRED: &str = "projection_retired";
 /// Advisory lock key: one online rebuild per database ("RALREBLD").
 const REBUILD_LOCK_KEY: i64 = 0x5241_4c52_4542_4c44;
-/// Events read and applied per transaction.
-const CHUNK: i64 = 10_000;
 /// A catch-up window this small is left for the swap.
 const SMALL_WINDOW: u64 = 2_000;
 /// Catch-up windows at most, however busy the writers.
@@ -88,6 +86,8 @@ pub struct OnlineReport {
 pub struct OnlineOptions {
     /// Compare with the live tables instead of swapping.
     pub verify_only: bool,
+    /// Events read and applied per transaction.
+    pub chunk: i64,
     /// After each chunk, pause this many times as long as the chunk took (0: full speed).
     /// The bulk competes with the writers for CPU, WAL and disk; pausing trades rebuild time
     /// for their latency.
@@ -98,6 +98,7 @@ impl Default for OnlineOptions {
     fn default() -> Self {
         Self {
             verify_only: false,
+            chunk: 10_000,
             pause_ratio: 1.0,
         }
     }
@@ -151,15 +152,23 @@ async fn run(
     progress: &mut impl FnMut(Phase, u64, u64),
 ) -> Result<OnlineReport, RebuildError> {
     let started = Instant::now();
-    prepare(work).await?;
+    let deferred = prepare(work).await?;
+    let deferred_keys: Vec<String> = deferred.iter().map(|(_, _, key)| key.clone()).collect();
+    let deferred_names: Vec<(&str, String)> = deferred
+        .iter()
+        .map(|(table, name, _)| (*table, name.clone()))
+        .collect();
     let mut report = OnlineReport::default();
     let mut from = 0i64;
     let (end, retries) = window_end(locker).await?;
     report.lock_retries += retries;
     let total = count(work, from, end).await?;
-    report.events += apply_window(work, from, end, options.pause_ratio, |done| {
-        progress(Phase::Bulk, done, total)
-    })
+    report.events += apply_window(
+        work,
+        (from, end),
+        (options.chunk, options.pause_ratio),
+        |done| progress(Phase::Bulk, done, total),
+    )
     .await?;
     report.bulk_done = started.elapsed();
     from = end;
@@ -168,9 +177,12 @@ async fn run(
         let (end, retries) = window_end(locker).await?;
         report.window_ends.push((asked, started.elapsed() - asked));
         report.lock_retries += retries;
-        let applied = apply_window(work, from, end, options.pause_ratio, |done| {
-            progress(Phase::CatchUp, done, 0)
-        })
+        let applied = apply_window(
+            work,
+            (from, end),
+            (options.chunk, options.pause_ratio),
+            |done| progress(Phase::CatchUp, done, 0),
+        )
         .await?;
         report.events += applied;
         report.catch_up_windows += 1;
@@ -185,19 +197,32 @@ async fn run(
     }
     report.last_window_started = started.elapsed();
     if options.verify_only {
-        compare(work, locker, from, &mut report).await?;
+        compare(work, locker, from, options.chunk, &mut report).await?;
         work.batch_execute(&format!("DROP SCHEMA {SCHEMA} CASCADE"))
             .await?;
     } else {
-        swap(work, from, &mut report).await?;
+        swap(work, from, options.chunk, &deferred_keys, &mut report).await?;
         drop_retired(work, &mut report).await?;
+        // Checked against every row now, without blocking writers (SHARE UPDATE EXCLUSIVE).
+        for (table, name) in &deferred_names {
+            work.batch_execute(&format!(
+                "ALTER TABLE public.{table} VALIDATE CONSTRAINT {}",
+                quote_ident(name)
+            ))
+            .await?;
+        }
     }
     Ok(report)
 }
 
 /// The new tables, empty, like the live ones: indexes, constraints, foreign keys (to each
 /// other where the live ones point at each other), grants.
-async fn prepare(work: &Object) -> Result<(), RebuildError> {
+///
+/// Returns the deferrable foreign keys, which are checked at commit: the bulk's chunks end
+/// in the middle of the original transactions (a REPLACE ends one assignment pointing at the
+/// next, started by the next event), so those keys are added only in the swapping
+/// transaction, `NOT VALID`, and validated after it: (table, name, ADD statement).
+async fn prepare(work: &Object) -> Result<Vec<(&'static str, String, String)>, RebuildError> {
     work.batch_execute("SET search_path = public").await?;
     let owner: String = work
         .query_one(
@@ -234,21 +259,28 @@ async fn prepare(work: &Object) -> Result<(), RebuildError> {
     // Definitions read with search_path = public: they name the projections unqualified,
     // so with the rebuild's schema first they point at the new tables.
     let mut foreign_keys = Vec::new();
+    let mut deferred = Vec::new();
     let mut grants = Vec::new();
     for table in TABLES {
         for row in work
             .query(
-                "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint \
+                "SELECT conname, pg_get_constraintdef(oid), condeferrable FROM pg_constraint \
                  WHERE conrelid = $1::text::regclass AND contype = 'f' ORDER BY conname",
                 &[&format!("public.{table}")],
             )
             .await?
         {
-            let (name, definition): (String, String) = (row.get(0), row.get(1));
-            foreign_keys.push(format!(
+            let (name, definition, deferrable): (String, String, bool) =
+                (row.get(0), row.get(1), row.get(2));
+            let add = format!(
                 "ALTER TABLE {SCHEMA}.{table} ADD CONSTRAINT {} {definition}",
                 quote_ident(&name)
-            ));
+            );
+            if deferrable {
+                deferred.push((table, name, add));
+            } else {
+                foreign_keys.push(add);
+            }
         }
         for row in work
             .query(
@@ -328,7 +360,7 @@ async fn prepare(work: &Object) -> Result<(), RebuildError> {
     {
         work.batch_execute(statement).await?;
     }
-    Ok(())
+    Ok(deferred)
 }
 
 fn quote_ident(name: &str) -> String {
@@ -399,9 +431,8 @@ async fn count(work: &Object, from: i64, to: i64) -> Result<u64, RebuildError> {
 /// Applies the events of `(from, to]`, a transaction per chunk.
 async fn apply_window(
     work: &mut Object,
-    from: i64,
-    to: i64,
-    pause_ratio: f64,
+    (from, to): (i64, i64),
+    (chunk, pause_ratio): (i64, f64),
     mut progress: impl FnMut(u64),
 ) -> Result<u64, RebuildError> {
     let mut after = from;
@@ -409,7 +440,7 @@ async fn apply_window(
     while after < to {
         let chunk_started = Instant::now();
         let tx = work.transaction().await?;
-        let (last, count) = apply_chunk(&tx, after, to).await?;
+        let (last, count) = apply_chunk(&tx, after, to, chunk).await?;
         tx.commit().await?;
         if count == 0 {
             break;
@@ -424,10 +455,15 @@ async fn apply_window(
 }
 
 /// Applies the events of `(from, to]` in `tx`, the caller's transaction.
-async fn apply_in(tx: &impl GenericClient, from: i64, to: i64) -> Result<u64, RebuildError> {
+async fn apply_in(
+    tx: &impl GenericClient,
+    from: i64,
+    to: i64,
+    chunk: i64,
+) -> Result<u64, RebuildError> {
     let (mut after, mut applied) = (from, 0);
     while after < to {
-        let (last, count) = apply_chunk(tx, after, to).await?;
+        let (last, count) = apply_chunk(tx, after, to, chunk).await?;
         if count == 0 {
             break;
         }
@@ -437,18 +473,19 @@ async fn apply_in(tx: &impl GenericClient, from: i64, to: i64) -> Result<u64, Re
     Ok(applied)
 }
 
-/// Applies up to [`CHUNK`] events after `after`, up to `to`; returns the last position and
+/// Applies up to `chunk` events after `after`, up to `to`; returns the last position and
 /// how many.
 async fn apply_chunk(
     client: &impl GenericClient,
     after: i64,
     to: i64,
+    chunk: i64,
 ) -> Result<(i64, u64), RebuildError> {
     let rows = client
         .query(
             "SELECT position, payload FROM events WHERE position > $1 AND position <= $2 \
              ORDER BY position LIMIT $3",
-            &[&after, &to, &CHUNK],
+            &[&after, &to, &chunk],
         )
         .await?;
     let mut envelopes = Vec::with_capacity(rows.len());
@@ -484,6 +521,8 @@ async fn apply_chunk(
 async fn swap(
     work: &mut Object,
     mut from: i64,
+    chunk: i64,
+    deferred_keys: &[String],
     report: &mut OnlineReport,
 ) -> Result<(), RebuildError> {
     for attempt in 0..LOCK_ATTEMPTS {
@@ -508,7 +547,7 @@ async fn swap(
                 // Writers went on meanwhile: catch up outside the locks again.
                 let (end, retries) = window_end(work).await?;
                 report.lock_retries += retries;
-                report.events += apply_window(work, from, end, 0.0, |_| {}).await?;
+                report.events += apply_window(work, (from, end), (chunk, 0.0), |_| {}).await?;
                 from = end;
                 continue;
             }
@@ -519,7 +558,11 @@ async fn swap(
             .query_one("SELECT coalesce(max(position), 0) FROM events", &[])
             .await?
             .get(0);
-        let applied = apply_in(&tx, from, end).await?;
+        let applied = apply_in(&tx, from, end, chunk).await?;
+        // Keys checked at commit: added now that every transaction's events are in.
+        for key in deferred_keys {
+            tx.batch_execute(&format!("{key} NOT VALID")).await?;
+        }
         tx.batch_execute(&format!(
             "CREATE SCHEMA {RETIRED}; \
              ALTER TABLE public.assignments SET SCHEMA {RETIRED}; \
@@ -576,6 +619,7 @@ async fn compare(
     work: &mut Object,
     locker: &Object,
     from: i64,
+    chunk: i64,
     report: &mut OnlineReport,
 ) -> Result<(), RebuildError> {
     for attempt in 0..LOCK_ATTEMPTS {
@@ -596,7 +640,7 @@ async fn compare(
         let released = locker.batch_execute("COMMIT").await;
         let end: i64 = end?.get(0);
         released?;
-        report.last_window = apply_in(&tx, from, end).await?;
+        report.last_window = apply_in(&tx, from, end, chunk).await?;
         report.events += report.last_window;
         (report.differences, report.examples) = super::differences(&tx, SCHEMA).await?;
         tx.rollback().await?;

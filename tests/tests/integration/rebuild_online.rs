@@ -12,12 +12,16 @@ use ra_ledger_tests::api::{TestApi, contact_body};
 use serde_json::json;
 use uuid::Uuid;
 
+// Chunks of 7 events: their ends fall inside the original transactions (a REPLACE's end
+// and start, a supersede's two contact events), as they do at 10,000 on a large ledger.
 const VERIFY: OnlineOptions = OnlineOptions {
     verify_only: true,
+    chunk: 7,
     pause_ratio: 0.0,
 };
 const SWAP: OnlineOptions = OnlineOptions {
     verify_only: false,
+    chunk: 7,
     pause_ratio: 0.5,
 };
 
@@ -98,6 +102,19 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
     for _ in 0..300 {
         api.assign(Uuid::now_v7()).await;
     }
+    // A supersede: two contact events in one transaction, pointing at each other.
+    let superseded = api
+        .post(
+            &format!("/v1/contacts/{}/supersede", created.str("contact_id")),
+            json!({"name": "New Office", "address": contact_body("TX", "x")["address"]}),
+        )
+        .await;
+    assert_eq!(
+        superseded.status,
+        StatusCode::ACCEPTED,
+        "{:?}",
+        superseded.body
+    );
     let client = database.connect().await?;
     // A grant the new tables must keep (as `ledger grant app` gives).
     client

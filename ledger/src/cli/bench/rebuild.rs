@@ -47,6 +47,7 @@ pub async fn run(
     let full_speed = OnlineOptions {
         verify_only: false,
         pause_ratio: 0.0,
+        ..Default::default()
     };
     rebuild_online(&pool, full_speed, |_, _, _| {}).await?;
     println!(
@@ -68,6 +69,7 @@ pub async fn run(
     let options = OnlineOptions {
         verify_only: false,
         pause_ratio,
+        ..Default::default()
     };
     let report = rebuild_online(&pool, options, |_, _, _| {}).await?;
     let rebuild_took = rebuild_started.elapsed();
@@ -134,6 +136,7 @@ pub async fn run(
     let verify = OnlineOptions {
         verify_only: true,
         pause_ratio: 0.0,
+        ..Default::default()
     };
     let verified = rebuild_online(&pool, verify, |_, _, _| {}).await?;
     let different: u64 = verified.differences.iter().map(|(_, n)| n).sum();
