@@ -196,6 +196,16 @@ impl TestApi {
         self.call(Method::GET, uri, Some(AUDITOR), None).await
     }
 
+    /// Creates a contact in `jurisdiction` (its first is the primary); panics unless 201.
+    /// Returns its id.
+    pub async fn contact(&self, jurisdiction: &str, name: &str) -> String {
+        let reply = self
+            .post("/v1/contacts", contact_body(jurisdiction, name))
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        reply.str("contact_id")
+    }
+
     /// Assigns `business` in Texas to the primary contact there; panics unless 201. Returns
     /// the new assignment's id.
     pub async fn assign(&self, business: Uuid) -> String {

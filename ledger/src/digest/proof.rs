@@ -310,7 +310,7 @@ pub fn verify(
     document: &Value,
     public_key: &ed25519_dalek::VerifyingKey,
 ) -> Result<VerifiedProof, String> {
-    let signed = signed_digest(&document["digest"])?;
+    let signed = super::SignedDigest::from_document(&document["digest"])?;
     if !signed.verify(public_key) {
         return Err("the digest's signature does not verify with the public key".into());
     }
@@ -343,29 +343,6 @@ pub fn verify(
         streams,
         digest_time_micros: signed.statement.time_micros,
         answer,
-    })
-}
-
-fn signed_digest(digest: &Value) -> Result<super::SignedDigest, String> {
-    let statement = super::Statement {
-        root: hash_field(&digest["root"], "digest.root")?,
-        time_micros: digest["time_micros"]
-            .as_i64()
-            .ok_or("digest.time_micros is missing")?,
-        stream_count: digest["stream_count"]
-            .as_u64()
-            .ok_or("digest.stream_count is missing")?,
-        event_count: digest["event_count"]
-            .as_u64()
-            .ok_or("digest.event_count is missing")?,
-        previous: hash_field(&digest["previous"], "digest.previous")?,
-    };
-    let signature: [u8; 64] = bytes_field(&digest["signature"], "digest.signature")?
-        .try_into()
-        .map_err(|_| "digest.signature is not 64 bytes")?;
-    Ok(super::SignedDigest {
-        statement,
-        signature,
     })
 }
 
@@ -646,13 +623,7 @@ impl EventFields {
 
 fn bytes_field(value: &Value, name: &str) -> Result<Vec<u8>, String> {
     let text = value.as_str().ok_or_else(|| format!("{name} is missing"))?;
-    if text.len() % 2 != 0 {
-        return Err(format!("{name} is not hex"));
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| format!("{name} is not hex")))
-        .collect()
+    super::unhex(text).ok_or_else(|| format!("{name} is not hex"))
 }
 
 fn hash_field(value: &Value, name: &str) -> Result<merkle::Hash, String> {

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tokio_postgres::Client;
 
 use super::merkle::{self, Hash};
-use super::{Head, SignedDigest, Statement, unhex};
+use super::{Head, SignedDigest};
 
 /// A digest as read from the topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,39 +34,15 @@ pub struct Published {
 
 /// Reads a digest document (see [`super::document`]).
 pub fn parse(document: &Value, location: &str) -> Result<Published, String> {
-    let field = |name: &str| {
-        let text = document[name]
-            .as_str()
-            .ok_or_else(|| format!("{location}: {name} is missing"))?;
-        unhex(text).ok_or_else(|| format!("{location}: {name} is not hex"))
-    };
-    let hash = |name: &str| -> Result<Hash, String> {
-        field(name)?
-            .try_into()
-            .map_err(|_| format!("{location}: {name} is not 32 bytes"))
-    };
-    let number = |name: &str| {
-        document[name]
-            .as_i64()
-            .ok_or_else(|| format!("{location}: {name} is missing"))
-    };
     if document["format"] != "ra-ledger digest v1" {
         return Err(format!("{location}: not an ra-ledger digest v1 document"));
     }
     Ok(Published {
-        seq: number("seq")?,
-        digest: SignedDigest {
-            statement: Statement {
-                root: hash("root")?,
-                time_micros: number("time_micros")?,
-                stream_count: number("stream_count")? as u64,
-                event_count: number("event_count")? as u64,
-                previous: hash("previous")?,
-            },
-            signature: field("signature")?
-                .try_into()
-                .map_err(|_| format!("{location}: signature is not 64 bytes"))?,
-        },
+        seq: document["seq"]
+            .as_i64()
+            .ok_or_else(|| format!("{location}: seq is missing"))?,
+        digest: SignedDigest::from_document(document)
+            .map_err(|problem| format!("{location}: {problem}"))?,
         location: location.to_owned(),
     })
 }

@@ -233,13 +233,7 @@ async fn assign(api: &ra_ledger_tests::api::TestApi, count: usize) {
 async fn with_a_contact() -> anyhow::Result<(TestDatabase, ra_ledger_tests::api::TestApi)> {
     let database = TestDatabase::new().await?;
     let api = ra_ledger_tests::api::TestApi::new(&database)?;
-    let created = api
-        .post(
-            "/v1/contacts",
-            ra_ledger_tests::api::contact_body("TX", "Office"),
-        )
-        .await;
-    assert_eq!(created.status, axum::http::StatusCode::CREATED);
+    api.contact("TX", "Office").await;
     Ok((database, api))
 }
 
@@ -641,6 +635,12 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
             "wrong key: {said}"
         );
     }
+    // Not hex at all (a multi-byte character where a hex pair should be): named, no panic.
+    let mut garbled = proofs[0].clone();
+    garbled["digest"]["signature"] = json!(format!("a{}a", "é".repeat(63)));
+    let failure = ra_ledger::digest::proof::verify(&garbled, &key.public())
+        .expect_err("a garbled signature");
+    assert!(failure.contains("digest.signature is not hex"), "{failure}");
     let unknown = api
         .get(&format!("/v1/events/{}/proof", uuid::Uuid::now_v7()))
         .await;

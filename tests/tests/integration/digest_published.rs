@@ -144,20 +144,8 @@ async fn digests_on_kafka_catch_a_rewritten_a_deleted_and_a_truncated_history() 
     let topic = topics.create("outbox.event.digest").await?;
     let relay = RunningRelay::start(config);
     let api = ra_ledger_tests::api::TestApi::new(&database)?;
-    let created = api
-        .post(
-            "/v1/contacts",
-            ra_ledger_tests::api::contact_body("TX", "Office"),
-        )
-        .await;
-    assert_eq!(created.status, axum::http::StatusCode::CREATED);
-    let other_contact = api
-        .post(
-            "/v1/contacts",
-            ra_ledger_tests::api::contact_body("NY", "Elsewhere"),
-        )
-        .await
-        .str("contact_id");
+    api.contact("TX", "Office").await;
+    let other_contact = api.contact("NY", "Elsewhere").await;
     let assign = async || {
         let business = Uuid::now_v7();
         let assignment_id = api.assign(business).await;

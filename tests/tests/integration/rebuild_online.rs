@@ -97,15 +97,14 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
 -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let api = Arc::new(TestApi::new(&database)?);
-    let created = api.post("/v1/contacts", contact_body("TX", "Office")).await;
-    assert_eq!(created.status, StatusCode::CREATED);
+    let contact = api.contact("TX", "Office").await;
     for _ in 0..300 {
         api.assign(Uuid::now_v7()).await;
     }
     // A supersede: two contact events in one transaction, pointing at each other.
     let superseded = api
         .post(
-            &format!("/v1/contacts/{}/supersede", created.str("contact_id")),
+            &format!("/v1/contacts/{contact}/supersede"),
             json!({"name": "New Office", "address": contact_body("TX", "x")["address"]}),
         )
         .await;
