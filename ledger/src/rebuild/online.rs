@@ -272,6 +272,8 @@ async fn prepare(work: &Object) -> Result<Vec<(&'static str, String, String)>, R
         {
             let (name, definition, deferrable): (String, String, bool) =
                 (row.get(0), row.get(1), row.get(2));
+            // A key a killed rebuild left unvalidated is validated on the new tables.
+            let definition = definition.trim_end_matches(" NOT VALID");
             let add = format!(
                 "ALTER TABLE {SCHEMA}.{table} ADD CONSTRAINT {} {definition}",
                 quote_ident(&name)
