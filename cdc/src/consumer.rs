@@ -12,6 +12,8 @@
 //! }).await?;
 //! ```
 
+use std::collections::HashSet;
+
 use futures::future::BoxFuture;
 use prost::Message as _;
 use ra_ledger_proto::v1::Envelope;
@@ -80,4 +82,58 @@ where
     handler(&tx, envelope).await?;
     tx.commit().await?;
     Ok(Outcome::Applied)
+}
+
+/// What happened to a batch of deliveries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Events applied for the first time.
+    pub applied: u64,
+    /// Deliveries seen before by this consumer (or twice in the batch): nothing ran.
+    pub duplicates: u64,
+}
+
+/// [`apply_once`] for many deliveries in one transaction: claims all their event ids in one
+/// statement, then runs `handler` for each claimed one, in the order given (a stream's
+/// events stay in order). All or nothing: on an error nothing is recorded and a redelivery
+/// retries the whole batch. A bootstrap reading a replay applies thousands per second this
+/// way where one transaction per event manages hundreds.
+pub async fn apply_batch<F>(
+    client: &mut Client,
+    consumer: &str,
+    envelopes: &[Envelope],
+    mut handler: F,
+) -> Result<BatchOutcome, ConsumeError>
+where
+    F: for<'a> FnMut(
+        &'a Transaction<'a>,
+        &'a Envelope,
+    ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>>,
+{
+    if envelopes.is_empty() {
+        return Ok(BatchOutcome::default());
+    }
+    let ids: Vec<&str> = envelopes.iter().map(|e| e.event_id.as_str()).collect();
+    let tx = client.transaction().await?;
+    let mut claimed: HashSet<String> = tx
+        .query(
+            "INSERT INTO ledger_inbox (consumer, event_id) SELECT $1, unnest($2::text[]) \
+             ON CONFLICT DO NOTHING RETURNING event_id",
+            &[&consumer, &ids],
+        )
+        .await?
+        .into_iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut outcome = BatchOutcome::default();
+    for envelope in envelopes {
+        if claimed.remove(&envelope.event_id) {
+            handler(&tx, envelope).await?;
+            outcome.applied += 1;
+        } else {
+            outcome.duplicates += 1;
+        }
+    }
+    tx.commit().await?;
+    Ok(outcome)
 }

@@ -5,6 +5,7 @@
 pub mod ack;
 pub mod config;
 pub mod consumer;
+pub mod example;
 pub mod kafka;
 pub mod metrics;
 pub mod outbox;
@@ -13,4 +14,5 @@ pub mod pg;
 pub mod pgoutput;
 pub mod publish;
 pub mod relay;
+pub mod replay;
 pub mod runtime;

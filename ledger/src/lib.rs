@@ -15,6 +15,7 @@ pub mod projections;
 pub mod queries;
 pub mod reassign;
 pub mod rebuild;
+pub mod replay;
 pub mod retention;
 pub mod store;
 #[cfg(feature = "testing")]

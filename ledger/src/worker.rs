@@ -47,6 +47,9 @@ pub const PAGES_IN_FLIGHT: &str = "ra_reassignment_pages_in_flight";
 /// Runs found without progress whose page request this worker raised again.
 pub const STALLS: &str = "ra_reassignment_stalls_total";
 
+/// How often the worker looks for replays to run (requested, or left by a dead runner).
+pub const REPLAY_POLL: Duration = Duration::from_secs(2);
+
 /// The worker's metrics.
 #[derive(Debug, Default)]
 pub struct WorkerMetrics {
@@ -61,6 +64,8 @@ pub struct WorkerMetrics {
     page_failures: AtomicU64,
     in_flight: AtomicI64,
     stalls: AtomicU64,
+    /// The replays this worker runs (`crate::replay`).
+    pub replays: Arc<crate::replay::run::ReplayMetrics>,
 }
 
 impl WorkerMetrics {
@@ -148,6 +153,7 @@ impl WorkerMetrics {
             PAGE_DURATION,
             "Wall time of reassignment page transactions, commit included.",
         );
+        self.replays.render_into(&mut out);
         out
     }
 }
@@ -186,6 +192,19 @@ pub async fn run(
             consumer: consumer.clone(),
             topic: config.topic.clone(),
         },
+        shutdown.clone(),
+    ));
+    // Replays run beside the pages, on connections of their own: a replay holds one for
+    // its whole run (its lock), and never delays a page.
+    let mut kafka = config.kafka_settings();
+    kafka
+        .properties
+        .insert("bootstrap.servers".into(), config.brokers.clone());
+    let replays = tokio::spawn(crate::replay::run::serve(
+        db::pool(&config.database_url, "ledger-replay", 2)?,
+        kafka,
+        metrics.replays.clone(),
+        REPLAY_POLL,
         shutdown.clone(),
     ));
     loop {
@@ -232,6 +251,13 @@ pub async fn run(
         }
     }
     watcher.abort();
+    // A replay stops after its batch in flight, checkpointed.
+    if tokio::time::timeout(Duration::from_secs(10), replays)
+        .await
+        .is_err()
+    {
+        warn!("a replay did not stop within 10 s; it resumes from its checkpoint");
+    }
     info!("reassignment worker stopped");
     Ok(())
 }
@@ -461,6 +487,12 @@ mod tests {
             PAGE_FAILURES,
             PAGES_IN_FLIGHT,
             STALLS,
+            crate::replay::run::names::PUBLISHED,
+            crate::replay::run::names::COMPLETED,
+            crate::replay::run::names::RESUMED,
+            crate::replay::run::names::FAILURES,
+            crate::replay::run::names::ACTIVE,
+            crate::replay::run::names::BATCH_DURATION,
         ] {
             assert!(
                 text.contains(&format!("# TYPE {name} ")),

@@ -12,6 +12,7 @@ mod error;
 mod extract;
 pub mod http1;
 mod layers;
+mod replays;
 mod runs;
 
 use axum::Router;
@@ -62,6 +63,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/digests/public-key", get(digests::public_key))
         .route("/v1/digests/latest", get(digests::latest))
         .route("/v1/events/{id}/proof", get(digests::event_proof))
+        .route("/v1/replays", post(replays::request_replay))
+        .route("/v1/replays/{id}", get(replays::replay_status))
         .route("/v1/assignments", post(assignments::assign))
         .route("/v1/assignments/{id}", get(assignments::get_assignment))
         .route(

@@ -10,6 +10,7 @@ mod outbox;
 mod projections;
 mod proof;
 mod relay;
+mod replay;
 mod runs;
 mod serve;
 mod token;
@@ -52,6 +53,11 @@ enum Command {
     },
     /// Run the CDC relay: outbox rows from the WAL to Kafka, in commit order.
     Relay(relay::RelayArgs),
+    /// Republish past events to replay topics, ending with the handoff to the live topics.
+    Replay {
+        #[command(subcommand)]
+        command: replay::ReplayCommand,
+    },
     /// Run the reassignment worker: processes the chained pages of supersede runs.
     Worker(worker::WorkerArgs),
     /// Reassignment runs: progress, live watch, re-runs.
@@ -137,6 +143,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Verify(args) => verify::run(url, args).await,
         Command::Projections { command } => projections::run(url, command).await,
         Command::Relay(args) => relay::run(&database, args).await,
+        Command::Replay { command } => replay::run(url, command).await,
         Command::Worker(args) => worker::run(&database, args).await,
         Command::Runs { command } => runs::run(url, command).await,
         Command::Demo(options) => demo::run(url, options).await,

@@ -638,8 +638,8 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
     // Not hex at all (a multi-byte character where a hex pair should be): named, no panic.
     let mut garbled = proofs[0].clone();
     garbled["digest"]["signature"] = json!(format!("a{}a", "é".repeat(63)));
-    let failure = ra_ledger::digest::proof::verify(&garbled, &key.public())
-        .expect_err("a garbled signature");
+    let failure =
+        ra_ledger::digest::proof::verify(&garbled, &key.public()).expect_err("a garbled signature");
     assert!(failure.contains("digest.signature is not hex"), "{failure}");
     let unknown = api
         .get(&format!("/v1/events/{}/proof", uuid::Uuid::now_v7()))

@@ -14,6 +14,7 @@ mod reassignment;
 mod rebuild_online;
 mod relay;
 mod relay_faults;
+mod replay;
 mod retention;
 mod roles;
 mod secrets;

@@ -1,0 +1,314 @@
+//! The example consumer (`ra-example-consumer`): builds "current RA per business and
+//! jurisdiction" from the ledger's assignment topic into its own PostgreSQL database,
+//! applying each event once through the inbox; with `bootstrap`, from a replay first
+//! ([`crate::replay`]). The binary parses arguments and calls [`run`]; tests call it too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::consumer::{self, INBOX_SCHEMA};
+use crate::replay;
+use ra_ledger_proto::v1::envelope::Event;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+/// The consumer's name in the inbox.
+pub const CONSUMER: &str = "example-current-ra";
+
+/// Its table.
+pub const SCHEMA: &str = include_str!("sql/example_current_ra.sql");
+
+/// What to consume, and where to.
+#[derive(Debug, Clone)]
+pub struct ExampleArgs {
+    /// Its own database.
+    pub database_url: String,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// The ledger's topic prefix.
+    pub topic_prefix: String,
+    /// Consumer group.
+    pub group: String,
+    /// Forget everything and read the live topic from the beginning.
+    pub replay: bool,
+    /// Bootstrap from this replay, then the live topic from its handoff.
+    pub bootstrap: Option<String>,
+    /// The replay topic, when not the default name.
+    pub replay_topic: Option<String>,
+    /// Other librdkafka settings (the LEDGER_KAFKA_* variables apply too).
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl ExampleArgs {
+    /// Defaults for the local stack, reading into `database_url`.
+    pub fn new(database_url: &str) -> Self {
+        Self {
+            database_url: database_url.to_owned(),
+            brokers: crate::config::local::KAFKA_BROKERS.into(),
+            topic_prefix: crate::config::local::TOPIC_PREFIX.into(),
+            group: CONSUMER.into(),
+            replay: false,
+            bootstrap: None,
+            replay_topic: None,
+            kafka: BTreeMap::new(),
+        }
+    }
+}
+
+/// Runs the example consumer until `shutdown` (or Ctrl-C); `counts` shows its progress.
+pub async fn run(
+    args: ExampleArgs,
+    counts: Arc<ExampleCounts>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let settings = crate::pg::config(&args.database_url, CONSUMER)?;
+    let mut client = crate::pg::connect(&settings)
+        .await
+        .map_err(|error| anyhow::anyhow!(crate::pg::explain(&error)))?;
+    client.batch_execute(INBOX_SCHEMA).await?;
+    client.batch_execute(SCHEMA).await?;
+    let mut group = args.group.clone();
+    if args.replay {
+        // Forget everything, and read the topics from the beginning under a new group.
+        client
+            .execute("DELETE FROM ledger_inbox WHERE consumer = $1", &[&CONSUMER])
+            .await?;
+        client.batch_execute("TRUNCATE example_current_ra").await?;
+        group = format!("{}-replay-{}", args.group, std::process::id());
+        eprintln!("replaying from the beginning as group {group}");
+    }
+    // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
+    let mut settings = crate::kafka::KafkaSettings::from_env(&args.brokers)?;
+    // A broker may hold a fetch for its whole wait even with records ready (tansu 0.6.0
+    // answers one batch per fetch after the wait): a short wait keeps a bootstrap fast.
+    settings
+        .properties
+        .insert("fetch.wait.max.ms".into(), "10".into());
+    settings.properties.extend(args.kafka.clone());
+    let kafka: StreamConsumer = settings
+        .client_config()?
+        .set("group.id", &group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let live_topic = format!("{}assignment", args.topic_prefix);
+    match &args.bootstrap {
+        Some(replay_id) => {
+            let replay_topic = args.replay_topic.clone().unwrap_or_else(|| {
+                replay::replay_topic(replay::DEFAULT_TARGET, &live_topic, replay_id)
+            });
+            let Some(marker) = bootstrap(
+                &kafka,
+                &mut client,
+                replay_id,
+                &replay_topic,
+                &counts,
+                &shutdown,
+            )
+            .await?
+            else {
+                eprintln!("stopped during the bootstrap: {counts}");
+                return Ok(());
+            };
+            eprintln!(
+                "replay {replay_id} read to its markers ({counts}); {} from offsets {:?}",
+                marker.live_topic, marker.handoff
+            );
+            kafka.assign(&marker.live_assignment()?)?;
+            counts.live.store(true, Ordering::Relaxed);
+        }
+        None => kafka.subscribe(&[&live_topic])?,
+    }
+    while let Some(messages) = receive_batch(&kafka, &shutdown, &counts).await? {
+        let payloads: Vec<&[u8]> = messages
+            .iter()
+            .map(|m| m.payload().unwrap_or_default())
+            .collect();
+        apply_all(&mut client, &payloads, &counts).await?;
+        // The changes committed first; a crash before this commit only causes duplicates.
+        let mut offsets = TopicPartitionList::new();
+        for message in &messages {
+            offsets.add_partition_offset(
+                message.topic(),
+                message.partition(),
+                Offset::Offset(message.offset() + 1),
+            )?;
+        }
+        if let Err(error) = kafka.commit(&offsets, CommitMode::Async) {
+            eprintln!(
+                "cannot commit the offsets (a restart re-reads, the inbox absorbs it): {error}"
+            );
+        }
+    }
+    eprintln!("stopped: {counts}");
+    Ok(())
+}
+
+/// Events applied and duplicates absorbed, and whether the bootstrap reached the live topic.
+#[derive(Debug, Default)]
+pub struct ExampleCounts {
+    /// Events applied (first time).
+    pub applied: AtomicU64,
+    /// Deliveries the inbox absorbed.
+    pub duplicates: AtomicU64,
+    /// `--bootstrap`: the replay was read to its markers; the live topic is being read.
+    pub live: AtomicBool,
+}
+
+impl std::fmt::Display for ExampleCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} applied, {} duplicates",
+            self.applied.load(Ordering::Relaxed),
+            self.duplicates.load(Ordering::Relaxed)
+        )
+    }
+}
+
+/// Phase 1 of `--bootstrap`: the replay topic from the beginning to its markers. `None` if
+/// interrupted.
+async fn bootstrap(
+    kafka: &StreamConsumer,
+    client: &mut tokio_postgres::Client,
+    replay_id: &str,
+    replay_topic: &str,
+    counts: &ExampleCounts,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<replay::CompletionMarker>> {
+    // The replay topic appears once a runner starts the replay.
+    let partitions = loop {
+        let metadata = kafka.fetch_metadata(Some(replay_topic), Duration::from_secs(10))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|topic| topic.error().is_none())
+            .flat_map(|topic| topic.partitions().iter().map(|p| p.id()))
+            .collect();
+        if !partitions.is_empty() {
+            break partitions;
+        }
+        eprintln!("waiting for replay topic {replay_topic} (is a `ledger worker` running?)");
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            () = shutdown.cancelled() => return Ok(None),
+        }
+    };
+    let mut progress = replay::Bootstrap::new(replay_id, replay_topic, partitions);
+    kafka.assign(&progress.replay_assignment()?)?;
+    eprintln!("bootstrapping from {replay_topic}");
+    loop {
+        if let Some(marker) = progress.complete() {
+            return Ok(Some(marker.clone()));
+        }
+        let Some(messages) = receive_batch(kafka, shutdown, counts).await? else {
+            return Ok(None);
+        };
+        // A marker ends its partition: the events before it are applied first.
+        let mut events = Vec::with_capacity(messages.len());
+        let mut markers = Vec::new();
+        for message in &messages {
+            match replay::classify(message)? {
+                replay::Delivery::Event(payload) => events.push(payload),
+                replay::Delivery::Marker(marker) => markers.push((message.partition(), marker)),
+            }
+        }
+        apply_all(client, &events, counts).await?;
+        for (partition, marker) in markers {
+            progress.marker_seen(partition, marker)?;
+        }
+        if progress.complete().is_none() && messages.is_empty() {
+            eprintln!(
+                "replay: {counts}; waiting for the markers of partitions {:?}",
+                progress.waiting()
+            );
+        }
+    }
+}
+
+/// Most messages applied in one transaction.
+const BATCH: usize = 500;
+
+/// The next messages: waits for one (`None` on shutdown; an empty batch after 10 s idle),
+/// then takes what else has arrived, up to [`BATCH`].
+async fn receive_batch(
+    kafka: &StreamConsumer,
+    shutdown: &CancellationToken,
+    counts: &ExampleCounts,
+) -> anyhow::Result<Option<Vec<OwnedMessage>>> {
+    let first = tokio::select! {
+        message = kafka.recv() => message?.detach(),
+        () = shutdown.cancelled() => return Ok(None),
+        () = tokio::time::sleep(Duration::from_secs(10)) => {
+            eprintln!("idle: {counts}");
+            return Ok(Some(Vec::new()));
+        }
+    };
+    let mut messages = vec![first];
+    while messages.len() < BATCH {
+        match tokio::time::timeout(Duration::from_millis(2), kafka.recv()).await {
+            Ok(message) => messages.push(message?.detach()),
+            Err(_) => break,
+        }
+    }
+    Ok(Some(messages))
+}
+
+/// Applies envelopes once each, in one transaction.
+async fn apply_all(
+    client: &mut tokio_postgres::Client,
+    payloads: &[&[u8]],
+    counts: &ExampleCounts,
+) -> anyhow::Result<()> {
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    // Prepared once per batch: each event is then one round trip, not two.
+    let start = client
+        .prepare(include_str!("sql/example_assignment_started.sql"))
+        .await?;
+    let end = client
+        .prepare("DELETE FROM example_current_ra WHERE assignment_id = $1")
+        .await?;
+    let envelopes = payloads
+        .iter()
+        .map(|payload| consumer::decode(payload))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outcome = consumer::apply_batch(client, CONSUMER, &envelopes, |tx, envelope| {
+        let (start, end) = (start.clone(), end.clone());
+        Box::pin(async move {
+            let since = chrono::DateTime::from_timestamp_micros(envelope.effective_at_micros)
+                .unwrap_or_default();
+            match &envelope.event {
+                Some(Event::AssignmentStarted(started)) => {
+                    tx.execute(
+                        &start,
+                        &[
+                            &started.business_id,
+                            &started.jurisdiction,
+                            &started.assignment_id,
+                            &started.contact_id,
+                            &since,
+                        ],
+                    )
+                    .await?;
+                }
+                Some(Event::AssignmentEnded(ended)) => {
+                    tx.execute(&end, &[&ended.assignment_id]).await?;
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    })
+    .await?;
+    counts.applied.fetch_add(outcome.applied, Ordering::Relaxed);
+    counts
+        .duplicates
+        .fetch_add(outcome.duplicates, Ordering::Relaxed);
+    Ok(())
+}

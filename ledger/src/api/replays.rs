@@ -1,0 +1,70 @@
+//! Replays, for operators: ask for one (a `ledger worker` runs it) and watch it.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::extract::Body;
+use super::{ApiError, AppState, auth, uuid_param};
+use crate::error::CommandError;
+use crate::replay::{self, ReplayRequest, ReplayStatus};
+
+/// Where a replay's progress is served.
+fn status_url(id: Uuid) -> String {
+    format!("/v1/replays/{id}")
+}
+
+/// A recorded replay request.
+#[derive(Debug, Serialize)]
+pub(super) struct ReplayAccepted {
+    replay_id: Uuid,
+    /// Poll this for its progress and, once complete, its handoff offsets.
+    status_url: String,
+    #[serde(flatten)]
+    status: ReplayStatus,
+}
+
+pub(super) async fn request_replay(
+    State(state): State<AppState>,
+    auth::Writer(principal): auth::Writer,
+    Body(request): Body<ReplayRequest>,
+) -> Result<
+    (
+        StatusCode,
+        [(axum::http::HeaderName, String); 1],
+        Json<ReplayAccepted>,
+    ),
+    ApiError,
+> {
+    let selection = request.validate().map_err(CommandError::from)?;
+    let client = state.ledger.pool().get().await?;
+    let id = replay::request(&client, &selection, &principal.name).await?;
+    let status = replay::status(&client, id)
+        .await?
+        .ok_or_else(|| ApiError::internal(&"a recorded replay is not found"))?;
+    let url = status_url(id);
+    Ok((
+        StatusCode::ACCEPTED,
+        [(axum::http::header::LOCATION, url.clone())],
+        Json(ReplayAccepted {
+            replay_id: id,
+            status_url: url,
+            status,
+        }),
+    ))
+}
+
+pub(super) async fn replay_status(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayStatus>, ApiError> {
+    let id = uuid_param("replay id", &id)?;
+    let client = state.ledger.pool().get().await?;
+    replay::status(&client, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("replay {id} not found")))
+}

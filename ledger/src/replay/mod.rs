@@ -1,0 +1,543 @@
+//! Replays: the ledger's past events republished to replay topics, for a team that joins
+//! late or whose topic lost history. The events themselves go out (their ids, bytes, keys),
+//! not a snapshot of current rows, and a completion marker on every partition of each replay
+//! topic names the live topic's offsets to go on from (`ra_ledger_cdc::replay`).
+//!
+//! # The handoff
+//!
+//! The past is the set of selected events whose transaction a PostgreSQL snapshot `S` sees.
+//! The handoff offsets `O` are the live topics' end offsets. The promise: every event outside
+//! the past is on its live topic at or after `O`. Since the relay puts every committed event
+//! on the live topic, that holds if every message below `O` is in the past, and the runner
+//! makes sure of it by taking them in this order:
+//!
+//! 1. read `O` (the end offsets as the broker reports them);
+//! 2. take a fresh transaction id `y` in a transaction of its own, and wait until no
+//!    transaction with an id below `y` is still in progress;
+//! 3. take `S` in a REPEATABLE READ transaction, and record `S`, `O` and the highest position
+//!    `S` sees in the same transaction.
+//!
+//! A message below `O` was acknowledged before step 1 ended, so the relay had decoded its
+//! transaction's commit record from the WAL before `y` was assigned: its id is below `y`.
+//! PostgreSQL writes the commit record before it tells other sessions that the transaction
+//! ended, so such a transaction may still count as in progress for a moment; step 2 waits
+//! for exactly those, and after it `S` sees them all. A broker that reports short end
+//! offsets (tansu 0.6.0 reports the start of a partition's last batch) only lowers `O`:
+//! messages between the reported and the true end are in the past *and* after `O`, read
+//! twice, and the consumer's inbox absorbs the second copy. Events committed after `S`
+//! (or invisible to it) are on the live topic after `O`, since their commit came after.
+//!
+//! The relay's commit LSN would be another choice, but the ledger cannot map an LSN to the
+//! set of transactions committed before it without reading the WAL; the snapshot is decided
+//! by PostgreSQL itself, stored as `pg_snapshot`, and tested per event with
+//! `pg_visible_in_snapshot(txid, S)` (each event records its transaction id), so a replay
+//! resumed after kill -9 selects exactly the same past.
+//!
+//! # Order, resumption, pace
+//!
+//! Events go out in position order, in windows of positions read with bounded scans. A
+//! stream's versions are appended by successive transactions (each locks the stream's head),
+//! so position order is stream-version order per key. A batch is produced, every message of
+//! it acknowledged, then the checkpoint (a position) recorded: after a crash the runner
+//! resumes after the checkpoint, and the events of the batch in flight may be published
+//! twice (the inbox absorbs them). The runner holds a session advisory lock per replay, so
+//! one process runs it at a time, and a dead runner's lock goes with its connection.
+
+pub mod run;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use ra_ledger_cdc::replay::{DEFAULT_TARGET, replay_topic};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::domain::{
+    ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, REASSIGNMENT_AGGREGATE, ValidationError,
+};
+
+/// Aggregate types a replay can select.
+pub const AGGREGATES: [&str; 3] = [
+    CONTACT_AGGREGATE,
+    ASSIGNMENT_AGGREGATE,
+    REASSIGNMENT_AGGREGATE,
+];
+/// What a replay selects when not told: the event topics consuming teams project from.
+pub const DEFAULT_AGGREGATES: [&str; 2] = [ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE];
+/// Event types a replay can select.
+pub const EVENT_TYPES: [&str; 7] = [
+    "ContactCreated",
+    "ContactSuperseded",
+    "AssignmentStarted",
+    "AssignmentEnded",
+    "ReassignmentPageRequested",
+    "ReassignmentRowFailed",
+    "ReassignmentCompleted",
+];
+/// Events per second when not told: a tenth of what the stack's broker takes, so the live
+/// relay keeps its pace (README, "Replays").
+pub const DEFAULT_RATE: u32 = 2_000;
+/// The fastest a replay may be asked to go.
+pub const MAX_RATE: u32 = 1_000_000;
+/// The live topics' prefix when not told (the relay's default).
+pub const DEFAULT_TOPIC_PREFIX: &str = ra_ledger_cdc::config::local::TOPIC_PREFIX;
+/// Longest stream prefix accepted.
+const MAX_STREAM_PREFIX: usize = 300;
+
+/// What to replay, as an operator asks for it (JSON body of `POST /v1/replays`, or the
+/// flags of `ledger replay start`). Unknown fields are refused.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// Aggregate types (`contact`, `assignment`, `reassignment`); default contact and
+    /// assignment. One replay topic per aggregate type.
+    #[serde(default)]
+    pub aggregate_types: Option<Vec<String>>,
+    /// Only these event types.
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    /// Only streams starting with this, e.g. `assignment-<business id>`.
+    #[serde(default)]
+    pub stream_prefix: Option<String>,
+    /// Only events recorded at or after this instant.
+    #[serde(default)]
+    pub recorded_from: Option<DateTime<Utc>>,
+    /// Only events recorded before this instant.
+    #[serde(default)]
+    pub recorded_to: Option<DateTime<Utc>>,
+    /// At most this many events per second (default 2,000).
+    #[serde(default)]
+    pub rate: Option<u32>,
+    /// The live topics' prefix (default `outbox.event.`).
+    #[serde(default)]
+    pub topic_prefix: Option<String>,
+    /// Replay topic names, with `{live}` and `{id}` (default `{live}.replay.{id}`).
+    #[serde(default)]
+    pub target: Option<String>,
+}
+
+/// A checked [`ReplayRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// Aggregate types, sorted, without repeats.
+    pub aggregate_types: Vec<String>,
+    /// Event types, or all.
+    pub event_types: Option<Vec<String>>,
+    /// Stream prefix, or all.
+    pub stream_prefix: Option<String>,
+    /// Recorded at or after.
+    pub recorded_from: Option<DateTime<Utc>>,
+    /// Recorded before.
+    pub recorded_to: Option<DateTime<Utc>>,
+    /// Events per second.
+    pub rate: u32,
+    /// Live topics' prefix.
+    pub topic_prefix: String,
+    /// Replay topics' template.
+    pub target: String,
+}
+
+/// A Kafka topic name: 1 to 249 of `[A-Za-z0-9._-]`.
+fn check_topic(field: &str, topic: &str) -> Result<(), ValidationError> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) || topic == "." {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "{topic:?} is not a Kafka topic name (1 to 249 of letters, digits, '.', '_', '-')"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Sorted, without repeats, each one of `known`.
+fn list(field: &str, values: Vec<String>, known: &[&str]) -> Result<Vec<String>, ValidationError> {
+    if values.is_empty() {
+        return Err(ValidationError::new(
+            field,
+            "must name at least one (leave it out for all)",
+        ));
+    }
+    let mut values: Vec<String> = values
+        .into_iter()
+        .map(|value| {
+            let trimmed = value.trim();
+            known
+                .iter()
+                .find(|known| known.eq_ignore_ascii_case(trimmed))
+                .map(|known| (*known).to_owned())
+                .ok_or_else(|| {
+                    ValidationError::new(
+                        field,
+                        format!("{value:?} is not one of {}", known.join(", ")),
+                    )
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    values.sort();
+    values.dedup();
+    Ok(values)
+}
+
+impl ReplayRequest {
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(self) -> Result<Selection, ValidationError> {
+        let aggregate_types = match self.aggregate_types {
+            Some(values) => list("aggregate_types", values, &AGGREGATES)?,
+            None => DEFAULT_AGGREGATES.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        let event_types = self
+            .event_types
+            .map(|values| list("event_types", values, &EVENT_TYPES))
+            .transpose()?;
+        if let Some(prefix) = &self.stream_prefix {
+            if prefix.is_empty() || prefix.len() > MAX_STREAM_PREFIX {
+                return Err(ValidationError::new(
+                    "stream_prefix",
+                    format!("must be 1 to {MAX_STREAM_PREFIX} bytes (leave it out for all)"),
+                ));
+            }
+            if prefix.chars().any(char::is_control) {
+                return Err(ValidationError::new(
+                    "stream_prefix",
+                    "must not contain control characters",
+                ));
+            }
+        }
+        if let (Some(from), Some(to)) = (self.recorded_from, self.recorded_to)
+            && from >= to
+        {
+            return Err(ValidationError::new(
+                "recorded_to",
+                format!("{to} is not after recorded_from {from}"),
+            ));
+        }
+        let rate = self.rate.unwrap_or(DEFAULT_RATE);
+        if !(1..=MAX_RATE).contains(&rate) {
+            return Err(ValidationError::new(
+                "rate",
+                format!("{rate} is not between 1 and {MAX_RATE} events per second"),
+            ));
+        }
+        let topic_prefix = self
+            .topic_prefix
+            .unwrap_or_else(|| DEFAULT_TOPIC_PREFIX.to_owned());
+        check_topic("topic_prefix", &format!("{topic_prefix}x"))?;
+        let target = self.target.unwrap_or_else(|| DEFAULT_TARGET.to_owned());
+        if !target.contains("{id}") {
+            return Err(ValidationError::new(
+                "target",
+                format!("{target:?} must contain {{id}}: each replay needs topics of its own"),
+            ));
+        }
+        let sample_id = Uuid::nil().to_string();
+        for aggregate in &aggregate_types {
+            let live = format!("{topic_prefix}{aggregate}");
+            check_topic("target", &replay_topic(&target, &live, &sample_id))?;
+        }
+        Ok(Selection {
+            aggregate_types,
+            event_types,
+            stream_prefix: self.stream_prefix,
+            recorded_from: self.recorded_from,
+            recorded_to: self.recorded_to,
+            rate,
+            topic_prefix,
+            target,
+        })
+    }
+}
+
+/// Records a replay request; a runner (`ledger worker`, or `ledger replay start`) starts it.
+pub async fn request(
+    client: &impl GenericClient,
+    selection: &Selection,
+    requested_by: &str,
+) -> Result<Uuid, tokio_postgres::Error> {
+    let id = Uuid::now_v7();
+    client
+        .execute(
+            include_str!("../sql/replay/insert_replay.sql"),
+            &[
+                &id,
+                &selection.aggregate_types,
+                &selection.event_types,
+                &selection.stream_prefix,
+                &selection.recorded_from,
+                &selection.recorded_to,
+                &selection.topic_prefix,
+                &selection.target,
+                &(selection.rate as i32),
+                &requested_by,
+            ],
+        )
+        .await?;
+    Ok(id)
+}
+
+/// Where a replay stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayState {
+    /// Waiting for a runner.
+    Requested,
+    /// Started: past and handoff recorded, events going out.
+    Running,
+    /// Every event and every marker is on the replay topics.
+    Complete,
+    /// Stopped for good; `error` says why.
+    Failed,
+}
+
+impl ReplayState {
+    fn parse(text: &str) -> Self {
+        match text {
+            "running" => Self::Running,
+            "complete" => Self::Complete,
+            "failed" => Self::Failed,
+            _ => Self::Requested,
+        }
+    }
+}
+
+/// One replay topic and the live topic it hands off to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Target {
+    /// The live topic.
+    pub live_topic: String,
+    /// The replay topic.
+    pub replay_topic: String,
+    /// Live partition -> first offset after the replay (once started).
+    pub handoff: Option<BTreeMap<i32, i64>>,
+}
+
+/// A replay's progress, as `GET /v1/replays/{id}` and `ledger replay status` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayStatus {
+    /// Replay id.
+    pub id: Uuid,
+    /// State.
+    pub status: ReplayState,
+    /// Selected aggregate types.
+    pub aggregate_types: Vec<String>,
+    /// Selected event types (all when absent).
+    pub event_types: Option<Vec<String>>,
+    /// Selected stream prefix.
+    pub stream_prefix: Option<String>,
+    /// Recorded at or after.
+    pub recorded_from: Option<DateTime<Utc>>,
+    /// Recorded before.
+    pub recorded_to: Option<DateTime<Utc>>,
+    /// Events per second at most.
+    pub rate: u32,
+    /// Replay topics and handoffs.
+    pub targets: Vec<Target>,
+    /// The snapshot that defines the past (`xmin:xmax:xip`).
+    pub snapshot: Option<String>,
+    /// Selected events in the past.
+    pub total_events: Option<i64>,
+    /// Events acknowledged by Kafka (a resumed replay counts the batch it re-sends again).
+    pub published: i64,
+    /// Every selected event at or below this position is on the replay topics.
+    pub checkpoint: i64,
+    /// The highest position in the past.
+    pub past_end_position: Option<i64>,
+    /// Runner starts: 1, plus one per resume.
+    pub attempts: i32,
+    /// Who asked.
+    pub requested_by: String,
+    /// When.
+    pub requested_at: DateTime<Utc>,
+    /// When a runner recorded the past.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Last checkpoint.
+    pub progress_at: Option<DateTime<Utc>>,
+    /// When the markers were written.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Why it failed, or the last error a runner will retry after.
+    pub error: Option<String>,
+    /// Published share of the total, 0 to 100.
+    pub percent: f64,
+    /// Average since start.
+    pub events_per_second: Option<f64>,
+    /// At that pace.
+    pub eta_seconds: Option<f64>,
+}
+
+/// The replay `id`, if any.
+pub async fn status(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> Result<Option<ReplayStatus>, tokio_postgres::Error> {
+    let Some(row) = client
+        .query_opt(include_str!("../sql/replay/status.sql"), &[&id])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let status = ReplayState::parse(row.get("status"));
+    let aggregate_types: Vec<String> = row.get("aggregate_types");
+    let topic_prefix: String = row.get("topic_prefix");
+    let template: String = row.get("target_template");
+    let handoff: Option<serde_json::Value> = row.get("handoff");
+    let handoffs: BTreeMap<String, BTreeMap<i32, i64>> = handoff
+        .and_then(|value| serde_json::from_value(value).ok())
+        .unwrap_or_default();
+    let targets = aggregate_types
+        .iter()
+        .map(|aggregate| {
+            let live_topic = format!("{topic_prefix}{aggregate}");
+            Target {
+                replay_topic: replay_topic(&template, &live_topic, &id.to_string()),
+                handoff: handoffs.get(&live_topic).cloned(),
+                live_topic,
+            }
+        })
+        .collect();
+    let total: Option<i64> = row.get("total_events");
+    let published: i64 = row.get("published");
+    let started_at: Option<DateTime<Utc>> = row.get("started_at");
+    let progress_at: Option<DateTime<Utc>> = row.get("progress_at");
+    let percent = match (status, total) {
+        (ReplayState::Complete, _) => 100.0,
+        (_, Some(total)) if total > 0 => (published.min(total) as f64 * 100.0) / total as f64,
+        _ => 0.0,
+    };
+    let events_per_second = started_at.zip(progress_at).and_then(|(start, last)| {
+        let seconds = (last - start).num_milliseconds() as f64 / 1000.0;
+        (seconds > 0.0).then(|| published as f64 / seconds)
+    });
+    let eta_seconds = match (status, total, events_per_second) {
+        (ReplayState::Running, Some(total), Some(rate)) if rate > 0.0 => {
+            Some((total - published).max(0) as f64 / rate)
+        }
+        _ => None,
+    };
+    Ok(Some(ReplayStatus {
+        id,
+        status,
+        aggregate_types,
+        event_types: row.get("event_types"),
+        stream_prefix: row.get("stream_prefix"),
+        recorded_from: row.get("recorded_from"),
+        recorded_to: row.get("recorded_to"),
+        rate: row.get::<_, i32>("rate") as u32,
+        targets,
+        snapshot: row.get("snapshot"),
+        total_events: total,
+        published,
+        checkpoint: row.get("checkpoint"),
+        past_end_position: row.get("past_end_position"),
+        attempts: row.get("attempts"),
+        requested_by: row.get("requested_by"),
+        requested_at: row.get("requested_at"),
+        started_at,
+        progress_at,
+        completed_at: row.get("completed_at"),
+        error: row.get("error"),
+        percent,
+        events_per_second,
+        eta_seconds,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_every_refusal_names_its_field() {
+        let selection = ReplayRequest::default().validate().unwrap();
+        assert_eq!(selection.aggregate_types, ["assignment", "contact"]);
+        assert_eq!(selection.rate, DEFAULT_RATE);
+        assert_eq!(selection.target, "{live}.replay.{id}");
+        let selection = ReplayRequest {
+            aggregate_types: Some(vec!["Assignment".into(), "assignment".into()]),
+            event_types: Some(vec!["assignmentstarted".into()]),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(selection.aggregate_types, ["assignment"]);
+        assert_eq!(
+            selection.event_types,
+            Some(vec!["AssignmentStarted".into()])
+        );
+        let refused = |request: ReplayRequest| request.validate().unwrap_err().field;
+        assert_eq!(
+            refused(ReplayRequest {
+                aggregate_types: Some(vec![]),
+                ..Default::default()
+            }),
+            "aggregate_types"
+        );
+        assert_eq!(
+            refused(ReplayRequest {
+                aggregate_types: Some(vec!["digest".into()]),
+                ..Default::default()
+            }),
+            "aggregate_types"
+        );
+        assert_eq!(
+            refused(ReplayRequest {
+                event_types: Some(vec!["Nope".into()]),
+                ..Default::default()
+            }),
+            "event_types"
+        );
+        assert_eq!(
+            refused(ReplayRequest {
+                stream_prefix: Some(String::new()),
+                ..Default::default()
+            }),
+            "stream_prefix"
+        );
+        assert_eq!(
+            refused(ReplayRequest {
+                stream_prefix: Some("a\u{0}b".into()),
+                ..Default::default()
+            }),
+            "stream_prefix"
+        );
+        let now = Utc::now();
+        assert_eq!(
+            refused(ReplayRequest {
+                recorded_from: Some(now),
+                recorded_to: Some(now),
+                ..Default::default()
+            }),
+            "recorded_to"
+        );
+        for rate in [0, MAX_RATE + 1] {
+            assert_eq!(
+                refused(ReplayRequest {
+                    rate: Some(rate),
+                    ..Default::default()
+                }),
+                "rate"
+            );
+        }
+        assert_eq!(
+            refused(ReplayRequest {
+                topic_prefix: Some("bad topic.".into()),
+                ..Default::default()
+            }),
+            "topic_prefix"
+        );
+        for target in [
+            "{live}.copy",
+            "{live}/{id}",
+            &format!("{}{{id}}", "x".repeat(240)),
+        ] {
+            assert_eq!(
+                refused(ReplayRequest {
+                    target: Some(target.into()),
+                    ..Default::default()
+                }),
+                "target"
+            );
+        }
+    }
+}

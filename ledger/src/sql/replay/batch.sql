@@ -1,0 +1,14 @@
+-- The next selected events of the past after position $1, up to position $2 (a bounded
+-- window), at most $9 of them, in position order.
+SELECT position, event_id::text AS event_id, stream, stream_version, event_type, payload,
+       txid::text AS txid, recorded_at
+FROM events
+WHERE position > $1 AND position <= $2
+  AND (txid IS NULL OR pg_visible_in_snapshot(txid, $3::text::pg_snapshot))
+  AND split_part(stream, '-', 1) = ANY ($4::text[])
+  AND ($5::text[] IS NULL OR event_type = ANY ($5))
+  AND ($6::text IS NULL OR starts_with(stream, $6))
+  AND ($7::timestamptz IS NULL OR recorded_at >= $7)
+  AND ($8::timestamptz IS NULL OR recorded_at < $8)
+ORDER BY position
+LIMIT $9
