@@ -27,10 +27,6 @@ pub mod header {
     pub const REPLAY_ID: &str = "replay_id";
     /// On a completion marker only: [`super::MARKER_KIND`].
     pub const MARKER: &str = "replay_marker";
-    /// The event's version in its stream.
-    pub const STREAM_VERSION: &str = "stream_version";
-    /// When the ledger recorded the event, RFC 3339.
-    pub const RECORDED_AT: &str = "recorded_at";
 }
 
 /// Value of the [`header::MARKER`] header of a completion marker.

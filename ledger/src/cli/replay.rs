@@ -63,7 +63,7 @@ pub struct SelectionArgs {
     /// Only events recorded before this instant (RFC 3339).
     #[arg(long)]
     recorded_to: Option<DateTime<Utc>>,
-    /// Events per second at most [default: 2000].
+    /// Events per second at most [default: 500; raise it on a real Kafka cluster].
     #[arg(long)]
     rate: Option<u32>,
     /// The live topics' prefix.

@@ -220,7 +220,10 @@ async fn read_replay_topic(
                     partition: message.partition(),
                     key: String::from_utf8_lossy(message.key().unwrap_or_default()).into(),
                     event_id: header("id"),
-                    stream_version: header("stream_version").parse()?,
+                    stream_version: ra_ledger_cdc::consumer::decode(
+                        message.payload().unwrap_or_default(),
+                    )?
+                    .stream_version,
                 });
             }
         }

@@ -27,17 +27,17 @@ pub async fn run(database_url: &str, brokers: &str, rate: u64, seconds: u64) -> 
 
 /// Figures of the steady-load benchmark.
 #[derive(Debug, Clone)]
-struct LatencyFigures {
+pub(super) struct LatencyFigures {
     /// Events committed.
-    sent: u64,
+    pub(super) sent: u64,
     /// Commit → consumer receipt, one sample per event received.
-    latencies: Latencies,
+    pub(super) latencies: Latencies,
 }
 
 /// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
 /// transaction) through the relay to a consumer; measures commit → consumer receipt using
 /// the `commit_timestamp` header (same machine clock).
-async fn measure(
+pub(super) async fn measure(
     url: &str,
     brokers: &str,
     rate: u64,

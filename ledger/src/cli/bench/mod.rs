@@ -10,6 +10,7 @@ mod outbox;
 mod reassign;
 mod rebuild;
 mod relay;
+mod replay;
 mod write;
 
 use std::time::Duration;
@@ -121,6 +122,24 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1.0, value_parser = crate::cli::projections::parse_pause_ratio)]
         pause_ratio: f64,
     },
+    /// Replay rate alone, and the live relay's latency alone and beside a replay.
+    Replay {
+        /// Events in the ledger to replay.
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        /// The replay's rate beside the live load (events/s).
+        #[arg(long, default_value_t = ra_ledger::replay::DEFAULT_RATE)]
+        rate: u32,
+        /// The live load while latency is measured (events/s).
+        #[arg(long, default_value_t = 500)]
+        latency_rate: u64,
+        /// Seconds of each latency measurement.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
         /// Assignment history rows to seed.
@@ -189,6 +208,21 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
                 pause_ratio,
             )
             .await
+        }
+        BenchCommand::Replay {
+            events,
+            rate,
+            latency_rate,
+            seconds,
+            brokers,
+        } => {
+            let options = replay::Options {
+                events,
+                rate,
+                latency_rate,
+                seconds,
+            };
+            replay::run(database_url, &brokers, options).await
         }
         BenchCommand::AsOf {
             history_rows,

@@ -1,7 +1,6 @@
 -- The next selected events of the past after position $1, up to position $2 (a bounded
 -- window), at most $9 of them, in position order.
-SELECT position, event_id::text AS event_id, stream, stream_version, event_type, payload,
-       txid::text AS txid, recorded_at
+SELECT position, event_id::text AS event_id, stream, event_type, payload, txid::text AS txid
 FROM events
 WHERE position > $1 AND position <= $2
   AND (txid IS NULL OR pg_visible_in_snapshot(txid, $3::text::pg_snapshot))
