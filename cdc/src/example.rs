@@ -83,8 +83,8 @@ pub async fn run(
     }
     // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
     let mut settings = crate::kafka::KafkaSettings::from_env(&args.brokers)?;
-    // A broker may hold a fetch for its whole wait even with records ready (tansu 0.6.0
-    // answers one batch per fetch after the wait): a short wait keeps a bootstrap fast.
+    // Short fetch waits, as the worker's: a consumer that has caught up asks again soon
+    // rather than after librdkafka's default 500 ms.
     settings
         .properties
         .insert("fetch.wait.max.ms".into(), "10".into());

@@ -579,16 +579,29 @@ async fn write_markers(
     Ok(())
 }
 
-/// The partition count of `topic`; an error names a missing topic.
-async fn topic_partitions(config: &ClientConfig, topic: &str) -> Result<i32, RunError> {
+/// Runs `query` with a metadata client of `config` on a blocking thread (librdkafka's
+/// metadata calls block).
+async fn with_metadata_client<T: Send + 'static>(
+    config: &ClientConfig,
+    query: impl FnOnce(&BaseConsumer) -> Result<T, RunError> + Send + 'static,
+) -> Result<T, RunError> {
     let config = config.clone();
-    let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = config
             .clone()
             .set("group.id", "ra-ledger-replay-metadata")
             .create()
             .map_err(|error| RunError::Kafka(error.to_string()))?;
+        query(&consumer)
+    })
+    .await
+    .map_err(|error| RunError::Kafka(error.to_string()))?
+}
+
+/// The partition count of `topic`; an error names a missing topic.
+async fn topic_partitions(config: &ClientConfig, topic: &str) -> Result<i32, RunError> {
+    let topic = topic.to_owned();
+    with_metadata_client(config, move |consumer| {
         let metadata = consumer
             .fetch_metadata(Some(&topic), Duration::from_secs(10))
             .map_err(|error| RunError::Kafka(format!("metadata of {topic}: {error}")))?;
@@ -606,7 +619,6 @@ async fn topic_partitions(config: &ClientConfig, topic: &str) -> Result<i32, Run
         Ok(count as i32)
     })
     .await
-    .map_err(|error| RunError::Kafka(error.to_string()))?
 }
 
 /// The end offsets the broker reports for `topic` (they may be short; see the module docs).
@@ -615,14 +627,8 @@ async fn end_offsets(
     topic: &str,
     count: i32,
 ) -> Result<BTreeMap<i32, i64>, RunError> {
-    let config = config.clone();
     let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = config
-            .clone()
-            .set("group.id", "ra-ledger-replay-metadata")
-            .create()
-            .map_err(|error| RunError::Kafka(error.to_string()))?;
+    with_metadata_client(config, move |consumer| {
         (0..count)
             .map(|partition| {
                 consumer
@@ -635,7 +641,6 @@ async fn end_offsets(
             .collect()
     })
     .await
-    .map_err(|error| RunError::Kafka(error.to_string()))?
 }
 
 /// Creates the replay topic with as many partitions as its live topic, or checks the one

@@ -135,6 +135,19 @@ async fn assignment_event_ids(database: &TestDatabase) -> anyhow::Result<HashSet
         .collect())
 }
 
+/// Asks for a replay of the assignments under `topic_prefix` at `rate`, as an operator does.
+async fn request_replay(api: &TestApi, topic_prefix: &str, rate: u32) -> anyhow::Result<Uuid> {
+    let reply = api
+        .post(
+            "/v1/replays",
+            json!({"aggregate_types": ["assignment"], "topic_prefix": topic_prefix, "rate": rate}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    assert_eq!(reply.str("status"), "requested");
+    Ok(reply.str("replay_id").parse()?)
+}
+
 /// Polls the replay until `done` or `timeout`.
 async fn wait_for_replay(
     database: &TestDatabase,
@@ -265,9 +278,9 @@ async fn a_late_joiner_bootstraps_from_a_replay_while_writes_go_on() -> anyhow::
 
     let mut topics = TestTopics::new();
     let mut relay_config = relay::test_config(&database, &mut topics).await?;
-    // tansu 0.6.0 answers a fetch with one batch per partition, so a consumer reads the
-    // live topic as fast as the relay's batches are large: 100 ms of lingering makes them
-    // hold ~50 events at this rate instead of one or two (README, "Replays").
+    // Larger relay batches (about 50 events at this rate instead of one or two) mean fewer
+    // records and fetches for the broker, which shares the machine's two cores with
+    // everything else in this test.
     relay_config.kafka.insert("linger.ms".into(), "100".into());
     let relay = RunningRelay::start(relay_config.clone());
 
@@ -283,19 +296,7 @@ async fn a_late_joiner_bootstraps_from_a_replay_while_writes_go_on() -> anyhow::
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // An operator asks for the replay; the worker runs it.
-    let reply = api
-        .post(
-            "/v1/replays",
-            json!({
-                "aggregate_types": ["assignment"],
-                "topic_prefix": relay_config.topic_prefix,
-                "rate": 50_000,
-            }),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
-    let replay_id: Uuid = reply.str("replay_id").parse()?;
-    assert_eq!(reply.str("status"), "requested");
+    let replay_id = request_replay(&api, &relay_config.topic_prefix, 50_000).await?;
     let worker = RunningWorker::start(worker::test_config(&database, &topics));
 
     // The new team bootstraps, in its own database.
@@ -487,18 +488,7 @@ async fn a_replay_killed_three_times_resumes_from_its_checkpoint() -> anyhow::Re
     let mut topics = TestTopics::new();
     // The live topics (no relay needed: their end offsets are 0).
     let relay_config = relay::test_config(&database, &mut topics).await?;
-    let reply = api
-        .post(
-            "/v1/replays",
-            json!({
-                "aggregate_types": ["assignment"],
-                "topic_prefix": relay_config.topic_prefix,
-                "rate": 3_000,
-            }),
-        )
-        .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
-    let replay_id: Uuid = reply.str("replay_id").parse()?;
+    let replay_id = request_replay(&api, &relay_config.topic_prefix, 3_000).await?;
     let config = worker::test_config(&database, &topics);
     let binary = env!("CARGO_BIN_EXE_worker-under-test");
     for (kill, at) in [5_000i64, 11_000, 17_000].into_iter().enumerate() {
