@@ -198,8 +198,11 @@ async fn run(
     report.last_window_started = started.elapsed();
     if options.verify_only {
         compare(work, locker, from, options.chunk, &mut report).await?;
-        work.batch_execute(&format!("DROP SCHEMA {SCHEMA} CASCADE"))
-            .await?;
+        work.batch_execute(&format!(
+            "SET client_min_messages = warning; DROP SCHEMA {SCHEMA} CASCADE; \
+             RESET client_min_messages"
+        ))
+        .await?;
     } else {
         swap(work, from, options.chunk, &deferred_keys, &mut report).await?;
         drop_retired(work, &mut report).await?;
@@ -306,7 +309,9 @@ async fn prepare(work: &Object) -> Result<Vec<(&'static str, String, String)>, R
         }
     }
     work.batch_execute(&format!(
-        "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE; DROP SCHEMA IF EXISTS {RETIRED} CASCADE; \
+        "SET client_min_messages = warning; \
+         DROP SCHEMA IF EXISTS {SCHEMA} CASCADE; DROP SCHEMA IF EXISTS {RETIRED} CASCADE; \
+         RESET client_min_messages; \
          CREATE SCHEMA {SCHEMA}; \
          CREATE TABLE {SCHEMA}.contacts (LIKE public.contacts INCLUDING ALL); \
          CREATE TABLE {SCHEMA}.assignments (LIKE public.assignments INCLUDING ALL); \
@@ -591,7 +596,7 @@ async fn drop_retired(work: &mut Object, report: &mut OnlineReport) -> Result<()
         let tx = work.transaction().await?;
         let dropped = tx
             .batch_execute(&format!(
-                "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; \
+                "SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'; SET LOCAL client_min_messages = warning; \
                  DROP SCHEMA {RETIRED} CASCADE; DROP SCHEMA {SCHEMA}"
             ))
             .await;
