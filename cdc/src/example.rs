@@ -129,6 +129,7 @@ pub async fn run(
             .map(|m| m.payload().unwrap_or_default())
             .collect();
         apply_all(&mut client, &payloads, &counts).await?;
+        log_traces(&messages);
         // The changes committed first; a crash before this commit only causes duplicates.
         let mut offsets = TopicPartitionList::new();
         for message in &messages {
@@ -256,6 +257,33 @@ async fn receive_batch(
         }
     }
     Ok(Some(messages))
+}
+
+/// Logs the traces of an applied batch (the relay's `traceparent` header): one line per
+/// trace, with how many of the batch's events belong to it and the last span.
+fn log_traces(messages: &[OwnedMessage]) {
+    use rdkafka::message::Headers as _;
+    let mut traces: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for message in messages {
+        let Some(headers) = message.headers() else {
+            continue;
+        };
+        for header in headers.iter() {
+            if header.key != crate::publish::header::TRACEPARENT {
+                continue;
+            }
+            let Some(traceparent) = header.value.and_then(|v| std::str::from_utf8(v).ok()) else {
+                continue;
+            };
+            let trace_id = traceparent.split('-').nth(1).unwrap_or_default().to_owned();
+            let entry = traces.entry(trace_id).or_default();
+            entry.0 += 1;
+            entry.1 = traceparent.to_owned();
+        }
+    }
+    for (trace_id, (events, last)) in traces {
+        eprintln!("applied {events} event(s) of trace {trace_id} (last traceparent {last})");
+    }
 }
 
 /// Applies envelopes once each, in one transaction.

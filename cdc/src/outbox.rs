@@ -19,6 +19,9 @@ pub mod column {
     pub const EVENT_TYPE: &str = "event_type";
     /// Protobuf payload; the Kafka value.
     pub const PAYLOAD: &str = "payload";
+    /// W3C trace context of the request that wrote the row; optional (an outbox without
+    /// the column, or a NULL, publishes no `traceparent` header).
+    pub const TRACEPARENT: &str = "traceparent";
 }
 
 /// One outbox row, decoded from an Insert.
@@ -36,6 +39,8 @@ pub struct OutboxRow {
     pub event_type: String,
     /// Protobuf payload.
     pub payload: Bytes,
+    /// W3C trace context, when the writer recorded one.
+    pub traceparent: Option<String>,
 }
 
 /// Why an outbox relation or row cannot be used.
@@ -86,6 +91,7 @@ pub struct OutboxLayout {
     aggregate_id: usize,
     event_type: usize,
     payload: usize,
+    traceparent: Option<usize>,
 }
 
 impl OutboxLayout {
@@ -106,6 +112,7 @@ impl OutboxLayout {
             aggregate_id: find(column::AGGREGATE_ID)?,
             event_type: find(column::EVENT_TYPE)?,
             payload: find(column::PAYLOAD)?,
+            traceparent: relation.column_index(column::TRACEPARENT),
         })
     }
 
@@ -140,6 +147,10 @@ impl OutboxLayout {
                 value(column::EVENT_TYPE, self.event_type)?,
             )?,
             payload: bytea(column::PAYLOAD, value(column::PAYLOAD, self.payload)?)?,
+            traceparent: match self.traceparent.and_then(|index| tuple.0.get(index)) {
+                None | Some(ColumnValue::Null | ColumnValue::UnchangedToast) => None,
+                Some(present) => Some(text(column::TRACEPARENT, present)?),
+            },
         })
     }
 }
@@ -280,6 +291,7 @@ mod tests {
                 aggregate_id: "c-1".into(),
                 event_type: "ContactCreated".into(),
                 payload: Bytes::from_static(&[0x0a, 0xff]),
+                traceparent: None,
             }
         );
     }

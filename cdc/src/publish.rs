@@ -21,6 +21,8 @@ pub mod header {
     pub const COMMIT_TIMESTAMP: &str = "commit_timestamp";
     /// Position of the message within its transaction, from 0.
     pub const ORDINAL: &str = "ordinal";
+    /// W3C trace context of the request that wrote the event, when it had one.
+    pub const TRACEPARENT: &str = "traceparent";
 }
 
 /// The transaction an outbox row committed in.
@@ -48,7 +50,7 @@ pub struct OutgoingMessage {
 impl OutgoingMessage {
     /// Builds the message of `row`, the `ordinal`-th of its transaction.
     pub fn new(config: &RelayConfig, row: OutboxRow, commit: &CommitInfo, ordinal: usize) -> Self {
-        let headers = vec![
+        let mut headers = vec![
             (header::ID, row.event_id.clone()),
             (header::EVENT_TYPE, row.event_type.clone()),
             (header::COMMIT_LSN, format_lsn(commit.commit_lsn)),
@@ -59,6 +61,9 @@ impl OutgoingMessage {
             ),
             (header::ORDINAL, ordinal.to_string()),
         ];
+        if let Some(traceparent) = &row.traceparent {
+            headers.push((header::TRACEPARENT, traceparent.clone()));
+        }
         Self {
             topic: config.topic(&row.aggregate_type),
             row,
@@ -145,6 +150,7 @@ mod tests {
             aggregate_id: "c-1".into(),
             event_type: "ContactCreated".into(),
             payload: Bytes::from_static(b"p"),
+            traceparent: None,
         };
         let commit = CommitInfo {
             commit_lsn: 0x1_0000_00A0,

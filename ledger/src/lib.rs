@@ -4,6 +4,7 @@
 pub mod api;
 pub mod commands;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod digest;
 pub mod domain;
@@ -21,6 +22,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod topics;
+pub mod trace;
 pub mod verify;
 pub mod worker;
 pub mod write;

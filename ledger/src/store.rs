@@ -25,6 +25,9 @@ pub struct Metadata {
     pub correlation_id: Uuid,
     /// The request or event that directly caused these events.
     pub causation_id: Option<Uuid>,
+    /// W3C trace context of the span that appends them ([`crate::trace`]); published as the
+    /// Kafka header `traceparent`.
+    pub traceparent: Option<String>,
 }
 
 /// An event about to be appended.
@@ -246,6 +249,7 @@ pub async fn append_at(
             &columns.aggregate_type,
             &columns.aggregate_id,
             &heads.now,
+            &columns.traceparent,
         ],
     )
     .await
@@ -432,6 +436,7 @@ struct Columns {
     hash: Vec<Vec<u8>>,
     aggregate_type: Vec<&'static str>,
     aggregate_id: Vec<String>,
+    traceparent: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -457,5 +462,6 @@ impl Columns {
         self.hash.push(event.hash.clone());
         self.aggregate_type.push(append.aggregate_type);
         self.aggregate_id.push(append.aggregate_id.clone());
+        self.traceparent.push(metadata.traceparent.clone());
     }
 }

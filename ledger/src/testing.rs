@@ -226,6 +226,7 @@ pub async fn seed_assignments(
         actor: "seed".into(),
         correlation_id: Uuid::now_v7(),
         causation_id: None,
+        traceparent: None,
     };
     let mut businesses = Vec::with_capacity(count);
     let mut client = pool.get().await.map_err(CommandError::from)?;

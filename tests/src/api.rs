@@ -68,8 +68,12 @@ impl TestApi {
             cursor_key: CursorKey::new(b"test cursor key"),
             digest_public_key: None,
             digest_tree: Default::default(),
+            secure_cookies: false,
+            relay_slot: "ra_ledger_relay".into(),
         };
-        let router = ra_ledger::api::router(state).merge(ra_ledger::health::router(pool));
+        let router = ra_ledger::api::router(state.clone())
+            .merge(ra_ledger::console::router(state))
+            .merge(ra_ledger::health::router(pool));
         Ok(Self {
             router: ra_ledger::api::service(router.clone()),
             served: router,

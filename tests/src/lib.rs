@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod background;
+pub mod browser;
 pub mod database;
 pub mod kafka;
 pub mod relay;

@@ -112,7 +112,7 @@ impl Tokens {
 
     /// The holder of `token`. Every configured digest is compared, each in constant time,
     /// so the time taken says nothing about which entry (if any) matched, or how closely.
-    fn find(&self, token: &str) -> Option<&Principal> {
+    pub(crate) fn find(&self, token: &str) -> Option<&Principal> {
         let presented = digest(token);
         let mut found = None;
         for (known, principal) in &self.entries {

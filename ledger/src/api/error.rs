@@ -73,6 +73,11 @@ impl ApiError {
         self.code
     }
 
+    /// The human message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The body every error answer has, for a status and a message.
     pub fn body(code: &str, message: &str) -> String {
         serde_json::to_string(&Body {

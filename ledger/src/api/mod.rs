@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use uuid::Uuid;
 
 pub use audit::{DEFAULT_PAGE, MAX_PAGE};
-pub use auth::{Role, TokenSpecError, Tokens, entry as token_entry};
+pub use auth::{Principal, Role, TokenSpecError, Tokens, entry as token_entry};
 pub use cursor::CursorKey;
 pub use error::ApiError;
 
@@ -42,6 +42,10 @@ pub struct AppState {
     pub digest_public_key: Option<String>,
     /// The digest builder's tree in memory, which proofs take their paths from.
     pub digest_tree: crate::digest::build::TreeCache,
+    /// The console's cookies carry `Secure` (the service speaks TLS).
+    pub secure_cookies: bool,
+    /// The relay's replication slot, whose lag the console's operations page shows.
+    pub relay_slot: String,
 }
 
 /// The API routes (health endpoints are added by the caller).
@@ -103,6 +107,7 @@ pub fn service(router: Router) -> Router {
     Router::new()
         .fallback_service(routes)
         .layer(middleware::from_fn(layers::json_errors))
+        .layer(middleware::from_fn(crate::trace::http_layer))
 }
 
 /// Serves `router` (see [`service`]) until `shutdown`, checking request heads before hyper
@@ -138,6 +143,7 @@ fn metadata(principal: &auth::Principal) -> Metadata {
         actor: principal.name.clone(),
         correlation_id: request,
         causation_id: Some(request),
+        traceparent: crate::trace::current().map(|span| span.to_string()),
     }
 }
 

@@ -91,6 +91,7 @@ pub async fn run(database_url: &str, command: RunsCommand) -> anyhow::Result<()>
                         actor: "cli".into(),
                         correlation_id: Uuid::now_v7(),
                         causation_id: None,
+                        traceparent: None,
                     },
                 )
                 .await?;

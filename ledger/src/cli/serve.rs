@@ -73,6 +73,8 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
             .digests
             .as_ref()
             .map(|digests| digests.key.public_pem()),
+        secure_cookies: service.tls.is_some(),
+        relay_slot: config.relay_slot.clone(),
     };
     let shutdown = CancellationToken::new();
     ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
@@ -112,7 +114,9 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
             shutdown.clone(),
         )),
     });
-    let app = api::router(state).merge(health::router(pool));
+    let app = api::router(state.clone())
+        .merge(ra_ledger::console::router(state))
+        .merge(health::router(pool));
     match service.tls {
         Some(tls) => {
             tracing::info!(%listen, "ledger serving HTTPS");

@@ -28,6 +28,8 @@ pub(super) struct LockedRun {
     pub(super) jurisdiction: String,
     pub(super) requested_by: String,
     pub(super) correlation_id: Uuid,
+    /// The trace of the supersede (or request) that started the run.
+    pub(super) traceparent: Option<String>,
     /// The jurisdiction's primary contact, read under the shared primary-contact lock.
     pub(super) primary: Option<ContactView>,
 }
@@ -50,6 +52,12 @@ impl LockedRun {
             actor: self.requested_by.clone(),
             correlation_id: self.correlation_id,
             causation_id: Some(request.request_id),
+            // Each page is a span of its own in the run's trace.
+            traceparent: self
+                .traceparent
+                .as_deref()
+                .and_then(crate::trace::TraceParent::parse)
+                .map(|run| run.child().to_string()),
         }
     }
 
@@ -106,6 +114,7 @@ pub(super) async fn lock_run(
         jurisdiction: row.get(8),
         requested_by: row.get(9),
         correlation_id: row.get(10),
+        traceparent: row.get(11),
         primary,
     }))
 }

@@ -79,6 +79,7 @@ pub async fn start_in(
             &metadata.correlation_id,
             &first.request_id,
             &heads.now,
+            &metadata.traceparent,
         ],
     )
     .await?
@@ -176,6 +177,11 @@ async fn reraise(
         actor: row.get(7),
         correlation_id: row.get(8),
         causation_id: Some(row.get(9)),
+        traceparent: row
+            .get::<_, Option<String>>(11)
+            .as_deref()
+            .and_then(crate::trace::TraceParent::parse)
+            .map(|run| run.child().to_string()),
     };
     let heads = store::read_heads(&tx, &[run_stream(run_id)]).await?;
     let appends = [StreamAppend {

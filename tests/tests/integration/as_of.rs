@@ -59,6 +59,7 @@ fn metadata() -> Metadata {
         actor: "property-test".into(),
         correlation_id: Uuid::now_v7(),
         causation_id: None,
+        traceparent: None,
     }
 }
 

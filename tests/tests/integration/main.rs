@@ -4,6 +4,7 @@ mod as_of;
 mod audit;
 mod bad_input;
 mod broker_faults;
+mod console;
 mod deploy;
 mod digest;
 mod digest_published;

@@ -244,6 +244,7 @@ async fn bench_contact(
         actor: "bench".into(),
         correlation_id: uuid::Uuid::now_v7(),
         causation_id: None,
+        traceparent: None,
     };
     let contact = ledger
         .create_contact(

@@ -242,6 +242,7 @@ impl Bench {
                 actor: "bench".into(),
                 correlation_id: Uuid::now_v7(),
                 causation_id: None,
+                traceparent: None,
             },
             rows,
             page_size,

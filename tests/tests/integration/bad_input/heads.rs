@@ -11,7 +11,7 @@ async fn unknown_routes_wrong_methods_and_bad_tokens_answer_in_json() -> anyhow:
     let before = counts(&database).await?;
     let contact = &world.contact;
     for (method, uri, status, code) in [
-        (Method::GET, "/".to_owned(), 404, "not_found"),
+        (Method::GET, "/nope".to_owned(), 404, "not_found"),
         (Method::GET, "/v1/nope".to_owned(), 404, "not_found"),
         (Method::POST, "/v2/contacts".to_owned(), 404, "not_found"),
         (

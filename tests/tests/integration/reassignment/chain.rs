@@ -333,3 +333,106 @@ async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow:
     relay.stop().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_follows_a_supersede_from_the_http_request_to_the_last_pages_events_on_kafka()
+-> anyhow::Result<()> {
+    let (database, topics, _relay, config) = relayed().await?;
+    let mut collector = Collector::new(&topics)?;
+    let _worker = RunningWorker::start(config);
+    let seeded = seeded(&database, 1_000).await?;
+    let old = seeded.contact_id;
+    let address = seeded.api.serve().await?;
+    // The caller's span; the service's span is its child, every page a span of its own.
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller = format!("00-{trace_id}-00f067aa0ba902b7-01");
+    let reply = reqwest::Client::new()
+        .post(format!("http://{address}/v1/contacts/{old}/supersede"))
+        .bearer_auth(ra_ledger_tests::api::WRITER)
+        .header("traceparent", &caller)
+        .json(&json!({
+            "name": "Second Office",
+            "address": contact_body(TX, "x")["address"],
+            "page_size": 100,
+        }))
+        .send()
+        .await?;
+    assert_eq!(reply.status().as_u16(), 202);
+    let answered = reply.headers()["traceparent"].to_str()?.to_owned();
+    assert!(
+        answered.starts_with(&format!("00-{trace_id}-")),
+        "{answered}"
+    );
+    assert_ne!(answered, caller, "the service answers with its own span");
+    let body: serde_json::Value = reply.json().await?;
+    let run_id: Uuid = body["run_id"].as_str().expect("a run id").parse()?;
+    let status = wait_for_run(&database, run_id, Duration::from_secs(300), completed).await?;
+    assert_eq!((status.replaced, status.pages), (1_000, 11), "{status:#?}");
+
+    // Every event of the run (its correlation), in the ledger and on Kafka, carries the trace.
+    let rows = seeded
+        .client
+        .query(
+            "SELECT event_id::text, traceparent, event_type FROM events \
+             WHERE correlation_id = $1 ORDER BY position",
+            &[&status.correlation_id],
+        )
+        .await?;
+    let expected: HashSet<String> = rows.iter().map(|row| row.get(0)).collect();
+    assert!(expected.len() > 2_000, "{} events", expected.len());
+    let mut spans = HashSet::new();
+    for row in &rows {
+        let traceparent: Option<String> = row.get(1);
+        let traceparent =
+            traceparent.unwrap_or_else(|| panic!("{} has no trace", row.get::<_, String>(0)));
+        assert!(
+            traceparent.starts_with(&format!("00-{trace_id}-")),
+            "{traceparent}"
+        );
+        spans.insert(traceparent);
+    }
+    // The supersede's span and one per page (11 pages) at least.
+    assert!(spans.len() >= 12, "{} spans", spans.len());
+    assert!(
+        collector
+            .until_all(Duration::from_secs(120), &expected)
+            .await,
+        "not every event of the run reached Kafka"
+    );
+    for message in collector
+        .received
+        .iter()
+        .filter(|m| expected.contains(m.id()))
+    {
+        let traceparent = message
+            .headers
+            .get("traceparent")
+            .unwrap_or_else(|| panic!("{} reached Kafka without a trace", message.id()));
+        assert!(
+            traceparent.starts_with(&format!("00-{trace_id}-")),
+            "{traceparent}"
+        );
+    }
+    // The last page's last event: on Kafka under the trace, in a span of its own (not the
+    // supersede's).
+    let last = rows
+        .iter()
+        .rev()
+        .find(|row| row.get::<_, String>(2) == "AssignmentStarted")
+        .expect("the run started assignments");
+    let (last_id, last_span): (String, Option<String>) = (last.get(0), last.get(1));
+    let on_kafka = collector
+        .received
+        .iter()
+        .find(|m| m.id() == last_id)
+        .expect("the last page's event on Kafka");
+    assert_eq!(on_kafka.headers.get("traceparent"), last_span.as_ref());
+    let first_span: Option<String> = rows[0].get(1);
+    assert_ne!(last_span, first_span, "the page has a span of its own");
+    println!(
+        "trace {trace_id}: {} events under {} spans, the last page's last event {last_id} on Kafka",
+        expected.len(),
+        spans.len()
+    );
+    Ok(())
+}
