@@ -114,7 +114,7 @@ pub enum Republished {
 /// Re-publishes parked messages (one id, or every pending one), with their original key
 /// and headers, and marks those Kafka acknowledged.
 pub async fn republish(
-    client: &Client,
+    client: &impl tokio_postgres::GenericClient,
     producer: &FutureProducer,
     only: Option<i64>,
 ) -> Result<Vec<Republished>, tokio_postgres::Error> {
@@ -149,7 +149,8 @@ pub async fn republish(
             Ok(_) => {
                 client
                     .execute(
-                        "UPDATE outbox_parked SET republished_at = now() WHERE id = $1",
+                        "UPDATE outbox_parked SET republished_at = now(), republish_error = NULL \
+                         WHERE id = $1",
                         &[&id],
                     )
                     .await?;
@@ -162,4 +163,43 @@ pub async fn republish(
         }
     }
     Ok(outcomes)
+}
+
+/// Publishes the parked messages a writer asked for (`republish_requested_at`, set by the
+/// console), one at a time, each in a transaction holding its row (`FOR UPDATE SKIP LOCKED`:
+/// two relays never publish the same request). A refusal clears the request and records
+/// Kafka's error for the writer to see. Returns the outcomes.
+pub async fn republish_requested(
+    client: &mut Client,
+    producer: &FutureProducer,
+) -> Result<Vec<Republished>, tokio_postgres::Error> {
+    let mut outcomes = Vec::new();
+    loop {
+        let tx = client.transaction().await?;
+        let Some(row) = tx
+            .query_opt(
+                "SELECT id FROM outbox_parked \
+                 WHERE republish_requested_at IS NOT NULL AND republished_at IS NULL \
+                 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                &[],
+            )
+            .await?
+        else {
+            return Ok(outcomes);
+        };
+        let id: i64 = row.get(0);
+        let outcome = republish(&tx, producer, Some(id)).await?;
+        for outcome in outcome {
+            if let Republished::Refused { id, error } = &outcome {
+                tx.execute(
+                    "UPDATE outbox_parked SET republish_requested_at = NULL, \
+                     republish_error = $2 WHERE id = $1",
+                    &[id, error],
+                )
+                .await?;
+            }
+            outcomes.push(outcome);
+        }
+        tx.commit().await?;
+    }
 }

@@ -208,6 +208,7 @@ pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_pos
              GRANT INSERT ON digests, digest_leaf_changes TO {role}; \
              GRANT INSERT, UPDATE ON digest_leaves TO {role}; \
              GRANT INSERT, DELETE ON digest_dirty TO {role}; \
+             GRANT UPDATE (republish_requested_at, republish_requested_by) ON outbox_parked TO {role}; \
              REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON events FROM {role}; \
              GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};"
         ))

@@ -87,7 +87,12 @@ pub async fn run(
         loop {
             metrics.session_started();
             let started = Instant::now();
+            // Beside the stream: the parked messages writers asked to publish again.
+            let requests = shutdown.child_token();
+            let republisher = tokio::spawn(republish_requests(config.clone(), requests.clone()));
             let outcome = session::run(&config, &metrics, &shutdown).await;
+            requests.cancel();
+            let _ = republisher.await;
             metrics.set_streaming(false);
             match outcome {
                 Ok(()) => return Ok(()),
@@ -115,6 +120,56 @@ pub async fn run(
     }
     .instrument(span)
     .await
+}
+
+/// How often the relay looks for parked messages a writer asked to publish again.
+const REPUBLISH_POLL: Duration = Duration::from_secs(2);
+
+/// Publishes requested parked messages (see [`crate::parking::republish_requested`]) every
+/// [`REPUBLISH_POLL`] until `stop`; errors are logged and retried at the next poll.
+async fn republish_requests(config: RelayConfig, stop: CancellationToken) {
+    let mut connection = None;
+    let producer = match crate::publish::producer(&config) {
+        Ok(producer) => producer,
+        Err(error) => {
+            warn!(%error, "no producer for parked republish requests");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(REPUBLISH_POLL) => {}
+        }
+        if connection.is_none() {
+            connection = setup::connect_sql(&config, "ra-ledger-relay-republish")
+                .await
+                .map_err(|error| warn!(%error, "cannot connect for parked republish requests"))
+                .ok();
+        }
+        let Some(client) = connection.as_mut() else {
+            continue;
+        };
+        match crate::parking::republish_requested(client, &producer).await {
+            Ok(outcomes) => {
+                for outcome in outcomes {
+                    match outcome {
+                        crate::parking::Republished::Sent { id } => {
+                            info!(id, "parked message republished on request")
+                        }
+                        crate::parking::Republished::Refused { id, error } => {
+                            warn!(id, %error, "parked message still refused; request cleared")
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                warn!(%error, "parked republish requests failed; reconnecting");
+                connection = None;
+            }
+        }
+    }
 }
 
 /// Runs the relay as a process does: `/metrics` on the configured address, SIGTERM or

@@ -46,6 +46,10 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/progress", get(pages::run_progress))
         .route("/runs/{id}/resume", post(pages::resume))
         .route("/operations", get(pages::operations))
+        .route(
+            "/operations/parked/{id}/republish",
+            post(pages::request_republish),
+        )
         .route("/assets/console.css", get(stylesheet))
         .route("/assets/console.js", get(script))
         .layer(middleware::from_fn(security_headers))

@@ -925,7 +925,7 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
             h3 { "Parked messages" }
             @if parked.is_empty() { p #parked-none { "None." } } @else {
                 table.list #parked {
-                    thead { tr { th { "#" } th { "Event" } th { "Type" } th { "Topic" } th { "Error" } th { "Parked" } } }
+                    thead { tr { th { "#" } th { "Event" } th { "Type" } th { "Topic" } th { "Error" } th { "Parked" } th { "Republish" } } }
                     tbody {
                         @for row in &parked {
                             tr {
@@ -935,11 +935,24 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
                                 td { (row.get::<_, String>(3)) }
                                 td { (row.get::<_, String>(4)) }
                                 td { (time(row.get(5))) }
+                                td {
+                                    @if let Some(at) = row.get::<_, Option<DateTime<Utc>>>(6) {
+                                        "requested " (time(at)) " by " (row.get::<_, Option<String>>(7).unwrap_or_default()) "; the relay publishes it within seconds"
+                                    } @else {
+                                        @if let Some(error) = row.get::<_, Option<String>>(8) { span.error { "Last attempt refused: " (error) } " " }
+                                        @if session.writer() {
+                                            form.inline method="post" action={"/operations/parked/" (row.get::<_, i64>(0)) "/republish"} {
+                                                input type="hidden" name="csrf" value=(session.csrf(&state));
+                                                button type="submit" { "Republish" }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
                 }
-                p.hint { "Re-publish with " code { "ledger relay parked republish --id N" } " once the cause is fixed." }
+                p.hint { "Fix the cause first (e.g. the broker's message.max.bytes). The relay publishes a requested message again with its original key and headers; " code { "ledger relay parked republish --id N" } " does the same from a shell." }
             }
         }
         section #worker {
@@ -985,4 +998,39 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
         }
     };
     Ok(layout("Operations", Some(&session), &state, body))
+}
+
+/// A writer asks the relay to publish a parked message again (the relay holds the producer).
+pub(super) async fn request_republish(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Page {
+    checked_csrf(&state, &session, &form)?;
+    writer_only(&session)?;
+    if cross_site(&headers) {
+        return Err(forbidden("A form from another site is refused."));
+    }
+    let id: i64 = id
+        .parse()
+        .map_err(|_| bad_request(format!("parked message id {id:?} is not a number")))?;
+    let client = state.ledger.pool().get().await.map_err(api_error)?;
+    let updated = client
+        .execute(
+            "UPDATE outbox_parked SET republish_requested_at = now(), republish_requested_by = $2 \
+             WHERE id = $1 AND republished_at IS NULL",
+            &[&id, &session.name],
+        )
+        .await
+        .map_err(api_error)?;
+    if updated == 0 {
+        return Err(error_page(
+            StatusCode::NOT_FOUND,
+            "No such parked message",
+            &format!("No parked message #{id} waits to be published."),
+        ));
+    }
+    Ok(Redirect::to("/operations").into_response())
 }

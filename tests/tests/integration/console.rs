@@ -752,3 +752,174 @@ async fn the_console_in_a_real_browser() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> anyhow::Result<()> {
+    use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
+    let database = TestDatabase::new().await?;
+    let mut topics = ra_ledger_tests::TestTopics::new();
+    let mut config = test_config(&database, &mut topics).await?;
+    // Kafka refuses anything above this size for good: the big event is parked.
+    config
+        .kafka
+        .insert("message.max.bytes".into(), "100000".into());
+    let client = database.connect().await?;
+    let big = insert_backlog(&client, 1, 1, 300_000).await?;
+    let after = insert_backlog(&client, 1, 1, 100).await?;
+    let relay = RunningRelay::start(config.clone());
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r
+                .iter()
+                .any(|m| m.id() == after[0]))
+            .await
+    );
+    let parked_id: i64 = client
+        .query_one(
+            "SELECT id FROM outbox_parked WHERE event_id = $1::text::uuid",
+            &[&big[0]],
+        )
+        .await?
+        .get(0);
+    relay.stop().await?;
+
+    let api = TestApi::new(&database)?;
+    let base = format!("http://{}", api.serve().await?);
+    let writer = session_cookie(&base, WRITER).await;
+    let auditor = session_cookie(&base, AUDITOR).await;
+    let page = |cookie: String| {
+        let base = base.clone();
+        async move {
+            http()
+                .get(format!("{base}/operations"))
+                .header(header::COOKIE, cookie)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let action = format!("/operations/parked/{parked_id}/republish");
+    assert!(
+        page(writer.clone()).await.contains(&action),
+        "writers get the button"
+    );
+    assert!(
+        !page(auditor.clone()).await.contains(&action),
+        "auditors do not"
+    );
+    let post = |cookie: &str, csrf: &str, path: &str| {
+        http()
+            .post(format!("{base}{path}"))
+            .header(header::COOKIE, cookie)
+            .form(&[("csrf", csrf.to_owned())])
+            .send()
+    };
+    let auditor_csrf = csrf_of(&base, &auditor).await;
+    assert_eq!(
+        post(&auditor, &auditor_csrf, &action).await?.status(),
+        StatusCode::FORBIDDEN
+    );
+    let writer_csrf = csrf_of(&base, &writer).await;
+    assert_eq!(
+        post(&writer, "", &action).await?.status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        post(&writer, &writer_csrf, "/operations/parked/x/republish")
+            .await?
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        post(&writer, &writer_csrf, "/operations/parked/999999/republish")
+            .await?
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let requested: Option<DateTime<Utc>> = client
+        .query_one(
+            "SELECT republish_requested_at FROM outbox_parked WHERE id = $1",
+            &[&parked_id],
+        )
+        .await?
+        .get(0);
+    assert_eq!(requested, None, "refused requests wrote nothing");
+
+    // With the limit unchanged, the relay tries, Kafka refuses again, and the page says so.
+    let relay = RunningRelay::start(config.clone());
+    assert_eq!(
+        post(&writer, &writer_csrf, &action).await?.status(),
+        StatusCode::SEE_OTHER
+    );
+    assert!(page(writer.clone()).await.contains("requested "));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        let row = client
+            .query_one(
+                "SELECT republish_requested_at, republish_error FROM outbox_parked WHERE id = $1",
+                &[&parked_id],
+            )
+            .await?;
+        let (at, error): (Option<DateTime<Utc>>, Option<String>) = (row.get(0), row.get(1));
+        if at.is_none() && error.is_some() {
+            break error.unwrap_or_default();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the relay did not try the request"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(refusal.to_lowercase().contains("too large"), "{refusal}");
+    assert!(page(writer.clone()).await.contains("Last attempt refused"));
+    relay.stop().await?;
+
+    // The cause fixed (a larger limit), a second request publishes it with its headers.
+    config
+        .kafka
+        .insert("message.max.bytes".into(), "1000000".into());
+    let relay = RunningRelay::start(config);
+    assert_eq!(
+        post(&writer, &writer_csrf, &action).await?.status(),
+        StatusCode::SEE_OTHER
+    );
+    assert!(
+        collector
+            .until(Duration::from_secs(60), |r| r
+                .iter()
+                .any(|m| m.id() == big[0]))
+            .await,
+        "the parked message reached Kafka"
+    );
+    let republished = collector
+        .received
+        .iter()
+        .find(|m| m.id() == big[0])
+        .unwrap();
+    assert!(republished.headers.contains_key("commit_lsn"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(
+        &client,
+        "SELECT count(*) FROM outbox_parked WHERE republished_at IS NULL",
+        &[],
+    )
+    .await
+        > 0
+    {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the row was not marked republished"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        page(writer).await.contains("id=\"parked-none\""),
+        "nothing left parked"
+    );
+    relay.stop().await?;
+    Ok(())
+}
