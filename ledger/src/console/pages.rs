@@ -184,6 +184,21 @@ fn checked_csrf(
     }
 }
 
+/// A form that writes: this session's CSRF token, a writer's session, from this site.
+fn checked_write(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    form: &HashMap<String, String>,
+) -> Result<(), Response> {
+    checked_csrf(state, session, form)?;
+    writer_only(session)?;
+    if cross_site(headers) {
+        return Err(forbidden("A form from another site is refused."));
+    }
+    Ok(())
+}
+
 fn writer_only(session: &Session) -> Result<(), Response> {
     if session.writer() {
         Ok(())
@@ -704,11 +719,7 @@ pub(super) async fn supersede(
     Path(id): Path<String>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Page {
-    checked_csrf(&state, &session, &form)?;
-    writer_only(&session)?;
-    if cross_site(&headers) {
-        return Err(forbidden("A form from another site is refused."));
-    }
+    checked_write(&state, &session, &headers, &form)?;
     let contact_id = uuid("contact id", &id)?;
     let field = |name: &str| {
         form.get(name)
@@ -860,11 +871,7 @@ pub(super) async fn resume(
     Path(id): Path<String>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Page {
-    checked_csrf(&state, &session, &form)?;
-    writer_only(&session)?;
-    if cross_site(&headers) {
-        return Err(forbidden("A form from another site is refused."));
-    }
+    checked_write(&state, &session, &headers, &form)?;
     let run_id = uuid("run id", &id)?;
     reassign::resume(state.ledger.pool(), run_id)
         .await
@@ -1008,11 +1015,7 @@ pub(super) async fn request_republish(
     Path(id): Path<String>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Page {
-    checked_csrf(&state, &session, &form)?;
-    writer_only(&session)?;
-    if cross_site(&headers) {
-        return Err(forbidden("A form from another site is refused."));
-    }
+    checked_write(&state, &session, &headers, &form)?;
     let id: i64 = id
         .parse()
         .map_err(|_| bad_request(format!("parked message id {id:?} is not a number")))?;
