@@ -906,6 +906,28 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
     let digest = crate::digest::build::latest(&client)
         .await
         .map_err(|error| api_error(ApiError::internal(&error)))?;
+    // The newest digest's signature, checked with the key this service signs with (when
+    // digests are on) or else only with the key the digest names.
+    let verified = digest.as_ref().map(|document| {
+        let signed = crate::digest::SignedDigest::from_document(document);
+        let key = state
+            .digest_public_key
+            .as_deref()
+            .or_else(|| document["public_key_pem"].as_str())
+            .and_then(crate::digest::public_key_from_pem);
+        match (signed, key) {
+            (Err(error), _) => format!("unreadable: {error}"),
+            (Ok(_), None) => "no public key to check it with".to_owned(),
+            (Ok(signed), Some(key)) if signed.verify(&key) => {
+                if state.digest_public_key.is_some() {
+                    "signature verifies with this service's public key".to_owned()
+                } else {
+                    "signature verifies with the key the digest names (digests are off here: no key of this service to compare)".to_owned()
+                }
+            }
+            (Ok(_), Some(_)) => "SIGNATURE DOES NOT VERIFY".to_owned(),
+        }
+    });
     let body = html! {
         section #relay {
             h2 { "Relay" }
@@ -996,10 +1018,12 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
                 Some(document) => {
                     dl.facts {
                         dt { "Latest" } dd #digest-seq { (document["seq"]) }
-                        dt { "Events" } dd { (document["statement"]["event_count"]) }
-                        dt { "Root" } dd { code { (document["statement"]["root"].as_str().unwrap_or_default()) } }
+                        dt { "Events" } dd { (document["event_count"]) }
+                        dt { "Time" } dd { (document["time"].as_str().unwrap_or_default()) }
+                        dt { "Root" } dd { code { (document["root"].as_str().unwrap_or_default()) } }
+                        dt { "Check" } dd #digest-verified { (verified.as_deref().unwrap_or_default()) }
                     }
-                    p.hint { "Verify with " code { "ledger verify" } " (offline, from the public key)." }
+                    p.hint { "The whole ledger against it: " code { "ledger verify" } "; one answer: " code { "ledger proof verify" } " (offline, from the public key)." }
                 }
             }
         }

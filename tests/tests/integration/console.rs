@@ -377,6 +377,42 @@ async fn the_console_refuses_forged_writes_bad_input_and_foreign_sites() -> anyh
         format!("/contacts/{contact}").as_str()
     );
 
+    // The operations page checks the newest digest's signature.
+    let key = ra_ledger::digest::DigestKey::from_seed(&[3; 32]);
+    ra_ledger::digest::build::build(api.ledger.pool(), &key, Utc::now().timestamp_micros()).await?;
+    let operations = |cookie: String| {
+        let url = format!("{base}/operations");
+        async move {
+            http()
+                .get(url)
+                .header(header::COOKIE, cookie)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    assert!(
+        operations(auditor.clone())
+            .await
+            .contains("signature verifies with the key the digest names")
+    );
+    // Tampered behind the append-only trigger's back (as a superuser could).
+    client
+        .batch_execute(
+            "BEGIN; SET LOCAL session_replication_role = replica; \
+             UPDATE digests SET signature = set_byte(signature, 0, get_byte(signature, 0) # 1); \
+             COMMIT",
+        )
+        .await?;
+    assert!(
+        operations(auditor.clone())
+            .await
+            .contains("SIGNATURE DOES NOT VERIFY")
+    );
+
     // Signing out takes the CSRF token too, and removes the cookie.
     let reply = web
         .post(format!("{base}/sign-out"))
