@@ -18,6 +18,32 @@ pub(super) async fn assign(
     Ok((StatusCode::CREATED, Json(assignment)))
 }
 
+/// A batch of assignments (`POST /v1/assignments/batch`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AssignBatch {
+    /// 1 to 1,000 assignments; all are started or none.
+    items: Vec<Assign>,
+}
+
+/// The started assignments, in the order of the request's items.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct AssignedBatch {
+    items: Vec<AssignmentView>,
+}
+
+pub(super) async fn assign_batch(
+    State(state): State<AppState>,
+    auth::Writer(principal): auth::Writer,
+    Body(batch): Body<AssignBatch>,
+) -> Result<(StatusCode, Json<AssignedBatch>), ApiError> {
+    let items = state
+        .ledger
+        .assign_batch(batch.items, &metadata(&principal))
+        .await?;
+    Ok((StatusCode::CREATED, Json(AssignedBatch { items })))
+}
+
 pub(super) async fn get_assignment(
     State(state): State<AppState>,
     _reader: auth::Reader,

@@ -29,6 +29,9 @@ pub use error::ApiError;
 use crate::commands::Ledger;
 use crate::store::Metadata;
 
+/// Largest body of `POST /v1/assignments/batch`.
+pub const BATCH_BODY_BYTES: usize = 256 * 1024;
+
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -70,6 +73,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/replays", post(replays::request_replay))
         .route("/v1/replays/{id}", get(replays::replay_status))
         .route("/v1/assignments", post(assignments::assign))
+        .route(
+            "/v1/assignments/batch",
+            // 1,000 items of about 75 bytes: more than the default limit.
+            post(assignments::assign_batch).layer(DefaultBodyLimit::max(BATCH_BODY_BYTES)),
+        )
         .route("/v1/assignments/{id}", get(assignments::get_assignment))
         .route(
             "/v1/assignments/{id}/end",

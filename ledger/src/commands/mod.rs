@@ -26,6 +26,9 @@ pub use input::{
     Assign, ChangeAssignment, CreateContact, StartReassignment, SupersedeContact, Superseded,
 };
 
+/// Most assignments one batch takes.
+pub const MAX_BATCH: usize = 1_000;
+
 /// How far ahead of the server clock an `effective_at` may be (clock skew).
 const MAX_FUTURE_SKEW: Duration = Duration::minutes(5);
 
@@ -265,6 +268,129 @@ impl Ledger {
                 ended_recorded_at: None,
             })
         }))
+        .await
+    }
+
+    /// Starts many assignments in one transaction: all of them or none (a provider's
+    /// portfolio arrives as a unit; a retry of a failed batch never half-applies). Items are
+    /// named by their index in errors: `items[3].jurisdiction`, `items[3]: business … already
+    /// has …`. At most [`MAX_BATCH`]; a business may appear once per jurisdiction.
+    ///
+    /// The shared primary-contact locks of every jurisdiction are taken first, in code order
+    /// (so two batches cannot deadlock on them), then the heads of every stream in one
+    /// round trip, then one append of every event with its outbox row and projection rows.
+    pub async fn assign_batch(
+        &self,
+        items: Vec<Assign>,
+        metadata: &Metadata,
+    ) -> Result<Vec<AssignmentView>, CommandError> {
+        if items.is_empty() || items.len() > MAX_BATCH {
+            return Err(ValidationError::new(
+                "items",
+                format!(
+                    "must hold 1 to {MAX_BATCH} assignments, not {}",
+                    items.len()
+                ),
+            )
+            .into());
+        }
+        let mut parsed = Vec::with_capacity(items.len());
+        let mut seen = std::collections::HashMap::new();
+        for (index, item) in items.iter().enumerate() {
+            let jurisdiction =
+                Jurisdiction::parse(&format!("items[{index}].jurisdiction"), &item.jurisdiction)?;
+            let requested = requested_time(item.effective_at).map_err(|error| {
+                ValidationError::new(format!("items[{index}].{}", error.field), error.reason)
+            })?;
+            if let Some(first) = seen.insert((item.business_id, jurisdiction), index) {
+                return Err(ValidationError::new(
+                    format!("items[{index}]"),
+                    format!(
+                        "business {} in {} is already items[{first}]; a batch names each once",
+                        item.business_id,
+                        jurisdiction.code()
+                    ),
+                )
+                .into());
+            }
+            parsed.push((item.business_id, jurisdiction, requested));
+        }
+        self.write(|tx, _| {
+            let parsed = parsed.clone();
+            Box::pin(async move {
+                let mut codes: Vec<Jurisdiction> = parsed.iter().map(|(_, j, _)| *j).collect();
+                codes.sort_by_key(|j| j.code());
+                codes.dedup();
+                for jurisdiction in &codes {
+                    PrimaryContactLock::prepare(tx, *jurisdiction, LockMode::Shared)
+                        .await?
+                        .take(tx)
+                        .await?;
+                }
+                let streams: Vec<String> = parsed
+                    .iter()
+                    .map(|(business, jurisdiction, _)| assignment_stream(*business, *jurisdiction))
+                    .collect();
+                let heads = store::read_heads(tx, &streams).await?;
+                let mut appends = Vec::with_capacity(parsed.len());
+                let mut views = Vec::with_capacity(parsed.len());
+                for (index, (business_id, jurisdiction, requested)) in parsed.iter().enumerate() {
+                    let (business_id, jurisdiction) = (*business_id, *jurisdiction);
+                    let context = queries::assign_context(tx, business_id, jurisdiction).await?;
+                    let effective_at = effective_at(*requested, heads.now).map_err(|error| {
+                        ValidationError::new(format!("items[{index}].{}", error.field), error.reason)
+                    })?;
+                    let Some((contact_id, contact_created_at)) = context.primary else {
+                        return Err(CommandError::Conflict(format!(
+                            "items[{index}]: {} has no primary contact yet; create one first",
+                            jurisdiction.code()
+                        )));
+                    };
+                    if effective_at < contact_created_at {
+                        return Err(ValidationError::new(
+                            format!("items[{index}].effective_at"),
+                            format!("{effective_at} is before contact {contact_id} took effect ({contact_created_at})"),
+                        )
+                        .into());
+                    }
+                    if let Some(active) = context.active_assignment {
+                        return Err(CommandError::Conflict(format!(
+                            "items[{index}]: business {business_id} already has active assignment {active} in {}",
+                            jurisdiction.code()
+                        )));
+                    }
+                    let assignment_id = Uuid::now_v7();
+                    let started = events::assignment_started(
+                        assignment_id,
+                        business_id,
+                        jurisdiction,
+                        contact_id,
+                        None,
+                    );
+                    appends.push(StreamAppend {
+                        aggregate_type: ASSIGNMENT_AGGREGATE,
+                        aggregate_id: registration_id(business_id, jurisdiction),
+                        expected_version: None,
+                        events: vec![NewEvent::new(started, effective_at)],
+                    });
+                    views.push(AssignmentView {
+                        assignment_id,
+                        business_id,
+                        jurisdiction: jurisdiction.code().to_owned(),
+                        contact_id,
+                        started_at: effective_at,
+                        ended_at: None,
+                        end_reason: None,
+                        replaces: None,
+                        replaced_by: None,
+                        recorded_at: heads.now,
+                        ended_recorded_at: None,
+                    });
+                }
+                write::record(tx, &appends, &heads, metadata).await?;
+                Ok(views)
+            })
+        })
         .await
     }
 

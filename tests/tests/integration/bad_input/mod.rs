@@ -4,6 +4,7 @@
 //! or oversized headers, the last over real TCP ([`heads`]). Each answer is a 4xx with the
 //! documented `{"error": {"code", "message"}}` body, and writes nothing.
 
+mod batch;
 mod bodies;
 mod heads;
 mod queries;
