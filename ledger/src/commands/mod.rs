@@ -211,63 +211,31 @@ impl Ledger {
         let jurisdiction = Jurisdiction::parse("jurisdiction", &command.jurisdiction)?;
         let requested = requested_time(command.effective_at)?;
         let business_id = command.business_id;
-        self.write(|tx, _| Box::pin(async move {
-            // The lock, both lookups and the heads travel in one round trip. The lock is
-            // sent first and the server runs them in order, so the lookups see any supersede
-            // that committed while the lock waited.
-            let lock = PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Shared).await?;
-            let streams = [assignment_stream(business_id, jurisdiction)];
-            let (_, context, heads) = tokio::try_join!(
-                biased;
-                lock.take(tx),
-                queries::assign_context(tx, business_id, jurisdiction),
-                store::read_heads(tx, &streams),
-            )?;
-            let effective_at = effective_at(requested, heads.now)?;
-            let Some((contact_id, contact_created_at)) = context.primary else {
-                return Err(CommandError::Conflict(format!(
-                    "{} has no primary contact yet; create one first",
-                    jurisdiction.code()
-                )));
-            };
-            if effective_at < contact_created_at {
-                return Err(ValidationError::new(
-                    "effective_at",
-                    format!("{effective_at} is before contact {contact_id} took effect ({contact_created_at})"),
-                )
-                .into());
-            }
-            if let Some(active) = context.active_assignment {
-                return Err(CommandError::Conflict(format!(
-                    "business {business_id} already has active assignment {active} in {}",
-                    jurisdiction.code()
-                )));
-            }
-            let assignment_id = Uuid::now_v7();
-            let started =
-                events::assignment_started(assignment_id, business_id, jurisdiction, contact_id, None);
-            let appends = [StreamAppend {
-                aggregate_type: ASSIGNMENT_AGGREGATE,
-                aggregate_id: registration_id(business_id, jurisdiction),
-                // The active-assignment check above and the unique index guard this append.
-                expected_version: None,
-                events: vec![NewEvent::new(started, effective_at)],
-            }];
-            write::record(tx, &appends, &heads, metadata).await?;
-            Ok(AssignmentView {
-                assignment_id,
-                business_id,
-                jurisdiction: jurisdiction.code().to_owned(),
-                contact_id,
-                started_at: effective_at,
-                ended_at: None,
-                end_reason: None,
-                replaces: None,
-                replaced_by: None,
-                recorded_at: heads.now,
-                ended_recorded_at: None,
+        self.write(|tx, _| {
+            Box::pin(async move {
+                // The lock, both lookups and the heads travel in one round trip. The lock is
+                // sent first and the server runs them in order, so the lookups see any supersede
+                // that committed while the lock waited.
+                let lock = PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Shared).await?;
+                let streams = [assignment_stream(business_id, jurisdiction)];
+                let (_, context, heads) = tokio::try_join!(
+                    biased;
+                    lock.take(tx),
+                    queries::assign_context(tx, business_id, jurisdiction),
+                    store::read_heads(tx, &streams),
+                )?;
+                let (append, view) = new_assignment(
+                    None,
+                    business_id,
+                    jurisdiction,
+                    requested,
+                    &context,
+                    heads.now,
+                )?;
+                write::record(tx, &[append], &heads, metadata).await?;
+                Ok(view)
             })
-        }))
+        })
         .await
     }
 
@@ -337,55 +305,16 @@ impl Ledger {
                 for (index, (business_id, jurisdiction, requested)) in parsed.iter().enumerate() {
                     let (business_id, jurisdiction) = (*business_id, *jurisdiction);
                     let context = queries::assign_context(tx, business_id, jurisdiction).await?;
-                    let effective_at = effective_at(*requested, heads.now).map_err(|error| {
-                        ValidationError::new(format!("items[{index}].{}", error.field), error.reason)
-                    })?;
-                    let Some((contact_id, contact_created_at)) = context.primary else {
-                        return Err(CommandError::Conflict(format!(
-                            "items[{index}]: {} has no primary contact yet; create one first",
-                            jurisdiction.code()
-                        )));
-                    };
-                    if effective_at < contact_created_at {
-                        return Err(ValidationError::new(
-                            format!("items[{index}].effective_at"),
-                            format!("{effective_at} is before contact {contact_id} took effect ({contact_created_at})"),
-                        )
-                        .into());
-                    }
-                    if let Some(active) = context.active_assignment {
-                        return Err(CommandError::Conflict(format!(
-                            "items[{index}]: business {business_id} already has active assignment {active} in {}",
-                            jurisdiction.code()
-                        )));
-                    }
-                    let assignment_id = Uuid::now_v7();
-                    let started = events::assignment_started(
-                        assignment_id,
+                    let (append, view) = new_assignment(
+                        Some(index),
                         business_id,
                         jurisdiction,
-                        contact_id,
-                        None,
-                    );
-                    appends.push(StreamAppend {
-                        aggregate_type: ASSIGNMENT_AGGREGATE,
-                        aggregate_id: registration_id(business_id, jurisdiction),
-                        expected_version: None,
-                        events: vec![NewEvent::new(started, effective_at)],
-                    });
-                    views.push(AssignmentView {
-                        assignment_id,
-                        business_id,
-                        jurisdiction: jurisdiction.code().to_owned(),
-                        contact_id,
-                        started_at: effective_at,
-                        ended_at: None,
-                        end_reason: None,
-                        replaces: None,
-                        replaced_by: None,
-                        recorded_at: heads.now,
-                        ended_recorded_at: None,
-                    });
+                        *requested,
+                        &context,
+                        heads.now,
+                    )?;
+                    appends.push(append);
+                    views.push(view);
                 }
                 write::record(tx, &appends, &heads, metadata).await?;
                 Ok(views)
@@ -510,6 +439,68 @@ fn not_found(what: &'static str, id: Uuid) -> CommandError {
 }
 
 /// A requested business time, checked and kept to the microsecond.
+/// The checks and the `AssignmentStarted` of one new assignment, given its context read
+/// under the jurisdiction's primary-contact lock. `item` is its index in a batch: errors then
+/// name it (`items[3].effective_at`, `items[3]: …`).
+fn new_assignment(
+    item: Option<usize>,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    requested: Option<DateTime<Utc>>,
+    context: &queries::AssignContext,
+    now: DateTime<Utc>,
+) -> Result<(StreamAppend, AssignmentView), CommandError> {
+    let field = |name: &str| item.map_or(name.to_owned(), |index| format!("items[{index}].{name}"));
+    let prefix = item.map_or(String::new(), |index| format!("items[{index}]: "));
+    let effective_at = effective_at(requested, now)
+        .map_err(|error| ValidationError::new(field(&error.field), error.reason))?;
+    let Some((contact_id, contact_created_at)) = context.primary else {
+        return Err(CommandError::Conflict(format!(
+            "{prefix}{} has no primary contact yet; create one first",
+            jurisdiction.code()
+        )));
+    };
+    if effective_at < contact_created_at {
+        return Err(ValidationError::new(
+            field("effective_at"),
+            format!(
+                "{effective_at} is before contact {contact_id} took effect ({contact_created_at})"
+            ),
+        )
+        .into());
+    }
+    if let Some(active) = context.active_assignment {
+        return Err(CommandError::Conflict(format!(
+            "{prefix}business {business_id} already has active assignment {active} in {}",
+            jurisdiction.code()
+        )));
+    }
+    let assignment_id = Uuid::now_v7();
+    let started =
+        events::assignment_started(assignment_id, business_id, jurisdiction, contact_id, None);
+    let append = StreamAppend {
+        aggregate_type: ASSIGNMENT_AGGREGATE,
+        aggregate_id: registration_id(business_id, jurisdiction),
+        // The active-assignment check above and the unique index guard this append.
+        expected_version: None,
+        events: vec![NewEvent::new(started, effective_at)],
+    };
+    let view = AssignmentView {
+        assignment_id,
+        business_id,
+        jurisdiction: jurisdiction.code().to_owned(),
+        contact_id,
+        started_at: effective_at,
+        ended_at: None,
+        end_reason: None,
+        replaces: None,
+        replaced_by: None,
+        recorded_at: now,
+        ended_recorded_at: None,
+    };
+    Ok((append, view))
+}
+
 fn requested_time(
     requested: Option<DateTime<Utc>>,
 ) -> Result<Option<DateTime<Utc>>, ValidationError> {
