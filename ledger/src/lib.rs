@@ -11,6 +11,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod import;
 pub mod migrate;
 pub mod projections;
 pub mod queries;

@@ -5,6 +5,7 @@ mod audit;
 mod bench;
 mod demo;
 mod grant;
+mod import;
 mod migrate;
 mod outbox;
 mod projections;
@@ -58,6 +59,9 @@ enum Command {
         #[command(subcommand)]
         command: replay::ReplayCommand,
     },
+    /// Start assignments from a CSV file in batches, with a progress bar; run it again to
+    /// resume (what is already assigned is skipped).
+    Import(import::ImportArgs),
     /// Run the reassignment worker: processes the chained pages of supersede runs.
     Worker(worker::WorkerArgs),
     /// Reassignment runs: progress, live watch, re-runs.
@@ -144,6 +148,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Projections { command } => projections::run(url, command).await,
         Command::Relay(args) => relay::run(&database, args).await,
         Command::Replay { command } => replay::run(url, command).await,
+        Command::Import(args) => import::run(url, args).await,
         Command::Worker(args) => worker::run(&database, args).await,
         Command::Runs { command } => runs::run(url, command).await,
         Command::Demo(options) => demo::run(url, options).await,

@@ -243,50 +243,47 @@ impl Ledger {
     /// portfolio arrives as a unit; a retry of a failed batch never half-applies). Items are
     /// named by their index in errors: `items[3].jurisdiction`, `items[3]: business … already
     /// has …`. At most [`MAX_BATCH`]; a business may appear once per jurisdiction.
-    ///
-    /// The shared primary-contact locks of every jurisdiction are taken first, in code order
-    /// (so two batches cannot deadlock on them), then the heads of every stream in one
-    /// round trip, then one append of every event with its outbox row and projection rows.
     pub async fn assign_batch(
         &self,
         items: Vec<Assign>,
         metadata: &Metadata,
     ) -> Result<Vec<AssignmentView>, CommandError> {
-        if items.is_empty() || items.len() > MAX_BATCH {
-            return Err(ValidationError::new(
-                "items",
-                format!(
-                    "must hold 1 to {MAX_BATCH} assignments, not {}",
-                    items.len()
-                ),
-            )
-            .into());
-        }
-        let mut parsed = Vec::with_capacity(items.len());
-        let mut seen = std::collections::HashMap::new();
-        for (index, item) in items.iter().enumerate() {
-            let jurisdiction =
-                Jurisdiction::parse(&format!("items[{index}].jurisdiction"), &item.jurisdiction)?;
-            let requested = requested_time(item.effective_at).map_err(|error| {
-                ValidationError::new(format!("items[{index}].{}", error.field), error.reason)
-            })?;
-            if let Some(first) = seen.insert((item.business_id, jurisdiction), index) {
-                return Err(ValidationError::new(
-                    format!("items[{index}]"),
-                    format!(
-                        "business {} in {} is already items[{first}]; a batch names each once",
-                        item.business_id,
-                        jurisdiction.code()
-                    ),
-                )
-                .into());
-            }
-            parsed.push((item.business_id, jurisdiction, requested));
-        }
+        let outcomes = self.batch(items, WhenAssigned::Refuse, metadata).await?;
+        Ok(outcomes
+            .into_iter()
+            .filter_map(|outcome| match outcome {
+                BatchItem::Started(view) => Some(view),
+                BatchItem::AlreadyAssigned(_) => None,
+            })
+            .collect())
+    }
+
+    /// [`Ledger::assign_batch`] for an import that may run again: an item whose business
+    /// already has an active assignment in the jurisdiction (on any contact) is skipped
+    /// instead of refusing the batch. The others start, all or none.
+    pub async fn import_batch(
+        &self,
+        items: Vec<Assign>,
+        metadata: &Metadata,
+    ) -> Result<Vec<BatchItem>, CommandError> {
+        self.batch(items, WhenAssigned::Skip, metadata).await
+    }
+
+    /// The batch both share. The shared primary-contact locks of every jurisdiction are
+    /// taken first, in code order (so two batches cannot deadlock on them); then, in one
+    /// round trip, every item's context and every stream's head; then one append of every
+    /// event with its outbox row and projection rows.
+    async fn batch(
+        &self,
+        items: Vec<Assign>,
+        when_assigned: WhenAssigned,
+        metadata: &Metadata,
+    ) -> Result<Vec<BatchItem>, CommandError> {
+        let parsed = parse_batch(&items)?;
+        let parsed = &parsed;
         self.write(|tx, _| {
-            let parsed = parsed.clone();
             Box::pin(async move {
-                let mut codes: Vec<Jurisdiction> = parsed.iter().map(|(_, j, _)| *j).collect();
+                let mut codes: Vec<Jurisdiction> = parsed.iter().map(|item| item.1).collect();
                 codes.sort_by_key(|j| j.code());
                 codes.dedup();
                 for jurisdiction in &codes {
@@ -295,29 +292,44 @@ impl Ledger {
                         .take(tx)
                         .await?;
                 }
-                let streams: Vec<String> = parsed
+                let keys: Vec<(Uuid, Jurisdiction)> = parsed
                     .iter()
-                    .map(|(business, jurisdiction, _)| assignment_stream(*business, *jurisdiction))
+                    .map(|(business, jurisdiction, _)| (*business, *jurisdiction))
                     .collect();
-                let heads = store::read_heads(tx, &streams).await?;
+                let streams: Vec<String> = keys
+                    .iter()
+                    .map(|(business, jurisdiction)| assignment_stream(*business, *jurisdiction))
+                    .collect();
+                let (contexts, heads) = tokio::try_join!(
+                    queries::assign_contexts(tx, &keys),
+                    store::read_heads(tx, &streams),
+                )?;
                 let mut appends = Vec::with_capacity(parsed.len());
-                let mut views = Vec::with_capacity(parsed.len());
-                for (index, (business_id, jurisdiction, requested)) in parsed.iter().enumerate() {
-                    let (business_id, jurisdiction) = (*business_id, *jurisdiction);
-                    let context = queries::assign_context(tx, business_id, jurisdiction).await?;
+                let mut outcomes = Vec::with_capacity(parsed.len());
+                for (index, ((business_id, jurisdiction, requested), context)) in
+                    parsed.iter().zip(&contexts).enumerate()
+                {
+                    if let (WhenAssigned::Skip, Some(active)) =
+                        (when_assigned, context.active_assignment)
+                    {
+                        outcomes.push(BatchItem::AlreadyAssigned(active));
+                        continue;
+                    }
                     let (append, view) = new_assignment(
                         Some(index),
-                        business_id,
-                        jurisdiction,
+                        *business_id,
+                        *jurisdiction,
                         *requested,
-                        &context,
+                        context,
                         heads.now,
                     )?;
                     appends.push(append);
-                    views.push(view);
+                    outcomes.push(BatchItem::Started(view));
                 }
-                write::record(tx, &appends, &heads, metadata).await?;
-                Ok(views)
+                if !appends.is_empty() {
+                    write::record(tx, &appends, &heads, metadata).await?;
+                }
+                Ok(outcomes)
             })
         })
         .await
@@ -438,7 +450,65 @@ fn not_found(what: &'static str, id: Uuid) -> CommandError {
     }
 }
 
-/// A requested business time, checked and kept to the microsecond.
+/// What a batch does with an item whose business already has an active assignment in the
+/// jurisdiction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WhenAssigned {
+    /// Refuse the whole batch with a conflict naming the item.
+    Refuse,
+    /// Skip the item: an import running again.
+    Skip,
+}
+
+/// One item of a batch, once it committed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchItem {
+    /// The assignment it started.
+    Started(AssignmentView),
+    /// Skipped: the business already has this active assignment in the jurisdiction.
+    AlreadyAssigned(Uuid),
+}
+
+/// A batch item checked: its business, jurisdiction and requested business time.
+type BatchKey = (Uuid, Jurisdiction, Option<DateTime<Utc>>);
+
+/// A batch's items checked before any transaction: 1 to [`MAX_BATCH`] of them, each
+/// jurisdiction and time valid, no (business, jurisdiction) twice. Errors name the index.
+fn parse_batch(items: &[Assign]) -> Result<Vec<BatchKey>, CommandError> {
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(ValidationError::new(
+            "items",
+            format!(
+                "must hold 1 to {MAX_BATCH} assignments, not {}",
+                items.len()
+            ),
+        )
+        .into());
+    }
+    let mut parsed = Vec::with_capacity(items.len());
+    let mut seen = std::collections::HashMap::new();
+    for (index, item) in items.iter().enumerate() {
+        let jurisdiction =
+            Jurisdiction::parse(&format!("items[{index}].jurisdiction"), &item.jurisdiction)?;
+        let requested = requested_time(item.effective_at).map_err(|error| {
+            ValidationError::new(format!("items[{index}].{}", error.field), error.reason)
+        })?;
+        if let Some(first) = seen.insert((item.business_id, jurisdiction), index) {
+            return Err(ValidationError::new(
+                format!("items[{index}]"),
+                format!(
+                    "business {} in {} is already items[{first}]; a batch names each once",
+                    item.business_id,
+                    jurisdiction.code()
+                ),
+            )
+            .into());
+        }
+        parsed.push((item.business_id, jurisdiction, requested));
+    }
+    Ok(parsed)
+}
+
 /// The checks and the `AssignmentStarted` of one new assignment, given its context read
 /// under the jurisdiction's primary-contact lock. `item` is its index in a batch: errors then
 /// name it (`items[3].effective_at`, `items[3]: …`).
@@ -501,6 +571,7 @@ fn new_assignment(
     Ok((append, view))
 }
 
+/// A requested business time, checked and kept to the microsecond.
 fn requested_time(
     requested: Option<DateTime<Utc>>,
 ) -> Result<Option<DateTime<Utc>>, ValidationError> {

@@ -319,6 +319,32 @@ pub async fn assign_context(
     })
 }
 
+/// [`assign_context`] for many (business, jurisdiction) pairs in one statement, in their
+/// order.
+pub async fn assign_contexts(
+    client: &impl GenericClient,
+    items: &[(Uuid, Jurisdiction)],
+) -> Result<Vec<AssignContext>, tokio_postgres::Error> {
+    let businesses: Vec<Uuid> = items.iter().map(|(business, _)| *business).collect();
+    let codes: Vec<&str> = items.iter().map(|(_, j)| j.code()).collect();
+    let rows = cached::query(
+        client,
+        include_str!("../sql/queries/assign_contexts.sql"),
+        &[&businesses, &codes],
+    )
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let contact: Option<Uuid> = row.get(0);
+            AssignContext {
+                primary: contact.map(|id| (id, row.get(1))),
+                active_assignment: row.get(2),
+            }
+        })
+        .collect())
+}
+
 /// One assignment, locked for the rest of the transaction: the first lock a command that
 /// ends or replaces it takes on its rows (see the write module for the order).
 pub async fn assignment_for_update(

@@ -8,6 +8,7 @@ mod console;
 mod deploy;
 mod digest;
 mod digest_published;
+mod import;
 mod ledger;
 mod migrations;
 mod races;
