@@ -452,6 +452,11 @@ pub struct WorkerConfig {
     /// A run without progress for this long gets its page request raised again
     /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.
     pub stall_after_ms: u64,
+    /// Run a page's next page here, straight after it commits, instead of waiting for its
+    /// request to come back through the relay and Kafka (`LEDGER_WORKER_CONTINUE_CHAIN`,
+    /// `true` or `false`). The request is published either way; its copy is then dropped.
+    /// Still one page at a time per run.
+    pub continue_chain: bool,
     /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...).
     pub kafka: BTreeMap<String, String>,
     /// Secret librdkafka settings read from files, e.g.
@@ -472,6 +477,7 @@ impl Default for WorkerConfig {
             retry_backoff_max_ms: 5_000,
             instance_id: None,
             stall_after_ms: reassign::STALL_AFTER.as_millis() as u64,
+            continue_chain: true,
             kafka: BTreeMap::new(),
             kafka_secret_files: BTreeMap::new(),
         }
@@ -490,6 +496,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("metrics_listen", &self.metrics_listen)
             .field("instance_id", &self.instance_id)
             .field("stall_after_ms", &self.stall_after_ms)
+            .field("continue_chain", &self.continue_chain)
             .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
             .field("kafka_secret_files", &self.kafka_secret_files)
             .finish_non_exhaustive()
@@ -526,6 +533,19 @@ impl WorkerConfig {
         }
         if let Some(stall) = env("LEDGER_WORKER_STALL_AFTER_MS") {
             config.stall_after_ms = number("LEDGER_WORKER_STALL_AFTER_MS", &stall)?;
+        }
+        if let Some(flag) = env("LEDGER_WORKER_CONTINUE_CHAIN") {
+            config.continue_chain = match flag.trim() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "LEDGER_WORKER_CONTINUE_CHAIN",
+                        &flag,
+                        "expected true or false",
+                    ));
+                }
+            };
         }
         let mut kafka = config.kafka_settings();
         kafka.apply_env();

@@ -7,10 +7,19 @@
 //! Messages are handled one at a time per worker. Pages of one run share a key (the run id),
 //! hence a partition, and the next request exists only once the previous page committed, so
 //! however many workers and partitions there are, a run has one page in flight.
+//!
+//! With `continue_chain` (the default) a worker that commits a page runs the next one
+//! straight away, for up to [`CHAIN_BUDGET`], instead of waiting for the request to come back
+//! through the relay, the broker and its consumer (most of a chain's time on the stack:
+//! about 190 ms a page against 90 ms in the page's transaction). The request is still
+//! published, so a crash at any point leaves the chain to Kafka as before; its copy, when it
+//! arrives, is dropped here without a database round trip (or by the cursor fence
+//! elsewhere). Pages still run one at a time per run, in one transaction each.
 
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::consumer;
@@ -19,6 +28,7 @@ use rdkafka::Message as _;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+use uuid::Uuid;
 
 pub use crate::config::WorkerConfig;
 use crate::db;
@@ -46,6 +56,20 @@ pub const PAGE_FAILURES: &str = "ra_reassignment_page_failures_total";
 pub const PAGES_IN_FLIGHT: &str = "ra_reassignment_pages_in_flight";
 /// Runs found without progress whose page request this worker raised again.
 pub const STALLS: &str = "ra_reassignment_stalls_total";
+/// Pages run straight after the previous page of their run (`continue_chain`).
+pub const PAGES_CONTINUED: &str = "ra_reassignment_pages_continued_total";
+/// Page requests from Kafka whose page this worker had already run straight away: dropped
+/// without a database round trip.
+pub const REQUESTS_ALREADY_RUN: &str = "ra_reassignment_requests_already_run_total";
+
+/// How long a worker keeps running a chain's pages straight after each other before it
+/// reads its consumer again (other runs' requests wait meanwhile; the chain goes on
+/// through Kafka).
+pub const CHAIN_BUDGET: Duration = Duration::from_secs(20);
+
+/// Request ids of the pages a worker ran straight away that it remembers, to drop their
+/// copies from Kafka.
+const REMEMBERED_REQUESTS: usize = 10_000;
 
 /// How often the worker looks for replays to run (requested, or left by a dead runner).
 pub const REPLAY_POLL: Duration = Duration::from_secs(2);
@@ -64,6 +88,8 @@ pub struct WorkerMetrics {
     page_failures: AtomicU64,
     in_flight: AtomicI64,
     stalls: AtomicU64,
+    continued: AtomicU64,
+    already_run: AtomicU64,
     /// The replays this worker runs (`crate::replay`).
     pub replays: Arc<crate::replay::run::ReplayMetrics>,
 }
@@ -72,6 +98,16 @@ impl WorkerMetrics {
     /// Stale requests dropped so far.
     pub fn stale(&self) -> u64 {
         self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Requests from Kafka dropped because this worker had already run their page.
+    pub fn already_run(&self) -> u64 {
+        self.already_run.load(Ordering::Relaxed)
+    }
+
+    /// Pages run straight after the previous page of their run.
+    pub fn continued(&self) -> u64 {
+        self.continued.load(Ordering::Relaxed)
     }
 
     /// Renders the Prometheus text format.
@@ -148,6 +184,20 @@ impl WorkerMetrics {
             "counter",
             load(&self.stalls),
         );
+        render_value(
+            &mut out,
+            PAGES_CONTINUED,
+            "Pages run straight after the previous page of their run, without waiting for Kafka.",
+            "counter",
+            load(&self.continued),
+        );
+        render_value(
+            &mut out,
+            REQUESTS_ALREADY_RUN,
+            "Page requests from Kafka whose page this worker had already run; dropped.",
+            "counter",
+            load(&self.already_run),
+        );
         self.page_duration.render(
             &mut out,
             PAGE_DURATION,
@@ -207,6 +257,7 @@ pub async fn run(
         REPLAY_POLL,
         shutdown.clone(),
     ));
+    let mut ran_here = RanHere::default();
     loop {
         let message = tokio::select! {
             // Shutdown first: the page in progress has finished (it is not in this select).
@@ -235,12 +286,18 @@ pub async fn run(
                 None
             }
         };
-        if let Some(request) = request
-            && !handle_with_retries(&pool, &request, &config, &metrics, &shutdown).await
-        {
-            // Shutting down mid-retry: the offset stays uncommitted and the request is
-            // redelivered to whoever takes the partition.
-            break;
+        if let Some(request) = request {
+            if ran_here.contains(request.request_id) {
+                metrics.already_run.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(run = %request.run_id, page = request.page,
+                    "page request already run here; dropped");
+            } else if !handle_chain(&pool, request, &config, &metrics, &shutdown, &mut ran_here)
+                .await
+            {
+                // Shutting down mid-retry: the offset stays uncommitted and the request is
+                // redelivered to whoever takes the partition.
+                break;
+            }
         }
         // Asynchronous: a synchronous commit waits for the group coordinator without a
         // timeout, and after a broker restart it blocked the worker for good (seen with
@@ -296,15 +353,78 @@ fn consumer_config(
     Ok(client_config)
 }
 
-/// Handles one request until it is processed or dropped; `false` when shutdown interrupted
-/// the retries.
+/// The ids of the page requests this worker ran straight away, the newest
+/// [`REMEMBERED_REQUESTS`] of them.
+#[derive(Debug, Default)]
+struct RanHere {
+    ids: HashSet<Uuid>,
+    order: VecDeque<Uuid>,
+}
+
+impl RanHere {
+    fn insert(&mut self, id: Uuid) {
+        if self.ids.insert(id) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > REMEMBERED_REQUESTS {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+    }
+
+    fn contains(&self, id: Uuid) -> bool {
+        self.ids.contains(&id)
+    }
+}
+
+/// Handles `request`, then (with `continue_chain`) the next page of its run straight after
+/// each page commits, for up to [`CHAIN_BUDGET`]; `false` when shutdown interrupted it.
+async fn handle_chain(
+    pool: &Pool,
+    request: PageRequest,
+    config: &WorkerConfig,
+    metrics: &WorkerMetrics,
+    shutdown: &CancellationToken,
+    ran_here: &mut RanHere,
+) -> bool {
+    let began = Instant::now();
+    let mut request = request;
+    loop {
+        let Handled::Done { next } =
+            handle_with_retries(pool, &request, config, metrics, shutdown).await
+        else {
+            return false;
+        };
+        let Some(next) = next.filter(|_| config.continue_chain) else {
+            return true;
+        };
+        // Past the budget, or stopping: the published request carries the chain on.
+        if began.elapsed() >= CHAIN_BUDGET || shutdown.is_cancelled() {
+            return true;
+        }
+        ran_here.insert(next.request_id);
+        metrics.continued.fetch_add(1, Ordering::Relaxed);
+        request = next;
+    }
+}
+
+/// How handling a request ended.
+enum Handled {
+    /// Processed or dropped; the next page's request if the page raised one.
+    Done { next: Option<PageRequest> },
+    /// Shutdown interrupted the retries.
+    Shutdown,
+}
+
+/// Handles one request until it is processed or dropped.
 async fn handle_with_retries(
     pool: &Pool,
     request: &PageRequest,
     config: &WorkerConfig,
     metrics: &WorkerMetrics,
     shutdown: &CancellationToken,
-) -> bool {
+) -> Handled {
     let mut backoff = Duration::from_millis(100);
     loop {
         metrics.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -330,22 +450,22 @@ async fn handle_with_retries(
                 info!(run = %report.run_id, page = report.page, replaced = report.replaced,
                       skipped = report.skipped, failed = report.failed, isolated = report.isolated,
                       ms = report.duration.as_millis() as u64, "page processed");
-                return true;
+                return Handled::Done { next: report.next };
             }
             Ok(PageOutcome::Stale { reason }) => {
                 metrics.stale.fetch_add(1, Ordering::Relaxed);
                 info!(run = %request.run_id, page = request.page, %reason, "stale page request dropped");
-                return true;
+                return Handled::Done { next: None };
             }
             Ok(PageOutcome::UnknownRun) => {
                 warn!(run = %request.run_id, "page request for an unknown run dropped");
-                return true;
+                return Handled::Done { next: None };
             }
             Err(error) => {
                 metrics.page_failures.fetch_add(1, Ordering::Relaxed);
                 warn!(%error, retry_in_ms = backoff.as_millis() as u64, "page failed; retrying");
                 tokio::select! {
-                    _ = shutdown.cancelled() => return false,
+                    _ = shutdown.cancelled() => return Handled::Shutdown,
                     _ = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(config.retry_backoff_max());

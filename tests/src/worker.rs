@@ -58,6 +58,10 @@ pub fn spawn(binary: &str, config: &WorkerConfig) -> anyhow::Result<Child> {
             config.stall_after_ms.to_string(),
         )
         .env(
+            "LEDGER_WORKER_CONTINUE_CHAIN",
+            config.continue_chain.to_string(),
+        )
+        .env(
             "LEDGER_WORKER_INSTANCE_ID",
             config.instance_id.as_deref().unwrap_or_default(),
         )

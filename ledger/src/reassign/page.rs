@@ -55,6 +55,9 @@ pub struct PageReport {
     pub isolated: bool,
     /// The chain ended with this page.
     pub completed: bool,
+    /// The next page's request, as the page published it (`None` when the chain ended): a
+    /// worker may run it at once instead of waiting for it to come back through Kafka.
+    pub next: Option<PageRequest>,
     /// Wall time of the page's transaction, commit included.
     pub duration: Duration,
 }
@@ -166,7 +169,7 @@ async fn process(
     // the REPLACEs are written. Writing the run's events first makes the next page request
     // the transaction's first outbox row: the relay publishes it while the page's own
     // events still stream, and the next page starts sooner.
-    let last_request_id =
+    let (last_request_id, next_request) =
         progress::append_run_events(&tx, request, &run, &next, &failures, &page, &target).await?;
     if !isolated {
         let appends = rows::replace_appends(&locked, &target);
@@ -192,6 +195,7 @@ async fn process(
         failed: page.failed,
         isolated,
         completed: matches!(next, Next::Complete),
+        next: next_request,
         duration: began.elapsed(),
     }))
 }

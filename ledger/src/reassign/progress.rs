@@ -107,7 +107,8 @@ impl PageCounts {
 }
 
 /// Step 6: the run's events: a `ReassignmentRowFailed` per row given up on, then the next
-/// page request or `ReassignmentCompleted`. Returns the id of the last one.
+/// page request or `ReassignmentCompleted`. Returns the id of the last one, and the next
+/// page request when there is one.
 pub(super) async fn append_run_events(
     tx: &Transaction<'_>,
     request: &PageRequest,
@@ -116,7 +117,7 @@ pub(super) async fn append_run_events(
     failures: &[Failure],
     page: &PageCounts,
     target: &Target<'_>,
-) -> Result<Uuid, CommandError> {
+) -> Result<(Uuid, Option<PageRequest>), CommandError> {
     let now = target.heads.now;
     let attempts = run.page_attempts + 1;
     let mut events: Vec<NewEvent> = failures
@@ -134,16 +135,19 @@ pub(super) async fn append_run_events(
             )
         })
         .collect();
-    events.push(match *next {
-        Next::Page { cursor, .. } => PageRequest {
+    let next_request = match *next {
+        Next::Page { cursor, .. } => Some(PageRequest {
             request_id: Uuid::now_v7(),
             new_contact_id: target.contact_id,
             page: request.page + 1,
             cursor,
             ..request.clone()
-        }
-        .event(now),
-        Next::Complete => NewEvent::new(
+        }),
+        Next::Complete => None,
+    };
+    events.push(match &next_request {
+        Some(next_request) => next_request.event(now),
+        None => NewEvent::new(
             Event::ReassignmentCompleted(v1::ReassignmentCompleted {
                 run_id: request.run_id.to_string(),
                 old_contact_id: request.old_contact_id.to_string(),
@@ -170,7 +174,7 @@ pub(super) async fn append_run_events(
         target.metadata,
     )
     .await?;
-    Ok(last)
+    Ok((last, next_request))
 }
 
 /// Step 7: the rows given up on, the page's record and the run's new fence, counts and

@@ -215,7 +215,10 @@ async fn a_redelivered_page_request_rewrites_nothing_and_forks_nothing() -> anyh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_requests_through_the_broker_are_dropped_by_the_fence() -> anyhow::Result<()> {
-    let (database, topics, relay, config) = relayed().await?;
+    let (database, topics, relay, mut config) = relayed().await?;
+    // Every page through Kafka, so every copy meets the fence (a worker that runs the next
+    // page at once drops the copies of those pages before: see the test below).
+    config.continue_chain = false;
     let worker = RunningWorker::start(config.clone());
     let seeded = seeded(&database, 300).await?;
     let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
@@ -261,6 +264,51 @@ async fn duplicate_requests_through_the_broker_are_dropped_by_the_fence() -> any
     assert_all_moved(&seeded, seeded.contact_id, new).await;
     worker.stop().await?;
     relay.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_the_next_page_at_once_and_drops_its_copy_from_kafka() -> anyhow::Result<()> {
+    let (database, topics, relay, config) = relayed().await?;
+    assert!(config.continue_chain, "the default");
+    let worker = RunningWorker::start(config.clone());
+    let seeded = seeded(&database, 500).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
+    let status = wait_for_run(&database, run_id, Duration::from_secs(120), completed).await?;
+    assert_eq!((status.replaced, status.pages), (500, 6));
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    // Page 1 came through Kafka; pages 2 to 6 ran straight after the page before, one at a
+    // time, and every one of them still published its request.
+    assert_eq!(worker.metrics.continued(), 5);
+    let requests = page_requests(&seeded.client, run_id).await?;
+    assert_eq!(
+        requests.iter().map(|r| r.page).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5, 6]
+    );
+    assert_eq!(
+        ra_ledger::testing::max_pages_in_flight(&seeded.client, run_id).await?,
+        1,
+        "one page at a time"
+    );
+    // Their copies come back through the relay and Kafka and are dropped here, without a
+    // write.
+    let events = count(&seeded.client, "SELECT count(*) FROM events", &[]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while worker.metrics.already_run() < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the copies of the pages run at once were not all dropped: {}",
+            worker.metrics.already_run()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(worker.metrics.stale(), 0);
+    assert_eq!(
+        count(&seeded.client, "SELECT count(*) FROM events", &[]).await,
+        events
+    );
+    worker.stop().await?;
+    drop((relay, topics));
     Ok(())
 }
 

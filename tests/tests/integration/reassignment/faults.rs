@@ -19,7 +19,11 @@ fn stalls(worker: &RunningWorker) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_5_000_survives_a_broker_kill_minus_nine_mid_chain() -> anyhow::Result<()> {
     let broker = private_broker()?;
-    let (database, _topics, relay, config) = relayed_on(TestTopics::on(broker.brokers())).await?;
+    let (database, _topics, relay, mut config) =
+        relayed_on(TestTopics::on(broker.brokers())).await?;
+    // Every page through Kafka, so the fault hits the chain's path (a worker running each
+    // next page at once would carry the chain past the broker's death on its own).
+    config.continue_chain = false;
     let worker = RunningWorker::start(config.clone());
     let seeded = seeded(&database, 5_000).await?;
     let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 100).await;
@@ -105,6 +109,8 @@ async fn a_run_completes_when_its_topic_is_deleted_and_recreated_mid_run() -> an
     // A short stall time: the page request in flight when the topic went is gone with it,
     // and only the stall watcher raises it again.
     config.stall_after_ms = 3_000;
+    // Every page through Kafka, so the request in flight is the one the topic takes along.
+    config.continue_chain = false;
     // Processes under a supervisor, as deployed: librdkafka 2.12 clients sometimes crash
     // (SIGSEGV in their metadata cache) when a topic they use is recreated with a new id.
     let mut relay = Supervised::new("relay", move || {
