@@ -5,6 +5,7 @@
 
 mod as_of;
 mod digest;
+mod import;
 mod latency;
 mod outbox;
 mod reassign;
@@ -36,6 +37,18 @@ pub enum BenchCommand {
         /// Alternating rounds (ledger, raw, ledger, raw, ...).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+    },
+    /// `ledger import` of a generated file vs a raw COPY of the same rows (the ceiling).
+    Import {
+        /// Assignments in the file.
+        #[arg(long, default_value_t = 100_000)]
+        rows: usize,
+        /// Rows per transaction, for both.
+        #[arg(long, default_value_t = ra_ledger::commands::MAX_BATCH)]
+        batch_size: usize,
+        /// Transactions in flight, for both.
+        #[arg(long, default_value_t = 2)]
+        concurrency: usize,
     },
     /// The outbox's rows and size on disk while events stream through the relay and
     /// retention removes what the slot confirmed.
@@ -91,6 +104,10 @@ pub enum BenchCommand {
         /// Workers in the consumer group (a run still has one page in flight).
         #[arg(long, default_value_t = 2)]
         workers: usize,
+        /// Whether a worker runs each next page at once (`true`, the default) or waits for
+        /// its request through the relay and Kafka (`false`, as before).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        continue_chain: bool,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -142,9 +159,9 @@ pub enum BenchCommand {
     },
     /// As-of query latency (p50/p99) over a large assignment history.
     AsOf {
-        /// Assignment history rows to seed.
-        #[arg(long, default_value_t = 1_000_000)]
-        history_rows: usize,
+        /// Assignment history rows to seed (five per business, so rows/5 streams).
+        #[arg(long, alias = "history-rows", default_value_t = 1_000_000)]
+        rows: usize,
         /// Queries to time.
         #[arg(long, default_value_t = 20_000)]
         queries: usize,
@@ -187,8 +204,15 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             rows,
             page_size,
             workers,
+            continue_chain,
             brokers,
-        } => reassign::run(database_url, &brokers, rows, page_size, workers).await,
+        } => {
+            let workers = reassign::Workers {
+                count: workers,
+                continue_chain,
+            };
+            reassign::run(database_url, &brokers, rows, page_size, workers).await
+        }
         BenchCommand::Digest {
             streams,
             changed,
@@ -224,10 +248,12 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             };
             replay::run(database_url, &brokers, options).await
         }
-        BenchCommand::AsOf {
-            history_rows,
-            queries,
-        } => as_of::run(database_url, history_rows, queries).await,
+        BenchCommand::Import {
+            rows,
+            batch_size,
+            concurrency,
+        } => import::run(database_url, rows, batch_size, concurrency).await,
+        BenchCommand::AsOf { rows, queries } => as_of::run(database_url, rows, queries).await,
     }
 }
 

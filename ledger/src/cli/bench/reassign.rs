@@ -24,10 +24,10 @@ pub async fn run(
     brokers: &str,
     rows: usize,
     page_size: u32,
-    workers: usize,
+    workers: Workers,
 ) -> anyhow::Result<()> {
     ra_ledger::reassign::page_size(Some(page_size))?;
-    if rows == 0 || workers == 0 {
+    if rows == 0 || workers.count == 0 {
         anyhow::bail!("--rows and --workers must be at least 1");
     }
     let f = measure(database_url, brokers, rows, page_size, workers).await?;
@@ -66,6 +66,16 @@ pub async fn run(
     Ok(())
 }
 
+/// The chained run's workers.
+#[derive(Debug, Clone, Copy)]
+pub struct Workers {
+    /// How many, in one consumer group.
+    pub count: usize,
+    /// Whether a worker runs each next page at once (the default) or waits for its
+    /// request through Kafka.
+    pub continue_chain: bool,
+}
+
 /// Figures of `ledger bench reassign`.
 #[derive(Debug, Clone)]
 struct ReassignFigures {
@@ -94,7 +104,7 @@ async fn measure(
     brokers: &str,
     rows: usize,
     page_size: u32,
-    workers: usize,
+    workers: Workers,
 ) -> anyhow::Result<ReassignFigures> {
     let scratch = scratch(url).await?;
     let figures = reassign_in(&scratch, brokers, rows, page_size, workers).await;
@@ -107,7 +117,7 @@ async fn reassign_in(
     brokers: &str,
     rows: usize,
     page_size: u32,
-    workers: usize,
+    workers: Workers,
 ) -> anyhow::Result<ReassignFigures> {
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let slot = scratch.create_slot(&client, "reassign").await?;
@@ -149,7 +159,10 @@ async fn reassign_in(
     wait_for_relay(&client, &slot).await?;
     client.batch_execute(settle).await?;
 
-    eprintln!("chained pages of {page_size} through relay, broker and {workers} worker(s)…");
+    eprintln!(
+        "chained pages of {page_size} through relay, broker and {} worker(s), continue_chain {}…",
+        workers.count, workers.continue_chain
+    );
     let chained = bench.supersede(chained_old).await?;
     let status = bench.wait_run(chained.run.run_id).await?;
     anyhow::ensure!(
@@ -182,7 +195,7 @@ async fn pipeline(
     scratch: &ScratchDatabase,
     slot: &str,
     brokers: &str,
-    workers: usize,
+    workers: Workers,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<(Task<RelayError>, Vec<Task<WorkerError>>)> {
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
@@ -199,7 +212,7 @@ async fn pipeline(
         std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default()),
         shutdown.clone(),
     ));
-    let worker_tasks = (0..workers.max(1))
+    let worker_tasks = (0..workers.count.max(1))
         .map(|_| {
             let mut config = WorkerConfig {
                 database_url: scratch.url.clone(),
@@ -207,6 +220,7 @@ async fn pipeline(
                 topic: format!("{prefix}reassignment"),
                 group_id: format!("{prefix}workers"),
                 metrics_listen: None,
+                continue_chain: workers.continue_chain,
                 ..WorkerConfig::default()
             };
             // Kafka security from the environment, as every tool.

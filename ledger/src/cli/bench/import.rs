@@ -1,0 +1,264 @@
+//! `ledger bench import`: `ledger import` of a generated file, against a raw ceiling
+//! measured in the same run: a `COPY` of the very rows the import wrote (events, outbox,
+//! assignments) into the same tables of a fresh database, in transactions of the same size,
+//! with the same concurrency, without the ledger's logic (locks, checks, hash chains,
+//! projections folded from events).
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt, TryStreamExt, pin_mut};
+use ra_ledger::commands::{CreateContact, Ledger};
+use ra_ledger::db;
+use ra_ledger::domain::PostalAddress;
+use ra_ledger::import::{self, ImportOptions};
+use ra_ledger::testing::ScratchDatabase;
+use uuid::Uuid;
+
+use super::scratch;
+
+/// Jurisdictions the generated file spreads its rows over.
+const JURISDICTIONS: [&str; 4] = ["TX", "CA", "NY", "DE"];
+
+/// The tables the ceiling fills, in an order their foreign keys accept, with the columns an
+/// import writes (the rest keep their defaults).
+const TABLES: [(&str, &str); 3] = [
+    (
+        "events",
+        "event_id, stream, stream_version, event_type, schema_version, payload, recorded_at, \
+         effective_at, actor, correlation_id, causation_id, prev_hash, hash, traceparent",
+    ),
+    (
+        "outbox",
+        "event_id, aggregate_type, aggregate_id, event_type, payload, traceparent",
+    ),
+    (
+        "assignments",
+        "assignment_id, business_id, jurisdiction, contact_id, started_at, replaces, recorded_at",
+    ),
+];
+
+pub async fn run(
+    database_url: &str,
+    rows: usize,
+    batch_size: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    if rows == 0 || concurrency == 0 || !(1..=ra_ledger::commands::MAX_BATCH).contains(&batch_size)
+    {
+        anyhow::bail!(
+            "--rows and --concurrency must be at least 1, --batch-size 1 to {}",
+            ra_ledger::commands::MAX_BATCH
+        );
+    }
+    println!(
+        "import of {rows} assignments over {} jurisdictions, {batch_size} per transaction, {concurrency} in flight",
+        JURISDICTIONS.len()
+    );
+    let ledger_db = scratch(database_url).await?;
+    let ceiling_db = scratch(database_url).await?;
+    let outcome = measure(&ledger_db, &ceiling_db, rows, batch_size, concurrency).await;
+    ledger_db.drop().await?;
+    ceiling_db.drop().await?;
+    let f = outcome?;
+    let ledger_rate = rows as f64 / f.import.as_secs_f64();
+    let ceiling_rate = rows as f64 / f.ceiling.as_secs_f64();
+    println!(
+        "file: {} bytes, read and checked in {:.3} s",
+        f.file_bytes,
+        f.read.as_secs_f64()
+    );
+    println!(
+        "ledger import: {:.3} s, {ledger_rate:.0} events/s (one AssignmentStarted per row, with its outbox and projection rows)",
+        f.import.as_secs_f64()
+    );
+    println!(
+        "raw COPY ceiling: {:.3} s, {ceiling_rate:.0} events/s (the same rows, tables and transaction size)",
+        f.ceiling.as_secs_f64()
+    );
+    println!(
+        "import / ceiling = {:.2} (target >= 0.60)",
+        ledger_rate / ceiling_rate
+    );
+    Ok(())
+}
+
+/// Figures of one run.
+struct ImportFigures {
+    file_bytes: u64,
+    read: Duration,
+    import: Duration,
+    ceiling: Duration,
+}
+
+async fn measure(
+    ledger_db: &ScratchDatabase,
+    ceiling_db: &ScratchDatabase,
+    rows: usize,
+    batch_size: usize,
+    concurrency: usize,
+) -> anyhow::Result<ImportFigures> {
+    let pool = db::pool(&ledger_db.url, "ledger-bench", concurrency)?;
+    let ledger = Ledger::new(pool.clone());
+    let metadata = ra_ledger::store::Metadata {
+        actor: "bench".into(),
+        correlation_id: Uuid::now_v7(),
+        causation_id: None,
+        traceparent: None,
+    };
+    for code in JURISDICTIONS {
+        ledger
+            .create_contact(
+                CreateContact {
+                    jurisdiction: code.into(),
+                    name: format!("Bench Agents {code}"),
+                    address: PostalAddress {
+                        line1: "1 Main St".into(),
+                        line2: String::new(),
+                        city: "Capital".into(),
+                        region: code.into(),
+                        postal_code: "00001".into(),
+                    },
+                    effective_at: None,
+                },
+                &metadata,
+            )
+            .await?;
+    }
+
+    let path = std::env::temp_dir().join(format!("ledger-bench-import-{}.csv", Uuid::new_v4()));
+    let file_bytes = write_file(&path, rows)?;
+    let began = Instant::now();
+    let read = import::read(&path);
+    let _ = std::fs::remove_file(&path);
+    let import_rows = read?;
+    let read = began.elapsed();
+
+    let client = db::connect(&ledger_db.url, "ledger-bench").await?;
+    let settle = "VACUUM ANALYZE events, outbox, assignments, contacts";
+    client.batch_execute(settle).await?;
+    eprintln!("ledger import…");
+    let options = ImportOptions {
+        batch_size,
+        concurrency,
+        metadata,
+    };
+    let began = Instant::now();
+    let progress = import::run(&ledger, &import_rows, &options, |_| {}).await?;
+    let import = began.elapsed();
+    anyhow::ensure!(
+        progress.started == rows as u64,
+        "the import started {} of {rows}",
+        progress.started
+    );
+
+    // The ceiling copies what the import wrote: the same bytes, into the same tables.
+    let mut tables = Vec::new();
+    for (table, columns) in TABLES {
+        let filter = match table {
+            "assignments" => "",
+            _ => " WHERE event_type = 'AssignmentStarted'",
+        };
+        let sql = format!("COPY (SELECT {columns} FROM {table}{filter}) TO STDOUT");
+        let out = client.copy_out(sql.as_str()).await?;
+        let data: Vec<Bytes> = out.try_collect().await?;
+        tables.push(lines(&data.concat()));
+    }
+    anyhow::ensure!(
+        tables.iter().all(|lines| lines.len() == rows),
+        "the import wrote {:?} rows to {TABLES:?}, not {rows} each",
+        tables.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    // The ceiling's database holds the same contacts (the assignments' foreign keys).
+    let contacts = client
+        .copy_out("COPY contacts TO STDOUT")
+        .await?
+        .try_collect::<Vec<Bytes>>()
+        .await?
+        .concat();
+    let mut ceiling_client = db::connect(&ceiling_db.url, "ledger-bench").await?;
+    let tx = ceiling_client.transaction().await?;
+    copy(&tx, "contacts", "", contacts).await?;
+    tx.commit().await?;
+    ceiling_client.batch_execute(settle).await?;
+    pool.close();
+
+    eprintln!("raw COPY ceiling…");
+    let ceiling_pool = db::pool(&ceiling_db.url, "ledger-bench", concurrency)?;
+    let began = Instant::now();
+    let batches = (0..rows).step_by(batch_size).map(|start| {
+        let end = (start + batch_size).min(rows);
+        let chunk: Vec<Vec<u8>> = tables
+            .iter()
+            .map(|lines| lines[start..end].concat())
+            .collect();
+        let pool = ceiling_pool.clone();
+        async move {
+            let mut client = pool.get().await?;
+            let tx = client.transaction().await?;
+            for ((table, columns), data) in TABLES.iter().zip(chunk) {
+                copy(&tx, table, columns, data).await?;
+            }
+            tx.commit().await?;
+            anyhow::Ok(())
+        }
+    });
+    futures::stream::iter(batches)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let ceiling = began.elapsed();
+    ceiling_pool.close();
+    Ok(ImportFigures {
+        file_bytes,
+        read,
+        import,
+        ceiling,
+    })
+}
+
+/// Writes an import file of `rows` assignments with fresh business ids, spread over the
+/// jurisdictions; returns its size.
+fn write_file(path: &std::path::Path, rows: usize) -> anyhow::Result<u64> {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(file, "business_id,jurisdiction")?;
+    for row in 0..rows {
+        writeln!(
+            file,
+            "{},{}",
+            Uuid::now_v7(),
+            JURISDICTIONS[row % JURISDICTIONS.len()]
+        )?;
+    }
+    file.flush()?;
+    Ok(std::fs::metadata(path)?.len())
+}
+
+/// COPY text output split into its rows (one line each: the format escapes newlines).
+fn lines(data: &[u8]) -> Vec<Vec<u8>> {
+    data.split_inclusive(|byte| *byte == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// `COPY table (columns) FROM STDIN` of `data` in text format.
+async fn copy(
+    client: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    columns: &str,
+    data: Vec<u8>,
+) -> anyhow::Result<()> {
+    let columns = if columns.is_empty() {
+        String::new()
+    } else {
+        format!(" ({columns})")
+    };
+    let sink = client
+        .copy_in(format!("COPY {table}{columns} FROM STDIN").as_str())
+        .await?;
+    pin_mut!(sink);
+    sink.send(Bytes::from(data)).await?;
+    sink.finish().await?;
+    Ok(())
+}
