@@ -49,6 +49,9 @@ pub enum BenchCommand {
         /// Transactions in flight, for both.
         #[arg(long, default_value_t = 2)]
         concurrency: usize,
+        /// Rounds, each in fresh databases.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// The outbox's rows and size on disk while events stream through the relay and
     /// retention removes what the slot confirmed.
@@ -252,7 +255,8 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             rows,
             batch_size,
             concurrency,
-        } => import::run(database_url, rows, batch_size, concurrency).await,
+            rounds,
+        } => import::run(database_url, rows, batch_size, concurrency, rounds).await,
         BenchCommand::AsOf { rows, queries } => as_of::run(database_url, rows, queries).await,
     }
 }
