@@ -148,11 +148,11 @@ enum Kind {
 impl Kind {
     fn name(self) -> &'static str {
         match self {
-            Kind::AsOf => "as-of (GET /v1/businesses/{id}/registered-agent?at=)",
+            Kind::AsOf => "as-of (GET /v1/businesses/{b}/jurisdictions/{j}/registered-agent?at=)",
             Kind::Period => {
-                "period, 400 days (GET /v1/businesses/{id}/registered-agents?from=&to=)"
+                "period of 400 days (GET /v1/businesses/{b}/jurisdictions/{j}/registered-agents?from=&to=)"
             }
-            Kind::History => "history, first page of 100 (GET /v1/businesses/{id}/assignments)",
+            Kind::History => "history, first page of 100 (GET /v1/businesses/{b}/assignments)",
         }
     }
 }
