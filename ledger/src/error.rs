@@ -54,6 +54,16 @@ impl CommandError {
         }
     }
 
+    /// Whether a concurrent writer appended to the same stream, or started the same
+    /// business's assignment, first: read again and the command sees what it did.
+    pub fn lost_a_race(&self) -> bool {
+        match self {
+            Self::Append(AppendError::Conflict { .. }) => true,
+            Self::Conflict(message) => message == ACTIVE_ASSIGNMENT_RACE,
+            _ => false,
+        }
+    }
+
     /// Whether running the whole transaction again may succeed: it lost a deadlock or a
     /// serialization failure to a concurrent transaction, which PostgreSQL rolled back.
     pub fn is_transient(&self) -> bool {
@@ -65,6 +75,10 @@ impl CommandError {
             })
     }
 }
+
+/// The conflict of a write that lost to another starting the same active assignment.
+const ACTIVE_ASSIGNMENT_RACE: &str =
+    "the business already has an active assignment in this jurisdiction";
 
 impl From<tokio_postgres::Error> for CommandError {
     /// Unique violations of the invariants' indexes are conflicts, not failures: they are
@@ -78,9 +92,7 @@ impl From<tokio_postgres::Error> for CommandError {
                     return Self::Conflict("the jurisdiction already has a primary contact".into());
                 }
                 Some("assignments_one_active") => {
-                    return Self::Conflict(
-                        "the business already has an active assignment in this jurisdiction".into(),
-                    );
+                    return Self::Conflict(ACTIVE_ASSIGNMENT_RACE.into());
                 }
                 _ => {}
             }

@@ -41,13 +41,12 @@ pub struct ImportRow {
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     /// The file cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         /// The file.
         path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (in the message, not a source, so it is said once).
+        cause: std::io::Error,
     },
     /// A line of the file is not a valid assignment; nothing was written.
     #[error("line {line}: {reason}")]
@@ -59,7 +58,7 @@ pub enum ImportError {
     },
     /// A batch was refused by the ledger; it wrote nothing, the batches before it stay.
     #[error(
-        "lines {first_line}-{last_line}: {reason}; this batch wrote nothing, run the import again once fixed (what committed is skipped)"
+        "{reason}; the batch of lines {first_line}-{last_line} wrote nothing: fix the cause and run the import again (what committed is skipped)"
     )]
     Batch {
         /// The batch's first line.
@@ -68,19 +67,22 @@ pub enum ImportError {
         last_line: u64,
         /// The ledger's answer, its items named by line.
         reason: String,
-        /// The ledger's error.
-        #[source]
-        source: CommandError,
+        /// The ledger's error (its items named by index in the batch).
+        error: CommandError,
     },
 }
 
 /// Reads and checks a whole import file: every line a valid assignment, no business twice
 /// in a jurisdiction.
 pub fn read(path: &Path) -> Result<Vec<ImportRow>, ImportError> {
-    let file = std::fs::File::open(path).map_err(|source| ImportError::Io {
+    let io = |cause| ImportError::Io {
         path: path.display().to_string(),
-        source,
-    })?;
+        cause,
+    };
+    if path.is_dir() {
+        return Err(io(std::io::Error::other("it is a directory, not a file")));
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
     parse(file)
 }
 
@@ -247,7 +249,7 @@ async fn import_chunk(
     chunk: &[ImportRow],
     metadata: &Metadata,
 ) -> Result<Vec<BatchItem>, ImportError> {
-    let items = chunk
+    let items: Vec<Assign> = chunk
         .iter()
         .map(|row| Assign {
             business_id: row.business_id,
@@ -255,15 +257,31 @@ async fn import_chunk(
             effective_at: row.effective_at,
         })
         .collect();
-    ledger
-        .import_batch(items, metadata)
-        .await
-        .map_err(|source| ImportError::Batch {
-            first_line: chunk.first().map_or(0, |row| row.line),
-            last_line: chunk.last().map_or(0, |row| row.line),
-            reason: items_as_lines(&source.to_string(), chunk),
-            source,
-        })
+    let mut attempts = 1;
+    loop {
+        match ledger.import_batch(items.clone(), metadata).await {
+            // Another writer (say, the same file imported twice at once) started one of
+            // these assignments first: read again, and skip it now.
+            Err(error) if error.lost_a_race() && attempts < RACE_ATTEMPTS => {
+                tracing::info!(%error, attempts, "a batch lost a race to another writer; reading again");
+                attempts += 1;
+            }
+            outcome => return outcome.map_err(|error| batch_error(chunk, error)),
+        }
+    }
+}
+
+/// Attempts of a batch that keeps losing races for its streams to other writers.
+const RACE_ATTEMPTS: u32 = 5;
+
+/// A refused batch's error, its items named by line.
+fn batch_error(chunk: &[ImportRow], error: CommandError) -> ImportError {
+    ImportError::Batch {
+        first_line: chunk.first().map_or(0, |row| row.line),
+        last_line: chunk.last().map_or(0, |row| row.line),
+        reason: items_as_lines(&error.to_string(), chunk),
+        error,
+    }
 }
 
 /// Rewrites `items[N]` in a batch's error as the line it came from.

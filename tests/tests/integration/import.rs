@@ -203,3 +203,27 @@ async fn an_import_cut_off_mid_way_resumes_with_each_assignment_once() -> anyhow
     assert_eq!(assigned, businesses.iter().copied().collect());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_file_imported_twice_at_once_starts_each_assignment_once() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let ledger = Ledger::new(ra_ledger::db::pool(&database.url, "import-test", 4)?);
+    primary(&ledger, "TX").await?;
+    let businesses: Vec<Uuid> = (0..4_000).map(|_| Uuid::now_v7()).collect();
+    let rows = import::parse(file(&businesses, &["TX"]).as_bytes())?;
+    let options = ImportOptions {
+        batch_size: 500,
+        concurrency: 2,
+        metadata: metadata(),
+    };
+    let (first, second) = tokio::join!(
+        import::run(&ledger, &rows, &options, |_| {}),
+        import::run(&ledger, &rows, &options, |_| {}),
+    );
+    let (first, second) = (first?, second?);
+    // The batches that lost a race read again and skipped what the other had started.
+    assert_eq!(first.started + second.started, 4_000);
+    assert_eq!(first.skipped + second.skipped, 4_000);
+    assert_eq!(written(&database).await?, [4_000, 4_000, 4_000, 0]);
+    Ok(())
+}
