@@ -457,6 +457,10 @@ pub struct WorkerConfig {
     /// `true` or `false`). The request is published either way; its copy is then dropped.
     /// Still one page at a time per run.
     pub continue_chain: bool,
+    /// How long a worker keeps running one chain's pages straight after each other before it
+    /// reads its consumer again (other runs' requests wait meanwhile; the chain then goes on
+    /// through Kafka): `LEDGER_WORKER_CONTINUE_CHAIN_MS`, 1 to 60000.
+    pub continue_chain_ms: u64,
     /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...).
     pub kafka: BTreeMap<String, String>,
     /// Secret librdkafka settings read from files, e.g.
@@ -478,6 +482,7 @@ impl Default for WorkerConfig {
             instance_id: None,
             stall_after_ms: reassign::STALL_AFTER.as_millis() as u64,
             continue_chain: true,
+            continue_chain_ms: 20_000,
             kafka: BTreeMap::new(),
             kafka_secret_files: BTreeMap::new(),
         }
@@ -497,6 +502,7 @@ impl std::fmt::Debug for WorkerConfig {
             .field("instance_id", &self.instance_id)
             .field("stall_after_ms", &self.stall_after_ms)
             .field("continue_chain", &self.continue_chain)
+            .field("continue_chain_ms", &self.continue_chain_ms)
             .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
             .field("kafka_secret_files", &self.kafka_secret_files)
             .finish_non_exhaustive()
@@ -533,6 +539,9 @@ impl WorkerConfig {
         }
         if let Some(stall) = env("LEDGER_WORKER_STALL_AFTER_MS") {
             config.stall_after_ms = number("LEDGER_WORKER_STALL_AFTER_MS", &stall)?;
+        }
+        if let Some(ms) = env("LEDGER_WORKER_CONTINUE_CHAIN_MS") {
+            config.continue_chain_ms = number("LEDGER_WORKER_CONTINUE_CHAIN_MS", &ms)?;
         }
         if let Some(flag) = env("LEDGER_WORKER_CONTINUE_CHAIN") {
             config.continue_chain = match flag.trim() {
@@ -593,7 +602,20 @@ impl WorkerConfig {
                 "must be at least 1",
             ));
         }
+        // Past a minute the consumer would come close to librdkafka's max.poll.interval.ms.
+        if !(1..=60_000).contains(&self.continue_chain_ms) {
+            return Err(ConfigError::invalid(
+                "continue_chain_ms",
+                self.continue_chain_ms.to_string(),
+                "must be between 1 and 60000",
+            ));
+        }
         Ok(())
+    }
+
+    /// How long a worker runs one chain's pages straight after each other.
+    pub fn continue_chain_for(&self) -> Duration {
+        Duration::from_millis(self.continue_chain_ms)
     }
 
     /// The consumer's own librdkafka settings and secret files (the brokers and the group

@@ -9,7 +9,7 @@
 //! however many workers and partitions there are, a run has one page in flight.
 //!
 //! With `continue_chain` (the default) a worker that commits a page runs the next one
-//! straight away, for up to [`CHAIN_BUDGET`], instead of waiting for the request to come back
+//! straight away, for up to `continue_chain_ms` (20 s by default), instead of waiting for the request to come back
 //! through the relay, the broker and its consumer (most of a chain's time on the stack:
 //! about 190 ms a page against 90 ms in the page's transaction). The request is still
 //! published, so a crash at any point leaves the chain to Kafka as before; its copy, when it
@@ -61,11 +61,6 @@ pub const PAGES_CONTINUED: &str = "ra_reassignment_pages_continued_total";
 /// Page requests from Kafka whose page this worker had already run straight away: dropped
 /// without a database round trip.
 pub const REQUESTS_ALREADY_RUN: &str = "ra_reassignment_requests_already_run_total";
-
-/// How long a worker keeps running a chain's pages straight after each other before it
-/// reads its consumer again (other runs' requests wait meanwhile; the chain goes on
-/// through Kafka).
-pub const CHAIN_BUDGET: Duration = Duration::from_secs(20);
 
 /// Request ids of the pages a worker ran straight away that it remembers, to drop their
 /// copies from Kafka.
@@ -379,7 +374,7 @@ impl RanHere {
 }
 
 /// Handles `request`, then (with `continue_chain`) the next page of its run straight after
-/// each page commits, for up to [`CHAIN_BUDGET`]; `false` when shutdown interrupted it.
+/// each page commits, for up to `continue_chain_ms`; `false` when shutdown interrupted it.
 async fn handle_chain(
     pool: &Pool,
     request: PageRequest,
@@ -400,7 +395,7 @@ async fn handle_chain(
             return true;
         };
         // Past the budget, or stopping: the published request carries the chain on.
-        if began.elapsed() >= CHAIN_BUDGET || shutdown.is_cancelled() {
+        if began.elapsed() >= config.continue_chain_for() || shutdown.is_cancelled() {
             return true;
         }
         ran_here.insert(next.request_id);

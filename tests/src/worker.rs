@@ -62,6 +62,10 @@ pub fn spawn(binary: &str, config: &WorkerConfig) -> anyhow::Result<Child> {
             config.continue_chain.to_string(),
         )
         .env(
+            "LEDGER_WORKER_CONTINUE_CHAIN_MS",
+            config.continue_chain_ms.to_string(),
+        )
+        .env(
             "LEDGER_WORKER_INSTANCE_ID",
             config.instance_id.as_deref().unwrap_or_default(),
         )

@@ -312,6 +312,41 @@ async fn a_worker_runs_the_next_page_at_once_and_drops_its_copy_from_kafka() -> 
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_time_a_chain_run_at_once_goes_on_through_kafka() -> anyhow::Result<()> {
+    let (database, topics, relay, mut config) = relayed().await?;
+    // Long enough for a page or two at once, far too short for the whole run.
+    config.continue_chain_ms = 200;
+    let worker = RunningWorker::start(config.clone());
+    let seeded = seeded(&database, 3_000).await?;
+    let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 50).await;
+    let status = wait_for_run(&database, run_id, Duration::from_secs(180), completed).await?;
+    assert_eq!((status.replaced, status.pages), (3_000, 61));
+    assert_all_moved(&seeded, seeded.contact_id, new).await;
+    assert_eq!(
+        ra_ledger::testing::max_pages_in_flight(&seeded.client, run_id).await?,
+        1
+    );
+    // Some pages ran at once, the others came through Kafka; every copy of a page run at
+    // once is dropped as such, none reaches the fence.
+    let continued = worker.metrics.continued();
+    assert!(
+        (1..60).contains(&continued),
+        "{continued} of 60 pages after the first ran at once"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while worker.metrics.already_run() < continued {
+        assert!(std::time::Instant::now() < deadline, "copies not dropped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(worker.metrics.already_run(), continued);
+    assert_eq!(worker.metrics.stale(), 0);
+    println!("{continued} of 60 pages ran at once, the rest through Kafka");
+    worker.stop().await?;
+    drop((relay, topics));
+    Ok(())
+}
+
 /// How soon a restarted worker must move a chain on again. Measured on tansu 0.6.0 with the
 /// worker's 6 s session: 6.3 s (the dead member's session running out, then a rebalance);
 /// with the 45 s default, a restarted worker waited 45 s to 11 minutes for its partitions.
