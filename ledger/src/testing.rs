@@ -261,6 +261,33 @@ pub async fn seed_assignments(
     Ok(businesses)
 }
 
+/// Creates the first primary contact of `code` through the ledger, with a placeholder
+/// address in that jurisdiction; returns its id.
+pub async fn primary_contact(
+    ledger: &crate::commands::Ledger,
+    code: &str,
+    metadata: &Metadata,
+) -> Result<Uuid, CommandError> {
+    let contact = ledger
+        .create_contact(
+            crate::commands::CreateContact {
+                jurisdiction: code.into(),
+                name: format!("Agents of {code}"),
+                address: crate::domain::PostalAddress {
+                    line1: "1 Main St".into(),
+                    line2: String::new(),
+                    city: "Capital".into(),
+                    region: code.into(),
+                    postal_code: "00001".into(),
+                },
+                effective_at: None,
+            },
+            metadata,
+        )
+        .await?;
+    Ok(contact.contact_id)
+}
+
 /// Most page transactions of one run that were open at the same time, from the pages'
 /// recorded transaction intervals (the fence makes anything but 1 impossible).
 pub async fn max_pages_in_flight(

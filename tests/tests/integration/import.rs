@@ -4,8 +4,7 @@
 
 use std::collections::HashSet;
 
-use ra_ledger::commands::{CreateContact, Ledger};
-use ra_ledger::domain::PostalAddress;
+use ra_ledger::commands::Ledger;
 use ra_ledger::import::{self, ImportError, ImportOptions, ImportProgress};
 use ra_ledger::store::Metadata;
 use ra_ledger_tests::TestDatabase;
@@ -21,24 +20,7 @@ fn metadata() -> Metadata {
 }
 
 async fn primary(ledger: &Ledger, code: &str) -> anyhow::Result<Uuid> {
-    let contact = ledger
-        .create_contact(
-            CreateContact {
-                jurisdiction: code.into(),
-                name: format!("Agents of {code}"),
-                address: PostalAddress {
-                    line1: "1 Main St".into(),
-                    line2: String::new(),
-                    city: "Capital".into(),
-                    region: code.into(),
-                    postal_code: "00001".into(),
-                },
-                effective_at: None,
-            },
-            &metadata(),
-        )
-        .await?;
-    Ok(contact.contact_id)
+    Ok(ra_ledger::testing::primary_contact(ledger, code, &metadata()).await?)
 }
 
 /// A file of `businesses` in `codes`, in turn.

@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt, TryStreamExt, pin_mut};
-use ra_ledger::commands::{CreateContact, Ledger};
+use ra_ledger::commands::Ledger;
 use ra_ledger::db;
-use ra_ledger::domain::PostalAddress;
 use ra_ledger::import::{self, ImportOptions};
-use ra_ledger::testing::ScratchDatabase;
+use ra_ledger::testing::{self, ScratchDatabase};
 use uuid::Uuid;
 
 use super::scratch;
@@ -114,23 +113,7 @@ async fn measure(
         traceparent: None,
     };
     for code in JURISDICTIONS {
-        ledger
-            .create_contact(
-                CreateContact {
-                    jurisdiction: code.into(),
-                    name: format!("Bench Agents {code}"),
-                    address: PostalAddress {
-                        line1: "1 Main St".into(),
-                        line2: String::new(),
-                        city: "Capital".into(),
-                        region: code.into(),
-                        postal_code: "00001".into(),
-                    },
-                    effective_at: None,
-                },
-                &metadata,
-            )
-            .await?;
+        testing::primary_contact(&ledger, code, &metadata).await?;
     }
 
     let path = std::env::temp_dir().join(format!("ledger-bench-import-{}.csv", Uuid::new_v4()));
