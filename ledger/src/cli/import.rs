@@ -29,8 +29,11 @@ pub struct ImportArgs {
 
 pub async fn run(database_url: &str, args: ImportArgs) -> anyhow::Result<()> {
     let actor = args.actor.trim();
-    if actor.is_empty() || actor.len() > 200 {
-        anyhow::bail!("--actor must be 1 to 200 characters, not {:?}", args.actor);
+    if actor.is_empty() || actor.len() > 200 || actor.chars().any(char::is_control) {
+        anyhow::bail!(
+            "--actor must be 1 to 200 characters without control characters, not {:?}",
+            args.actor
+        );
     }
     let rows = import::read(&args.file)?;
     if rows.is_empty() {
