@@ -16,7 +16,7 @@ use crate::domain::{
 use crate::events;
 use crate::queries::{self, AssignmentView, ContactView, LockMode, PrimaryContactLock};
 use crate::reassign::{self, RunStarted};
-use crate::store::{self, Metadata, NewEvent, StreamAppend};
+use crate::store::{self, AppendError, Metadata, NewEvent, StreamAppend};
 use crate::write;
 pub use crate::write::Ledger;
 
@@ -248,7 +248,11 @@ impl Ledger {
         items: Vec<Assign>,
         metadata: &Metadata,
     ) -> Result<Vec<AssignmentView>, CommandError> {
-        let outcomes = self.batch(items, WhenAssigned::Refuse, metadata).await?;
+        let keys = parse_batch(&items)?;
+        let outcomes = self
+            .batch(items, WhenAssigned::Refuse, metadata)
+            .await
+            .map_err(|error| name_raced_item(error, &keys))?;
         Ok(outcomes
             .into_iter()
             .filter_map(|outcome| match outcome {
@@ -467,6 +471,26 @@ pub enum BatchItem {
     Started(AssignmentView),
     /// Skipped: the business already has this active assignment in the jurisdiction.
     AlreadyAssigned(Uuid),
+}
+
+/// A batch that lost a race for a stream to a concurrent writer: the conflict names the item.
+fn name_raced_item(error: CommandError, parsed: &[BatchKey]) -> CommandError {
+    let CommandError::Append(AppendError::Conflict { stream, .. }) = &error else {
+        return error;
+    };
+    parsed
+        .iter()
+        .position(|(business, jurisdiction, _)| {
+            assignment_stream(*business, *jurisdiction) == *stream
+        })
+        .map_or(error, |index| {
+            let (business, jurisdiction, _) = parsed[index];
+            CommandError::Conflict(format!(
+                "items[{index}]: business {business} in {} was assigned by a concurrent request \
+                 meanwhile; nothing of this batch was written",
+                jurisdiction.code()
+            ))
+        })
 }
 
 /// A batch item checked: its business, jurisdiction and requested business time.

@@ -138,3 +138,36 @@ async fn a_batch_starts_every_item_or_none_and_names_the_bad_one() -> anyhow::Re
     assert_eq!(counts(&database).await?, after);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_batches_racing_for_the_same_businesses_start_each_once() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let world = world(&database).await;
+    let api = &world.api;
+    let before = counts(&database).await?;
+    for round in 0..3 {
+        let items = fresh(300);
+        let reversed: Vec<Value> = items.iter().rev().cloned().collect();
+        let (first, second) = tokio::join!(
+            api.post("/v1/assignments/batch", json!({"items": items})),
+            api.post("/v1/assignments/batch", json!({"items": reversed})),
+        );
+        let mut statuses = [first.status.as_u16(), second.status.as_u16()];
+        statuses.sort();
+        assert_eq!(statuses, [201, 409], "round {round}: {first:?} {second:?}");
+        let refused = if first.status == StatusCode::CONFLICT {
+            &first
+        } else {
+            &second
+        };
+        let message = refused.body["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.starts_with("items["), "round {round}: {message}");
+    }
+    let after = counts(&database).await?;
+    assert_eq!(after[0] - before[0], 900, "events");
+    assert_eq!(after[1] - before[1], 900, "outbox rows");
+    assert_eq!(after[3] - before[3], 900, "assignments");
+    Ok(())
+}
