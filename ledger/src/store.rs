@@ -161,7 +161,10 @@ pub async fn read_heads(
     client: &impl GenericClient,
     streams: &[String],
 ) -> Result<Heads, tokio_postgres::Error> {
-    let rows = cached::query(client, include_str!("sql/stream_heads.sql"), &[&streams]).await?;
+    let rows = match streams {
+        [one] => cached::query(client, include_str!("sql/stream_head.sql"), &[one]).await?,
+        _ => cached::query(client, include_str!("sql/stream_heads.sql"), &[&streams]).await?,
+    };
     // One row per stream asked for: the clock is read even for streams with no event yet.
     let Some(now) = rows.iter().map(|row| row.get::<_, DateTime<Utc>>(4)).max() else {
         let now = cached::query_one(client, "SELECT clock_timestamp()", &[]).await?;

@@ -1,0 +1,12 @@
+-- stream_heads.sql for one stream: its newest event (NULLs when it has none) and the clock.
+-- PostgreSQL plans the array form again on every call (the array's length changes its
+-- estimates), about 75 µs a command; this one it plans once and caches.
+SELECT $1::text, h.stream_version, h.hash, h.effective_at, clock_timestamp()
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT e.stream_version, e.hash, e.effective_at
+    FROM events e
+    WHERE e.stream = $1
+    ORDER BY e.stream_version DESC
+    LIMIT 1
+) AS h ON true
