@@ -223,6 +223,24 @@ impl Collector {
     }
 }
 
+/// A relay whose Kafka refuses anything above 100,000 bytes for good, on a backlog of one
+/// event of 300,000 bytes (which it parks) followed by `after.0` transactions of `after.1`
+/// small events. Returns the relay's config, the big event's id and the small ones'.
+pub async fn oversized_backlog(
+    database: &TestDatabase,
+    topics: &mut TestTopics,
+    client: &tokio_postgres::Client,
+    after: (usize, usize),
+) -> anyhow::Result<(RelayConfig, String, Vec<String>)> {
+    let mut config = test_config(database, topics).await?;
+    config
+        .kafka
+        .insert("message.max.bytes".into(), "100000".into());
+    let big = insert_backlog(client, 1, 1, 300_000).await?;
+    let after = insert_backlog(client, after.0, after.1, 100).await?;
+    Ok((config, big[0].clone(), after))
+}
+
 /// Inserts `transactions` transactions of `per_transaction` outbox rows each, alternating
 /// aggregate types, in one server-side statement per transaction. Returns the event ids.
 pub async fn insert_backlog(

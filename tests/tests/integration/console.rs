@@ -791,17 +791,13 @@ async fn the_console_in_a_real_browser() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> anyhow::Result<()> {
-    use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
+    use ra_ledger_tests::relay::{Collector, RunningRelay, oversized_backlog};
     let database = TestDatabase::new().await?;
     let mut topics = ra_ledger_tests::TestTopics::new();
-    let mut config = test_config(&database, &mut topics).await?;
-    // Kafka refuses anything above this size for good: the big event is parked.
-    config
-        .kafka
-        .insert("message.max.bytes".into(), "100000".into());
     let client = database.connect().await?;
-    let big = insert_backlog(&client, 1, 1, 300_000).await?;
-    let after = insert_backlog(&client, 1, 1, 100).await?;
+    // Kafka refuses the big event for good: it is parked.
+    let (mut config, big, after) =
+        oversized_backlog(&database, &mut topics, &client, (1, 1)).await?;
     let relay = RunningRelay::start(config.clone());
     let mut collector = Collector::new(&topics)?;
     assert!(
@@ -814,7 +810,7 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
     let parked_id: i64 = client
         .query_one(
             "SELECT id FROM outbox_parked WHERE event_id = $1::text::uuid",
-            &[&big[0]],
+            &[&big],
         )
         .await?
         .get(0);
@@ -925,17 +921,11 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
     );
     assert!(
         collector
-            .until(Duration::from_secs(60), |r| r
-                .iter()
-                .any(|m| m.id() == big[0]))
+            .until(Duration::from_secs(60), |r| r.iter().any(|m| m.id() == big))
             .await,
         "the parked message reached Kafka"
     );
-    let republished = collector
-        .received
-        .iter()
-        .find(|m| m.id() == big[0])
-        .unwrap();
+    let republished = collector.received.iter().find(|m| m.id() == big).unwrap();
     assert!(republished.headers.contains_key("commit_lsn"));
     let deadline = Instant::now() + Duration::from_secs(30);
     while count(

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
+use ra_ledger_tests::relay::{
+    Collector, RunningRelay, insert_backlog, oversized_backlog, test_config,
+};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,14 +124,10 @@ async fn a_late_committing_transaction_is_published_after_the_one_that_committed
 async fn an_oversized_message_is_parked_and_the_stream_goes_on() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let mut topics = TestTopics::new();
-    let mut config = test_config(&database, &mut topics).await?;
-    // Kafka refuses anything above this size for good.
-    config
-        .kafka
-        .insert("message.max.bytes".into(), "100000".into());
     let client = database.connect().await?;
-    let big = insert_backlog(&client, 1, 1, 300_000).await?;
-    let after = insert_backlog(&client, 2, 2, 100).await?;
+    // Kafka refuses the big event for good.
+    let (mut config, big, after) =
+        oversized_backlog(&database, &mut topics, &client, (2, 2)).await?;
     let relay = RunningRelay::start(config.clone());
     let mut collector = Collector::new(&topics)?;
     assert!(
@@ -170,9 +168,9 @@ async fn an_oversized_message_is_parked_and_the_stream_goes_on() -> anyhow::Resu
     );
     let parked = ra_ledger_cdc::parking::list(&client, false).await?;
     assert_eq!(parked.len(), 1);
-    assert_eq!(parked[0].event_id, big[0]);
+    assert_eq!(parked[0].event_id, big);
     assert_eq!(parked[0].payload_bytes, 300_000);
-    assert_eq!(parked[0].headers["id"], big[0].as_str());
+    assert_eq!(parked[0].headers["id"], big.as_str());
     assert!(
         parked[0].headers["commit_lsn"]
             .as_str()
@@ -197,9 +195,7 @@ async fn an_oversized_message_is_parked_and_the_stream_goes_on() -> anyhow::Resu
     );
     assert!(
         collector
-            .until(Duration::from_secs(30), |r| r
-                .iter()
-                .any(|m| m.id() == big[0]))
+            .until(Duration::from_secs(30), |r| r.iter().any(|m| m.id() == big))
             .await
     );
     assert!(
