@@ -250,7 +250,7 @@ impl Ledger {
     ) -> Result<Vec<AssignmentView>, CommandError> {
         let keys = parse_batch(&items)?;
         let outcomes = self
-            .batch(items, WhenAssigned::Refuse, metadata)
+            .batch(&keys, WhenAssigned::Refuse, metadata)
             .await
             .map_err(|error| name_raced_item(error, &keys))?;
         Ok(outcomes
@@ -270,7 +270,8 @@ impl Ledger {
         items: Vec<Assign>,
         metadata: &Metadata,
     ) -> Result<Vec<BatchItem>, CommandError> {
-        self.batch(items, WhenAssigned::Skip, metadata).await
+        self.batch(&parse_batch(&items)?, WhenAssigned::Skip, metadata)
+            .await
     }
 
     /// The batch both share. The shared primary-contact locks of every jurisdiction are
@@ -279,12 +280,10 @@ impl Ledger {
     /// event with its outbox row and projection rows.
     async fn batch(
         &self,
-        items: Vec<Assign>,
+        parsed: &[BatchKey],
         when_assigned: WhenAssigned,
         metadata: &Metadata,
     ) -> Result<Vec<BatchItem>, CommandError> {
-        let parsed = parse_batch(&items)?;
-        let parsed = &parsed;
         self.write(|tx, _| {
             Box::pin(async move {
                 let mut codes: Vec<Jurisdiction> = parsed.iter().map(|item| item.1).collect();
