@@ -2,12 +2,21 @@
 # Source it; it defines functions and variables and runs nothing.
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TANSU_VERSION=0.6.0
 RA_CACHE_DIR=${RA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ra-ledger}
+TANSU_VERSION=0.6.0
 # Built with the SQLite storage engine (libsql): the durable one that needs no other server.
 TANSU_FEATURES=dynostore,libsql
 TANSU_ROOT="$RA_CACHE_DIR/tansu-$TANSU_VERSION-sqlite"
 TANSU_BIN="$TANSU_ROOT/bin/tansu"
+# Apache Kafka, as the jars of deploy/kafka/pom.xml, the one place its version is written.
+KAFKA_POM="$REPO_ROOT/deploy/kafka/pom.xml"
+KAFKA_LOG4J="$REPO_ROOT/deploy/kafka/log4j2.properties"
+KAFKA_VERSION=$(sed -n 's:^ *<kafka.version>\([^<]*\)</kafka.version> *$:\1:p' "$KAFKA_POM" 2>/dev/null)
+KAFKA_HOME="$RA_CACHE_DIR/kafka-$KAFKA_VERSION"
+KAFKA_LIBS="$KAFKA_HOME/libs"
+# java with the cached jars and the repository's logging: kafka_java, kafka_tool, and
+# deploy/stack, which execs it as the broker.
+KAFKA_JAVA=(java -cp "$KAFKA_LIBS/*" "-Dlog4j2.configurationFile=$KAFKA_LOG4J")
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -94,6 +103,91 @@ tansu_sqlite_index() {
         [ $tries -lt 100 ] || die "could not index $db: $output"
         sleep 0.1
     done
+}
+
+# java (17 or later: Kafka 4 refuses older) and mvn, installed with apt only when missing.
+ensure_java_maven() {
+    local missing=()
+    command -v java >/dev/null || missing+=(default-jdk-headless)
+    command -v mvn >/dev/null || missing+=(maven)
+    if [ ${#missing[@]} -gt 0 ]; then ensure_packages "${missing[@]}"; fi
+    command -v java >/dev/null || die "java is missing (apt package default-jdk-headless did not provide it)"
+    command -v mvn >/dev/null || die "mvn is missing (apt package maven did not provide it)"
+    local version
+    version=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java\.specification\.version = //p')
+    case "$version" in
+        "" | 1.* | [0-9] | 1[0-6]) die "Kafka $KAFKA_VERSION needs Java 17 or later; $(command -v java) is Java ${version:-of an unknown version}" ;;
+    esac
+}
+
+# True when the cache holds the jars of the pom whose sha256 is $1.
+kafka_cached() {
+    [ -d "$KAFKA_LIBS" ] && [ -f "$KAFKA_HOME/pom.sha256" ] && [ "$(cat "$KAFKA_HOME/pom.sha256")" = "$1" ]
+}
+
+# Apache Kafka's jars (broker, controller, tools, log4j), fetched from Maven Central once into
+# $KAFKA_LIBS with deploy/kafka/pom.xml; fetched again when the pom changes (the cache's
+# stamp, pom.sha256, is the hash of the pom it was fetched with). Maven keeps its downloads
+# in its own repository (~/.m2 unless MAVEN_OPTS says otherwise), so a changed pom
+# downloads only what changed. The jars land in a temporary folder that is moved into place
+# whole: an interrupted fetch leaves no half-filled libs folder behind. Callers that fetch at
+# the same time wait for one another (flock) and fetch once.
+ensure_kafka() {
+    [ -n "$KAFKA_VERSION" ] || die "no <kafka.version> in $KAFKA_POM"
+    local want
+    want=$(sha256sum "$KAFKA_POM" | cut -d' ' -f1)
+    kafka_cached "$want" && return 0
+    ensure_java_maven
+    mkdir -p "$RA_CACHE_DIR"
+    local lock
+    exec {lock}>"$RA_CACHE_DIR/kafka.lock"
+    flock "$lock"
+    if kafka_cached "$want"; then exec {lock}>&-; return 0; fi
+    log "fetching Apache Kafka $KAFKA_VERSION (jars of deploy/kafka/pom.xml) from Maven Central into $KAFKA_LIBS (about a minute, once per pom)"
+    local tmp output started=$SECONDS
+    tmp=$(mktemp -d "$RA_CACHE_DIR/kafka-fetch.XXXXXX")
+    # A copy of the pom, in the temporary folder: mvn writes nothing into the repository,
+    # and the stamp is the hash of what was fetched even if the pom changes meanwhile.
+    cp "$KAFKA_POM" "$tmp/pom.xml"
+    want=$(sha256sum "$tmp/pom.xml" | cut -d' ' -f1)
+    if ! output=$(cd "$tmp" && mvn -q -B -f pom.xml dependency:copy-dependencies \
+            -DincludeScope=runtime -DoutputDirectory="$tmp/libs" 2>&1); then
+        rm -rf "$tmp"
+        die "mvn could not fetch Kafka $KAFKA_VERSION's jars:"$'\n'"$output"
+    fi
+    local jar
+    for jar in "kafka_2.*-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" "log4j-slf4j-impl-*.jar" "log4j-core-*.jar"; do
+        # shellcheck disable=SC2086 # the glob is meant
+        compgen -G "$tmp/libs/"$jar >/dev/null || { rm -rf "$tmp"; die "mvn fetched no $jar into $tmp/libs"; }
+    done
+    echo "$want" > "$tmp/pom.sha256"
+    if [ -e "$KAFKA_HOME" ]; then
+        # Jars of another pom: set aside, then removed once the new ones are in place (a
+        # broker running on them keeps its open jars).
+        local old
+        old=$(mktemp -u "$RA_CACHE_DIR/kafka-old.XXXXXX")
+        mv -T "$KAFKA_HOME" "$old"
+        mv -T "$tmp" "$KAFKA_HOME"
+        rm -rf "$old"
+    else
+        mv -T "$tmp" "$KAFKA_HOME"
+    fi
+    exec {lock}>&-
+    log "Kafka $KAFKA_VERSION: $(ls "$KAFKA_LIBS" | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1) in $KAFKA_LIBS, after $((SECONDS - started)) s"
+}
+
+# Runs a Java class of the cached Kafka (ensure_kafka first) with the repository's log4j2
+# configuration: kafka_java [JVM options...] CLASS [arguments...].
+kafka_java() {
+    "${KAFKA_JAVA[@]}" "$@"
+}
+
+# Runs a Kafka command-line tool, e.g. kafka_tool org.apache.kafka.tools.GetOffsetShell
+# --bootstrap-server 127.0.0.1:19092 --topic outbox.event.assignment. Its logging goes to
+# stderr (stdout is the tool's answer); a small heap and the JIT's first tier, which starts
+# short-lived programs faster.
+kafka_tool() {
+    kafka_java -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dra.kafka.log.target=SYSTEM_ERR "$@"
 }
 
 # Runs a command as the postgres system user when we are root (initdb and postgres refuse
