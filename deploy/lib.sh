@@ -136,7 +136,11 @@ ensure_kafka() {
     [ -n "$KAFKA_VERSION" ] || die "no <kafka.version> in $KAFKA_POM"
     local want
     want=$(sha256sum "$KAFKA_POM" | cut -d' ' -f1)
-    kafka_cached "$want" && return 0
+    if kafka_cached "$want"; then
+        # The jars are here; java must be too, to run them.
+        command -v java >/dev/null || ensure_java_maven
+        return 0
+    fi
     ensure_java_maven
     mkdir -p "$RA_CACHE_DIR"
     local lock
