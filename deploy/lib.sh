@@ -3,11 +3,6 @@
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RA_CACHE_DIR=${RA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ra-ledger}
-TANSU_VERSION=0.6.0
-# Built with the SQLite storage engine (libsql): the durable one that needs no other server.
-TANSU_FEATURES=dynostore,libsql
-TANSU_ROOT="$RA_CACHE_DIR/tansu-$TANSU_VERSION-sqlite"
-TANSU_BIN="$TANSU_ROOT/bin/tansu"
 # Apache Kafka, as the jars of deploy/kafka/pom.xml, the one place its version is written.
 KAFKA_POM="$REPO_ROOT/deploy/kafka/pom.xml"
 KAFKA_LOG4J="$REPO_ROOT/deploy/kafka/log4j2.properties"
@@ -49,7 +44,7 @@ ensure_postgres() {
 }
 
 # Debian packages, installed with apt only when missing: libssl-dev and pkg-config to build
-# librdkafka with TLS and SASL; openssl, stunnel4 and systemd (systemd-analyze) for tests.
+# librdkafka with TLS and SASL; openssl and systemd (systemd-analyze) for tests.
 ensure_packages() {
     local missing=() package
     for package in "$@"; do
@@ -61,48 +56,6 @@ ensure_packages() {
     log "installing ${missing[*]} with apt"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
-# The Kafka-protocol broker, built once into the cache. The default build has only a null
-# storage engine that discards messages: build with dynostore (memory://) and libsql
-# (sqlite://, durable on local disk).
-ensure_tansu() {
-    if [ -x "$TANSU_BIN" ] && "$TANSU_BIN" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
-        return 0
-    fi
-    command -v cargo >/dev/null || die "cargo is needed to build tansu"
-    log "building tansu $TANSU_VERSION ($TANSU_FEATURES) into $TANSU_ROOT (about 15 minutes on 2 cores, once per machine)"
-    mkdir -p "$RA_CACHE_DIR"
-    local target
-    target=$(mktemp -d "$RA_CACHE_DIR/tansu-build.XXXXXX")
-    if ! CARGO_TARGET_DIR="$target" cargo install "tansu@$TANSU_VERSION" --locked \
-            --features "$TANSU_FEATURES" --root "$TANSU_ROOT" --quiet; then
-        rm -rf "$target"
-        die "cargo install tansu@$TANSU_VERSION failed (see above)"
-    fi
-    rm -rf "$target"
-    [ -x "$TANSU_BIN" ] || die "tansu was built but $TANSU_BIN is missing"
-}
-
-# The sqlite3 command line, to add an index tansu's SQLite schema lacks (see
-# deploy/tansu-sqlite-index.sql).
-ensure_sqlite3() {
-    if command -v sqlite3 >/dev/null; then return 0; fi
-    log "sqlite3 not found; installing it with apt"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
-    command -v sqlite3 >/dev/null || die "apt installed sqlite3 but it is not on the PATH"
-}
-
-# Adds the missing index to tansu's SQLite database $1, once tansu has created its schema
-# (it does so as it starts; retried for up to 10 s).
-tansu_sqlite_index() {
-    local db=$1 tries=0 output
-    until output=$(sqlite3 -bail -cmd ".timeout 10000" "$db" <"$REPO_ROOT/deploy/tansu-sqlite-index.sql" 2>&1); do
-        tries=$((tries + 1))
-        [ $tries -lt 100 ] || die "could not index $db: $output"
-        sleep 0.1
-    done
 }
 
 # java (17 or later: Kafka 4 refuses older) and mvn, installed with apt only when missing.
