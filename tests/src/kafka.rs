@@ -11,10 +11,9 @@ pub const TEST_PARTITIONS: i32 = 3;
 
 /// A namespace of topics for one test: `<prefix>.<name>`.
 ///
-/// Topics are never deleted afterwards. tansu 0.6.0 with SQLite storage deletes every topic of
-/// the cluster when asked to delete one (its `topic_delete_by.sql` selects by cluster), which
-/// would pull the topics out from under every other test still running. The run's own broker
-/// is thrown away with its directory; on an external broker the `t<random>.` topics stay.
+/// Dropped, it deletes every topic of its broker whose name starts with `<prefix>.` (the
+/// ones it created and any a test made there, such as replay topics): a long run keeps the
+/// broker's partition count small, and an external broker is left clean.
 #[derive(Debug)]
 pub struct TestTopics {
     /// Unique prefix of this test's topics.
@@ -61,6 +60,50 @@ impl TestTopics {
         .await?;
         Ok(topic)
     }
+}
+
+impl Drop for TestTopics {
+    fn drop(&mut self) {
+        let config = self.client_config();
+        let prefix = format!("{}.", self.prefix);
+        // On a thread of its own, joined: a drop may run inside the test's runtime, and a
+        // Kafka client still working when the process exits can crash it.
+        let deleted = std::thread::Builder::new()
+            .name("delete-test-topics".into())
+            .spawn(move || futures::executor::block_on(delete_topics(config, &prefix)))
+            .map(|thread| thread.join());
+        match deleted {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => eprintln!("deleting the topics {}.*: {error:#}", self.prefix),
+            _ => eprintln!("deleting the topics {}.*: the thread failed", self.prefix),
+        }
+    }
+}
+
+/// Deletes every topic whose name starts with `prefix`.
+async fn delete_topics(mut config: ClientConfig, prefix: &str) -> anyhow::Result<()> {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = config.set("log_level", "3").create()?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, std::time::Duration::from_secs(10))?;
+    let names: Vec<&str> = metadata
+        .topics()
+        .iter()
+        .map(|topic| topic.name())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let options = AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(30)));
+    for result in admin.delete_topics(&names, &options).await? {
+        if let Err((topic, code)) = result {
+            anyhow::bail!("{topic}: {code}");
+        }
+    }
+    Ok(())
 }
 
 impl Default for TestTopics {

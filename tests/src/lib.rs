@@ -1,8 +1,9 @@
 //! Test harness of RA Ledger: a real PostgreSQL (`wal_level=logical`) and a real
-//! Kafka-protocol broker per test run, a fresh database and fresh topics per test.
+//! Apache Kafka broker per test run, a fresh database and fresh topics per test.
 
 pub mod api;
 pub mod background;
+pub mod broker;
 pub mod browser;
 pub mod database;
 pub mod kafka;

@@ -55,7 +55,7 @@ pub async fn test_config(
 /// A broker of its own (for tests that kill or freeze it), a fresh database, the test's
 /// topics on that broker and a relay configuration between them.
 pub async fn on_private_broker() -> anyhow::Result<(
-    crate::stack::BrokerServer,
+    crate::broker::BrokerServer,
     TestDatabase,
     TestTopics,
     RelayConfig,
@@ -137,8 +137,6 @@ pub fn subscribe(
     let consumer: StreamConsumer = topics
         .client_config()
         .set("bootstrap.servers", brokers)
-        // tansu answers a fetch with one record batch per partition: fetch often.
-        .set("fetch.wait.max.ms", "100")
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")

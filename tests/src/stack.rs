@@ -1,9 +1,9 @@
-//! One PostgreSQL and one Kafka-protocol broker per test run.
+//! One PostgreSQL and one Apache Kafka broker per test run.
 //!
 //! The first test that asks for [`stack`] starts both, on free loopback ports, in a private
 //! temporary folder; every later test reuses them. When `LEDGER_TEST_DATABASE_URL` and/or
 //! `LEDGER_TEST_KAFKA_BROKERS` are set, the harness uses those servers instead (for example
-//! an Apache Kafka elsewhere) and starts nothing for them.
+//! a managed Kafka elsewhere) and starts nothing for them.
 //!
 //! Nothing outlives the run: every server is started through `setpriv --pdeathsig` from a
 //! keeper thread that lives as long as the test process, so the kernel signals the servers
@@ -11,7 +11,6 @@
 //! of earlier runs whose process is gone are removed at the next start.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::broker::{BrokerServer, Security};
+
 /// Superuser password of the harness's own PostgreSQL cluster (loopback only, temporary).
 const PG_PASSWORD: &str = "ra-ledger-test";
 /// Prefix of the per-run folders under the system temporary folder.
 const RUN_DIR_PREFIX: &str = "ra-ledger-test-";
-/// Version of tansu the harness expects, as built by `deploy/test`.
-const TANSU_VERSION: &str = "0.6.0";
 
 /// The servers of this test run.
 #[derive(Debug)]
@@ -53,56 +52,6 @@ pub struct PostgresServer {
     pub port: u16,
     owner: Option<ServerUser>,
     pid: Arc<Mutex<Option<u32>>>,
-}
-
-/// A broker started by the harness.
-#[derive(Debug, Clone)]
-pub struct BrokerServer {
-    /// The tansu binary.
-    pub binary: PathBuf,
-    /// Listening port on 127.0.0.1.
-    pub port: u16,
-    /// Its folder: the SQLite database (tansu writes it relative to its working folder)
-    /// and the log.
-    pub dir: PathBuf,
-    /// Where it keeps what it acknowledged.
-    pub storage: BrokerStorage,
-    /// A port of `localhost` to advertise instead of its own: a TLS terminator in front.
-    pub advertised_port: Option<u16>,
-    /// Whether clients must authenticate (SASL/SCRAM, `--authentication`).
-    pub authentication: bool,
-    log: PathBuf,
-    pid: Arc<Mutex<Option<u32>>>,
-}
-
-/// A broker's storage engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BrokerStorage {
-    /// `sqlite://`: durable on local disk, what the stack runs.
-    Sqlite,
-    /// `memory://`: keeps nothing across a restart; only when asked for
-    /// (`LEDGER_TEST_BROKER_STORAGE=memory`).
-    Memory,
-}
-
-impl BrokerStorage {
-    /// The storage of the run's brokers: `LEDGER_TEST_BROKER_STORAGE`, SQLite by default.
-    pub fn from_env() -> anyhow::Result<Self> {
-        match std::env::var("LEDGER_TEST_BROKER_STORAGE").as_deref() {
-            Err(_) | Ok("") | Ok("sqlite") => Ok(Self::Sqlite),
-            Ok("memory") => Ok(Self::Memory),
-            Ok(other) => {
-                bail!("LEDGER_TEST_BROKER_STORAGE must be sqlite or memory, not {other:?}")
-            }
-        }
-    }
-
-    fn url(self) -> &'static str {
-        match self {
-            Self::Sqlite => "sqlite://tansu.db",
-            Self::Memory => "memory://tansu/",
-        }
-    }
 }
 
 /// The stack of this test run, started on first use.
@@ -217,7 +166,7 @@ fn start() -> anyhow::Result<Stack> {
     let (kafka_brokers, broker) = match std::env::var("LEDGER_TEST_KAFKA_BROKERS") {
         Ok(brokers) if !brokers.is_empty() => (brokers, None),
         _ => {
-            let server = BrokerServer::new(&run_dir.join("tansu"), BrokerStorage::from_env()?)?;
+            let server = BrokerServer::new(&run_dir.join("kafka"), Security::Plaintext)?;
             server.start()?;
             (server.brokers(), Some(server))
         }
@@ -245,11 +194,17 @@ pub fn unstarted_postgres() -> anyhow::Result<PostgresServer> {
     PostgresServer::init(&run_dir().join(format!("postgres-{}", crate::random_suffix())))
 }
 
-/// A broker of its own (with the run's storage), for tests that pause, kill or restart it.
+/// A plaintext broker of its own, for tests that pause, kill or restart it.
 pub fn private_broker() -> anyhow::Result<BrokerServer> {
+    private_broker_with(Security::Plaintext)
+}
+
+/// A broker of its own whose client listener asks for `security`.
+pub fn private_broker_with(security: Security) -> anyhow::Result<BrokerServer> {
+    // The shared stack clears the run folder when it starts: start it first.
     stack();
-    let dir = run_dir().join(format!("tansu-{}", crate::random_suffix()));
-    let server = BrokerServer::new(&dir, BrokerStorage::from_env()?)?;
+    let dir = run_dir().join(format!("kafka-{}", crate::random_suffix()));
+    let server = BrokerServer::new(&dir, security)?;
     server.start()?;
     Ok(server)
 }
@@ -401,139 +356,6 @@ impl PostgresServer {
     }
 }
 
-impl BrokerServer {
-    /// A broker (not started yet) on a free port, keeping its files in `dir`.
-    pub fn new(dir: &Path, storage: BrokerStorage) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        Ok(Self {
-            binary: tansu_binary()?,
-            port: free_port()?,
-            dir: dir.to_owned(),
-            storage,
-            advertised_port: None,
-            authentication: false,
-            log: dir.join("tansu.log"),
-            pid: Arc::new(Mutex::new(None)),
-        })
-    }
-
-    /// Bootstrap servers.
-    pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Starts the broker (again, after [`BrokerServer::kill`], on the same port and
-    /// storage) and waits until it listens.
-    pub fn start(&self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let advertised = match self.advertised_port {
-            Some(port) => format!("tcp://localhost:{port}"),
-            None => url.clone(),
-        };
-        let mut command = Command::new("setpriv");
-        command
-            .args(["--pdeathsig", "SIGKILL", "--"])
-            .arg(&self.binary)
-            .arg("broker")
-            .args([
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &advertised,
-            ])
-            .args(["--storage-engine", self.storage.url()]);
-        if self.authentication {
-            command.arg("--authentication");
-        }
-        command
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let pid = spawn_kept(command).context("starting tansu")?;
-        *self.pid.lock().expect("pid lock") = Some(pid);
-        wait_for_port(self.port, Duration::from_secs(30), "tansu", &self.log)?;
-        if self.storage == BrokerStorage::Sqlite {
-            self.add_missing_index()?;
-        }
-        Ok(())
-    }
-
-    /// Creates a SCRAM user (`tansu user create`), on a broker running without
-    /// authentication: tansu 0.6.0 refuses it from an unauthenticated client otherwise.
-    pub fn create_user(&self, name: &str, password: &str, mechanism: &str) -> anyhow::Result<()> {
-        let output = Command::new(&self.binary)
-            .args(["user", "create", name, password, "--mechanism", mechanism])
-            .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
-            .output()
-            .context("running tansu user create")?;
-        if !output.status.success() {
-            bail!(
-                "tansu user create {name} failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// Adds the index tansu's SQLite schema lacks, as `deploy/stack` does (see
-    /// `deploy/tansu-sqlite-index.sql`): without it, every fetched record scans every
-    /// header of the broker.
-    fn add_missing_index(&self) -> anyhow::Result<()> {
-        const INDEX: &str = include_str!("../../deploy/tansu-sqlite-index.sql");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut sqlite3 = Command::new("sqlite3")
-                .args(["-bail", "-cmd", ".timeout 10000", "tansu.db"])
-                .current_dir(&self.dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("running sqlite3 (deploy/test installs it)")?;
-            sqlite3
-                .stdin
-                .take()
-                .context("sqlite3's stdin")?
-                .write_all(INDEX.as_bytes())?;
-            let output = sqlite3.wait_with_output()?;
-            if output.status.success() {
-                return Ok(());
-            }
-            // tansu creates its schema as it starts; the table may not be there yet.
-            if Instant::now() > deadline {
-                bail!(
-                    "could not add the header index to {}: {}",
-                    self.dir.join("tansu.db").display(),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Kills the broker with SIGKILL and waits until it is gone.
-    pub fn kill(&self) -> anyhow::Result<()> {
-        let pid = self
-            .pid
-            .lock()
-            .expect("pid lock")
-            .take()
-            .context("tansu is not running")?;
-        stop_kept(pid, "KILL")
-    }
-
-    /// Freezes (`STOP`) or thaws (`CONT`) the broker: to its clients it is unreachable.
-    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let pid = (*self.pid.lock().expect("pid lock")).context("tansu is not running")?;
-        send_signal(pid, signal)
-    }
-}
-
 /// The `postgres` system user, when we run as root.
 #[derive(Debug, Clone)]
 struct ServerUser {
@@ -604,31 +426,6 @@ fn postgres_bindir() -> anyhow::Result<PathBuf> {
     )
 }
 
-fn tansu_binary() -> anyhow::Result<PathBuf> {
-    if let Ok(path) = std::env::var("LEDGER_TANSU_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let cache = std::env::var_os("RA_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|dir| PathBuf::from(dir).join("ra-ledger"))
-        })
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/ra-ledger"))
-        })
-        .context("HOME is not set")?;
-    let binary = cache.join(format!("tansu-{TANSU_VERSION}-sqlite/bin/tansu"));
-    if !binary.exists() {
-        bail!(
-            "{} is missing; run deploy/test (it builds tansu once), set LEDGER_TANSU_BIN, \
-             or point LEDGER_TEST_KAFKA_BROKERS at a running broker",
-            binary.display()
-        );
-    }
-    Ok(binary)
-}
-
-/// A port that was free a moment ago.
 /// A free port on 127.0.0.1.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())

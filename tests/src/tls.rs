@@ -119,7 +119,20 @@ impl Pki {
                 ],
             )?;
         }
+        std::fs::write(
+            pki.server_keystore_pem(),
+            [
+                std::fs::read_to_string(&pki.server_key)?,
+                std::fs::read_to_string(&pki.server_cert)?,
+            ]
+            .concat(),
+        )?;
         Ok(pki)
+    }
+
+    /// The server's key and certificate in one PEM file: a Kafka keystore of type `PEM`.
+    pub fn server_keystore_pem(&self) -> PathBuf {
+        self.dir.join("server-keystore.pem")
     }
 }
 
@@ -137,63 +150,4 @@ fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// A TLS terminator in front of a plaintext port (Debian's `stunnel4`): what a Kafka client
-/// reaches over TLS. It dies with the test process.
-#[derive(Debug)]
-pub struct TlsTerminator {
-    /// The TLS port on 127.0.0.1.
-    pub port: u16,
-    pid: u32,
-}
-
-impl TlsTerminator {
-    /// Accepts TLS on `port` with `pki`'s server certificate and forwards to `backend` on
-    /// 127.0.0.1. With `mutual`, a client must present a certificate `pki`'s CA signed.
-    pub fn start(pki: &Pki, port: u16, backend: u16, mutual: bool) -> anyhow::Result<Self> {
-        let name = format!("stunnel-{port}");
-        let log = pki.dir.join(format!("{name}.log"));
-        let mut config = format!(
-            "foreground = yes\npid =\noutput = {log}\ndebug = notice\n\
-             [kafka]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{backend}\n\
-             cert = {cert}\nkey = {key}\n",
-            log = log.display(),
-            cert = pki.server_cert.display(),
-            key = pki.server_key.display(),
-        );
-        if mutual {
-            config.push_str(&format!(
-                "CAfile = {}\nverifyChain = yes\nrequireCert = yes\n",
-                pki.ca.display()
-            ));
-        }
-        let config_path = pki.dir.join(format!("{name}.conf"));
-        std::fs::write(&config_path, config)?;
-        let mut command = Command::new("setpriv");
-        command
-            .args(["--pdeathsig", "SIGKILL", "--", "stunnel4"])
-            .arg(&config_path)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let pid = crate::stack::spawn_kept(command)
-            .context("starting stunnel4 (Debian package stunnel4)")?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if std::time::Instant::now() > deadline {
-                bail!(
-                    "stunnel4 is not listening on {port} after 10 s; see {}",
-                    log.display()
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Ok(Self { port, pid })
-    }
-
-    /// Stops it.
-    pub fn stop(self) -> anyhow::Result<()> {
-        crate::stack::stop_kept(self.pid, "KILL")
-    }
 }

@@ -61,8 +61,7 @@ async fn kill_minus_nine_at_random_moments_loses_nothing() -> anyhow::Result<()>
         .get(0);
     let expected: HashSet<String> = ids.into_iter().collect();
     assert_eq!(expected.len(), 100_000);
-    // Read while the relays write: tansu's memory storage serves a fetch near the end of a
-    // partition far faster than one from the start of a long one.
+    // Read while the relays write, as a live consumer would.
     let mut collector = Collector::on(&topics, &broker.brokers())?;
 
     let mut mid_stream_kills = 0;

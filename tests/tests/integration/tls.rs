@@ -1,13 +1,14 @@
-//! Production connections against real servers: a PostgreSQL that accepts TLS only, and a
-//! broker behind a TLS terminator (with mutual TLS, and with SASL/SCRAM).
+//! Production connections against real servers: a PostgreSQL that accepts TLS only, and an
+//! Apache Kafka broker that speaks TLS itself (with mutual TLS, and with SASL/SCRAM).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use pgwire_replication::ReplicationClient;
+use ra_ledger_tests::broker::{BrokerServer, Security};
 use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, parse_lsn, test_config};
-use ra_ledger_tests::stack::{BrokerServer, BrokerStorage, free_port, run_dir, unstarted_postgres};
-use ra_ledger_tests::tls::{Pki, TlsTerminator};
+use ra_ledger_tests::stack::{private_broker_with, run_dir, unstarted_postgres};
+use ra_ledger_tests::tls::Pki;
 use ra_ledger_tests::worker::{self, RunningWorker, wait_for_run};
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
 
@@ -139,32 +140,28 @@ async fn postgres_over_tls_only_runs_the_whole_flow_with_verify_full_and_refuses
     Ok(())
 }
 
-/// A broker of its own that advertises `localhost:<TLS port>`, and a TLS terminator on that
-/// port in front of it (`mutual`: client certificates required). `prepare` runs against the
-/// plaintext broker first (creating SCRAM users); with `authentication` the broker is then
-/// restarted requiring SASL.
-fn broker_behind_tls(
+/// A broker of its own whose client listener speaks TLS with `pki`'s certificate
+/// (`mutual`: client certificates required), or SASL_SSL with SCRAM-SHA-512 `users`.
+fn broker_over_tls(
     pki: &Pki,
     mutual: bool,
-    users: &[(&str, &str, &str)],
-) -> anyhow::Result<(BrokerServer, TlsTerminator)> {
-    let tls_port = free_port()?;
-    let dir = run_dir().join(format!("tansu-tls-{}", random_suffix()));
-    let mut broker = BrokerServer::new(&dir, BrokerStorage::Sqlite)?;
-    broker.advertised_port = Some(tls_port);
-    broker.start()?;
-    if !users.is_empty() {
-        // tansu 0.6.0 creates users only for unauthenticated clients, and only on a broker
-        // that does not require authentication: create them, then restart requiring it.
-        for (name, password, mechanism) in users {
-            broker.create_user(name, password, mechanism)?;
+    users: &[(&str, &str)],
+) -> anyhow::Result<BrokerServer> {
+    let security = if users.is_empty() {
+        Security::Ssl {
+            pki: pki.clone(),
+            mutual,
         }
-        broker.kill()?;
-        broker.authentication = true;
-        broker.start()?;
-    }
-    let terminator = TlsTerminator::start(pki, tls_port, broker.port, mutual)?;
-    Ok((broker, terminator))
+    } else {
+        Security::SaslSsl {
+            pki: pki.clone(),
+            users: users
+                .iter()
+                .map(|(name, password)| ((*name).to_owned(), (*password).to_owned()))
+                .collect(),
+        }
+    };
+    private_broker_with(security)
 }
 
 fn settings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -190,8 +187,8 @@ async fn confirmed_lsn(database: &TestDatabase, slot: &str) -> anyhow::Result<u6
 async fn kafka_over_mutual_tls_refuses_a_client_without_a_certificate_and_loses_nothing()
 -> anyhow::Result<()> {
     let pki = pki()?;
-    let (_broker, terminator) = broker_behind_tls(&pki, true, &[])?;
-    let mut topics = TestTopics::on(format!("localhost:{}", terminator.port));
+    let broker = broker_over_tls(&pki, true, &[])?;
+    let mut topics = TestTopics::on(broker.brokers());
     topics.client = settings(&[
         ("security.protocol", "SSL"),
         ("ssl.ca.location", &pki.ca.display().to_string()),
@@ -204,8 +201,8 @@ async fn kafka_over_mutual_tls_refuses_a_client_without_a_certificate_and_loses_
     let database = TestDatabase::new().await?;
     let config = test_config(&database, &mut topics).await?;
 
-    // A relay that verifies the server but has no certificate of its own: the terminator
-    // refuses it, and the slot does not move past what Kafka never acknowledged.
+    // A relay that verifies the server but has no certificate of its own: the broker
+    // refuses the handshake, and the slot does not move past what Kafka never acknowledged.
     let mut anonymous = config.clone();
     anonymous.kafka.remove("ssl.certificate.location");
     anonymous.kafka.remove("ssl.key.location");
@@ -260,7 +257,6 @@ async fn kafka_over_mutual_tls_refuses_a_client_without_a_certificate_and_loses_
     })
     .await?;
     assert!(metadata.is_err(), "the wrong CA was accepted");
-    terminator.stop()?;
     Ok(())
 }
 
@@ -286,10 +282,9 @@ fn scram_settings(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sasl_scram_over_tls_carries_a_supersede_through_relay_and_worker() -> anyhow::Result<()> {
     let pki = pki()?;
-    let (_broker, terminator) =
-        broker_behind_tls(&pki, false, &[(SCRAM_USER, SCRAM_PASSWORD, "scram512")])?;
+    let broker = broker_over_tls(&pki, false, &[(SCRAM_USER, SCRAM_PASSWORD)])?;
     let (client, password_file) = scram_settings(&pki, SCRAM_PASSWORD)?;
-    let mut topics = TestTopics::on(format!("localhost:{}", terminator.port));
+    let mut topics = TestTopics::on(broker.brokers());
     // The harness's own clients (topics, collector) take the password inline.
     topics.client = client.clone();
     topics
@@ -324,28 +319,29 @@ async fn sasl_scram_over_tls_carries_a_supersede_through_relay_and_worker() -> a
     );
     worker.stop().await?;
     relay.stop().await?;
-    terminator.stop()?;
     Ok(())
 }
 
-// tansu 0.6.0 accepts a wrong SCRAM proof (a known bug). librdkafka still fails such a
-// login, because it checks the signature in the server's final message, which a server
-// holding the real credentials cannot produce for the wrong password. So against tansu this
-// test passes without proving that the broker refused anything: it is the test to run
-// against Apache Kafka, which refuses the proof itself (SaslAuthenticationFailed). Ignored
-// here so that a green run does not claim what it did not check.
-#[ignore = "tansu 0.6.0 accepts a wrong SCRAM proof; run against Apache Kafka"]
+// Apache Kafka checks the client's SCRAM proof and refuses it (SaslAuthenticationFailed):
+// the login fails at the broker, before librdkafka would check the server's signature. A
+// relay with the wrong password confirms nothing; with the right one it delivers it all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sasl_scram_refuses_a_wrong_password() -> anyhow::Result<()> {
+async fn sasl_scram_refuses_a_wrong_password_and_the_slot_waits_for_the_right_one()
+-> anyhow::Result<()> {
     let pki = pki()?;
-    let (_broker, terminator) =
-        broker_behind_tls(&pki, false, &[(SCRAM_USER, SCRAM_PASSWORD, "scram512")])?;
+    let broker = broker_over_tls(&pki, false, &[(SCRAM_USER, SCRAM_PASSWORD)])?;
     let (mut client, _) = scram_settings(&pki, SCRAM_PASSWORD)?;
-    client.insert("sasl.password".into(), "not-the-password".into());
-    let mut topics = TestTopics::on(format!("localhost:{}", terminator.port));
+    client.insert("sasl.password".into(), SCRAM_PASSWORD.into());
+    let mut topics = TestTopics::on(broker.brokers());
     topics.client = client;
+    let database = TestDatabase::new().await?;
+    let config = test_config(&database, &mut topics).await?;
+
+    // An admin client with the wrong password cannot even read the metadata.
+    let mut wrong = topics.client_config();
+    wrong.set("sasl.password", "not-the-password");
     let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        topics.client_config().create()?;
+        wrong.create()?;
     let metadata = tokio::task::spawn_blocking(move || {
         admin
             .inner()
@@ -355,7 +351,50 @@ async fn sasl_scram_refuses_a_wrong_password() -> anyhow::Result<()> {
     .await?;
     println!("metadata with a wrong password: {metadata:?}");
     assert!(metadata.is_err(), "a wrong SCRAM password was accepted");
-    terminator.stop()?;
+    let log = std::fs::read_to_string(broker.dir.join("kafka.log"))?;
+    assert!(
+        log.contains("Authentication failed") || log.contains("authentication failed"),
+        "the broker logged no refused login"
+    );
+
+    // The relay with the wrong password: nothing reaches Kafka, the slot stays behind.
+    let mut refused_config = config.clone();
+    refused_config
+        .kafka
+        .insert("sasl.password".into(), "not-the-password".into());
+    refused_config.shutdown_grace_ms = 500;
+    let refused = RunningRelay::start(refused_config);
+    let db = database.connect().await?;
+    let ids: HashSet<String> = insert_backlog(&db, 20, 10, 64).await?.into_iter().collect();
+    let written: String = db
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let confirmed = confirmed_lsn(&database, &config.slot).await?;
+    assert!(
+        confirmed < parse_lsn(&written),
+        "the slot confirmed {confirmed:X} past events Kafka refused (written up to {written})"
+    );
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        !collector
+            .until(Duration::from_secs(3), |received| !received.is_empty())
+            .await,
+        "nothing may reach Kafka with a wrong password"
+    );
+    let _ = refused.stop().await;
+
+    // The right password: every event, and the slot moves on.
+    let relay = RunningRelay::start(config.clone());
+    assert!(
+        collector.until_all(Duration::from_secs(90), &ids).await,
+        "{} of {} events arrived",
+        collector.distinct_ids().len(),
+        ids.len()
+    );
+    relay.stop().await?;
+    assert!(confirmed_lsn(&database, &config.slot).await? >= parse_lsn(&written));
     Ok(())
 }
 

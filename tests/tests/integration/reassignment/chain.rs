@@ -347,16 +347,33 @@ async fn past_its_time_a_chain_run_at_once_goes_on_through_kafka() -> anyhow::Re
     Ok(())
 }
 
-/// How soon a restarted worker must move a chain on again. Measured on tansu 0.6.0 with the
-/// worker's 6 s session: 6.3 s (the dead member's session running out, then a rebalance);
-/// with the 45 s default, a restarted worker waited 45 s to 11 minutes for its partitions.
+/// How soon a restarted worker must move a chain on again. With dynamic membership the
+/// restarted worker waits for the killed member's session (6 s) to run out, then for a
+/// rebalance; with static membership (`group.instance.id`) it takes the partitions back as
+/// it joins. The test prints both measurements.
 const TAKEOVER_BOUND: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow::Result<()> {
-    // As `deploy/stack` runs it: dynamic membership with the worker's 10 s session, the
-    // stall watcher at its default.
-    let (database, _topics, relay, config) = relayed().await?;
+    worker_killed_mid_chain(None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_killed_mid_chain_takes_its_partitions_back_at_once() -> anyhow::Result<()>
+{
+    worker_killed_mid_chain(Some(format!("worker-{}", ra_ledger_tests::random_suffix()))).await
+}
+
+/// A chain of 41 pages whose worker is killed with SIGKILL three times and restarted at
+/// once, with `instance_id` (static membership) or without (dynamic).
+async fn worker_killed_mid_chain(instance_id: Option<String>) -> anyhow::Result<()> {
+    let membership = if instance_id.is_some() {
+        "static"
+    } else {
+        "dynamic"
+    };
+    let (database, _topics, relay, mut config) = relayed().await?;
+    config.instance_id = instance_id;
     let binary = env!("CARGO_BIN_EXE_worker-under-test");
     let seeded = seeded(&database, 2_000).await?;
     let (run_id, new) = supersede(&seeded.api, seeded.contact_id, 50).await;
@@ -381,7 +398,9 @@ async fn a_worker_killed_mid_chain_resumes_from_the_recorded_cursor() -> anyhow:
         takeovers.push(restarted.elapsed());
     }
     let status = wait_for_run(&database, run_id, Duration::from_secs(180), completed).await?;
-    println!("restarted worker moved the chain on after {takeovers:?}");
+    println!(
+        "{membership} membership: the restarted worker moved the chain on after {takeovers:?}"
+    );
     // SIGTERM: the worker stops cleanly.
     ra_ledger_tests::stack::send_signal(process.id(), "TERM")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
