@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
 use ra_ledger_cdc::kafka::KafkaSettings;
 use ra_ledger_cdc::metrics::{Histogram, render_value};
-use ra_ledger_cdc::publish::{DeliveryFailure, classify, header as live_header};
+use ra_ledger_cdc::publish::{DeliveryFailure, Origin, classify, event_headers, kafka_headers};
 use ra_ledger_cdc::replay::{CompletionMarker, MARKER_KIND, header, replay_topic};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -356,22 +356,23 @@ async fn run_locked(
             let (aggregate, key) = stream.split_once('-').unwrap_or((stream, ""));
             let topic = replay.replay_topic(&replay.live_topic(aggregate));
             let event_id: &str = row.get("event_id");
-            let txid: Option<&str> = row.get("txid");
-            // The live stream's headers the ledger knows, plus the replay's id: tansu stores
-            // a row per header, so the envelope's own fields (stream version, recorded at)
-            // are not repeated here.
-            let mut headers = OwnedHeaders::new_with_capacity(4)
-                .insert(text_header(live_header::ID, event_id))
-                .insert(text_header(live_header::EVENT_TYPE, row.get("event_type")))
-                .insert(text_header(header::REPLAY_ID, &id_text));
-            if let Some(txid) = txid {
-                headers = headers.insert(text_header(live_header::TXID, txid));
-            }
+            // The live message's headers, as far as the events table holds their facts
+            // (`Origin::Events` says which it cannot), plus the replay's id.
+            let xid = row
+                .get::<_, Option<i64>>("xid")
+                .and_then(|xid| u32::try_from(xid).ok());
+            let mut headers = event_headers(
+                event_id,
+                row.get("event_type"),
+                row.get("traceparent"),
+                Origin::Events { xid },
+            );
+            headers.push((header::REPLAY_ID, id_text.clone()));
             let payload: &[u8] = row.get("payload");
             let record = FutureRecord::to(&topic)
                 .key(key.as_bytes())
                 .payload(payload)
-                .headers(headers);
+                .headers(kafka_headers(&headers));
             match producer.send_result(record) {
                 Ok(delivery) => deliveries.push((event_id.to_owned(), delivery)),
                 Err((error, _)) => return Err(kafka_failure(&error, event_id)),
