@@ -581,7 +581,10 @@ async fn write_markers(
 }
 
 /// Runs `query` with a metadata client of `config` on a blocking thread (librdkafka's
-/// metadata calls block).
+/// metadata calls block). Its end offsets are read under `read_committed` whatever the
+/// operator's settings: the last stable offset is never above the high watermark, so it is
+/// the safe handoff however a team reads the live topic (the two are equal while no
+/// transaction is open, and the relay writes none).
 async fn with_metadata_client<T: Send + 'static>(
     config: &ClientConfig,
     query: impl FnOnce(&BaseConsumer) -> Result<T, RunError> + Send + 'static,
@@ -591,6 +594,7 @@ async fn with_metadata_client<T: Send + 'static>(
         let consumer: BaseConsumer = config
             .clone()
             .set("group.id", "ra-ledger-replay-metadata")
+            .set("isolation.level", "read_committed")
             .create()
             .map_err(|error| RunError::Kafka(error.to_string()))?;
         query(&consumer)
@@ -622,7 +626,8 @@ async fn topic_partitions(config: &ClientConfig, topic: &str) -> Result<i32, Run
     .await
 }
 
-/// The end offsets the broker reports for `topic` (they may be short; see the module docs).
+/// Each partition's end offset of `topic`, as the broker reports it: one past its last
+/// message (see the module docs).
 async fn end_offsets(
     config: &ClientConfig,
     topic: &str,
