@@ -322,7 +322,9 @@ pub async fn run(
 /// partitions back at once on Kafka; tansu 0.6.0 then never evicts a dead member, so the
 /// stack does not set one. Metadata is refreshed every 10 s: a group that formed while its
 /// topic was missing (deleted, not yet created) assigned nothing, and only noticing the
-/// topic's return makes it rebalance.
+/// topic's return makes it rebalance. `fetch.wait.max.ms` stays at librdkafka's default:
+/// Kafka answers a fetch as soon as a message arrives and waits that long only while there
+/// is none, so a shorter wait would cost requests and gain no latency.
 fn consumer_config(
     config: &WorkerConfig,
 ) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::config::ConfigError> {
@@ -334,11 +336,7 @@ fn consumer_config(
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000")
-        .set("topic.metadata.refresh.interval.ms", "10000")
-        // Kafka answers a fetch the moment a request arrives, whatever this is; tansu polls
-        // its storage within it instead, so a shorter wait is a faster chain there, and a
-        // busier broker: 10 ms kept an idle SQLite-backed tansu at 30% of a core, 100 ms at 6%.
-        .set("fetch.wait.max.ms", "100");
+        .set("topic.metadata.refresh.interval.ms", "10000");
     if let Some(instance) = &config.instance_id {
         client_config.set("group.instance.id", instance);
     }
