@@ -294,10 +294,12 @@ pub async fn run(
                 break;
             }
         }
-        // Asynchronous: a synchronous commit waits for the group coordinator without a
-        // timeout, and after a broker restart it blocked the worker for good (seen with
-        // tansu). The page committed; a redelivery of an uncommitted offset is dropped by
-        // the fence.
+        // Asynchronous: the page's transaction has committed, so the offset only spares a
+        // redelivery. A synchronous commit blocks the runtime thread until the group
+        // coordinator answers, which takes seconds while the coordinator moves or its
+        // broker restarts, and holds up the next page for nothing. A commit that fails, or
+        // that a rebalance overtakes, leaves the offset behind: the request is redelivered
+        // and the fence drops it.
         if let Err(error) = consumer.commit_message(&message, CommitMode::Async) {
             warn!(%error, "cannot commit the Kafka offset; the request may be redelivered");
         }
@@ -317,14 +319,19 @@ pub async fn run(
 /// The consumer's settings: the worker's own, then the operator's (`kafka`).
 ///
 /// A dead member's partitions wait for its session to time out before anyone else gets
-/// them, so the session is as short as Kafka allows by default (6 s, heartbeats every
-/// second). With a stable `instance_id` (static membership) a restarted worker takes its
-/// partitions back at once on Kafka; tansu 0.6.0 then never evicts a dead member, so the
-/// stack does not set one. Metadata is refreshed every 10 s: a group that formed while its
-/// topic was missing (deleted, not yet created) assigned nothing, and only noticing the
-/// topic's return makes it rebalance. `fetch.wait.max.ms` stays at librdkafka's default:
-/// Kafka answers a fetch as soon as a message arrives and waits that long only while there
-/// is none, so a shorter wait would cost requests and gain no latency.
+/// them, so the session is as short as Kafka allows by default (6 s, the broker's
+/// `group.min.session.timeout.ms`; heartbeats every second). A worker that stops cleanly
+/// leaves the group, and its partitions move at once. With a stable `instance_id` (static
+/// membership, `group.instance.id`) a worker restarted within its session takes its
+/// partitions back at once, without a rebalance; a static member does not leave the group
+/// when it stops, so the partitions of one that does not come back move when its session
+/// times out.
+///
+/// Metadata is refreshed every 10 s: a group that formed while its topic was missing
+/// (deleted, not yet created) assigned nothing, and only noticing the topic's return makes
+/// it rebalance. `fetch.wait.max.ms` stays at librdkafka's default: Kafka answers a fetch
+/// as soon as a message arrives and waits that long only while there is none, so a
+/// shorter wait would cost requests and gain no latency.
 fn consumer_config(
     config: &WorkerConfig,
 ) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::config::ConfigError> {
