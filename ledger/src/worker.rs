@@ -224,7 +224,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     let pool = db::pool(&config.database_url, "ledger-worker", 3)?;
-    let consumer: Arc<StreamConsumer> = Arc::new(consumer_config(&config)?.create()?);
+    let consumer: StreamConsumer = consumer_config(&config)?.create()?;
     consumer.subscribe(&[&config.topic])?;
     info!(topic = %config.topic, group = %config.group_id,
           instance = config.instance_id.as_deref().unwrap_or("(dynamic)"),
@@ -233,10 +233,6 @@ pub async fn run(
         pool.clone(),
         metrics.clone(),
         config.stall_after(),
-        Rejoin {
-            consumer: consumer.clone(),
-            topic: config.topic.clone(),
-        },
         shutdown.clone(),
     ));
     // Replays run beside the pages, on connections of their own: a replay holds one for
@@ -474,43 +470,14 @@ async fn handle_with_retries(
     }
 }
 
-/// The worker's consumer, for joining its group again.
-struct Rejoin {
-    consumer: Arc<StreamConsumer>,
-    topic: String,
-}
-
-impl Rejoin {
-    /// Joins the group again when this worker holds no partition while runs stall: a group
-    /// can settle with nothing assigned (tansu 0.6.0 after a broker restart: the leader
-    /// rejoined before the topic's metadata was back) and nothing else makes it rebalance.
-    fn if_unassigned(&self) {
-        let assigned = self
-            .consumer
-            .assignment()
-            .map(|partitions| partitions.count())
-            .unwrap_or(0);
-        if assigned > 0 {
-            return;
-        }
-        warn!(topic = %self.topic, "runs stall and this worker holds no partition; joining the group again");
-        self.consumer.unsubscribe();
-        if let Err(error) = self.consumer.subscribe(&[&self.topic]) {
-            warn!(%error, "cannot subscribe again");
-        }
-    }
-}
-
 /// Every few seconds: refreshes the runs-active gauge, and raises again the page request of
 /// every run that made no progress for `stall_after` (`None`: never). A chain whose request
 /// was lost (a topic deleted, a partition nobody consumed) heals itself this way; the
-/// cursor fence drops the request that was not lost, if it turns up. If this worker holds no
-/// partition meanwhile, it joins its group again.
+/// cursor fence drops the request that was not lost, if it turns up.
 async fn watch_runs(
     pool: Pool,
     metrics: Arc<WorkerMetrics>,
     stall_after: Option<Duration>,
-    rejoin: Rejoin,
     shutdown: CancellationToken,
 ) {
     let every = stall_after.map_or(Duration::from_secs(5), |stall| {
@@ -521,10 +488,8 @@ async fn watch_runs(
             if let Ok(count) = reassign::running(&client).await {
                 metrics.runs_active.store(count, Ordering::Relaxed);
             }
-            if let Some(stall_after) = stall_after
-                && heal_stalled(&pool, &client, &metrics, stall_after).await > 0
-            {
-                rejoin.if_unassigned();
+            if let Some(stall_after) = stall_after {
+                heal_stalled(&pool, &client, &metrics, stall_after).await;
             }
         }
         tokio::select! {
@@ -535,22 +500,20 @@ async fn watch_runs(
     }
 }
 
-/// Raises the page requests of stalled runs again (one worker per run does); returns how many
-/// stalled runs it found.
+/// Raises the page requests of stalled runs again (one worker per run does).
 async fn heal_stalled(
     pool: &Pool,
     client: &deadpool_postgres::Object,
     metrics: &WorkerMetrics,
     stall_after: Duration,
-) -> usize {
+) {
     let stalled = match reassign::stalled(client, stall_after).await {
         Ok(stalled) => stalled,
         Err(error) => {
             warn!(%error, "cannot look for stalled runs");
-            return 0;
+            return;
         }
     };
-    let found = stalled.len();
     for run_id in stalled {
         match reassign::reraise_stalled(pool, run_id, stall_after).await {
             Ok(Some(request)) => {
@@ -562,7 +525,6 @@ async fn heal_stalled(
             Err(error) => warn!(run = %run_id, %error, "cannot raise a stalled run's page again"),
         }
     }
-    found
 }
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
