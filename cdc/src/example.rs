@@ -83,11 +83,6 @@ pub async fn run(
     }
     // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
     let mut settings = crate::kafka::KafkaSettings::from_env(&args.brokers)?;
-    // Short fetch waits, as the worker's: a consumer that has caught up asks again soon
-    // rather than after librdkafka's default 500 ms.
-    settings
-        .properties
-        .insert("fetch.wait.max.ms".into(), "10".into());
     settings.properties.extend(args.kafka.clone());
     let kafka: StreamConsumer = settings
         .client_config()?

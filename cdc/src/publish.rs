@@ -50,20 +50,12 @@ pub struct OutgoingMessage {
 impl OutgoingMessage {
     /// Builds the message of `row`, the `ordinal`-th of its transaction.
     pub fn new(config: &RelayConfig, row: OutboxRow, commit: &CommitInfo, ordinal: usize) -> Self {
-        let mut headers = vec![
-            (header::ID, row.event_id.clone()),
-            (header::EVENT_TYPE, row.event_type.clone()),
-            (header::COMMIT_LSN, format_lsn(commit.commit_lsn)),
-            (header::TXID, commit.xid.to_string()),
-            (
-                header::COMMIT_TIMESTAMP,
-                format_micros(commit.commit_time_micros),
-            ),
-            (header::ORDINAL, ordinal.to_string()),
-        ];
-        if let Some(traceparent) = &row.traceparent {
-            headers.push((header::TRACEPARENT, traceparent.clone()));
-        }
+        let headers = event_headers(
+            &row.event_id,
+            &row.event_type,
+            row.traceparent.as_deref(),
+            Origin::Wal { commit, ordinal },
+        );
         Self {
             topic: config.topic(&row.aggregate_type),
             row,
@@ -73,16 +65,80 @@ impl OutgoingMessage {
 
     /// The rdkafka headers.
     pub fn kafka_headers(&self) -> OwnedHeaders {
-        self.headers.iter().fold(
-            OwnedHeaders::new_with_capacity(self.headers.len()),
-            |headers, (key, value)| {
-                headers.insert(Header {
-                    key,
-                    value: Some(value.as_bytes()),
-                })
-            },
-        )
+        kafka_headers(&self.headers)
     }
+}
+
+/// Where the facts behind an event's headers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// The relay, decoding the WAL: the transaction's Begin message and the row's place
+    /// among the transaction's outbox rows.
+    Wal {
+        /// The transaction.
+        commit: &'a CommitInfo,
+        /// The row's position in it, from 0.
+        ordinal: usize,
+    },
+    /// A replay, reading the `events` table: it records each event's transaction id (since
+    /// migration V8; `None` before), but not the commit's LSN or time, nor the event's
+    /// place among its transaction's outbox rows. Without the commit LSN an ordinal orders
+    /// nothing, and PostgreSQL keeps commit times only with `track_commit_timestamp` (and
+    /// not for ever), so `commit_lsn`, `commit_timestamp` and `ordinal` are left out of
+    /// replayed messages rather than made up.
+    Events {
+        /// The transaction's 32-bit id, the one pgoutput's Begin carries: the low 32 bits
+        /// of the `xid8` the table holds.
+        xid: Option<u32>,
+    },
+}
+
+/// An event's headers, in this order: `id`, `event_type`, `commit_lsn`, `txid`,
+/// `commit_timestamp`, `ordinal`, `traceparent`, each where `origin` knows it (and
+/// `traceparent` when the event has one). The live relay and a replay both build them
+/// here, so a consumer finds the same names with the same values on either topic.
+pub fn event_headers(
+    event_id: &str,
+    event_type: &str,
+    traceparent: Option<&str>,
+    origin: Origin<'_>,
+) -> Vec<(&'static str, String)> {
+    let mut headers = Vec::with_capacity(7);
+    headers.push((header::ID, event_id.to_owned()));
+    headers.push((header::EVENT_TYPE, event_type.to_owned()));
+    match origin {
+        Origin::Wal { commit, ordinal } => {
+            headers.push((header::COMMIT_LSN, format_lsn(commit.commit_lsn)));
+            headers.push((header::TXID, commit.xid.to_string()));
+            headers.push((
+                header::COMMIT_TIMESTAMP,
+                format_micros(commit.commit_time_micros),
+            ));
+            headers.push((header::ORDINAL, ordinal.to_string()));
+        }
+        Origin::Events { xid } => {
+            if let Some(xid) = xid {
+                headers.push((header::TXID, xid.to_string()));
+            }
+        }
+    }
+    if let Some(traceparent) = traceparent {
+        headers.push((header::TRACEPARENT, traceparent.to_owned()));
+    }
+    headers
+}
+
+/// `headers` as rdkafka headers, in their order.
+pub fn kafka_headers(headers: &[(&str, String)]) -> OwnedHeaders {
+    headers.iter().fold(
+        OwnedHeaders::new_with_capacity(headers.len()),
+        |kafka, (key, value)| {
+            kafka.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            })
+        },
+    )
 }
 
 /// PostgreSQL's text form of an LSN.
@@ -168,6 +224,32 @@ mod tests {
                 ("txid", "742".to_owned()),
                 ("commit_timestamp", "2026-01-01T00:00:00.000001Z".to_owned()),
                 ("ordinal", "3".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replayed_event_carries_the_headers_the_events_table_can_give() {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(
+            event_headers(
+                "e-1",
+                "ContactCreated",
+                Some(traceparent),
+                Origin::Events { xid: Some(742) }
+            ),
+            vec![
+                ("id", "e-1".to_owned()),
+                ("event_type", "ContactCreated".to_owned()),
+                ("txid", "742".to_owned()),
+                ("traceparent", traceparent.to_owned()),
+            ]
+        );
+        assert_eq!(
+            event_headers("e-1", "ContactCreated", None, Origin::Events { xid: None }),
+            vec![
+                ("id", "e-1".to_owned()),
+                ("event_type", "ContactCreated".to_owned()),
             ]
         );
     }

@@ -11,9 +11,9 @@
 //!
 //! Every event outside the replay's past is on the live topic at or after the handoff offsets
 //! (the ledger records the offsets before the snapshot that defines the past). Some events of
-//! the past may also be there (the offsets a broker reports can be short, as tansu 0.6.0's
-//! are: the start of the last batch), and the inbox absorbs them: nothing is missing, nothing
-//! is applied twice.
+//! the past may also be there: one the relay had not published yet when the offsets were
+//! read (it runs a little behind the database), or a second copy of one (it delivers at
+//! least once). The inbox absorbs them: nothing is missing, nothing is applied twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 

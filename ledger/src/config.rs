@@ -444,10 +444,11 @@ pub struct WorkerConfig {
     /// Longest pause between retries of a failing page.
     pub retry_backoff_max_ms: u64,
     /// This worker's stable identity in the group (`group.instance.id`,
-    /// `LEDGER_WORKER_INSTANCE_ID`): restarted, it takes its partitions back at once instead
-    /// of waiting for its old session to time out. Unique per worker; unset, membership is
-    /// dynamic. For Apache Kafka: tansu 0.6.0 never evicts a dead member from a group whose
-    /// live members are static.
+    /// `LEDGER_WORKER_INSTANCE_ID`): restarted within its session, it takes its partitions
+    /// back at once, without a rebalance. A stopped or dead worker's partitions then move
+    /// when its session times out (`session.timeout.ms`, 6 s), as a static member does not
+    /// leave the group when it stops. Unique per worker: Kafka fences the older of two
+    /// members with the same id. Unset, membership is dynamic.
     pub instance_id: Option<String>,
     /// A run without progress for this long gets its page request raised again
     /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.

@@ -224,7 +224,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     let pool = db::pool(&config.database_url, "ledger-worker", 3)?;
-    let consumer: Arc<StreamConsumer> = Arc::new(consumer_config(&config)?.create()?);
+    let consumer: StreamConsumer = consumer_config(&config)?.create()?;
     consumer.subscribe(&[&config.topic])?;
     info!(topic = %config.topic, group = %config.group_id,
           instance = config.instance_id.as_deref().unwrap_or("(dynamic)"),
@@ -233,10 +233,6 @@ pub async fn run(
         pool.clone(),
         metrics.clone(),
         config.stall_after(),
-        Rejoin {
-            consumer: consumer.clone(),
-            topic: config.topic.clone(),
-        },
         shutdown.clone(),
     ));
     // Replays run beside the pages, on connections of their own: a replay holds one for
@@ -294,10 +290,12 @@ pub async fn run(
                 break;
             }
         }
-        // Asynchronous: a synchronous commit waits for the group coordinator without a
-        // timeout, and after a broker restart it blocked the worker for good (seen with
-        // tansu). The page committed; a redelivery of an uncommitted offset is dropped by
-        // the fence.
+        // Asynchronous: the page's transaction has committed, so the offset only spares a
+        // redelivery. A synchronous commit blocks the runtime thread until the group
+        // coordinator answers, which takes seconds while the coordinator moves or its
+        // broker restarts, and holds up the next page for nothing. A commit that fails, or
+        // that a rebalance overtakes, leaves the offset behind: the request is redelivered
+        // and the fence drops it.
         if let Err(error) = consumer.commit_message(&message, CommitMode::Async) {
             warn!(%error, "cannot commit the Kafka offset; the request may be redelivered");
         }
@@ -317,12 +315,19 @@ pub async fn run(
 /// The consumer's settings: the worker's own, then the operator's (`kafka`).
 ///
 /// A dead member's partitions wait for its session to time out before anyone else gets
-/// them, so the session is as short as Kafka allows by default (6 s, heartbeats every
-/// second). With a stable `instance_id` (static membership) a restarted worker takes its
-/// partitions back at once on Kafka; tansu 0.6.0 then never evicts a dead member, so the
-/// stack does not set one. Metadata is refreshed every 10 s: a group that formed while its
-/// topic was missing (deleted, not yet created) assigned nothing, and only noticing the
-/// topic's return makes it rebalance.
+/// them, so the session is as short as Kafka allows by default (6 s, the broker's
+/// `group.min.session.timeout.ms`; heartbeats every second). A worker that stops cleanly
+/// leaves the group, and its partitions move at once. With a stable `instance_id` (static
+/// membership, `group.instance.id`) a worker restarted within its session takes its
+/// partitions back at once, without a rebalance; a static member does not leave the group
+/// when it stops, so the partitions of one that does not come back move when its session
+/// times out.
+///
+/// Metadata is refreshed every 10 s: a group that formed while its topic was missing
+/// (deleted, not yet created) assigned nothing, and only noticing the topic's return makes
+/// it rebalance. `fetch.wait.max.ms` stays at librdkafka's default: Kafka answers a fetch
+/// as soon as a message arrives and waits that long only while there is none, so a
+/// shorter wait would cost requests and gain no latency.
 fn consumer_config(
     config: &WorkerConfig,
 ) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::config::ConfigError> {
@@ -334,11 +339,7 @@ fn consumer_config(
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000")
-        .set("topic.metadata.refresh.interval.ms", "10000")
-        // Kafka answers a fetch the moment a request arrives, whatever this is; tansu polls
-        // its storage within it instead, so a shorter wait is a faster chain there, and a
-        // busier broker: 10 ms kept an idle SQLite-backed tansu at 30% of a core, 100 ms at 6%.
-        .set("fetch.wait.max.ms", "100");
+        .set("topic.metadata.refresh.interval.ms", "10000");
     if let Some(instance) = &config.instance_id {
         client_config.set("group.instance.id", instance);
     }
@@ -469,43 +470,14 @@ async fn handle_with_retries(
     }
 }
 
-/// The worker's consumer, for joining its group again.
-struct Rejoin {
-    consumer: Arc<StreamConsumer>,
-    topic: String,
-}
-
-impl Rejoin {
-    /// Joins the group again when this worker holds no partition while runs stall: a group
-    /// can settle with nothing assigned (tansu 0.6.0 after a broker restart: the leader
-    /// rejoined before the topic's metadata was back) and nothing else makes it rebalance.
-    fn if_unassigned(&self) {
-        let assigned = self
-            .consumer
-            .assignment()
-            .map(|partitions| partitions.count())
-            .unwrap_or(0);
-        if assigned > 0 {
-            return;
-        }
-        warn!(topic = %self.topic, "runs stall and this worker holds no partition; joining the group again");
-        self.consumer.unsubscribe();
-        if let Err(error) = self.consumer.subscribe(&[&self.topic]) {
-            warn!(%error, "cannot subscribe again");
-        }
-    }
-}
-
 /// Every few seconds: refreshes the runs-active gauge, and raises again the page request of
 /// every run that made no progress for `stall_after` (`None`: never). A chain whose request
 /// was lost (a topic deleted, a partition nobody consumed) heals itself this way; the
-/// cursor fence drops the request that was not lost, if it turns up. If this worker holds no
-/// partition meanwhile, it joins its group again.
+/// cursor fence drops the request that was not lost, if it turns up.
 async fn watch_runs(
     pool: Pool,
     metrics: Arc<WorkerMetrics>,
     stall_after: Option<Duration>,
-    rejoin: Rejoin,
     shutdown: CancellationToken,
 ) {
     let every = stall_after.map_or(Duration::from_secs(5), |stall| {
@@ -516,10 +488,8 @@ async fn watch_runs(
             if let Ok(count) = reassign::running(&client).await {
                 metrics.runs_active.store(count, Ordering::Relaxed);
             }
-            if let Some(stall_after) = stall_after
-                && heal_stalled(&pool, &client, &metrics, stall_after).await > 0
-            {
-                rejoin.if_unassigned();
+            if let Some(stall_after) = stall_after {
+                heal_stalled(&pool, &client, &metrics, stall_after).await;
             }
         }
         tokio::select! {
@@ -530,22 +500,20 @@ async fn watch_runs(
     }
 }
 
-/// Raises the page requests of stalled runs again (one worker per run does); returns how many
-/// stalled runs it found.
+/// Raises the page requests of stalled runs again (one worker per run does).
 async fn heal_stalled(
     pool: &Pool,
     client: &deadpool_postgres::Object,
     metrics: &WorkerMetrics,
     stall_after: Duration,
-) -> usize {
+) {
     let stalled = match reassign::stalled(client, stall_after).await {
         Ok(stalled) => stalled,
         Err(error) => {
             warn!(%error, "cannot look for stalled runs");
-            return 0;
+            return;
         }
     };
-    let found = stalled.len();
     for run_id in stalled {
         match reassign::reraise_stalled(pool, run_id, stall_after).await {
             Ok(Some(request)) => {
@@ -557,7 +525,6 @@ async fn heal_stalled(
             Err(error) => warn!(run = %run_id, %error, "cannot raise a stalled run's page again"),
         }
     }
-    found
 }
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.

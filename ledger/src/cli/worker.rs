@@ -23,9 +23,10 @@ pub struct WorkerArgs {
     /// Whole-page attempts before a failing page runs row by row [default: 3].
     #[arg(long, env = "LEDGER_WORKER_MAX_ATTEMPTS", value_parser = clap::value_parser!(u32).range(1..=100))]
     max_attempts: Option<u32>,
-    /// This worker's stable, unique identity in the group: restarted, it takes its
-    /// partitions back at once. For Apache Kafka; not on tansu 0.6.0, which then never
-    /// evicts dead members [default: none, dynamic membership].
+    /// This worker's stable, unique identity in the group (static membership): restarted
+    /// within its session, it takes its partitions back at once; a worker that does not
+    /// come back gives them up when its session times out [default: none, dynamic
+    /// membership].
     #[arg(long, env = "LEDGER_WORKER_INSTANCE_ID")]
     instance_id: Option<String>,
     /// Milliseconds a run may go without progress before its page request is raised again;

@@ -10,10 +10,11 @@
 //! sealing names the streams. The published root is what counts: if `digest_leaf_changes`
 //! was rewritten as well, the root still disagrees, only the streams cannot be named.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -47,16 +48,24 @@ pub fn parse(document: &Value, location: &str) -> Result<Published, String> {
     })
 }
 
-/// Every message of `topic`, read from the beginning with `config` (no consumer group is
-/// joined, nothing is committed). Blocking.
+/// Every message of `topic`, read from the beginning up to each partition's end (no
+/// consumer group is joined, nothing is committed). Blocking.
 ///
-/// A partition's reported end offset is not trusted to be one past its last record (tansu
-/// 0.6.0 reports the start of the last batch): the read goes on until every partition
-/// passed its reported end and nothing new came for `quiet`.
+/// A partition is read when librdkafka reports its end (`enable.partition.eof`): that
+/// happens once the consumer's fetch position equals the end offset the broker returned
+/// with the fetch, and after every message before it was handed over. Apache Kafka's end
+/// offset is exact: under `read_committed`, the last stable offset, which with no
+/// transaction open is the high watermark, one past the last record every in-sync replica
+/// holds. The position is compared, not the last message's offset, because the offsets at
+/// a partition's end may hold no message this consumer sees (a transaction's commit marker,
+/// an aborted transaction's records): the position moves past them, the last message does
+/// not. The end is the one known at that fetch, so a digest published meanwhile may be read
+/// too, never one fewer than the partition held when the read started. `read_committed` is
+/// set here, not left to librdkafka's default or the operator's settings: a digest
+/// written in a transaction that aborted was never published.
 fn read_topic_blocking(
     mut config: rdkafka::ClientConfig,
     topic: &str,
-    quiet: Duration,
     timeout: Duration,
 ) -> Result<Vec<(String, Vec<u8>)>, String> {
     let consumer: BaseConsumer = config
@@ -65,32 +74,26 @@ fn read_topic_blocking(
             format!("ledger-verify-{}", uuid::Uuid::new_v4().simple()),
         )
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
         .create()
         .map_err(|error| format!("Kafka client: {error}"))?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|error| format!("reading metadata of {topic}: {error}"))?;
-    let partitions: Vec<i32> = metadata
+    let mut unread: BTreeSet<i32> = metadata
         .topics()
         .iter()
         .flat_map(|t| t.partitions())
         .map(|partition| partition.id())
         .collect();
-    if partitions.is_empty() {
+    if unread.is_empty() {
         return Err(format!(
             "topic {topic} has no partitions: does it exist (ledger topics create)?"
         ));
     }
-    let mut ends = BTreeMap::new();
     let mut assignment = TopicPartitionList::new();
-    for &partition in &partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, Duration::from_secs(10))
-            .map_err(|error| format!("end offset of {topic}/{partition}: {error}"))?;
-        if high > low {
-            ends.insert(partition, high);
-        }
+    for &partition in &unread {
         assignment
             .add_partition_offset(topic, partition, Offset::Beginning)
             .map_err(|error| error.to_string())?;
@@ -99,38 +102,48 @@ fn read_topic_blocking(
         .assign(&assignment)
         .map_err(|error| format!("assigning {topic}: {error}"))?;
     let started = Instant::now();
-    let mut last_message = Instant::now();
     let mut messages = Vec::new();
-    loop {
-        if ends.is_empty() && last_message.elapsed() >= quiet {
-            return Ok(messages);
-        }
+    while !unread.is_empty() {
         if started.elapsed() > timeout {
             return Err(format!(
-                "read {} messages of {topic} in {timeout:?}, but partitions {:?} did not reach their end offsets",
+                "read {} messages of {topic} in {timeout:?}, but partitions {} did not reach their end",
                 messages.len(),
-                ends.keys().collect::<Vec<_>>()
+                positions(&consumer, topic, &unread)
             ));
         }
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
-            Some(Err(error)) => tracing::warn!(%error, "reading {topic}"),
-            Some(Ok(message)) => {
-                last_message = Instant::now();
-                let partition = message.partition();
-                if ends
-                    .get(&partition)
-                    .is_some_and(|end| message.offset() + 1 >= *end)
-                {
-                    ends.remove(&partition);
-                }
-                messages.push((
-                    format!("{topic}/{partition}@{}", message.offset()),
-                    message.payload().unwrap_or_default().to_vec(),
-                ));
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                unread.remove(&partition);
             }
+            Some(Err(error)) => tracing::warn!(%error, "reading {topic}"),
+            Some(Ok(message)) => messages.push((
+                format!("{topic}/{}@{}", message.partition(), message.offset()),
+                message.payload().unwrap_or_default().to_vec(),
+            )),
         }
     }
+    Ok(messages)
+}
+
+/// `partitions` of `topic` with the consumer's position in each, e.g. `1 (at offset 4), 2
+/// (nothing read)`, for an operator to see how far the read came.
+fn positions(consumer: &BaseConsumer, topic: &str, partitions: &BTreeSet<i32>) -> String {
+    let known = consumer.position().ok();
+    partitions
+        .iter()
+        .map(|&partition| {
+            let offset = known
+                .as_ref()
+                .and_then(|list| list.find_partition(topic, partition))
+                .map(|element| element.offset());
+            match offset {
+                Some(Offset::Offset(offset)) => format!("{partition} (at offset {offset})"),
+                _ => format!("{partition} (nothing read)"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One stream whose head, as the tables hold it now, is not the one a digest sealed.
@@ -223,12 +236,11 @@ pub async fn verify_topic(
     timeout: Duration,
 ) -> Result<DigestReport, VerifyError> {
     let read_topic = topic.to_owned();
-    let messages = tokio::task::spawn_blocking(move || {
-        read_topic_blocking(config, &read_topic, Duration::from_secs(2), timeout)
-    })
-    .await
-    .map_err(|error| VerifyError::Kafka(error.to_string()))?
-    .map_err(VerifyError::Kafka)?;
+    let messages =
+        tokio::task::spawn_blocking(move || read_topic_blocking(config, &read_topic, timeout))
+            .await
+            .map_err(|error| VerifyError::Kafka(error.to_string()))?
+            .map_err(VerifyError::Kafka)?;
     let mut digests = Vec::with_capacity(messages.len());
     let mut unreadable = Vec::new();
     for (location, payload) in &messages {

@@ -11,21 +11,26 @@
 //! on the live topic, that holds if every message below `O` is in the past, and the runner
 //! makes sure of it by taking them in this order:
 //!
-//! 1. read `O` (the end offsets as the broker reports them);
+//! 1. read `O` (each partition's end offset as the broker reports it);
 //! 2. take a fresh transaction id `y` in a transaction of its own, and wait until no
 //!    transaction with an id below `y` is still in progress;
 //! 3. take `S` in a REPEATABLE READ transaction, and record `S`, `O` and the highest position
 //!    `S` sees in the same transaction.
 //!
-//! A message below `O` was acknowledged before step 1 ended, so the relay had decoded its
-//! transaction's commit record from the WAL before `y` was assigned: its id is below `y`.
-//! PostgreSQL writes the commit record before it tells other sessions that the transaction
-//! ended, so such a transaction may still count as in progress for a moment; step 2 waits
-//! for exactly those, and after it `S` sees them all. A broker that reports short end
-//! offsets (tansu 0.6.0 reports the start of a partition's last batch) only lowers `O`:
-//! messages between the reported and the true end are in the past *and* after `O`, read
-//! twice, and the consumer's inbox absorbs the second copy. Events committed after `S`
-//! (or invisible to it) are on the live topic after `O`, since their commit came after.
+//! A message below `O` was on the broker before step 1 ended, so the relay had sent it, and
+//! decoded its transaction's commit record from the WAL, before `y` was assigned: its id is
+//! below `y`. PostgreSQL writes the commit record before it tells other sessions that the
+//! transaction ended, so such a transaction may still count as in progress for a moment;
+//! step 2 waits for exactly those, and after it `S` sees them all. Events committed after
+//! `S` (or invisible to it) are on the live topic after `O`, since their commit came after.
+//!
+//! Apache Kafka reports a partition's end exactly: the high watermark, one past the last
+//! message its in-sync replicas hold (read under `read_committed`, as the runner does, the
+//! last stable offset, which is the same while no transaction is open; the relay writes
+//! none). Events of the past can still be on the live topic after `O`: one whose message the
+//! relay had not sent yet when `O` was read (the relay runs behind the WAL), or a second copy
+//! the relay sent again after a failure (it delivers at least once). Those are replayed and
+//! read again live after the handoff, and the consumer's inbox absorbs the second copy.
 //!
 //! The relay's commit LSN would be another choice, but the ledger cannot map an LSN to the
 //! set of transactions committed before it without reading the WAL; the snapshot is decided

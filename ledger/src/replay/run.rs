@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
 use ra_ledger_cdc::kafka::KafkaSettings;
 use ra_ledger_cdc::metrics::{Histogram, render_value};
-use ra_ledger_cdc::publish::{DeliveryFailure, classify, header as live_header};
+use ra_ledger_cdc::publish::{DeliveryFailure, Origin, classify, event_headers, kafka_headers};
 use ra_ledger_cdc::replay::{CompletionMarker, MARKER_KIND, header, replay_topic};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -356,22 +356,23 @@ async fn run_locked(
             let (aggregate, key) = stream.split_once('-').unwrap_or((stream, ""));
             let topic = replay.replay_topic(&replay.live_topic(aggregate));
             let event_id: &str = row.get("event_id");
-            let txid: Option<&str> = row.get("txid");
-            // The live stream's headers the ledger knows, plus the replay's id: tansu stores
-            // a row per header, so the envelope's own fields (stream version, recorded at)
-            // are not repeated here.
-            let mut headers = OwnedHeaders::new_with_capacity(4)
-                .insert(text_header(live_header::ID, event_id))
-                .insert(text_header(live_header::EVENT_TYPE, row.get("event_type")))
-                .insert(text_header(header::REPLAY_ID, &id_text));
-            if let Some(txid) = txid {
-                headers = headers.insert(text_header(live_header::TXID, txid));
-            }
+            // The live message's headers, as far as the events table holds their facts
+            // (`Origin::Events` says which it cannot), plus the replay's id.
+            let xid = row
+                .get::<_, Option<i64>>("xid")
+                .and_then(|xid| u32::try_from(xid).ok());
+            let mut headers = event_headers(
+                event_id,
+                row.get("event_type"),
+                row.get("traceparent"),
+                Origin::Events { xid },
+            );
+            headers.push((header::REPLAY_ID, id_text.clone()));
             let payload: &[u8] = row.get("payload");
             let record = FutureRecord::to(&topic)
                 .key(key.as_bytes())
                 .payload(payload)
-                .headers(headers);
+                .headers(kafka_headers(&headers));
             match producer.send_result(record) {
                 Ok(delivery) => deliveries.push((event_id.to_owned(), delivery)),
                 Err((error, _)) => return Err(kafka_failure(&error, event_id)),
@@ -580,7 +581,10 @@ async fn write_markers(
 }
 
 /// Runs `query` with a metadata client of `config` on a blocking thread (librdkafka's
-/// metadata calls block).
+/// metadata calls block). Its end offsets are read under `read_committed` whatever the
+/// operator's settings: the last stable offset is never above the high watermark, so it is
+/// the safe handoff however a team reads the live topic (the two are equal while no
+/// transaction is open, and the relay writes none).
 async fn with_metadata_client<T: Send + 'static>(
     config: &ClientConfig,
     query: impl FnOnce(&BaseConsumer) -> Result<T, RunError> + Send + 'static,
@@ -590,6 +594,7 @@ async fn with_metadata_client<T: Send + 'static>(
         let consumer: BaseConsumer = config
             .clone()
             .set("group.id", "ra-ledger-replay-metadata")
+            .set("isolation.level", "read_committed")
             .create()
             .map_err(|error| RunError::Kafka(error.to_string()))?;
         query(&consumer)
@@ -621,7 +626,8 @@ async fn topic_partitions(config: &ClientConfig, topic: &str) -> Result<i32, Run
     .await
 }
 
-/// The end offsets the broker reports for `topic` (they may be short; see the module docs).
+/// Each partition's end offset of `topic`, as the broker reports it: one past its last
+/// message (see the module docs).
 async fn end_offsets(
     config: &ClientConfig,
     topic: &str,
