@@ -17,6 +17,12 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, REASSIGNMENT_AGGREGATE};
 
+/// The replication factor asked for when none is given: `-1`, the cluster's own
+/// `default.replication.factor` (Kafka 2.4 and later). A fixed 1 would leave every topic
+/// with a single copy on a cluster of many brokers, however the relay's `acks=all` waits;
+/// the cluster's operator sets its default (and `min.insync.replicas`) once for all topics.
+pub const BROKER_DEFAULT_REPLICATION: i32 = -1;
+
 /// How long the reassignment topic keeps page requests: a week, for looking into a run.
 pub const REASSIGNMENT_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
@@ -27,6 +33,8 @@ pub struct TopicSpec {
     pub name: String,
     /// Partitions.
     pub partitions: i32,
+    /// Replicas of each partition; [`BROKER_DEFAULT_REPLICATION`] for the cluster's default.
+    pub replication_factor: i32,
     /// Topic configs (`cleanup.policy`, `retention.ms`, ...).
     pub configs: BTreeMap<String, String>,
 }
@@ -53,6 +61,7 @@ pub fn plan(prefix: &str, partitions: i32) -> Vec<TopicSpec> {
     .map(|(aggregate, configs)| TopicSpec {
         name: format!("{prefix}{aggregate}"),
         partitions,
+        replication_factor: BROKER_DEFAULT_REPLICATION,
         configs,
     })
     .collect()
@@ -105,7 +114,11 @@ pub async fn create_missing(
         .iter()
         .map(|spec| {
             spec.configs.iter().fold(
-                NewTopic::new(&spec.name, spec.partitions, TopicReplication::Fixed(1)),
+                NewTopic::new(
+                    &spec.name,
+                    spec.partitions,
+                    TopicReplication::Fixed(spec.replication_factor),
+                ),
                 |topic, (key, value)| topic.set(key, value),
             )
         })

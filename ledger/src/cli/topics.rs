@@ -21,6 +21,10 @@ pub enum TopicsCommand {
         /// Partitions of each topic.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=1000))]
         partitions: i32,
+        /// Replicas of each partition; -1 for the cluster's `default.replication.factor`.
+        #[arg(long, default_value_t = topics::BROKER_DEFAULT_REPLICATION, allow_negative_numbers = true,
+              value_parser = parse_replication_factor)]
+        replication_factor: i32,
         /// A topic config, `topic:key=value` (e.g. `assignment:retention.ms=604800000`);
         /// repeatable.
         #[arg(long = "config")]
@@ -36,10 +40,14 @@ pub async fn run(command: TopicsCommand) -> anyhow::Result<()> {
         brokers,
         prefix,
         partitions,
+        replication_factor,
         configs,
         kafka,
     } = command;
     let mut specs = topics::plan(&prefix, partitions);
+    for spec in &mut specs {
+        spec.replication_factor = replication_factor;
+    }
     topics::configure(&mut specs, &configs).map_err(|error| anyhow::anyhow!("--config {error}"))?;
     let settings = kafka.into_iter().collect();
     for (topic, outcome) in topics::create_missing(&brokers, &settings, &specs).await? {
@@ -59,4 +67,15 @@ pub async fn run(command: TopicsCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `-1` (the cluster's default) or 1 to 32767 replicas.
+fn parse_replication_factor(text: &str) -> Result<i32, String> {
+    match text.parse::<i32>() {
+        Ok(-1) => Ok(-1),
+        Ok(n) if (1..=i32::from(i16::MAX)).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a replication factor: give -1 (the cluster's default) or 1 to 32767"
+        )),
+    }
 }

@@ -660,9 +660,14 @@ async fn ensure_replay_topic(
         .create()
         .map_err(|error| RunError::Kafka(error.to_string()))?;
     let retention = REPLAY_RETENTION_MS.to_string();
-    let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1))
-        .set("cleanup.policy", "delete")
-        .set("retention.ms", &retention);
+    // Replicated as the cluster's default, as the live topics are by default.
+    let new_topic = NewTopic::new(
+        topic,
+        partitions,
+        TopicReplication::Fixed(crate::topics::BROKER_DEFAULT_REPLICATION),
+    )
+    .set("cleanup.policy", "delete")
+    .set("retention.ms", &retention);
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin
         .create_topics([&new_topic], &options)
