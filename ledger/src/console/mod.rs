@@ -7,11 +7,12 @@
 //! - Read pages work without JavaScript. The script only makes the run page's progress bar
 //!   advance without a reload.
 //! - A token is exchanged for a signed session cookie ([`session`]); every form that writes
-//!   carries the session's CSRF token and is refused (403) without it, from another site, or
-//!   from an auditor's session.
+//!   carries the session's CSRF token and is refused (403) without it, from another site
+//!   (an opaque `Origin: null` included), or from an auditor's session.
 //! - Every response carries a strict Content-Security-Policy: scripts and styles from this
 //!   origin only, no inline script or style, no framing.
 
+mod next;
 mod pages;
 mod session;
 

@@ -181,18 +181,3 @@ impl FromRequestParts<AppState> for Session {
         })
     }
 }
-
-/// Where to go after signing in: a path on this site only (no `//host`, no scheme).
-pub fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(path)
-            if path.starts_with('/')
-                && !path.starts_with("//")
-                && !path.contains('\\')
-                && path.len() <= 2000 =>
-        {
-            path.to_owned()
-        }
-        _ => "/".into(),
-    }
-}
