@@ -280,7 +280,8 @@ fn sign_in_page(
             button type="submit" { "Sign in" }
         }
         p.hint { "Use the token the API takes (writer or auditor). The session lasts "
-            (session::SESSION_HOURS) " hours." }
+            (session::SESSION_HOURS) " hours at most, and ends after "
+            (session::IDLE_MINUTES) " minutes unused." }
     };
     let mut response = layout("Sign in", None, state, body);
     *response.status_mut() = status;
@@ -301,7 +302,7 @@ pub(super) async fn sign_in(
         .map(String::as_str)
         .unwrap_or_default()
         .trim();
-    let Some(principal) = state.tokens.find(token).cloned() else {
+    let Some((token_digest, _)) = state.tokens.find_entry(token) else {
         return sign_in_page(
             &state,
             StatusCode::UNAUTHORIZED,
@@ -309,7 +310,7 @@ pub(super) async fn sign_in(
             Some("Unknown token."),
         );
     };
-    let cookie = session::start(&state, &principal.name, principal.role);
+    let cookie = session::start(&state, token_digest);
     (
         [(header::SET_COOKIE, cookie)],
         Redirect::to(&next::safe_next(next)),

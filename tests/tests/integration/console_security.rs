@@ -1,8 +1,11 @@
 //! The console against a hostile client: where sign-in sends the browser, which origins may
 //! post, and how long a session stays what it was made as.
 
+use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
+use ra_ledger::commands::Ledger;
+use ra_ledger::session_key::SessionKeys;
 use ra_ledger_tests::TestDatabase;
-use ra_ledger_tests::api::{TestApi, WRITER, contact_body};
+use ra_ledger_tests::api::{AUDITOR, TestApi, WRITER, contact_body};
 use reqwest::{StatusCode, header};
 
 use crate::console::{csrf_of, events, http, session_cookie};
@@ -131,3 +134,110 @@ async fn an_opaque_origin_is_refused_on_every_console_post() -> anyhow::Result<(
     Ok(())
 }
 
+/// The console over `database` with `tokens` and session `keys`, as `ledger serve` runs it
+/// after a restart with that configuration. Returns its base URL.
+async fn console_with(
+    database: &TestDatabase,
+    tokens: &[(Role, &str, &str)],
+    keys: &SessionKeys,
+) -> anyhow::Result<String> {
+    let pool = ra_ledger::db::command_pool(
+        &database.url,
+        "ledger-console-test",
+        4,
+        std::time::Duration::from_secs(5),
+    )?;
+    let entries: Vec<String> = tokens
+        .iter()
+        .map(|(role, name, token)| token_entry(*role, name, token))
+        .collect();
+    let state = AppState {
+        ledger: Ledger::new(pool),
+        tokens: Tokens::parse(&entries.join(","))?,
+        cursor_key: CursorKey::new(b"test cursor key"),
+        session_keys: keys.clone(),
+        digest_public_key: None,
+        digest_tree: Default::default(),
+        secure_cookies: false,
+        relay_slot: "ra_ledger_relay".into(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(ra_ledger::api::serve(
+        listener,
+        ra_ledger::console::router(state),
+        std::future::pending(),
+    ));
+    Ok(base)
+}
+
+/// A session follows its token's entry in the configuration the service runs with: moved
+/// from writer to auditor, the same cookie is an auditor's at once; removed, it is no
+/// session. Neither writes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_downgraded_or_revoked_with_its_token() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let contact = api
+        .post("/v1/contacts", contact_body("TX", "Office"))
+        .await
+        .str("contact_id");
+    let client = database.connect().await?;
+    let keys = SessionKeys::new(&[9u8; 32])?;
+    let web = http();
+
+    let before = console_with(&database, &[(Role::Writer, "cs-tool", WRITER)], &keys).await?;
+    let cookie = session_cookie(&before, WRITER).await;
+    let csrf = csrf_of(&before, &cookie).await;
+    let supersede = |base: &str| {
+        web.post(format!("{base}/contacts/{contact}/supersede"))
+            .header(header::COOKIE, &cookie)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("name", "New Office"),
+                ("line1", "1 Main St"),
+                ("city", "Austin"),
+                ("region", "TX"),
+                ("postal_code", "78701"),
+            ])
+    };
+    let written = events(&client).await;
+
+    // Restarted with the token moved to auditor: read pages work, writes are refused.
+    let downgraded = console_with(&database, &[(Role::Auditor, "cs-tool", WRITER)], &keys).await?;
+    let page = web
+        .get(format!("{downgraded}/search"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await?;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await?.contains("cs-tool (auditor)"));
+    let reply = supersede(&downgraded).send().await?;
+    assert_eq!(reply.status(), StatusCode::FORBIDDEN);
+    assert_eq!(events(&client).await, written);
+
+    // Restarted with the token removed: signed out, for pages and writes alike.
+    let revoked = console_with(&database, &[(Role::Auditor, "audit", AUDITOR)], &keys).await?;
+    let page = web
+        .get(format!("{revoked}/search"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await?;
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.headers()[header::LOCATION], "/sign-in?next=/search");
+    let reply = supersede(&revoked).send().await?;
+    assert_eq!(reply.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(events(&client).await, written);
+
+    // The same configuration as at sign-in: the session writes (the check above was not
+    // refusing everything).
+    let reply = supersede(&before).send().await?;
+    assert_eq!(
+        reply.status(),
+        StatusCode::SEE_OTHER,
+        "{}",
+        reply.text().await?
+    );
+    assert!(events(&client).await > written);
+    Ok(())
+}
