@@ -9,6 +9,7 @@ mod console_security;
 mod deploy;
 mod digest;
 mod digest_published;
+mod disclosure;
 mod import;
 mod ledger;
 mod migrations;
