@@ -16,6 +16,7 @@ use ra_ledger_cdc::kafka::KafkaSettings;
 use serde::Deserialize;
 
 use crate::api::{CursorKey, Tokens};
+use crate::session_key::SessionKeys;
 use crate::{reassign, retention};
 
 /// Everything `ledger serve` needs.
@@ -47,6 +48,18 @@ pub struct ServeConfig {
     pub cursor_key: Option<String>,
     /// File holding the cursor key instead (`LEDGER_CURSOR_KEY_FILE`).
     pub cursor_key_file: Option<PathBuf>,
+    /// File holding the key that signs the console's sessions and CSRF tokens: at least 32
+    /// random bytes (`openssl rand -base64 48`), refused when shorter
+    /// (`LEDGER_SESSION_KEY_FILE`). Random per process when unset, so sessions end at a
+    /// restart.
+    pub session_key_file: Option<PathBuf>,
+    /// While rotating, the file of the session key before (`LEDGER_SESSION_KEY_PREVIOUS_FILE`):
+    /// sessions it signed are still accepted until `session_key_previous_until`.
+    pub session_key_previous_file: Option<PathBuf>,
+    /// Until when (RFC 3339, e.g. `2026-03-01T18:00:00Z`) the previous session key is
+    /// accepted (`LEDGER_SESSION_KEY_PREVIOUS_UNTIL`); needed with
+    /// `session_key_previous_file`.
+    pub session_key_previous_until: Option<String>,
     /// Longest a command waits for a lock another transaction holds before it answers 409
     /// (`LEDGER_LOCK_TIMEOUT_MS`).
     pub lock_timeout_ms: u64,
@@ -79,6 +92,9 @@ impl Default for ServeConfig {
             tokens_file: None,
             cursor_key: None,
             cursor_key_file: None,
+            session_key_file: None,
+            session_key_previous_file: None,
+            session_key_previous_until: None,
             lock_timeout_ms: 5_000,
             relay_slot: local::SLOT.into(),
             outbox_retention_interval_ms: retention::DEFAULT_INTERVAL.as_millis() as u64,
@@ -96,6 +112,12 @@ impl std::fmt::Debug for ServeConfig {
             .field("database_password_file", &self.database_password_file)
             .field("tokens_file", &self.tokens_file)
             .field("cursor_key_file", &self.cursor_key_file)
+            .field("session_key_file", &self.session_key_file)
+            .field("session_key_previous_file", &self.session_key_previous_file)
+            .field(
+                "session_key_previous_until",
+                &self.session_key_previous_until,
+            )
             .field("listen", &self.listen)
             .field("tls_cert_file", &self.tls_cert_file)
             .field("tls_key_file", &self.tls_key_file)
@@ -130,6 +152,10 @@ pub struct Service {
     pub cursor_key: CursorKey,
     /// Whether the cursor key was configured (else it is random for this process).
     pub cursor_key_configured: bool,
+    /// Signs the console's sessions (and the previous key while rotating).
+    pub session_keys: SessionKeys,
+    /// Whether the session key was configured (else it is random for this process).
+    pub session_key_configured: bool,
     /// How long a command waits for a lock.
     pub lock_timeout: Duration,
     /// Outbox retention, unless turned off.
@@ -188,6 +214,16 @@ impl ServeConfig {
         }
         if let Some(path) = env("LEDGER_CURSOR_KEY_FILE") {
             config.cursor_key_file = Some(path.into());
+        }
+        if let Some(path) = env("LEDGER_SESSION_KEY_FILE") {
+            config.session_key_file = Some(path.into());
+        }
+        if let Some(path) = env("LEDGER_SESSION_KEY_PREVIOUS_FILE") {
+            config.session_key_previous_file =
+                Some(path.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
+        }
+        if let Some(until) = env("LEDGER_SESSION_KEY_PREVIOUS_UNTIL") {
+            config.session_key_previous_until = Some(until).filter(|until| !until.is_empty());
         }
         if let Some(listen) = env("LEDGER_LISTEN") {
             config.listen = listen;
@@ -299,7 +335,10 @@ impl ServeConfig {
         })?;
         let tls = self.server_tls()?;
         let digests = self.digests()?;
+        let session_keys = self.session_keys()?;
         Ok(Service {
+            session_key_configured: self.session_key_file.is_some(),
+            session_keys,
             tls,
             digests,
             database_url,
@@ -315,6 +354,66 @@ impl ServeConfig {
 }
 
 impl ServeConfig {
+    /// The session key, and the previous one while it is accepted. Errors name the file
+    /// and the length, never a key's bytes.
+    fn session_keys(&self) -> Result<SessionKeys, ConfigError> {
+        let Some(path) = &self.session_key_file else {
+            if self.session_key_previous_file.is_some() {
+                return Err(ConfigError::invalid(
+                    "session_key_previous_file",
+                    "",
+                    "a previous session key needs the current one in session_key_file",
+                ));
+            }
+            return Ok(SessionKeys::random());
+        };
+        let secret = read_secret("session_key_file", path)?;
+        let keys = SessionKeys::new(secret.as_bytes()).map_err(|error| {
+            ConfigError::invalid(
+                "session_key_file",
+                path.display().to_string(),
+                error.to_string(),
+            )
+        })?;
+        let Some(previous) = &self.session_key_previous_file else {
+            return Ok(keys);
+        };
+        let until = self.session_key_previous_until.as_deref().ok_or_else(|| {
+            ConfigError::invalid(
+                "session_key_previous_until",
+                "",
+                "session_key_previous_file needs the instant until which it is accepted \
+                     (RFC 3339, e.g. 2026-03-01T18:00:00Z: the rotation plus the 8 hours a \
+                     session lasts)",
+            )
+        })?;
+        let until = chrono::DateTime::parse_from_rfc3339(until.trim())
+            .map_err(|_| {
+                ConfigError::invalid(
+                    "session_key_previous_until",
+                    until,
+                    "expected an RFC 3339 instant, e.g. 2026-03-01T18:00:00Z",
+                )
+            })?
+            .with_timezone(&chrono::Utc);
+        let previous_secret = read_secret("session_key_previous_file", previous)?;
+        if previous_secret == secret {
+            return Err(ConfigError::invalid(
+                "session_key_previous_file",
+                previous.display().to_string(),
+                "holds the same key as session_key_file; write a new key there",
+            ));
+        }
+        keys.with_previous(previous_secret.as_bytes(), until)
+            .map_err(|error| {
+                ConfigError::invalid(
+                    "session_key_previous_file",
+                    previous.display().to_string(),
+                    error.to_string(),
+                )
+            })
+    }
+
     fn digests(&self) -> Result<Option<Digests>, ConfigError> {
         let Some(path) = &self.digest_key_file else {
             return Ok(None);
@@ -688,6 +787,70 @@ mod tests {
                 .contains("listen")
         );
         assert!(toml::from_str::<ServeConfig>("listn = \"x\"").is_err());
+    }
+
+    #[test]
+    fn the_session_key_is_its_own_file_of_32_bytes_and_the_previous_one_needs_an_end() {
+        let dir = std::env::temp_dir().join(format!("session-key-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            Some(path)
+        };
+        let config = ServeConfig {
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+            ..ServeConfig::default()
+        };
+        assert!(!config.validate().unwrap().session_key_configured);
+        let refused = |config: &ServeConfig, field: &str, says: &str| {
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains(field) && error.contains(says), "{error}");
+            assert!(!error.contains("thirty-one"), "{error}");
+        };
+        let short = ServeConfig {
+            session_key_file: file("short", "thirty-one bytes of key, no mor\n"),
+            ..config.clone()
+        };
+        refused(
+            &short,
+            "session_key_file",
+            "at least 32 bytes, this one is 31",
+        );
+        let key = "k".repeat(32);
+        let good = ServeConfig {
+            session_key_file: file("current", &key),
+            ..config.clone()
+        };
+        assert!(good.validate().unwrap().session_key_configured);
+        let no_end = ServeConfig {
+            session_key_previous_file: file("previous", &"p".repeat(32)),
+            ..good.clone()
+        };
+        refused(&no_end, "session_key_previous_until", "RFC 3339");
+        let bad_end = ServeConfig {
+            session_key_previous_until: Some("tomorrow".into()),
+            ..no_end.clone()
+        };
+        refused(&bad_end, "session_key_previous_until", "tomorrow");
+        let same = ServeConfig {
+            session_key_previous_file: file("same", &key),
+            session_key_previous_until: Some("2030-01-01T00:00:00Z".into()),
+            ..good.clone()
+        };
+        refused(&same, "session_key_previous_file", "the same key");
+        let rotating = ServeConfig {
+            session_key_previous_until: Some("2030-01-01T00:00:00Z".into()),
+            ..no_end.clone()
+        };
+        let keys = rotating.validate().unwrap().session_keys;
+        assert!(format!("{keys:?}").contains("2030-01-01"));
+        let alone = ServeConfig {
+            session_key_previous_file: file("previous", &"p".repeat(32)),
+            ..config.clone()
+        };
+        refused(&alone, "session_key_previous_file", "session_key_file");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -76,6 +76,70 @@ impl CommandError {
     }
 }
 
+/// What a client may read of a failure: a stable code and a sentence, the shape of the
+/// API's errors. A run's `last_error` and a failed row's `reason` are this, written as
+/// `code: sentence`, because they reach every reader and, in `ReassignmentRowFailed`,
+/// Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disclosed {
+    /// Stable, machine-readable: `invalid_field`, `not_found`, `conflict`,
+    /// `backdated_effective_at`, `unavailable` or `internal`.
+    pub code: &'static str,
+    /// For a person; never the database's text.
+    pub message: String,
+}
+
+impl std::fmt::Display for Disclosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl Disclosed {
+    /// A failure inside the service: its cause goes to the log under a fresh reference,
+    /// the client gets the reference only.
+    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
+        let reference = uuid::Uuid::now_v7();
+        tracing::error!(%reference, cause = %cause, "request failed");
+        Self {
+            code: "internal",
+            message: format!(
+                "internal error; the service log has the cause under reference {reference}"
+            ),
+        }
+    }
+}
+
+impl CommandError {
+    /// What a client may read of this error. Refusals (bad input, conflicts, what is not
+    /// found) are the client's to read as they are: their messages are ours. A failure
+    /// of the database or the projections carries SQLSTATEs, constraint and table names:
+    /// it is logged under a reference ([`Disclosed::internal`]) and only the reference is
+    /// disclosed.
+    pub fn disclosed(&self) -> Disclosed {
+        let refusal = |code| Disclosed {
+            code,
+            message: self.to_string(),
+        };
+        match self {
+            Self::Validation(_) => refusal("invalid_field"),
+            Self::NotFound { .. } => refusal("not_found"),
+            Self::Conflict(_) | Self::Append(AppendError::Conflict { .. }) => refusal("conflict"),
+            Self::Append(AppendError::Backdated { .. }) => refusal("backdated_effective_at"),
+            Self::Pool(error) => {
+                tracing::warn!(%error, "no database connection for a request");
+                Disclosed {
+                    code: "unavailable",
+                    message: "the ledger database is unavailable; retry later".into(),
+                }
+            }
+            Self::Append(AppendError::Database(_)) | Self::Projection(_) | Self::Database(_) => {
+                Disclosed::internal(self)
+            }
+        }
+    }
+}
+
 /// The conflict of a write that lost to another starting the same active assignment.
 const ACTIVE_ASSIGNMENT_RACE: &str =
     "the business already has an active assignment in this jurisdiction";

@@ -66,6 +66,7 @@ impl TestApi {
             ledger: ledger.clone(),
             tokens,
             cursor_key: CursorKey::new(b"test cursor key"),
+            session_keys: ra_ledger::session_key::SessionKeys::random(),
             digest_public_key: None,
             digest_tree: Default::default(),
             secure_cookies: false,

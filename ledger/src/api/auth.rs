@@ -113,14 +113,27 @@ impl Tokens {
     /// The holder of `token`. Every configured digest is compared, each in constant time,
     /// so the time taken says nothing about which entry (if any) matched, or how closely.
     pub(crate) fn find(&self, token: &str) -> Option<&Principal> {
+        self.find_entry(token).map(|(_, principal)| principal)
+    }
+
+    /// The entry of `token`: its SHA-256 (what identifies the entry) and holder, compared
+    /// as [`Tokens::find`] does.
+    pub(crate) fn find_entry(&self, token: &str) -> Option<(&[u8; 32], &Principal)> {
         let presented = digest(token);
         let mut found = None;
         for (known, principal) in &self.entries {
             if bool::from(known.ct_eq(&presented)) {
-                found = Some(principal);
+                found = Some((known, principal));
             }
         }
         found
+    }
+
+    /// Every entry: the token's SHA-256 and its holder.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8; 32], &Principal)> {
+        self.entries
+            .iter()
+            .map(|(digest, principal)| (digest, principal))
     }
 }
 

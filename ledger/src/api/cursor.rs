@@ -43,15 +43,6 @@ impl CursorKey {
         mac
     }
 
-    /// A key for another purpose (the console's session and CSRF tokens), derived from this
-    /// one: HMAC of a label longer than any cursor, so no cursor signs the same input.
-    pub fn derive(&self, label: &str) -> [u8; 32] {
-        self.mac(format!("derive:{label}").as_bytes())
-            .finalize()
-            .into_bytes()
-            .into()
-    }
-
     /// Encodes a cursor.
     pub fn encode(&self, cursor: &HistoryCursor) -> String {
         let mut data = cursor.started_at.timestamp_micros().to_be_bytes().to_vec();

@@ -4,14 +4,11 @@
 //! cause (SQLSTATE, the server's message, the constraint) goes to the service log under
 //! the same reference, for the operator.
 
+use crate::error::{CommandError, Disclosed};
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use uuid::Uuid;
-
-use crate::error::CommandError;
-use crate::store::AppendError;
 
 /// An error answer: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug)]
@@ -54,12 +51,11 @@ impl ApiError {
 
     /// A 500 whose cause is logged under a fresh reference and not shown to the client.
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
-        let reference = Uuid::now_v7();
-        tracing::error!(%reference, cause = %cause, "request failed");
+        let disclosed = Disclosed::internal(cause);
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("internal error; the service log has the cause under reference {reference}"),
+            disclosed.code,
+            disclosed.message,
         )
     }
 
@@ -100,33 +96,18 @@ impl IntoResponse for ApiError {
 }
 
 impl From<CommandError> for ApiError {
+    /// The code and message the client may read ([`CommandError::disclosed`], one place
+    /// for the API, a run's errors and the console), and the status of that code.
     fn from(error: CommandError) -> Self {
-        let message = error.to_string();
-        match error {
-            CommandError::Validation(_) => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", message)
-            }
-            CommandError::NotFound { .. } => Self::not_found(message),
-            CommandError::Conflict(_) | CommandError::Append(AppendError::Conflict { .. }) => {
-                Self::new(StatusCode::CONFLICT, "conflict", message)
-            }
-            CommandError::Append(AppendError::Backdated { .. }) => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "backdated_effective_at",
-                message,
-            ),
-            CommandError::Pool(_) => {
-                tracing::warn!(%message, "no database connection for a request");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the ledger database is unavailable; retry later",
-                )
-            }
-            CommandError::Append(AppendError::Database(_))
-            | CommandError::Projection(_)
-            | CommandError::Database(_) => Self::internal(&message),
-        }
+        let disclosed = error.disclosed();
+        let status = match disclosed.code {
+            "invalid_field" | "backdated_effective_at" => StatusCode::UNPROCESSABLE_ENTITY,
+            "not_found" => StatusCode::NOT_FOUND,
+            "conflict" => StatusCode::CONFLICT,
+            "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::new(status, disclosed.code, disclosed.message)
     }
 }
 

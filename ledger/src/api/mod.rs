@@ -45,6 +45,9 @@ pub struct AppState {
     pub digest_public_key: Option<String>,
     /// The digest builder's tree in memory, which proofs take their paths from.
     pub digest_tree: crate::digest::build::TreeCache,
+    /// Signs the console's sessions and CSRF tokens (not the cursor key: see
+    /// [`crate::session_key`]).
+    pub session_keys: crate::session_key::SessionKeys,
     /// The console's cookies carry `Secure` (the service speaks TLS).
     pub secure_cookies: bool,
     /// The relay's replication slot, whose lag the console's operations page shows.

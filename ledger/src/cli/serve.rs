@@ -51,6 +51,11 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
             "no cursor key (cursor_key_file, LEDGER_CURSOR_KEY_FILE); history cursors will not survive a restart"
         );
     }
+    if !service.session_key_configured {
+        tracing::warn!(
+            "no session key (session_key_file, LEDGER_SESSION_KEY_FILE); console sessions will not survive a restart"
+        );
+    }
     migrate::prepare_service(&service.database_url).await?;
     let pool = db::command_pool(
         &service.database_url,
@@ -69,6 +74,7 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         ledger: Ledger::new(pool.clone()),
         tokens: service.tokens,
         cursor_key: service.cursor_key,
+        session_keys: service.session_keys,
         digest_public_key: service
             .digests
             .as_ref()

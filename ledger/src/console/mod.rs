@@ -6,12 +6,14 @@
 //!   stylesheet and the one script are embedded in the binary.
 //! - Read pages work without JavaScript. The script only makes the run page's progress bar
 //!   advance without a reload.
-//! - A token is exchanged for a signed session cookie ([`session`]); every form that writes
-//!   carries the session's CSRF token and is refused (403) without it, from another site, or
-//!   from an auditor's session.
+//! - A token is exchanged for a signed session cookie ([`session`]) that names the token's
+//!   entry, looked up again on every request; every form that writes carries the session's
+//!   CSRF token and is refused (403) without it, from another site (an opaque `Origin:
+//!   null` included), or from an auditor's session.
 //! - Every response carries a strict Content-Security-Policy: scripts and styles from this
 //!   origin only, no inline script or style, no framing.
 
+mod next;
 mod pages;
 mod session;
 
@@ -22,7 +24,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-pub use session::{COOKIE, SESSION_HOURS};
+pub use session::{COOKIE, IDLE_MINUTES, SESSION_HOURS};
 
 use crate::api::AppState;
 
@@ -52,6 +54,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/assets/console.css", get(stylesheet))
         .route("/assets/console.js", get(script))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            session::keep_alive,
+        ))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)
 }

@@ -15,6 +15,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use maud::{DOCTYPE, Markup, html};
 use uuid::Uuid;
 
+use super::next;
 use super::session::{self, Session};
 use crate::api::{ApiError, AppState};
 use crate::commands::SupersedeContact;
@@ -208,27 +209,40 @@ fn writer_only(session: &Session) -> Result<(), Response> {
 }
 
 /// A request from another site: a browser says so in `Origin` or `Sec-Fetch-Site`.
+///
+/// `Origin: null` is another site too: a browser sends it from a sandboxed frame, a
+/// `data:` page or after a cross-origin redirect, all of which an attacker can make, and
+/// never from a form on this site's own pages.
 fn cross_site(headers: &HeaderMap) -> bool {
     let host = headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok());
-    let origin_elsewhere = headers
-        .get(header::ORIGIN)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|origin| {
-            origin != "null"
-                && host.is_some_and(|host| {
-                    origin
-                        .trim_start_matches("https://")
-                        .trim_start_matches("http://")
-                        != host
-                })
-        });
+    let origin_elsewhere = headers.get(header::ORIGIN).is_some_and(|origin| {
+        match origin.to_str() {
+            Ok(origin) => !same_origin(origin, host),
+            // Not even text: no browser on this site sent it.
+            Err(_) => true,
+        }
+    });
     let fetch_elsewhere = headers
         .get("sec-fetch-site")
         .and_then(|value| value.to_str().ok())
         .is_some_and(|site| site == "cross-site" || site == "same-site");
     origin_elsewhere || fetch_elsewhere
+}
+
+/// Whether `origin` names this service as the client reached it (`host`). An opaque
+/// origin (`null`) names no site, so never this one.
+fn same_origin(origin: &str, host: Option<&str>) -> bool {
+    if origin == "null" {
+        return false;
+    }
+    // No Host to compare with (HTTP/1.0): nothing says the origin is another.
+    let Some(host) = host else { return true };
+    origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+        .is_some_and(|authority| authority == host)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -240,7 +254,7 @@ pub(super) async fn sign_in_form(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     if session::read(&state, &headers).is_some() {
-        return Redirect::to(&session::safe_next(query.get("next").map(String::as_str)))
+        return Redirect::to(&next::safe_next(query.get("next").map(String::as_str)))
             .into_response();
     }
     sign_in_page(
@@ -262,11 +276,12 @@ fn sign_in_page(
         form.card method="post" action="/sign-in" {
             label for="token" { "Token" }
             input #token type="password" name="token" autocomplete="current-password" required autofocus;
-            input type="hidden" name="next" value=(session::safe_next(next));
+            input type="hidden" name="next" value=(next::safe_next(next));
             button type="submit" { "Sign in" }
         }
         p.hint { "Use the token the API takes (writer or auditor). The session lasts "
-            (session::SESSION_HOURS) " hours." }
+            (session::SESSION_HOURS) " hours at most, and ends after "
+            (session::IDLE_MINUTES) " minutes unused." }
     };
     let mut response = layout("Sign in", None, state, body);
     *response.status_mut() = status;
@@ -287,7 +302,7 @@ pub(super) async fn sign_in(
         .map(String::as_str)
         .unwrap_or_default()
         .trim();
-    let Some(principal) = state.tokens.find(token).cloned() else {
+    let Some((token_digest, _)) = state.tokens.find_entry(token) else {
         return sign_in_page(
             &state,
             StatusCode::UNAUTHORIZED,
@@ -295,10 +310,10 @@ pub(super) async fn sign_in(
             Some("Unknown token."),
         );
     };
-    let cookie = session::start(&state, &principal.name, principal.role);
+    let cookie = session::start(&state, token_digest);
     (
         [(header::SET_COOKIE, cookie)],
-        Redirect::to(&session::safe_next(next)),
+        Redirect::to(&next::safe_next(next)),
     )
         .into_response()
 }
@@ -306,9 +321,13 @@ pub(super) async fn sign_in(
 pub(super) async fn sign_out(
     State(state): State<AppState>,
     session: Session,
+    headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Page {
     checked_csrf(&state, &session, &form)?;
+    if cross_site(&headers) {
+        return Err(forbidden("A form from another site is refused."));
+    }
     Ok((
         [(header::SET_COOKIE, session::end(&state))],
         Redirect::to("/sign-in"),
@@ -605,7 +624,7 @@ pub(super) async fn event_proof(
     let event_id = uuid("event id", &id)?;
     let proof = crate::digest::proof::for_event(state.ledger.pool(), event_id, &state.digest_tree)
         .await
-        .map_err(|error| error_page(StatusCode::NOT_FOUND, "No proof", &error.to_string()))?;
+        .map_err(proof_error)?;
     let text = serde_json::to_string_pretty(&proof).unwrap_or_default();
     let body = html! {
         p { "Event " code { (event_id) } " against the newest signed digest. Check it offline with "
@@ -613,6 +632,23 @@ pub(super) async fn event_proof(
         pre.proof { (text) }
     };
     Ok(layout("Proof", Some(&session), &state, body))
+}
+
+/// Why there is no proof, as a page: no such event is a 404 and not sealed yet a 409, as
+/// in the API; a failure of the database is no answer about the event at all, so it is a
+/// 503 or a 500 whose cause is logged under the reference the page shows.
+fn proof_error(error: crate::digest::proof::ProofError) -> Response {
+    use crate::digest::proof::ProofError;
+    match error {
+        ProofError::UnknownEvent(_) => {
+            error_page(StatusCode::NOT_FOUND, "No proof", &error.to_string())
+        }
+        ProofError::NotSealed(_) => {
+            error_page(StatusCode::CONFLICT, "Not sealed yet", &error.to_string())
+        }
+        ProofError::Pool(error) => api_error(error),
+        ProofError::Database(_) | ProofError::Digest(_) => api_error(ApiError::internal(&error)),
+    }
 }
 
 // ---------------------------------------------------------------------------------------

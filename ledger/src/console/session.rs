@@ -1,12 +1,25 @@
 //! The console's sign-in: a token (the API's, same roles) exchanged for a signed session
 //! cookie, and the CSRF token every form that writes carries.
 //!
-//! The cookie holds `expiry.role.nonce.name`, signed with HMAC-SHA256 by the `cookie` crate
-//! (a key derived from the cursor key), `HttpOnly`, `SameSite=Strict`, `Path=/`, and
-//! `Secure` when the service speaks TLS. Nothing is stored on the server: signing out
-//! removes the cookie from the browser; a copied cookie stays valid until its expiry
-//! ([`SESSION_HOURS`]). The CSRF token is an HMAC of the session's nonce under another
-//! derived key, so it is bound to the session and cannot be computed without the key.
+//! The cookie holds `expiry.seen.nonce.entry`, signed with HMAC-SHA256 by the `cookie`
+//! crate under a key derived from the session key ([`crate::session_key`], never the cursor
+//! key), `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when the service speaks TLS.
+//!
+//! - `entry` names the configured token entry the session was made with (a keyed hash of
+//!   the token's digest, so the cookie does not carry the digest itself), not its role or
+//!   name. Every request looks the entry up in the tokens the service runs with: a token
+//!   removed from the configuration is no session any more, and a token moved from writer
+//!   to auditor is an auditor's session on its next request.
+//! - `seen` is when the session was last used: one idle for [`IDLE_MINUTES`] is over. A
+//!   page the session loads signs the cookie again with a new `seen` (at most once every
+//!   [`REFRESH_SECONDS`]); the run page's progress feed does not, so a page left open does
+//!   not keep a session alive.
+//! - `expiry` ends every session [`SESSION_HOURS`] after sign-in, used or not.
+//!
+//! Nothing is stored on the server: signing out removes the cookie from the browser; a
+//! copied cookie stays valid until it is idle, expires, or its token is removed. The CSRF
+//! token is an HMAC of the session's nonce under another derived key, so it is bound to the
+//! session and cannot be computed without the key.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -14,17 +27,23 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cookie::{Cookie, CookieJar, Key, SameSite};
+use chrono::{DateTime, Utc};
+use cookie::{Cookie, CookieJar, SameSite};
 use subtle::ConstantTimeEq;
 
-use crate::api::{AppState, Role};
+use crate::api::{AppState, Principal, Role, Tokens};
+use crate::session_key::{self, Purposes, SessionKeys};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "ra_session";
-/// How long a session lasts.
+/// How long a session lasts at most.
 pub const SESSION_HOURS: i64 = 8;
+/// How long a session may go unused before it is over.
+pub const IDLE_MINUTES: i64 = 30;
+/// How often a used session's cookie is signed again with a new `seen`.
+pub const REFRESH_SECONDS: i64 = 60;
 
-/// A signed-in browser.
+/// A signed-in browser, as the configured tokens say it is now.
 #[derive(Debug, Clone)]
 pub struct Session {
     /// The token holder's name (the events' actor).
@@ -35,6 +54,12 @@ pub struct Session {
     nonce: String,
     /// Unix seconds.
     pub expires: i64,
+    /// Unix seconds of the request that last refreshed the cookie.
+    seen: i64,
+    /// The SHA-256 of the session's token: its entry in [`Tokens`].
+    token_digest: [u8; 32],
+    /// Whether the previous session key signed the cookie.
+    signed_by_previous: bool,
 }
 
 impl Session {
@@ -45,16 +70,20 @@ impl Session {
 
     /// The CSRF token of this session's forms.
     pub fn csrf(&self, state: &AppState) -> String {
-        URL_SAFE_NO_PAD.encode(
-            state
-                .cursor_key
-                .derive(&format!("console-csrf:{}", self.nonce)),
-        )
+        csrf_token(state.session_keys.current(), &self.nonce)
     }
 
-    /// Whether `presented` is this session's CSRF token (constant time).
+    /// Whether `presented` is this session's CSRF token (constant time), under the current
+    /// session key or the previous one while it is accepted: a form loaded before a
+    /// rotation still posts.
     pub fn csrf_matches(&self, state: &AppState, presented: &str) -> bool {
-        bool::from(self.csrf(state).as_bytes().ct_eq(presented.as_bytes()))
+        state
+            .session_keys
+            .accepted(Utc::now())
+            .fold(false, |matched, keys| {
+                let token = csrf_token(keys, &self.nonce);
+                matched | bool::from(token.as_bytes().ct_eq(presented.as_bytes()))
+            })
     }
 
     /// The role's name as the pages show it.
@@ -64,53 +93,116 @@ impl Session {
             Role::Auditor => "auditor",
         }
     }
+
+    /// Whether the cookie should be signed again at `now`: a minute after it was, or at
+    /// once when the previous key signed it.
+    fn refresh_due(&self, now: i64) -> bool {
+        self.signed_by_previous || now - self.seen >= REFRESH_SECONDS
+    }
 }
 
-fn key(state: &AppState) -> Key {
-    let mut master = [0u8; 64];
-    master[..32].copy_from_slice(&state.cursor_key.derive("console-session-signing"));
-    master[32..].copy_from_slice(&state.cursor_key.derive("console-session-spare"));
-    Key::from(&master)
+fn csrf_token(keys: &Purposes, nonce: &str) -> String {
+    URL_SAFE_NO_PAD.encode(session_key::mac(
+        &keys.csrf,
+        format!("console-csrf:{nonce}").as_bytes(),
+    ))
 }
 
-/// The `Set-Cookie` value of a new session for `name` with `role`.
-pub fn start(state: &AppState, name: &str, role: Role) -> String {
-    let expires = chrono::Utc::now().timestamp() + SESSION_HOURS * 3600;
-    let role = match role {
-        Role::Writer => "writer",
-        Role::Auditor => "auditor",
-    };
+/// The cookie's name of a token entry under `keys`.
+fn entry_id(keys: &Purposes, token_digest: &[u8; 32]) -> String {
+    URL_SAFE_NO_PAD.encode(&session_key::mac(&keys.entry, token_digest)[..16])
+}
+
+/// The `Set-Cookie` value of a new session for the token whose SHA-256 is `token_digest`.
+pub fn start(state: &AppState, token_digest: &[u8; 32]) -> String {
+    let now = Utc::now().timestamp();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
+    signed_cookie(
+        &state.session_keys,
+        state.secure_cookies,
+        &Fields {
+            expires: now + SESSION_HOURS * 3600,
+            seen: now,
+            nonce: &nonce,
+            token_digest,
+        },
+        now,
+    )
+}
+
+/// The `Set-Cookie` value of `session` used at `now`: the same session, signed again with
+/// the current key.
+fn refreshed(state: &AppState, session: &Session, now: i64) -> String {
+    signed_cookie(
+        &state.session_keys,
+        state.secure_cookies,
+        &Fields {
+            expires: session.expires,
+            seen: now,
+            nonce: &session.nonce,
+            token_digest: &session.token_digest,
+        },
+        now,
+    )
+}
+
+/// What a session cookie carries.
+struct Fields<'a> {
+    expires: i64,
+    seen: i64,
+    nonce: &'a str,
+    token_digest: &'a [u8; 32],
+}
+
+fn signed_cookie(keys: &SessionKeys, secure: bool, fields: &Fields<'_>, now: i64) -> String {
+    let current = keys.current();
     let value = format!(
-        "{expires}.{role}.{nonce}.{}",
-        URL_SAFE_NO_PAD.encode(name.as_bytes())
+        "{}.{}.{}.{}",
+        fields.expires,
+        fields.seen,
+        fields.nonce,
+        entry_id(current, fields.token_digest)
     );
     let mut jar = CookieJar::new();
-    jar.signed_mut(&key(state)).add(base_cookie(state, value));
-    let cookie = jar.get(COOKIE).expect("just added");
-    let mut cookie = cookie.clone();
-    cookie.set_max_age(cookie::time::Duration::hours(SESSION_HOURS));
+    jar.signed_mut(&current.cookie)
+        .add(base_cookie(secure, value));
+    let mut cookie = jar
+        .get(COOKIE)
+        .cloned()
+        .unwrap_or_else(|| base_cookie(secure, String::new()));
+    cookie.set_max_age(cookie::time::Duration::seconds(fields.expires - now));
     cookie.encoded().to_string()
 }
 
 /// The `Set-Cookie` value that removes the session.
 pub fn end(state: &AppState) -> String {
-    let mut cookie = base_cookie(state, String::new());
+    let mut cookie = base_cookie(state.secure_cookies, String::new());
     cookie.make_removal();
     cookie.encoded().to_string()
 }
 
-fn base_cookie(state: &AppState, value: String) -> Cookie<'static> {
+fn base_cookie(secure: bool, value: String) -> Cookie<'static> {
     Cookie::build((COOKIE, value))
         .http_only(true)
         .same_site(SameSite::Strict)
-        .secure(state.secure_cookies)
+        .secure(secure)
         .path("/")
         .build()
 }
 
-/// The session the request's cookie holds, if it is valid and not expired.
+/// The session the request's cookie holds, if it is valid now.
 pub fn read(state: &AppState, headers: &HeaderMap) -> Option<Session> {
+    read_at(&state.session_keys, &state.tokens, headers, Utc::now())
+}
+
+/// The session the request's cookie holds at `now`: signed by an accepted key, neither
+/// expired nor idle, and of a token entry configured now, with that entry's name and role.
+pub fn read_at(
+    keys: &SessionKeys,
+    tokens: &Tokens,
+    headers: &HeaderMap,
+    now: DateTime<Utc>,
+) -> Option<Session> {
     let mut jar = CookieJar::new();
     for value in headers.get_all(header::COOKIE) {
         let Ok(value) = value.to_str() else { continue };
@@ -120,22 +212,77 @@ pub fn read(state: &AppState, headers: &HeaderMap) -> Option<Session> {
             }
         }
     }
-    let cookie = jar.signed(&key(state)).get(COOKIE)?;
-    let mut parts = cookie.value().splitn(4, '.');
+    keys.accepted(now)
+        .enumerate()
+        .find_map(|(index, purposes)| {
+            let cookie = jar.signed(&purposes.cookie).get(COOKIE)?;
+            let mut session = parse(purposes, tokens, cookie.value(), now.timestamp())?;
+            session.signed_by_previous = index > 0;
+            Some(session)
+        })
+}
+
+/// A verified cookie value: still current, and its entry resolved in `tokens`.
+fn parse(purposes: &Purposes, tokens: &Tokens, value: &str, now: i64) -> Option<Session> {
+    let mut parts = value.splitn(4, '.');
     let expires: i64 = parts.next()?.parse().ok()?;
-    let role = match parts.next()? {
-        "writer" => Role::Writer,
-        "auditor" => Role::Auditor,
-        _ => return None,
-    };
+    let seen: i64 = parts.next()?.parse().ok()?;
     let nonce = parts.next()?.to_owned();
-    let name = String::from_utf8(URL_SAFE_NO_PAD.decode(parts.next()?).ok()?).ok()?;
-    (expires > chrono::Utc::now().timestamp()).then_some(Session {
-        name,
-        role,
+    let entry = parts.next()?;
+    if expires <= now || now - seen > IDLE_MINUTES * 60 {
+        return None;
+    }
+    let (token_digest, principal) = resolve(purposes, tokens, entry)?;
+    Some(Session {
+        name: principal.name.clone(),
+        role: principal.role,
         nonce,
         expires,
+        seen,
+        token_digest,
+        signed_by_previous: false,
     })
+}
+
+/// The configured entry the cookie names. Every entry is compared, each in constant time.
+fn resolve<'a>(
+    purposes: &Purposes,
+    tokens: &'a Tokens,
+    entry: &str,
+) -> Option<([u8; 32], &'a Principal)> {
+    let mut found = None;
+    for (digest, principal) in tokens.entries() {
+        if bool::from(
+            entry_id(purposes, digest)
+                .as_bytes()
+                .ct_eq(entry.as_bytes()),
+        ) {
+            found = Some((*digest, principal));
+        }
+    }
+    found
+}
+
+/// The console's middleware that keeps a used session alive: a request with a valid
+/// session gets its cookie signed again with a new `seen` (see the module's doc), unless
+/// the answer sets a cookie of its own (sign-in, sign-out) or is the progress feed.
+pub async fn keep_alive(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    let counts = !path.ends_with("/progress") && !path.starts_with("/assets/");
+    let session = counts.then(|| read(&state, request.headers())).flatten();
+    let mut response = next.run(request).await;
+    let now = Utc::now().timestamp();
+    if let Some(session) = session.filter(|session| session.refresh_due(now))
+        && !response.headers().contains_key(header::SET_COOKIE)
+        && let Ok(cookie) = refreshed(&state, &session, now).parse()
+    {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
 }
 
 /// No valid session: a page asks the browser to sign in first and come back; anything
@@ -182,17 +329,107 @@ impl FromRequestParts<AppState> for Session {
     }
 }
 
-/// Where to go after signing in: a path on this site only (no `//host`, no scheme).
-pub fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(path)
-            if path.starts_with('/')
-                && !path.starts_with("//")
-                && !path.contains('\\')
-                && path.len() <= 2000 =>
-        {
-            path.to_owned()
-        }
-        _ => "/".into(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::token_entry;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn tokens(spec: &[(Role, &str, &str)]) -> Tokens {
+        let entries: Vec<String> = spec
+            .iter()
+            .map(|(role, name, token)| token_entry(*role, name, token))
+            .collect();
+        Tokens::parse(&entries.join(",")).unwrap()
+    }
+
+    /// The request headers of a browser holding the cookie `token`'s sign-in set at
+    /// `signed_in`, last refreshed at `seen`, signed with `keys`.
+    fn browser(keys: &SessionKeys, token: &str, signed_in: i64, seen: i64) -> HeaderMap {
+        let digest = *tokens(&[(Role::Writer, "any", token)])
+            .find_entry(token)
+            .unwrap()
+            .0;
+        let fields = Fields {
+            expires: signed_in + SESSION_HOURS * 3600,
+            seen,
+            nonce: "nonce",
+            token_digest: &digest,
+        };
+        let set_cookie = signed_cookie(keys, false, &fields, seen);
+        let mut headers = HeaderMap::new();
+        let pair = set_cookie.split(';').next().unwrap().to_owned();
+        headers.insert(header::COOKIE, pair.parse().unwrap());
+        headers
+    }
+
+    fn at(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(seconds, 0).unwrap()
+    }
+
+    #[test]
+    fn a_session_is_what_its_token_entry_is_now() {
+        let keys = SessionKeys::new(&[3u8; 32]).unwrap();
+        let headers = browser(&keys, "token-a", NOW, NOW);
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let session = read_at(&keys, &configured, &headers, at(NOW + 1)).unwrap();
+        assert_eq!(
+            (session.name.as_str(), session.role),
+            ("cs-tool", Role::Writer)
+        );
+
+        // Moved to auditor (and renamed) in the configuration: the same cookie is now an
+        // auditor's session under the new name.
+        let downgraded = tokens(&[(Role::Auditor, "cs-readonly", "token-a")]);
+        let session = read_at(&keys, &downgraded, &headers, at(NOW + 1)).unwrap();
+        assert_eq!(
+            (session.name.as_str(), session.role),
+            ("cs-readonly", Role::Auditor)
+        );
+        assert!(!session.writer());
+
+        // Removed: no session, whatever else is configured.
+        let removed = tokens(&[(Role::Writer, "cs-tool", "token-b")]);
+        assert!(read_at(&keys, &removed, &headers, at(NOW + 1)).is_none());
+    }
+
+    #[test]
+    fn a_session_ends_when_idle_or_expired() {
+        let keys = SessionKeys::new(&[3u8; 32]).unwrap();
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let idle = IDLE_MINUTES * 60;
+        let headers = browser(&keys, "token-a", NOW, NOW);
+        assert!(read_at(&keys, &configured, &headers, at(NOW + idle)).is_some());
+        assert!(read_at(&keys, &configured, &headers, at(NOW + idle + 1)).is_none());
+        // Used a minute before going idle: refreshed, it lasts another idle period...
+        let refreshed = browser(&keys, "token-a", NOW, NOW + idle - 60);
+        assert!(read_at(&keys, &configured, &refreshed, at(NOW + idle + 1)).is_some());
+        // ...but never past the sign-in's expiry.
+        let end = NOW + SESSION_HOURS * 3600;
+        let late = browser(&keys, "token-a", NOW, end - 10);
+        assert!(read_at(&keys, &configured, &late, at(end - 1)).is_some());
+        assert!(read_at(&keys, &configured, &late, at(end)).is_none());
+    }
+
+    #[test]
+    fn a_session_of_the_previous_key_is_accepted_until_the_stated_instant() {
+        let old = SessionKeys::new(&[1u8; 32]).unwrap();
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let headers = browser(&old, "token-a", NOW, NOW);
+        let until = at(NOW + 600);
+        let rotated = SessionKeys::new(&[2u8; 32])
+            .unwrap()
+            .with_previous(&[1u8; 32], until)
+            .unwrap();
+        let session = read_at(&rotated, &configured, &headers, at(NOW + 60)).unwrap();
+        assert!(session.signed_by_previous && session.refresh_due(NOW + 60));
+        assert!(read_at(&rotated, &configured, &headers, until).is_none());
+        let without = SessionKeys::new(&[2u8; 32]).unwrap();
+        assert!(read_at(&without, &configured, &headers, at(NOW + 60)).is_none());
+        // Signed again with the current key, the session no longer needs the previous one.
+        let current = browser(&rotated, "token-a", NOW, NOW + 60);
+        let session = read_at(&without, &configured, &current, at(NOW + 120)).unwrap();
+        assert!(!session.signed_by_previous);
     }
 }

@@ -96,7 +96,9 @@ pub async fn handle(
         Ok(outcome) => return Ok(outcome),
         Err(error) => error,
     };
-    let attempts = record_attempt(&client, request, &error.to_string())
+    // The run's `last_error` reaches every reader: the disclosed code and sentence, the
+    // cause in the log under the reference it names.
+    let attempts = record_attempt(&client, request, &error.disclosed().to_string())
         .await
         .map_err(|e| failed(0, e))?;
     match attempts {

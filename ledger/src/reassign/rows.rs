@@ -161,7 +161,9 @@ pub(super) async fn replace_row_by_row(
                 failures.push(Failure {
                     assignment_id: assignment.assignment_id,
                     business_id: assignment.business_id,
-                    reason: error.to_string(),
+                    // Readers and Kafka get the disclosed code and sentence, the log
+                    // the cause.
+                    reason: error.disclosed().to_string(),
                     in_page: true,
                 });
             }

@@ -110,6 +110,7 @@ fn example_production_configs_use_only_known_keys_and_no_inline_secret() -> anyh
     }
     assert!(serve.database_password_file.is_some() && serve.tokens_file.is_some());
     assert!(serve.cursor_key_file.is_some() && serve.tls_cert_file.is_some());
+    assert!(serve.session_key_file.is_some() && serve.session_key_file != serve.cursor_key_file);
     assert!(serve.tokens.is_empty() && serve.cursor_key.is_none());
     for kafka in [&relay.kafka, &worker.kafka] {
         assert_eq!(kafka["security.protocol"], "SASL_SSL");
