@@ -319,80 +319,83 @@ async fn run_locked(
         .set("message.timeout.ms", "120000")
         .create()
         .map_err(|error| RunError::Kafka(error.to_string()))?;
+    let published = publish_past(
+        client,
+        &producer,
+        &mut replay,
+        &snapshot,
+        id,
+        metrics,
+        shutdown,
+        progress,
+    )
+    .await?;
+    if shutdown.is_cancelled() && replay.checkpoint < replay.past_end {
+        return Ok(Outcome::Stopped);
+    }
+    write_markers(&producer, &replay, &partitions).await?;
+    client
+        .execute(include_str!("../sql/replay/complete.sql"), &[&id])
+        .await?;
+    metrics.completed.fetch_add(1, Ordering::Relaxed);
+    info!(replay = %id, published, "replay complete: markers written");
+    Ok(Outcome::Complete)
+}
+
+/// One batch of the past: its events in position order, and the checkpoint after it.
+struct Batch {
+    rows: Vec<tokio_postgres::Row>,
+    next_checkpoint: i64,
+}
+
+/// Publishes the past from the replay's checkpoint to its end, one batch at a time, each
+/// acknowledged by Kafka before its checkpoint is recorded. The next batch is read from
+/// PostgreSQL while Kafka acknowledges the one before, so neither waits for the other.
+/// Returns early, checkpointed, when `shutdown` fires; returns how many events the replay
+/// has published in all its attempts.
+#[allow(clippy::too_many_arguments)]
+async fn publish_past(
+    client: &Object,
+    producer: &FutureProducer,
+    replay: &mut Replay,
+    snapshot: &str,
+    id: Uuid,
+    metrics: &ReplayMetrics,
+    shutdown: &CancellationToken,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<i64, RunError> {
     let batch_size = (replay.rate / 10).clamp(1, MAX_BATCH) as i64;
     let id_text = id.to_string();
     let attempt_started = Instant::now();
     let mut sent_this_attempt = 0u64;
     let mut published = current_published(client, id).await?;
-    while replay.checkpoint < replay.past_end {
+    if replay.checkpoint >= replay.past_end {
+        return Ok(published);
+    }
+    let mut batch = fetch_batch(client, replay, snapshot, batch_size, replay.checkpoint).await?;
+    loop {
         if shutdown.is_cancelled() {
-            return Ok(Outcome::Stopped);
+            return Ok(published);
         }
         let started = Instant::now();
-        let window_end = (replay.checkpoint + WINDOW).min(replay.past_end);
-        let rows = client
-            .query(
-                include_str!("../sql/replay/batch.sql"),
-                &[
-                    &replay.checkpoint,
-                    &window_end,
-                    &snapshot,
-                    &replay.aggregate_types,
-                    &replay.event_types,
-                    &replay.stream_prefix,
-                    &replay.recorded_from,
-                    &replay.recorded_to,
-                    &batch_size,
-                ],
-            )
-            .await?;
-        let next_checkpoint = match rows.last() {
-            Some(last) if rows.len() as i64 == batch_size => last.get::<_, i64>("position"),
-            _ => window_end,
-        };
-        let mut deliveries = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let stream: &str = row.get("stream");
-            let (aggregate, key) = stream.split_once('-').unwrap_or((stream, ""));
-            let topic = replay.replay_topic(&replay.live_topic(aggregate));
-            let event_id: &str = row.get("event_id");
-            // The live message's headers, as far as the events table holds their facts
-            // (`Origin::Events` says which it cannot), plus the replay's id.
-            let xid = row
-                .get::<_, Option<i64>>("xid")
-                .and_then(|xid| u32::try_from(xid).ok());
-            let mut headers = event_headers(
-                event_id,
-                row.get("event_type"),
-                row.get("traceparent"),
-                Origin::Events { xid },
-            );
-            headers.push((header::REPLAY_ID, id_text.clone()));
-            let payload: &[u8] = row.get("payload");
-            let record = FutureRecord::to(&topic)
-                .key(key.as_bytes())
-                .payload(payload)
-                .headers(kafka_headers(&headers));
-            match producer.send_result(record) {
-                Ok(delivery) => deliveries.push((event_id.to_owned(), delivery)),
-                Err((error, _)) => return Err(kafka_failure(&error, event_id)),
+        let deliveries = produce_batch(producer, replay, &id_text, &batch.rows)?;
+        let more = batch.next_checkpoint < replay.past_end;
+        let (acknowledged, next) = tokio::join!(await_deliveries(deliveries), async {
+            if more {
+                Some(fetch_batch(client, replay, snapshot, batch_size, batch.next_checkpoint).await)
+            } else {
+                None
             }
-        }
-        for (event_id, delivery) in deliveries {
-            match delivery.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((error, _))) => return Err(kafka_failure(&error, &event_id)),
-                Err(_canceled) => return Err(RunError::Kafka("producer closed".into())),
-            }
-        }
-        let count = rows.len() as i64;
+        });
+        acknowledged?;
+        let count = batch.rows.len() as i64;
         client
             .execute(
                 include_str!("../sql/replay/checkpoint.sql"),
-                &[&id, &next_checkpoint, &count],
+                &[&id, &batch.next_checkpoint, &count],
             )
             .await?;
-        replay.checkpoint = next_checkpoint;
+        replay.checkpoint = batch.next_checkpoint;
         published += count;
         sent_this_attempt += count as u64;
         metrics.published.fetch_add(count as u64, Ordering::Relaxed);
@@ -404,22 +407,108 @@ async fn run_locked(
             total: replay.total,
             rate: sent_this_attempt as f64 / attempt_started.elapsed().as_secs_f64().max(1e-3),
         });
+        let Some(next) = next else {
+            return Ok(published);
+        };
+        batch = next?;
         // The pace: this attempt's events never run ahead of `rate` per second.
         let due = Duration::from_secs_f64(sent_this_attempt as f64 / replay.rate as f64);
         if let Some(wait) = due.checked_sub(attempt_started.elapsed()) {
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = shutdown.cancelled() => return Ok(Outcome::Stopped),
+                () = shutdown.cancelled() => return Ok(published),
             }
         }
     }
-    write_markers(&producer, &replay, &partitions).await?;
-    client
-        .execute(include_str!("../sql/replay/complete.sql"), &[&id])
+}
+
+/// The next selected events after position `from`, at most `batch_size` of them within a
+/// window of [`WINDOW`] positions.
+async fn fetch_batch(
+    client: &Object,
+    replay: &Replay,
+    snapshot: &str,
+    batch_size: i64,
+    from: i64,
+) -> Result<Batch, RunError> {
+    let window_end = (from + WINDOW).min(replay.past_end);
+    let rows = client
+        .query(
+            include_str!("../sql/replay/batch.sql"),
+            &[
+                &from,
+                &window_end,
+                &snapshot,
+                &replay.aggregate_types,
+                &replay.event_types,
+                &replay.stream_prefix,
+                &replay.recorded_from,
+                &replay.recorded_to,
+                &batch_size,
+            ],
+        )
         .await?;
-    metrics.completed.fetch_add(1, Ordering::Relaxed);
-    info!(replay = %id, published, "replay complete: markers written");
-    Ok(Outcome::Complete)
+    let next_checkpoint = match rows.last() {
+        Some(last) if rows.len() as i64 == batch_size => last.get::<_, i64>("position"),
+        _ => window_end,
+    };
+    Ok(Batch {
+        rows,
+        next_checkpoint,
+    })
+}
+
+/// A delivery in flight, with the event it carries (to name it if Kafka refuses it).
+type Delivery = (String, rdkafka::producer::DeliveryFuture);
+
+/// Hands every event of a batch to the producer, with the live message's headers.
+fn produce_batch(
+    producer: &FutureProducer,
+    replay: &Replay,
+    id_text: &str,
+    rows: &[tokio_postgres::Row],
+) -> Result<Vec<Delivery>, RunError> {
+    let mut deliveries = Vec::with_capacity(rows.len());
+    for row in rows {
+        let stream: &str = row.get("stream");
+        let (aggregate, key) = stream.split_once('-').unwrap_or((stream, ""));
+        let topic = replay.replay_topic(&replay.live_topic(aggregate));
+        let event_id: &str = row.get("event_id");
+        // The live message's headers, as far as the events table holds their facts
+        // (`Origin::Events` says which it cannot), plus the replay's id.
+        let xid = row
+            .get::<_, Option<i64>>("xid")
+            .and_then(|xid| u32::try_from(xid).ok());
+        let mut headers = event_headers(
+            event_id,
+            row.get("event_type"),
+            row.get("traceparent"),
+            Origin::Events { xid },
+        );
+        headers.push((header::REPLAY_ID, id_text.to_owned()));
+        let payload: &[u8] = row.get("payload");
+        let record = FutureRecord::to(&topic)
+            .key(key.as_bytes())
+            .payload(payload)
+            .headers(kafka_headers(&headers));
+        match producer.send_result(record) {
+            Ok(delivery) => deliveries.push((event_id.to_owned(), delivery)),
+            Err((error, _)) => return Err(kafka_failure(&error, event_id)),
+        }
+    }
+    Ok(deliveries)
+}
+
+/// Waits until Kafka acknowledged every delivery; the first refusal is the batch's error.
+async fn await_deliveries(deliveries: Vec<Delivery>) -> Result<(), RunError> {
+    for (event_id, delivery) in deliveries {
+        match delivery.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((error, _))) => return Err(kafka_failure(&error, &event_id)),
+            Err(_canceled) => return Err(RunError::Kafka("producer closed".into())),
+        }
+    }
+    Ok(())
 }
 
 async fn current_published(client: &Object, id: Uuid) -> Result<i64, RunError> {
