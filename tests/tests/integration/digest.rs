@@ -883,3 +883,43 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
     );
     Ok(())
 }
+
+/// At-least-once delivery repeats a digest message byte for byte (at a later offset): the
+/// copies are one digest. Another document with the same number is a fork.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_delivered_twice_is_no_fork_and_two_documents_with_one_number_are()
+-> anyhow::Result<()> {
+    use ra_ledger::digest::published;
+    let (database, api) = with_a_contact().await?;
+    assign(&api, 3).await;
+    let key = DigestKey::from_seed(&[31; 32]);
+    let (seq, _, digest) = sealed(build(api.ledger.pool(), &key, 1_000).await?);
+    let document = ra_ledger::digest::document(seq, &digest, &key.public_pem());
+    let copy = |offset: u32| {
+        published::parse(&document, &format!("outbox.event.digest/1@{offset}"))
+            .map_err(anyhow::Error::msg)
+    };
+    let client = database.connect().await?;
+    let report = published::check(&client, vec![copy(7)?, copy(8)?], &key.public()).await?;
+    assert!(report.holds(), "{report:?}");
+    assert_eq!((report.checked, report.copies), (1, 1), "{report:?}");
+
+    let mut forged = ra_ledger::digest::document(
+        seq,
+        &key.sign(Statement::over(Vec::new(), 2_000, [0; 32])),
+        &key.public_pem(),
+    );
+    forged["seq"] = json!(seq);
+    let forged =
+        published::parse(&forged, "outbox.event.digest/1@9").map_err(anyhow::Error::msg)?;
+    let report = published::check(&client, vec![copy(7)?, forged, copy(8)?], &key.public()).await?;
+    assert!(!report.holds());
+    assert_eq!(report.copies, 1, "{report:?}");
+    assert!(
+        report.problems[0].starts_with(&format!(
+            "two different digests numbered {seq} (outbox.event.digest/1@7 and outbox.event.digest/1@9)"
+        )),
+        "{report:?}"
+    );
+    Ok(())
+}
