@@ -57,12 +57,14 @@ impl Session {
         bool::from(self.csrf(state).as_bytes().ct_eq(presented.as_bytes()))
     }
 
+    /// Whether the session may ask for republishing parked messages.
+    pub fn operator(&self) -> bool {
+        self.role == Role::Operator
+    }
+
     /// The role's name as the pages show it.
     pub fn role_name(&self) -> &'static str {
-        match self.role {
-            Role::Writer => "writer",
-            Role::Auditor => "auditor",
-        }
+        self.role.name()
     }
 }
 
@@ -76,10 +78,7 @@ fn key(state: &AppState) -> Key {
 /// The `Set-Cookie` value of a new session for `name` with `role`.
 pub fn start(state: &AppState, name: &str, role: Role) -> String {
     let expires = chrono::Utc::now().timestamp() + SESSION_HOURS * 3600;
-    let role = match role {
-        Role::Writer => "writer",
-        Role::Auditor => "auditor",
-    };
+    let role = role.name();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let value = format!(
         "{expires}.{role}.{nonce}.{}",
@@ -123,11 +122,7 @@ pub fn read(state: &AppState, headers: &HeaderMap) -> Option<Session> {
     let cookie = jar.signed(&key(state)).get(COOKIE)?;
     let mut parts = cookie.value().splitn(4, '.');
     let expires: i64 = parts.next()?.parse().ok()?;
-    let role = match parts.next()? {
-        "writer" => Role::Writer,
-        "auditor" => Role::Auditor,
-        _ => return None,
-    };
+    let role = Role::from_name(parts.next()?)?;
     let nonce = parts.next()?.to_owned();
     let name = String::from_utf8(URL_SAFE_NO_PAD.decode(parts.next()?).ok()?).ok()?;
     (expires > chrono::Utc::now().timestamp()).then_some(Session {
