@@ -19,7 +19,10 @@ FILE.json:
 or a proof (`GET /v1/events/{id}/proof`, `ledger proof`, `registered-agent?...&proof=true`):
 "streams" (per stream: "stream", "events" up to the head a digest sealed with every field
 their hashes cover, "index" and "path" of the head's leaf), "digest", "public_key_pem",
-and "event_id" for an event's proof. (An answer's fold is checked by `ledger proof verify`.)
+and "event_id" for an event's proof. For a proven audit answer ("question", "answer"), this
+checks the events and that the question's known_at is not after the digest's time (a digest
+proves what was recorded by its time, nothing later); it does NOT check that the events fold
+to the answer, and says so: run `ledger proof verify` for that.
 
 Exits 0 when everything given holds; otherwise 1, naming per file the first thing that
 does not. With several files, each verdict line starts with the file's name.
@@ -242,6 +245,19 @@ def check(document, public_pem=None):
     if not ed25519_verify(public, signed_message(digest), bytes.fromhex(digest["signature"])):
         yield "the digest's signature does not verify with the public key"
         return
+    question = document.get("question")
+    if question is not None:
+        known_at = question.get("known_at_micros")
+        if not isinstance(known_at, int):
+            yield "question.known_at_micros is missing"
+            return
+        if known_at > digest["time_micros"]:
+            yield (
+                f"the answer is not proven for known_at {question.get('known_at', known_at)}: "
+                f"the digest is of {digest['time_micros']} microseconds, and proves what was "
+                "recorded by then, not that nothing else was recorded by known_at"
+            )
+            return
     root = bytes.fromhex(digest["root"])
     if "leaves" in document:
         leaves = sorted(document["leaves"], key=lambda leaf: leaf["stream"].encode("utf-8"))
@@ -298,6 +314,11 @@ def verify_file(path, public_pem):
     for failure in check(document, public_pem):
         return False, f"FAIL: {failure}"
     checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion") if part in document]
+    if "question" in document:
+        return True, (
+            f"ok: {', '.join(checked)} hold, and known_at is not after the digest; "
+            "the answer itself is NOT checked here: `ledger proof verify` folds the events to it"
+        )
     return True, f"ok: {', '.join(checked)} hold"
 
 

@@ -146,6 +146,12 @@ impl AckTracker {
     pub fn pending_transactions(&self) -> usize {
         self.pending.len()
     }
+
+    /// The commit time of the oldest transaction not yet confirmable, open ones included;
+    /// `None` when everything read is settled.
+    pub fn oldest_pending_commit_micros(&self) -> Option<i64> {
+        self.pending.front().map(|entry| entry.commit_time_micros)
+    }
 }
 
 #[cfg(test)]
@@ -199,6 +205,19 @@ mod tests {
         assert!(tracker.take_settled().is_empty());
         assert_eq!(tracker.in_flight(), 0);
         assert_eq!(tracker.pending_transactions(), 0);
+    }
+
+    #[test]
+    fn the_oldest_pending_commit_is_the_first_not_yet_settled() {
+        let mut tracker = AckTracker::new();
+        assert_eq!(tracker.oldest_pending_commit_micros(), None);
+        let first = tracker.begin(100, 10, 1);
+        let open = tracker.open(20);
+        assert_eq!(tracker.oldest_pending_commit_micros(), Some(10));
+        tracker.delivered(first);
+        assert_eq!(tracker.oldest_pending_commit_micros(), Some(20));
+        tracker.close(open, 200);
+        assert_eq!(tracker.oldest_pending_commit_micros(), None);
     }
 
     #[test]

@@ -9,6 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const REPLICATION_LAG_BYTES: &str = "ra_relay_replication_lag_bytes";
 /// Seconds since the commit of the newest transaction confirmed to the slot.
 pub const NEWEST_PUBLISHED_COMMIT_AGE: &str = "ra_relay_newest_published_commit_age_seconds";
+/// Seconds since the commit of the oldest transaction read and not yet confirmed to the
+/// slot; 0 when everything read is confirmed. What to alert on (see
+/// docs/auditing-and-operations.md).
+pub const OLDEST_UNCONFIRMED_COMMIT_AGE: &str = "ra_relay_oldest_unconfirmed_commit_age_seconds";
 /// Outbox events acknowledged by Kafka.
 pub const EVENTS_PUBLISHED: &str = "ra_relay_events_published_total";
 /// Seconds from a transaction's commit to Kafka's acknowledgement of its last message.
@@ -33,6 +37,8 @@ pub struct RelayMetrics {
     wal_end: AtomicU64,
     confirmed_lsn: AtomicU64,
     newest_commit_micros: AtomicI64,
+    /// Commit time of the oldest transaction not yet confirmed; 0: none.
+    oldest_unconfirmed_micros: AtomicI64,
     events_published: AtomicU64,
     parked: AtomicU64,
     in_flight: AtomicU64,
@@ -126,6 +132,28 @@ impl RelayMetrics {
             .fetch_max(commit_micros, Ordering::Relaxed);
     }
 
+    /// A transaction committed at `commit_micros` (Unix) was read: unless an older one
+    /// still waits, it is now the oldest not yet confirmed.
+    pub fn began(&self, commit_micros: i64) {
+        let _ = self.oldest_unconfirmed_micros.compare_exchange(
+            0,
+            commit_micros,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// After a confirmation: the commit time of the oldest transaction still waiting, or
+    /// `None` when the relay is caught up with what it read.
+    ///
+    /// Not reset when a session ends: what it had not confirmed is read again by the next
+    /// session, and still waits meanwhile, so the age goes on growing while the relay
+    /// reconnects.
+    pub fn still_unconfirmed(&self, commit_micros: Option<i64>) {
+        self.oldest_unconfirmed_micros
+            .store(commit_micros.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// `count` events acknowledged by Kafka.
     pub fn published(&self, count: u64) {
         self.events_published.fetch_add(count, Ordering::Relaxed);
@@ -179,6 +207,12 @@ impl RelayMetrics {
         } else {
             (now_micros() - newest).max(0) as f64 / 1e6
         };
+        let oldest = self.oldest_unconfirmed_micros.load(Ordering::Relaxed);
+        let waiting = if oldest == 0 {
+            0.0
+        } else {
+            (now_micros() - oldest).max(0) as f64 / 1e6
+        };
         let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
             render_value(&mut out, name, help, kind, value);
         };
@@ -193,6 +227,12 @@ impl RelayMetrics {
             "Seconds since the commit of the newest transaction confirmed to the slot.",
             "gauge",
             format!("{age:.3}"),
+        );
+        gauge(
+            OLDEST_UNCONFIRMED_COMMIT_AGE,
+            "Seconds since the commit of the oldest transaction read and not yet confirmed to the slot; 0 when caught up.",
+            "gauge",
+            format!("{waiting:.3}"),
         );
         gauge(
             EVENTS_PUBLISHED,
@@ -259,5 +299,30 @@ mod tests {
         assert!(text.contains("ra_relay_commit_to_ack_seconds_bucket{le=\"30\"} 2\n"));
         assert!(text.contains("ra_relay_commit_to_ack_seconds_count 2\n"));
         assert!(text.contains("# TYPE ra_relay_newest_published_commit_age_seconds gauge"));
+    }
+
+    /// The age of the oldest unconfirmed commit: 0 when caught up, the oldest waiting one's
+    /// age otherwise, however many newer ones come and go.
+    #[test]
+    fn the_oldest_unconfirmed_commit_age_is_zero_when_caught_up_and_grows_while_one_waits() {
+        let age = |metrics: &RelayMetrics| -> f64 {
+            let text = metrics.render();
+            let line = text
+                .lines()
+                .find(|line| line.starts_with("ra_relay_oldest_unconfirmed_commit_age_seconds "))
+                .unwrap_or_else(|| panic!("no gauge in {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let metrics = RelayMetrics::default();
+        assert_eq!(age(&metrics), 0.0, "nothing read yet");
+        let now = now_micros();
+        metrics.began(now - 90_000_000);
+        metrics.began(now - 1_000_000);
+        assert!((89.0..120.0).contains(&age(&metrics)), "{}", age(&metrics));
+        // The older one confirmed, the newer still waits.
+        metrics.still_unconfirmed(Some(now - 1_000_000));
+        assert!((0.9..30.0).contains(&age(&metrics)), "{}", age(&metrics));
+        metrics.still_unconfirmed(None);
+        assert_eq!(age(&metrics), 0.0, "caught up");
     }
 }

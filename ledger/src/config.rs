@@ -38,8 +38,8 @@ pub struct ServeConfig {
     /// Most PostgreSQL connections in the pool (`LEDGER_POOL_SIZE`).
     pub pool_size: usize,
     /// Bearer tokens as SHA-256 hashes, `role:name:sha256:<64 hex digits>` separated by
-    /// commas or lines; role is writer or auditor (`LEDGER_TOKENS`). `ledger token new`
-    /// makes one.
+    /// commas or lines; role is writer, operator (replays, parked messages) or auditor
+    /// (`LEDGER_TOKENS`). `ledger token new` makes one.
     pub tokens: String,
     /// File of more token entries, one per line (`LEDGER_TOKENS_FILE`).
     pub tokens_file: Option<PathBuf>,

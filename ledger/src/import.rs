@@ -82,16 +82,16 @@ pub fn read(path: &Path) -> Result<Vec<ImportRow>, ImportError> {
     if path.is_dir() {
         return Err(io(std::io::Error::other("it is a directory, not a file")));
     }
-    let file = std::fs::File::open(path).map_err(io)?;
-    parse(file)
+    parse(&std::fs::read(path).map_err(io)?)
 }
 
-/// [`read`] from any reader.
-pub fn parse(input: impl std::io::Read) -> Result<Vec<ImportRow>, ImportError> {
+/// [`read`] of a file's bytes.
+pub fn parse(text: &[u8]) -> Result<Vec<ImportRow>, ImportError> {
+    let text = with_unix_line_ends(text);
     let mut reader = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .comment(Some(b'#'))
-        .from_reader(input);
+        .from_reader(&text[..]);
     let header_error = |reason: String| ImportError::Line { line: 1, reason };
     let headers = reader
         .headers()
@@ -120,10 +120,10 @@ pub fn parse(input: impl std::io::Read) -> Result<Vec<ImportRow>, ImportError> {
     let mut seen: HashMap<(Uuid, Jurisdiction), u64> = HashMap::new();
     for record in reader.records() {
         let record = record.map_err(|error| ImportError::Line {
-            line: error.position().map_or(0, |p| p.line()),
+            line: line_at(&text, error.position()),
             reason: csv_reason(&error),
         })?;
-        let line = record.position().map_or(0, |p| p.line());
+        let line = line_at(&text, record.position());
         let bad = |reason: String| ImportError::Line { line, reason };
         let field = |index: usize| record.get(index).unwrap_or_default();
         let business = field(business_column);
@@ -162,6 +162,50 @@ pub fn parse(input: impl std::io::Read) -> Result<Vec<ImportRow>, ImportError> {
         });
     }
     Ok(rows)
+}
+
+/// `text` with every line end as a single LF: CRLF (as Excel saves CSV) and a lone CR.
+///
+/// The csv crate ends a record at either, but counts lines by LF alone, and the LF of a
+/// CRLF only when it reads the next record: every record after the first Windows line end
+/// was numbered one line too early, and errors named the line above the bad one
+/// (BurntSushi/rust-csv#395). No field of an import can hold a line end, so nothing of
+/// value changes.
+fn with_unix_line_ends(text: &[u8]) -> Vec<u8> {
+    let mut unix = Vec::with_capacity(text.len());
+    for (at, &byte) in text.iter().enumerate() {
+        match byte {
+            b'\r' if text.get(at + 1) == Some(&b'\n') => {}
+            b'\r' => unix.push(b'\n'),
+            byte => unix.push(byte),
+        }
+    }
+    unix
+}
+
+/// The line a record starts on, counted in `text` (with Unix line ends) from the byte the
+/// csv crate gives as its start, not from the crate's line number: that one counts the
+/// blank and comment lines skipped before a record as the record's own, so a record after
+/// `# a comment` was numbered one line too early. From the start byte, skipped lines are
+/// stepped over here the way the reader skips them.
+fn line_at(text: &[u8], position: Option<&csv::Position>) -> u64 {
+    let Some(position) = position else {
+        return 0;
+    };
+    let mut at = usize::try_from(position.byte()).map_or(text.len(), |at| at.min(text.len()));
+    loop {
+        match text.get(at) {
+            Some(b'\n') => at += 1,
+            Some(b'#') => {
+                at = text[at..]
+                    .iter()
+                    .position(|&byte| byte == b'\n')
+                    .map_or(text.len(), |end| at + end + 1)
+            }
+            _ => break,
+        }
+    }
+    1 + text[..at].iter().filter(|&&byte| byte == b'\n').count() as u64
 }
 
 /// A CSV error's reason, without the position the caller reports as the line.
@@ -395,6 +439,33 @@ mod tests {
                 .to_string()
                 .starts_with("line 2: not valid UTF-8"),
             "{invalid_utf8}"
+        );
+    }
+
+    #[test]
+    fn windows_line_ends_name_the_same_lines_as_unix_ones() {
+        // As Excel saves CSV: CRLF after every line; a comment and a blank line among them,
+        // which the csv crate's own line numbers count as part of the next record.
+        let mut text = String::from("# exported\r\nbusiness_id,jurisdiction\r\n");
+        for i in 0..13 {
+            text.push_str(&format!("0192f7a8-3c3e-7f1a-9c1e-5d2a4b6c{i:04x},TX\r\n"));
+        }
+        text.push_str("\r\nnot-a-uuid,TX\r\n");
+        let crlf = error(&text);
+        assert!(crlf.starts_with("line 17: business_id"), "{crlf}");
+        assert_eq!(crlf, error(&text.replace("\r\n", "\n")));
+        let rows = lines(&text.replace("\r\nnot-a-uuid,TX\r\n", "")).unwrap();
+        let numbered: Vec<u64> = rows.iter().map(|row| row.line).collect();
+        assert_eq!(numbered, (3..=15).collect::<Vec<_>>());
+        // A lone CR (old Mac files) ends a line too.
+        let cr = error(&format!(
+            "business_id,jurisdiction\r{A},TX\rnot-a-uuid,TX\r"
+        ));
+        assert!(cr.starts_with("line 3: business_id"), "{cr}");
+        let after_comment = error(&format!("business_id,jurisdiction\n# a note\n\n{A},TX,x\n"));
+        assert!(
+            after_comment.starts_with("line 4: 3 fields"),
+            "{after_comment}"
         );
     }
 

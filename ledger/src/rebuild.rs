@@ -1,13 +1,23 @@
 //! `ledger projections rebuild`: replays the ledger into fresh tables, then either swaps
 //! them in or (with `--verify`) compares them with the live projections.
 //!
-//! Both run in one transaction. Rebuild takes a SHARE lock on `events`, so commands wait
-//! while it runs and no event can slip between the replay and the swap. Verify runs at one
-//! REPEATABLE READ snapshot and blocks nobody.
+//! Both run in one transaction. Verify runs at one REPEATABLE READ snapshot and blocks
+//! nobody. Rebuild takes every lock it needs before it replays, in the writers' order:
+//! EXCLUSIVE on the projections (writers lock projection rows before they append), then
+//! SHARE on `events`, so commands wait while it runs and no event can slip between the
+//! replay and the swap; readers go on reading the old rows until the swap commits.
+//!
+//! Writers also update the projections after they append, so a writer caught between the
+//! two can still close a cycle with a rebuild that is taking its locks. The locks are
+//! therefore asked for with a short `lock_timeout` and taken again when one is not
+//! granted: nothing is done yet, and the rebuild is the side that yields. Once held,
+//! nothing more is waited for: the swap deletes the live rows (a TRUNCATE would need ACCESS
+//! EXCLUSIVE, waited for behind readers and writers that hold the tables, the deadlock this
+//! order avoids).
 
 pub mod online;
 
-use deadpool_postgres::Object;
+use deadpool_postgres::{Object, Transaction};
 use prost::Message as _;
 use ra_ledger_proto::v1;
 use tokio_postgres::IsolationLevel;
@@ -95,7 +105,7 @@ async fn replay(
         .start()
         .await?;
     if !verify_only {
-        tx.batch_execute("LOCK TABLE events IN SHARE MODE").await?;
+        take_locks(&tx).await?;
     }
     for table in TABLES {
         // Temporary tables shadow the live ones for unqualified names in this session.
@@ -141,6 +151,46 @@ async fn replay(
         tx.commit().await?;
     }
     Ok(report)
+}
+
+/// Takes the rebuild's locks in `tx`, before its snapshot: EXCLUSIVE on the projections,
+/// then SHARE on `events`. An attempt that waits longer than [`online::LOCK_TIMEOUT`] for
+/// either (a writer holds one and waits for the other, or just holds it) is rolled back to
+/// its savepoint, which releases what it took, and tried again after the writers queued
+/// behind it went first.
+async fn take_locks(tx: &Transaction<'_>) -> Result<(), RebuildError> {
+    tx.batch_execute(&format!(
+        "SET LOCAL lock_timeout = '{}'",
+        online::LOCK_TIMEOUT
+    ))
+    .await?;
+    for attempt in 0..online::LOCK_ATTEMPTS {
+        if attempt > 0 {
+            online::back_off(attempt).await;
+        }
+        let locked = tx
+            .batch_execute(
+                "SAVEPOINT rebuild_locks; \
+                 LOCK TABLE contacts, assignments IN EXCLUSIVE MODE; \
+                 LOCK TABLE events IN SHARE MODE",
+            )
+            .await;
+        match locked {
+            Ok(()) => {
+                tx.batch_execute(
+                    "RELEASE SAVEPOINT rebuild_locks; SET LOCAL lock_timeout TO DEFAULT",
+                )
+                .await?;
+                return Ok(());
+            }
+            Err(error) if online::lock_timed_out(&error) => {
+                tx.batch_execute("ROLLBACK TO SAVEPOINT rebuild_locks")
+                    .await?;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(RebuildError::LockUnavailable(online::LOCK_ATTEMPTS))
 }
 
 /// Rows that differ between the rebuilt projections in `schema` and the live ones, per

@@ -48,7 +48,8 @@ pub struct Status {
     pub rows: i64,
     /// The outbox's size on disk, indexes and TOAST included, in bytes.
     pub bytes: i64,
-    /// Marks not yet confirmed by the slot.
+    /// Marks kept: those the slot has not confirmed yet, and the newest one it has (kept so
+    /// the console can tell how old the published point is).
     pub marks: i64,
     /// The oldest of them.
     pub oldest_mark: Option<String>,
@@ -97,7 +98,10 @@ pub async fn prune(pool: &Pool, slot: &str, batch: i64) -> Result<Pruned, Retent
         }
     }
     client
-        .execute(include_str!("sql/retention/take_mark.sql"), &[])
+        .execute(
+            include_str!("sql/retention/take_mark.sql"),
+            &[&pruned.through],
+        )
         .await?;
     Ok(pruned)
 }

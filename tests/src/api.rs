@@ -16,6 +16,8 @@ use crate::TestDatabase;
 pub const WRITER: &str = "writer-token-for-tests";
 /// Auditor token of test APIs.
 pub const AUDITOR: &str = "auditor-token-for-tests";
+/// Operator token of test APIs (replays).
+pub const OPERATOR: &str = "operator-token-for-tests";
 
 /// The API over one test database.
 #[derive(Debug, Clone)]
@@ -58,9 +60,10 @@ impl TestApi {
         )?;
         let ledger = Ledger::new(pool.clone());
         let tokens = Tokens::parse(&format!(
-            "{},{}",
+            "{},{},{}",
             token_entry(Role::Writer, "test-writer", WRITER),
-            token_entry(Role::Auditor, "test-auditor", AUDITOR)
+            token_entry(Role::Auditor, "test-auditor", AUDITOR),
+            token_entry(Role::Operator, "test-operator", OPERATOR)
         ))?;
         let state = AppState {
             ledger: ledger.clone(),
@@ -194,6 +197,12 @@ impl TestApi {
     /// POST as the writer.
     pub async fn post(&self, uri: &str, body: Value) -> Reply {
         self.call(Method::POST, uri, Some(WRITER), Some(body)).await
+    }
+
+    /// POST as the operator.
+    pub async fn operate(&self, uri: &str, body: Value) -> Reply {
+        self.call(Method::POST, uri, Some(OPERATOR), Some(body))
+            .await
     }
 
     /// GET as the auditor.

@@ -177,6 +177,7 @@ impl Session<'_> {
             xid,
             commit_time_micros: commit_time + PG_EPOCH_MICROS,
         };
+        self.metrics.began(commit.commit_time_micros);
         self.transaction = Some(OpenTransaction {
             seq: self.tracker.open(commit.commit_time_micros),
             commit,
@@ -283,6 +284,8 @@ impl Session<'_> {
             replication.update_applied_lsn(Lsn::from_u64(lsn));
             self.metrics.confirmed(lsn, commit_time);
             self.confirmed = lsn;
+            self.metrics
+                .still_unconfirmed(self.tracker.oldest_pending_commit_micros());
         }
     }
 

@@ -24,7 +24,8 @@ pub const DEFAULT_PAGE: u32 = 50;
 pub(super) struct AtQuery {
     /// Business time; defaults to now.
     at: Option<DateTime<Utc>>,
-    /// Transaction time: only what the ledger had recorded by then; defaults to now.
+    /// Transaction time: only what the ledger had recorded by then; defaults to now, or
+    /// with `proof` to the newest digest's time (a digest cannot prove a later instant).
     known_at: Option<DateTime<Utc>>,
     /// Add the answer's proof against the newest signed digest.
     #[serde(default)]
@@ -79,7 +80,7 @@ pub(super) async fn registered_agent_at(
             business_id,
             jurisdiction,
             at,
-            known_at,
+            query.known_at,
         )
         .await
         {

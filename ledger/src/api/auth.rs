@@ -1,5 +1,11 @@
-//! Bearer-token authentication with two roles: `writer` runs commands and reads,
-//! `auditor` only reads. Tokens come from configuration, never from the code.
+//! Bearer-token authentication with three roles: `writer` runs commands and reads,
+//! `operator` asks for replays and republishes parked messages and reads, `auditor` only
+//! reads. Tokens come from configuration, never from the code.
+//!
+//! An operator is not a writer: replays read the whole ledger and create topics, which a
+//! customer-service tool holding a writer token has no business doing, and whoever runs
+//! the platform has no business changing who is a business's registered agent. Separate
+//! tokens keep each mistake or leak to its own harm.
 
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
@@ -16,6 +22,26 @@ pub enum Role {
     Auditor,
     /// Commands and reads.
     Writer,
+    /// Replays, parked messages and reads; no commands.
+    Operator,
+}
+
+impl Role {
+    /// The role's name in token entries and on pages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auditor => "auditor",
+            Self::Writer => "writer",
+            Self::Operator => "operator",
+        }
+    }
+
+    /// The role named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Auditor, Self::Writer, Self::Operator]
+            .into_iter()
+            .find(|role| role.name() == name)
+    }
 }
 
 /// A configured token: its holder's name (recorded as the events' actor) and role.
@@ -51,7 +77,7 @@ impl std::fmt::Debug for Tokens {
 /// A bad token specification.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "invalid token entry #{index}: {reason} (expected role:name:sha256:<64 hex digits>, role writer or auditor; `ledger token new <role> <name>` makes one)"
+    "invalid token entry #{index}: {reason} (expected role:name:sha256:<64 hex digits>, role writer, operator or auditor; `ledger token new <role> <name>` makes one)"
 )]
 pub struct TokenSpecError {
     index: usize,
@@ -76,11 +102,10 @@ impl Tokens {
                 reason: reason.into(),
             };
             let mut parts = entry.splitn(3, ':');
-            let role = match parts.next() {
-                Some("writer") => Role::Writer,
-                Some("auditor") => Role::Auditor,
-                _ => return Err(error("unknown role")),
-            };
+            let role = parts
+                .next()
+                .and_then(Role::from_name)
+                .ok_or_else(|| error("unknown role"))?;
             let name = parts
                 .next()
                 .filter(|n| !n.is_empty())
@@ -139,12 +164,8 @@ impl Tokens {
 
 /// The configuration entry of a token: `role:name:sha256:<hex>`.
 pub fn entry(role: Role, name: &str, token: &str) -> String {
-    let role = match role {
-        Role::Writer => "writer",
-        Role::Auditor => "auditor",
-    };
     let hex: String = digest(token).iter().map(|b| format!("{b:02x}")).collect();
-    format!("{role}:{name}:sha256:{hex}")
+    format!("{}:{name}:sha256:{hex}", role.name())
 }
 
 fn parse_digest(hex: &str) -> Option<[u8; 32]> {
@@ -169,6 +190,27 @@ pub struct Reader;
 /// A request from a writer token.
 #[derive(Debug, Clone)]
 pub struct Writer(pub Principal);
+
+/// A request from an operator token.
+#[derive(Debug, Clone)]
+pub struct Operator(pub Principal);
+
+/// `principal`, if it has `role`; else 403 naming both roles.
+fn with_role(principal: Principal, role: Role) -> Result<Principal, ApiError> {
+    if principal.role == role {
+        return Ok(principal);
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "token of {} has role {}; this endpoint needs role {}",
+            principal.name,
+            principal.role.name(),
+            role.name()
+        ),
+    ))
+}
 
 fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
     let header = parts
@@ -217,18 +259,18 @@ impl FromRequestParts<AppState> for Writer {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let principal = authenticate(parts, state)?;
-        if principal.role != Role::Writer {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!(
-                    "token of {} has role auditor; this endpoint needs role writer",
-                    principal.name
-                ),
-            ));
-        }
-        Ok(Writer(principal))
+        with_role(authenticate(parts, state)?, Role::Writer).map(Writer)
+    }
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        with_role(authenticate(parts, state)?, Role::Operator).map(Operator)
     }
 }
 
@@ -239,11 +281,13 @@ mod tests {
     #[test]
     fn parses_hashed_token_entries_and_refuses_bad_ones() {
         let spec = format!(
-            "{}, {}\n# a comment\n",
+            "{}, {}\n# a comment\n{}\n",
             entry(Role::Writer, "cs", "secret-one"),
-            entry(Role::Auditor, "audit", "secret-two")
+            entry(Role::Auditor, "audit", "secret-two"),
+            entry(Role::Operator, "on-call", "secret-four")
         );
         let tokens = Tokens::parse(&spec).unwrap();
+        assert_eq!(tokens.find("secret-four").unwrap().role, Role::Operator);
         assert_eq!(tokens.find("secret-one").unwrap().role, Role::Writer);
         assert_eq!(tokens.find("secret-two").unwrap().name, "audit");
         assert!(tokens.find("secret-three").is_none());

@@ -1,4 +1,6 @@
-//! Replays, for operators: ask for one (a `ledger worker` runs it) and watch it.
+//! Replays, for operators: ask for one (a `ledger worker` runs it) and watch it. Asking
+//! needs an operator token, and at most [`replay::MAX_OPEN_REPLAYS`] may be requested or
+//! running at once (429 beyond).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -9,7 +11,7 @@ use uuid::Uuid;
 use super::extract::Body;
 use super::{ApiError, AppState, auth, uuid_param};
 use crate::error::CommandError;
-use crate::replay::{self, ReplayRequest, ReplayStatus};
+use crate::replay::{self, ReplayRequest, ReplayStatus, RequestError};
 
 /// Where a replay's progress is served.
 fn status_url(id: Uuid) -> String {
@@ -28,7 +30,7 @@ pub(super) struct ReplayAccepted {
 
 pub(super) async fn request_replay(
     State(state): State<AppState>,
-    auth::Writer(principal): auth::Writer,
+    auth::Operator(principal): auth::Operator,
     Body(request): Body<ReplayRequest>,
 ) -> Result<
     (
@@ -39,8 +41,17 @@ pub(super) async fn request_replay(
     ApiError,
 > {
     let selection = request.validate().map_err(CommandError::from)?;
-    let client = state.ledger.pool().get().await?;
-    let id = replay::request(&client, &selection, &principal.name).await?;
+    let mut client = state.ledger.pool().get().await?;
+    let id = replay::request(&mut client, &selection, &principal.name)
+        .await
+        .map_err(|error| match error {
+            RequestError::TooMany { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_replays",
+                error.to_string(),
+            ),
+            RequestError::Database(error) => error.into(),
+        })?;
     let status = replay::status(&client, id)
         .await?
         .ok_or_else(|| ApiError::internal(&"a recorded replay is not found"))?;

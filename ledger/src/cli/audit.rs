@@ -19,7 +19,8 @@ pub enum AuditCommand {
         /// Business time (RFC 3339); defaults to now.
         #[arg(long, value_parser = parse_instant)]
         at: Option<DateTime<Utc>>,
-        /// Only what the ledger had recorded by then (RFC 3339); defaults to now.
+        /// Only what the ledger had recorded by then (RFC 3339); defaults to now, or with
+        /// --proof to the newest digest's time (a digest cannot prove a later instant).
         #[arg(long, value_parser = parse_instant)]
         known_at: Option<DateTime<Utc>>,
         /// Print the answer's proof against the newest signed digest instead (it holds the
@@ -78,7 +79,7 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
             proof,
         } => {
             let now = Utc::now();
-            let (at, known_at) = (at.unwrap_or(now), known_at.unwrap_or(now));
+            let at = at.unwrap_or(now);
             if proof {
                 let Some((_, document)) = proof::for_answer(
                     &pool,
@@ -90,6 +91,7 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
                 )
                 .await?
                 else {
+                    let known_at = known_at.map_or("the newest digest".into(), |k| k.to_string());
                     anyhow::bail!(
                         "business {business} had no registered agent in {} at {at} (as known at {known_at}): nothing to prove",
                         jurisdiction.code()
@@ -97,6 +99,7 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
                 };
                 serde_json::to_string_pretty(&document)?
             } else {
+                let known_at = known_at.unwrap_or(now);
                 let answer =
                     queries::registered_agent_at(&client, business, jurisdiction, at, known_at)
                         .await?;

@@ -51,13 +51,6 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                     }
                     if let Some(answer) = &verified.answer {
                         println!("ok: the proven events fold to the answer: {answer}");
-                        let known_at = document["question"]["known_at_micros"].as_i64();
-                        if known_at.is_some_and(|known_at| known_at > verified.digest_time_micros) {
-                            println!(
-                                "note: the digest is of {time}: it proves what was recorded by then; \
-                                 the ledger said nothing else was recorded for these streams up to known_at"
-                            );
-                        }
                     }
                     Ok(())
                 }

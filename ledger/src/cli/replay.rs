@@ -129,7 +129,7 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
                 "cli:{}",
                 std::env::var("USER").unwrap_or_else(|_| "unknown".into())
             );
-            let id = replay::request(&pool.get().await?, &selection, &actor).await?;
+            let id = replay::request(&mut pool.get().await?, &selection, &actor).await?;
             println!("replay {id}");
             if detach {
                 println!("recorded; a `ledger worker` runs it (ledger replay status {id})");

@@ -11,7 +11,7 @@ pub enum TokenCommand {
     /// Make a new random token: prints the token (for its holder) and its entry (for
     /// `tokens` or `tokens_file` of `ledger serve`).
     New {
-        /// writer or auditor.
+        /// writer, operator or auditor.
         #[arg(value_parser = role)]
         role: Role,
         /// Who holds it; recorded as the actor of the events it writes.
@@ -20,7 +20,7 @@ pub enum TokenCommand {
     /// Print the entry of an existing token, read from standard input (never from the
     /// command line, where other users of the machine could read it).
     Hash {
-        /// writer or auditor.
+        /// writer, operator or auditor.
         #[arg(value_parser = role)]
         role: Role,
         /// Who holds it.
@@ -29,13 +29,8 @@ pub enum TokenCommand {
 }
 
 fn role(text: &str) -> Result<Role, String> {
-    match text {
-        "writer" => Ok(Role::Writer),
-        "auditor" => Ok(Role::Auditor),
-        other => Err(format!(
-            "{other:?} is not a role: expected writer or auditor"
-        )),
-    }
+    Role::from_name(text)
+        .ok_or_else(|| format!("{text:?} is not a role: expected writer, operator or auditor"))
 }
 
 pub fn run(command: TokenCommand) -> anyhow::Result<()> {

@@ -97,6 +97,12 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
                 report.checked
             );
         }
+        if report.copies > 0 {
+            println!(
+                "note: {} extra copies of digests on {topic} (a message delivered again, as after a relay restart) were the same documents, each counted once",
+                report.copies
+            );
+        }
         if !report.unpublished.is_empty() {
             println!(
                 "note: digests {:?} are in the table but not on {topic} yet (is the relay running?)",

@@ -200,6 +200,26 @@ fn checked_write(
     Ok(())
 }
 
+/// [`checked_write`] for an operator's action (republishing a parked message): an operator,
+/// not a writer, may ask for it.
+fn checked_operation(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    form: &HashMap<String, String>,
+) -> Result<(), Response> {
+    checked_csrf(state, session, form)?;
+    if !session.operator() {
+        return Err(forbidden(
+            "Only an operator's session can republish parked messages.",
+        ));
+    }
+    if cross_site(headers) {
+        return Err(forbidden("A form from another site is refused."));
+    }
+    Ok(())
+}
+
 fn writer_only(session: &Session) -> Result<(), Response> {
     if session.writer() {
         Ok(())
@@ -1005,7 +1025,7 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
                                         "requested " (time(at)) " by " (row.get::<_, Option<String>>(7).unwrap_or_default()) "; the relay publishes it within seconds"
                                     } @else {
                                         @if let Some(error) = row.get::<_, Option<String>>(8) { span.error { "Last attempt refused: " (error) } " " }
-                                        @if session.writer() {
+                                        @if session.operator() {
                                             form.inline method="post" action={"/operations/parked/" (row.get::<_, i64>(0)) "/republish"} {
                                                 input type="hidden" name="csrf" value=(session.csrf(&state));
                                                 button type="submit" { "Republish" }
@@ -1067,7 +1087,8 @@ pub(super) async fn operations(State(state): State<AppState>, session: Session) 
     Ok(layout("Operations", Some(&session), &state, body))
 }
 
-/// A writer asks the relay to publish a parked message again (the relay holds the producer).
+/// An operator asks the relay to publish a parked message again (the relay holds the
+/// producer).
 pub(super) async fn request_republish(
     State(state): State<AppState>,
     session: Session,
@@ -1075,7 +1096,7 @@ pub(super) async fn request_republish(
     Path(id): Path<String>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Page {
-    checked_write(&state, &session, &headers, &form)?;
+    checked_operation(&state, &session, &headers, &form)?;
     let id: i64 = id
         .parse()
         .map_err(|_| bad_request(format!("parked message id {id:?} is not a number")))?;

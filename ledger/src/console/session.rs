@@ -86,12 +86,14 @@ impl Session {
             })
     }
 
+    /// Whether the session may ask for republishing parked messages.
+    pub fn operator(&self) -> bool {
+        self.role == Role::Operator
+    }
+
     /// The role's name as the pages show it.
     pub fn role_name(&self) -> &'static str {
-        match self.role {
-            Role::Writer => "writer",
-            Role::Auditor => "auditor",
-        }
+        self.role.name()
     }
 
     /// Whether the cookie should be signed again at `now`: a minute after it was, or at

@@ -18,8 +18,9 @@
 //!
 //! To check one: recompute each event's hash from its fields and the previous hash, check
 //! each chain reaches its sealed head, each head's leaf reaches the root through its path,
-//! the signature, and for an answer, the fold (`ledger proof verify`; `tests/verify_digest.py`
-//! checks all but the fold).
+//! the signature, and for an answer, that `known_at` is not after the digest's time (the
+//! digest cannot vouch for what was recorded later) and the fold (`ledger proof verify`;
+//! `tests/verify_digest.py` checks all but the fold, and says so).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
@@ -110,17 +111,23 @@ pub async fn for_event(pool: &Pool, event_id: Uuid, tree: &TreeCache) -> Result<
 
 /// "Who was the RA of `business_id` in `jurisdiction` at `at`, as known at `known_at`",
 /// answered with its proof against the newest digest, both from one snapshot. `None` when
-/// there was no RA then.
+/// there was no RA then. Without `known_at`, the answer is as known at the newest digest's
+/// time, the latest instant a digest can vouch for (see [`provable_known_at`]).
 pub async fn for_answer(
     pool: &Pool,
     tree: &TreeCache,
     business_id: Uuid,
     jurisdiction: Jurisdiction,
     at: DateTime<Utc>,
-    known_at: DateTime<Utc>,
+    known_at: Option<DateTime<Utc>>,
 ) -> Result<Option<(RegisteredAgent, Value)>, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
+    let sealed_time = super::build::latest(&tx)
+        .await?
+        .and_then(|digest| digest["time_micros"].as_i64())
+        .and_then(DateTime::from_timestamp_micros);
+    let known_at = provable_known_at(known_at, sealed_time)?;
     let Some(answer) =
         queries::registered_agent_at(&tx, business_id, jurisdiction, at, known_at).await?
     else {
@@ -171,6 +178,27 @@ pub async fn for_answer(
     });
     document["answer"] = serde_json::to_value(&answer).expect("an answer always serializes");
     Ok(Some((answer, document)))
+}
+
+/// The `known_at` an answer can be proven as of, given the newest digest's time: the one
+/// asked for, if not after that time; unasked, that time. A digest proves what was recorded
+/// by its time, not that nothing else was recorded after it, so an answer as known at a
+/// later instant is not proven by it (409 `not_sealed` until a later digest).
+pub fn provable_known_at(
+    asked: Option<DateTime<Utc>>,
+    sealed_time: Option<DateTime<Utc>>,
+) -> Result<DateTime<Utc>, ProofError> {
+    let Some(sealed_time) = sealed_time else {
+        return Err(ProofError::NotSealed("the ledger".into()));
+    };
+    match asked {
+        None => Ok(sealed_time),
+        Some(known_at) if known_at <= sealed_time => Ok(known_at),
+        Some(known_at) => Err(ProofError::NotSealed(format!(
+            "what was recorded by known_at {known_at} (the newest digest is of {sealed_time}: \
+             known_at at or before it is proven now, or leave known_at out)"
+        ))),
+    }
 }
 
 /// The proof of `spans` against the newest digest, in `tx`'s snapshot.
@@ -337,6 +365,7 @@ pub fn verify(
             &document["answer"],
             &streams,
             &envelopes,
+            signed.statement.time_micros,
         )?),
     };
     Ok(VerifiedProof {
@@ -444,6 +473,7 @@ fn verify_answer(
     answer: &Value,
     streams: &[ProvenStream],
     envelopes: &[ra_ledger_proto::v1::Envelope],
+    digest_time_micros: i64,
 ) -> Result<String, String> {
     let business_id: Uuid = question["business_id"]
         .as_str()
@@ -460,6 +490,14 @@ fn verify_answer(
             .ok_or_else(|| format!("question.{name} is missing"))
     };
     let (at, known_at) = (instant("at_micros")?, instant("known_at_micros")?);
+    if known_at.timestamp_micros() > digest_time_micros {
+        let sealed = DateTime::from_timestamp_micros(digest_time_micros)
+            .map_or_else(|| digest_time_micros.to_string(), |time| time.to_string());
+        return Err(format!(
+            "the answer is not proven for known_at {known_at}: the digest is of {sealed}, and \
+             proves what was recorded by then, not that nothing else was recorded by known_at"
+        ));
+    }
     let registration = assignment_stream(business_id, jurisdiction);
     if !streams.iter().any(|proven| proven.stream == registration) {
         return Err(format!(

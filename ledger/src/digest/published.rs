@@ -217,6 +217,9 @@ pub struct DigestReport {
     pub disagreement: Option<Disagreement>,
     /// Digests in the table but not published yet (the relay may be behind).
     pub unpublished: Vec<i64>,
+    /// Extra copies of a digest read from the topic: at-least-once delivery repeats a
+    /// message after a relay restart, byte for byte. Each counts once in `checked`.
+    pub copies: usize,
 }
 
 impl DigestReport {
@@ -272,21 +275,13 @@ pub enum VerifyError {
 /// with `key`, against the tables `client` reads.
 pub async fn check(
     client: &Client,
-    mut published: Vec<Published>,
+    published: Vec<Published>,
     key: &ed25519_dalek::VerifyingKey,
 ) -> Result<DigestReport, tokio_postgres::Error> {
     let mut report = DigestReport::default();
-    published.sort_by_key(|digest| digest.seq);
-    published.dedup();
-    for pair in published.windows(2) {
-        if pair[0].seq == pair[1].seq {
-            report.problems.push(format!(
-                "two different digests numbered {} ({} and {})",
-                pair[0].seq, pair[0].location, pair[1].location
-            ));
-        }
-    }
-    published.dedup_by_key(|digest| digest.seq);
+    let (published, copies, forks) = one_per_number(published);
+    report.copies = copies;
+    report.problems.extend(forks);
     report.checked = published.len();
     let mut previous: Option<&Published> = None;
     for digest in &published {
@@ -327,6 +322,43 @@ pub async fn check(
     check_against_table(client, &published, &mut report).await?;
     reproduce_roots(client, &published, &mut report).await?;
     Ok(report)
+}
+
+/// The digests of `published`, one per number, in order; how many extra copies were
+/// dropped; and a problem per number that names two different documents (a fork).
+///
+/// Copies are told apart by what they say, never by where they were read: a redelivered
+/// message sits at a later offset, yet it is the same digest. Of a fork, the first
+/// document read is kept, so the chain and root checks still run on one of them.
+fn one_per_number(mut published: Vec<Published>) -> (Vec<Published>, usize, Vec<String>) {
+    // A stable sort: within a number, the order the topic gave.
+    published.sort_by_key(|digest| digest.seq);
+    let mut kept: Vec<Published> = Vec::with_capacity(published.len());
+    let mut copies = 0;
+    let mut forks = Vec::new();
+    for group in published.chunk_by(|a, b| a.seq == b.seq) {
+        let mut others: Vec<&Published> = Vec::new();
+        for digest in &group[1..] {
+            if digest.digest == group[0].digest
+                || others.iter().any(|other| other.digest == digest.digest)
+            {
+                copies += 1;
+            } else {
+                others.push(digest);
+            }
+        }
+        if !others.is_empty() {
+            let locations: Vec<&str> = others.iter().map(|d| d.location.as_str()).collect();
+            forks.push(format!(
+                "two different digests numbered {} ({} and {}): one signed number, two statements",
+                group[0].seq,
+                group[0].location,
+                locations.join(", ")
+            ));
+        }
+        kept.push(group[0].clone());
+    }
+    (kept, copies, forks)
 }
 
 /// The `digests` table must hold each published digest, the same; digests it holds beyond
@@ -453,4 +485,50 @@ async fn reproduce_roots(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::{DigestKey, Statement};
+
+    fn at(seq: i64, digest: &SignedDigest, offset: u32) -> Published {
+        Published {
+            seq,
+            digest: digest.clone(),
+            location: format!("outbox.event.digest/1@{offset}"),
+        }
+    }
+
+    #[test]
+    fn a_digest_delivered_twice_is_one_digest_and_two_statements_with_one_number_a_fork() {
+        let key = DigestKey::from_seed(&[3; 32]);
+        let seventh = key.sign(Statement::over(Vec::new(), 7, [7; 32]));
+        let eighth = key.sign(Statement::over(Vec::new(), 8, [8; 32]));
+        let forged = key.sign(Statement::over(Vec::new(), 9, [8; 32]));
+        // Digest 8 read at offsets 7 and 8, as a redelivery after a relay crash puts it.
+        let (kept, copies, forks) = one_per_number(vec![
+            at(8, &eighth, 7),
+            at(7, &seventh, 6),
+            at(8, &eighth, 8),
+        ]);
+        assert_eq!(kept, vec![at(7, &seventh, 6), at(8, &eighth, 7)]);
+        assert_eq!((copies, forks), (1, Vec::<String>::new()));
+        // Another document numbered 8 is a fork, named once however often each came.
+        let (kept, copies, forks) = one_per_number(vec![
+            at(8, &eighth, 7),
+            at(8, &forged, 8),
+            at(8, &eighth, 9),
+            at(8, &forged, 10),
+        ]);
+        assert_eq!(kept, vec![at(8, &eighth, 7)]);
+        assert_eq!(copies, 2);
+        assert_eq!(
+            forks,
+            [
+                "two different digests numbered 8 (outbox.event.digest/1@7 and \
+              outbox.event.digest/1@8): one signed number, two statements"
+            ]
+        );
+    }
 }

@@ -50,9 +50,9 @@ const SMALL_WINDOW: u64 = 2_000;
 /// Catch-up windows at most, however busy the writers.
 const MAX_CATCH_UP: u32 = 50;
 /// How long a lock is waited for before giving up and trying again.
-const LOCK_TIMEOUT: &str = "50ms";
+pub(super) const LOCK_TIMEOUT: &str = "50ms";
 /// Attempts at each lock.
-const LOCK_ATTEMPTS: u32 = 200;
+pub(super) const LOCK_ATTEMPTS: u32 = 200;
 
 /// What an online rebuild did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -375,12 +375,12 @@ fn quote_ident(name: &str) -> String {
 }
 
 /// Whether `error` is a lock wait that hit `lock_timeout`.
-fn lock_timed_out(error: &tokio_postgres::Error) -> bool {
+pub(super) fn lock_timed_out(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
 }
 
 /// Pause between lock attempts: writers queued behind a timed-out attempt go first.
-async fn back_off(attempt: u32) {
+pub(super) async fn back_off(attempt: u32) {
     tokio::time::sleep(Duration::from_millis(20 + 10 * u64::from(attempt.min(20)))).await;
 }
 

@@ -258,29 +258,70 @@ impl ReplayRequest {
 
 /// Records a replay request; a runner (`ledger worker`, or `ledger replay start`) starts it.
 pub async fn request(
-    client: &impl GenericClient,
+    client: &mut deadpool_postgres::Client,
     selection: &Selection,
     requested_by: &str,
-) -> Result<Uuid, tokio_postgres::Error> {
+) -> Result<Uuid, RequestError> {
     let id = Uuid::now_v7();
-    client
-        .execute(
-            include_str!("../sql/replay/insert_replay.sql"),
-            &[
-                &id,
-                &selection.aggregate_types,
-                &selection.event_types,
-                &selection.stream_prefix,
-                &selection.recorded_from,
-                &selection.recorded_to,
-                &selection.topic_prefix,
-                &selection.target,
-                &(selection.rate as i32),
-                &requested_by,
-            ],
-        )
+    let tx = client.transaction().await?;
+    // One request at a time counts and inserts, so two cannot both take the last place.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REQUEST_LOCK_KEY])
         .await?;
+    let open: i64 = tx
+        .query_one(include_str!("../sql/replay/open_count.sql"), &[])
+        .await?
+        .get(0);
+    if open >= MAX_OPEN_REPLAYS {
+        return Err(RequestError::TooMany {
+            open,
+            limit: MAX_OPEN_REPLAYS,
+        });
+    }
+    tx.execute(
+        include_str!("../sql/replay/insert_replay.sql"),
+        &[
+            &id,
+            &selection.aggregate_types,
+            &selection.event_types,
+            &selection.stream_prefix,
+            &selection.recorded_from,
+            &selection.recorded_to,
+            &selection.topic_prefix,
+            &selection.target,
+            &(selection.rate as i32),
+            &requested_by,
+        ],
+    )
+    .await?;
+    tx.commit().await?;
     Ok(id)
+}
+
+/// Replays requested or running at once, at most. Each reads the whole selection at up to
+/// its rate (as much as 1,000,000 events/s) and creates topics; beyond this many, a request
+/// is refused rather than queued, so no token can stack up full-ledger replays.
+pub const MAX_OPEN_REPLAYS: i64 = 4;
+
+/// Advisory lock key of replay requests ("RALREPRQ").
+const REQUEST_LOCK_KEY: i64 = 0x5241_4c52_4550_5251;
+
+/// Why a replay was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// As many replays as allowed are already requested or running.
+    #[error(
+        "{open} replays are already requested or running, and at most {limit} may be at once: \
+         wait until one completes or fails (GET /v1/replays/{{id}}, ledger replay status), then ask again"
+    )]
+    TooMany {
+        /// Replays requested or running.
+        open: i64,
+        /// [`MAX_OPEN_REPLAYS`].
+        limit: i64,
+    },
+    /// A statement failed.
+    #[error("replay request: {}", crate::db::describe(.0))]
+    Database(#[from] tokio_postgres::Error),
 }
 
 /// Where a replay stands.

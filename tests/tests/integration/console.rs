@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SecondsFormat, Utc};
 use fantoccini::{Client, Locator};
 use ra_ledger_tests::TestDatabase;
-use ra_ledger_tests::api::{AUDITOR, TestApi, WRITER, contact_body};
+use ra_ledger_tests::api::{AUDITOR, OPERATOR, TestApi, WRITER, contact_body};
 use ra_ledger_tests::browser::{Driver, screenshot};
 use ra_ledger_tests::runs::count;
 use ra_ledger_tests::worker::RunningWorker;
@@ -797,7 +797,7 @@ async fn the_console_in_a_real_browser() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> anyhow::Result<()> {
+async fn an_operator_republishes_a_parked_message_from_the_operations_page() -> anyhow::Result<()> {
     use ra_ledger_tests::relay::{Collector, RunningRelay, oversized_backlog};
     let database = TestDatabase::new().await?;
     let mut topics = ra_ledger_tests::TestTopics::new();
@@ -825,6 +825,7 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
 
     let api = TestApi::new(&database)?;
     let base = format!("http://{}", api.serve().await?);
+    let operator = session_cookie(&base, OPERATOR).await;
     let writer = session_cookie(&base, WRITER).await;
     let auditor = session_cookie(&base, AUDITOR).await;
     let page = |cookie: String| {
@@ -843,13 +844,15 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
     };
     let action = format!("/operations/parked/{parked_id}/republish");
     assert!(
-        page(writer.clone()).await.contains(&action),
-        "writers get the button"
+        page(operator.clone()).await.contains(&action),
+        "operators get the button"
     );
-    assert!(
-        !page(auditor.clone()).await.contains(&action),
-        "auditors do not"
-    );
+    for other in [&writer, &auditor] {
+        assert!(
+            !page(other.clone()).await.contains(&action),
+            "writers and auditors do not"
+        );
+    }
     let post = |cookie: &str, csrf: &str, path: &str| {
         http()
             .post(format!("{base}{path}"))
@@ -857,26 +860,32 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
             .form(&[("csrf", csrf.to_owned())])
             .send()
     };
-    let auditor_csrf = csrf_of(&base, &auditor).await;
+    for other in [&auditor, &writer] {
+        let other_csrf = csrf_of(&base, other).await;
+        assert_eq!(
+            post(other, &other_csrf, &action).await?.status(),
+            StatusCode::FORBIDDEN
+        );
+    }
+    let operator_csrf = csrf_of(&base, &operator).await;
     assert_eq!(
-        post(&auditor, &auditor_csrf, &action).await?.status(),
+        post(&operator, "", &action).await?.status(),
         StatusCode::FORBIDDEN
     );
-    let writer_csrf = csrf_of(&base, &writer).await;
     assert_eq!(
-        post(&writer, "", &action).await?.status(),
-        StatusCode::FORBIDDEN
-    );
-    assert_eq!(
-        post(&writer, &writer_csrf, "/operations/parked/x/republish")
+        post(&operator, &operator_csrf, "/operations/parked/x/republish")
             .await?
             .status(),
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        post(&writer, &writer_csrf, "/operations/parked/999999/republish")
-            .await?
-            .status(),
+        post(
+            &operator,
+            &operator_csrf,
+            "/operations/parked/999999/republish"
+        )
+        .await?
+        .status(),
         StatusCode::NOT_FOUND
     );
     let requested: Option<DateTime<Utc>> = client
@@ -891,7 +900,7 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
     // With the limit unchanged, the relay tries, Kafka refuses again, and the page says so.
     let relay = RunningRelay::start(config.clone());
     assert_eq!(
-        post(&writer, &writer_csrf, &action).await?.status(),
+        post(&operator, &operator_csrf, &action).await?.status(),
         StatusCode::SEE_OTHER
     );
     assert!(page(writer.clone()).await.contains("requested "));
@@ -923,7 +932,7 @@ async fn a_writer_republishes_a_parked_message_from_the_operations_page() -> any
         .insert("message.max.bytes".into(), "1000000".into());
     let relay = RunningRelay::start(config);
     assert_eq!(
-        post(&writer, &writer_csrf, &action).await?.status(),
+        post(&operator, &operator_csrf, &action).await?.status(),
         StatusCode::SEE_OTHER
     );
     assert!(

@@ -728,7 +728,8 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
     assert_eq!(early.error_code(), "not_sealed");
 
     let key = DigestKey::from_seed(&[11; 32]);
-    sealed(build(api.ledger.pool(), &key, 6_000).await?);
+    let sealed_at = chrono::Utc::now().timestamp_micros();
+    sealed(build(api.ledger.pool(), &key, sealed_at).await?);
     let client = database.connect().await?;
     // Just before the supersede was recorded: the first contact, still primary.
     let before_supersede: chrono::DateTime<chrono::Utc> = client
@@ -824,6 +825,11 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
             Box::new(|d: &mut Value| d["question"]["at_micros"] = json!(1_767_225_600_000_000i64)),
             "fold to another answer",
         ),
+        (
+            "known at a later instant than the digest's",
+            Box::new(move |d: &mut Value| d["question"]["known_at_micros"] = json!(sealed_at + 1)),
+            "the answer is not proven for known_at",
+        ),
     ] {
         let mut copy = proof.clone();
         change(&mut copy);
@@ -835,9 +841,17 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         );
     }
 
-    // A change recorded after the digest: the answer as known now folds an unsealed
-    // event, so no proof yet; as known before it, the digest still proves the answer.
-    let before_end = chrono::Utc::now()
+    // The question is bound to the digest's time: a proof whose known_at is later says the
+    // answer is not proven then, in Rust and in Python, whatever the events fold to.
+    let mut later = proofs[0].clone();
+    later["question"]["known_at_micros"] = json!(sealed_at + 1);
+    let (ok, said) = python_verdicts(&[later], Some(&key.public_pem()))?.remove(0);
+    assert!(!ok && said.contains("not proven for known_at"), "{said}");
+
+    // A change recorded after the digest: the digest cannot prove an answer as known at
+    // any instant after its time (409); unasked, known_at is the digest's time, and the
+    // answer is the one the ledger knew then, which the digest proves.
+    let after_digest = chrono::Utc::now()
         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
         .replace('+', "%2B");
     let ended = api
@@ -847,22 +861,37 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         )
         .await;
     assert!(ended.status.is_success(), "{:?}", ended.body);
-    let now = api
+    let later = api
+        .get(&format!(
+            "{base}?at=2025-06-01T00:00:00Z&known_at={after_digest}&proof=true"
+        ))
+        .await;
+    assert_eq!(
+        later.status,
+        axum::http::StatusCode::CONFLICT,
+        "{:?}",
+        later.body
+    );
+    assert_eq!(later.error_code(), "not_sealed");
+    let sealed = api
         .get(&format!("{base}?at=2025-06-01T00:00:00Z&proof=true"))
         .await;
     assert_eq!(
-        now.status,
-        axum::http::StatusCode::CONFLICT,
+        sealed.status,
+        axum::http::StatusCode::OK,
         "{:?}",
-        now.body
+        sealed.body
     );
-    let then = api
-        .get(&format!(
-            "{base}?at=2025-06-01T00:00:00Z&known_at={before_end}&proof=true"
-        ))
-        .await;
-    assert_eq!(then.status, axum::http::StatusCode::OK, "{:?}", then.body);
-    ra_ledger::digest::proof::verify(&then.body["proof"], &key.public())
+    assert_eq!(
+        sealed.body["proof"]["question"]["known_at_micros"],
+        json!(sealed_at)
+    );
+    assert!(
+        sealed.body["assignment"]["ended_at"].is_null(),
+        "{:?}",
+        sealed.body
+    );
+    ra_ledger::digest::proof::verify(&sealed.body["proof"], &key.public())
         .map_err(anyhow::Error::msg)?;
     // No RA: 404 with or without proof; bad values: 400.
     let none = api
@@ -880,6 +909,46 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         axum::http::StatusCode::BAD_REQUEST,
         "{:?}",
         bad.body
+    );
+    Ok(())
+}
+
+/// At-least-once delivery repeats a digest message byte for byte (at a later offset): the
+/// copies are one digest. Another document with the same number is a fork.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_delivered_twice_is_no_fork_and_two_documents_with_one_number_are()
+-> anyhow::Result<()> {
+    use ra_ledger::digest::published;
+    let (database, api) = with_a_contact().await?;
+    assign(&api, 3).await;
+    let key = DigestKey::from_seed(&[31; 32]);
+    let (seq, _, digest) = sealed(build(api.ledger.pool(), &key, 1_000).await?);
+    let document = ra_ledger::digest::document(seq, &digest, &key.public_pem());
+    let copy = |offset: u32| {
+        published::parse(&document, &format!("outbox.event.digest/1@{offset}"))
+            .map_err(anyhow::Error::msg)
+    };
+    let client = database.connect().await?;
+    let report = published::check(&client, vec![copy(7)?, copy(8)?], &key.public()).await?;
+    assert!(report.holds(), "{report:?}");
+    assert_eq!((report.checked, report.copies), (1, 1), "{report:?}");
+
+    let mut forged = ra_ledger::digest::document(
+        seq,
+        &key.sign(Statement::over(Vec::new(), 2_000, [0; 32])),
+        &key.public_pem(),
+    );
+    forged["seq"] = json!(seq);
+    let forged =
+        published::parse(&forged, "outbox.event.digest/1@9").map_err(anyhow::Error::msg)?;
+    let report = published::check(&client, vec![copy(7)?, forged, copy(8)?], &key.public()).await?;
+    assert!(!report.holds());
+    assert_eq!(report.copies, 1, "{report:?}");
+    assert!(
+        report.problems[0].starts_with(&format!(
+            "two different digests numbered {seq} (outbox.event.digest/1@7 and outbox.event.digest/1@9)"
+        )),
+        "{report:?}"
     );
     Ok(())
 }

@@ -494,3 +494,72 @@ async fn every_documented_operation_is_routed() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Whether a session named `application_name` waits for a lock in this database.
+async fn waits_for_a_lock(
+    client: &tokio_postgres::Client,
+    application_name: &str,
+) -> anyhow::Result<bool> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+             WHERE NOT l.granted AND a.application_name = $1 AND a.datname = current_database()",
+            &[&application_name],
+        )
+        .await?
+        .get(0))
+}
+
+/// A writer locks projection rows, then appends events; an offline rebuild that took
+/// `events` first and the projections at its end closed a cycle with it, and PostgreSQL
+/// aborted one of the two (the rebuild, after all its work).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offline_rebuild_and_a_writer_mid_command_both_finish() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (_, _, assignment_id) = one_assignment(&api).await;
+    let assignment_id: Uuid = assignment_id.parse()?;
+    // A writer mid-command, as `end` is: its assignment row locked, its events not yet in.
+    let writer = database.connect().await?;
+    writer.batch_execute("BEGIN").await?;
+    writer
+        .execute(
+            "SELECT 1 FROM assignments WHERE assignment_id = $1 FOR UPDATE",
+            &[&assignment_id],
+        )
+        .await?;
+    let pool = ra_ledger::db::pool(&database.url, "rebuild-under-a-writer", 1)?;
+    let rebuild = tokio::spawn(async move {
+        let mut client = pool.get().await?;
+        anyhow::Ok(ra_ledger::rebuild::rebuild(&mut client, false, |_, _| {}).await?)
+    });
+    let observer = database.connect().await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !waits_for_a_lock(&observer, "rebuild-under-a-writer").await? {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the rebuild never waited for the writer"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    // The writer appends: the lock an INSERT INTO events takes. Then it commits.
+    let appended = writer
+        .batch_execute("LOCK TABLE events IN ROW EXCLUSIVE MODE")
+        .await;
+    let committed = writer.batch_execute("COMMIT").await;
+    assert!(
+        appended.is_ok() && committed.is_ok(),
+        "the writer failed: {appended:?} {committed:?}"
+    );
+    let report = rebuild.await??;
+    assert!(report.events >= 2, "{report:?}");
+    let mut client = ra_ledger::db::pool(&database.url, "rebuild-check", 1)?
+        .get()
+        .await?;
+    let check = ra_ledger::rebuild::rebuild(&mut client, true, |_, _| {}).await?;
+    assert_eq!(
+        check.differences,
+        vec![("contacts".into(), 0), ("assignments".into(), 0)]
+    );
+    Ok(())
+}

@@ -138,7 +138,7 @@ async fn assignment_event_ids(database: &TestDatabase) -> anyhow::Result<HashSet
 /// Asks for a replay of the assignments under `topic_prefix` at `rate`, as an operator does.
 async fn request_replay(api: &TestApi, topic_prefix: &str, rate: u32) -> anyhow::Result<Uuid> {
     let reply = api
-        .post(
+        .operate(
             "/v1/replays",
             json!({"aggregate_types": ["assignment"], "topic_prefix": topic_prefix, "rate": rate}),
         )
@@ -568,7 +568,7 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
         (json!([]), ""),
     ];
     for (body, field) in cases {
-        let reply = api.post("/v1/replays", body.clone()).await;
+        let reply = api.operate("/v1/replays", body.clone()).await;
         assert!(
             reply.status == StatusCode::BAD_REQUEST
                 || reply.status == StatusCode::UNPROCESSABLE_ENTITY,
@@ -588,15 +588,25 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
     ] {
         assert_eq!(api.get(uri).await.status, status, "{uri}");
     }
-    let auditor = api
-        .call(
-            axum::http::Method::POST,
-            "/v1/replays",
-            Some(ra_ledger_tests::api::AUDITOR),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(auditor.status, StatusCode::FORBIDDEN, "{:?}", auditor.body);
+    // Neither an auditor nor a writer (a customer-service tool) may ask for a replay.
+    for token in [ra_ledger_tests::api::AUDITOR, ra_ledger_tests::api::WRITER] {
+        let refused = api
+            .call(
+                axum::http::Method::POST,
+                "/v1/replays",
+                Some(token),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{:?}", refused.body);
+        assert!(
+            refused.body["error"]["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("needs role operator")),
+            "{:?}",
+            refused.body
+        );
+    }
     let written: i64 = database
         .connect()
         .await?
@@ -606,7 +616,7 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
     assert_eq!(written, 0);
     // A good one is recorded as requested, and shown.
     let reply = api
-        .post("/v1/replays", json!({"event_types": ["AssignmentStarted"]}))
+        .operate("/v1/replays", json!({"event_types": ["AssignmentStarted"]}))
         .await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
     let shown = api.get(&reply.str("status_url")).await;
@@ -618,5 +628,62 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
         "{:?}",
         shown.body
     );
+    Ok(())
+}
+
+/// Replays requested or running are bounded: the next is refused with 429 and a message,
+/// and writes nothing; one that ends frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_beyond_the_bound_are_refused_until_one_ends() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let limit = ra_ledger::replay::MAX_OPEN_REPLAYS;
+    let mut accepted = Vec::new();
+    for _ in 0..limit {
+        let reply = api.operate("/v1/replays", json!({})).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        accepted.push(reply.str("replay_id"));
+    }
+    let client = database.connect().await?;
+    let count = async || -> anyhow::Result<i64> {
+        Ok(client
+            .query_one("SELECT count(*) FROM replays", &[])
+            .await?
+            .get(0))
+    };
+    let refused = api.operate("/v1/replays", json!({})).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{:?}",
+        refused.body
+    );
+    assert_eq!(refused.error_code(), "too_many_replays");
+    let message = refused.body["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains(&format!("at most {limit}")), "{message}");
+    assert_eq!(count().await?, limit, "the refused request wrote nothing");
+    // Requests at once cannot both take the last place.
+    client
+        .execute(
+            "UPDATE replays SET status = 'failed', error = 'test' WHERE id = $1",
+            &[&accepted[0].parse::<Uuid>()?],
+        )
+        .await?;
+    let (first, second) = tokio::join!(
+        api.operate("/v1/replays", json!({})),
+        api.operate("/v1/replays", json!({}))
+    );
+    let mut statuses = [first.status, second.status];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::ACCEPTED, StatusCode::TOO_MANY_REQUESTS],
+        "{:?} {:?}",
+        first.body,
+        second.body
+    );
+    assert_eq!(count().await?, limit + 1);
     Ok(())
 }

@@ -179,3 +179,60 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
     );
     Ok(())
 }
+
+/// The console's lag in time reads the newest retention mark the slot confirmed. Retention
+/// used to forget that mark with the rows under it, so the page said "unknown" from one
+/// round to the next; it keeps it now, until the slot confirms a newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let client = database.connect().await?;
+    let slot = format!("lag_{}", ra_ledger_tests::random_suffix());
+    client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await?;
+    let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
+    let published_before = async || -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
+        // The console's own query.
+        Ok(client
+            .query_one(
+                include_str!("../../../ledger/src/sql/console/relay_slot.sql"),
+                &[&slot],
+            )
+            .await?
+            .get(2))
+    };
+    insert_backlog(&client, 2, 10, 8).await?;
+    retention::prune(&pool, &slot, 500).await?;
+    assert_eq!(
+        published_before().await?,
+        None,
+        "the slot confirmed no mark yet"
+    );
+    // What a relay does once Kafka acknowledged everything.
+    client
+        .execute(
+            "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())",
+            &[&slot],
+        )
+        .await?;
+    for round in 0..3 {
+        let pruned = retention::prune(&pool, &slot, 500).await?;
+        assert_eq!(
+            pruned.removed,
+            if round == 0 { 20 } else { 0 },
+            "{pruned:?}"
+        );
+        assert!(
+            published_before().await?.is_some(),
+            "round {round}: no confirmed mark left for the console's lag in time"
+        );
+    }
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await?;
+    Ok(())
+}

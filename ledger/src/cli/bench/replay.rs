@@ -102,7 +102,7 @@ async fn replay_once(
         ..Default::default()
     }
     .validate()?;
-    let id = replay::request(&pool.get().await?, &selection, "bench").await?;
+    let id = replay::request(&mut pool.get().await?, &selection, "bench").await?;
     let started = Instant::now();
     let metrics = Arc::new(ReplayMetrics::default());
     let stop = stop.unwrap_or_default();
