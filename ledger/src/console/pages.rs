@@ -299,7 +299,7 @@ fn sign_in_page(
             input type="hidden" name="next" value=(next::safe_next(next));
             button type="submit" { "Sign in" }
         }
-        p.hint { "Use the token the API takes (writer or auditor). The session lasts "
+        p.hint { "Use the token the API takes (writer, operator or auditor). The session lasts "
             (session::SESSION_HOURS) " hours at most, and ends after "
             (session::IDLE_MINUTES) " minutes unused." }
     };
