@@ -15,6 +15,7 @@ use ra_ledger_cdc::config::{
 use ra_ledger_cdc::kafka::KafkaSettings;
 use serde::Deserialize;
 
+use crate::api::http1::{DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
 use crate::api::{CursorKey, Tokens};
 use crate::session_key::SessionKeys;
 use crate::{reassign, retention};
@@ -77,6 +78,14 @@ pub struct ServeConfig {
     /// How often a digest is sealed when something changed, in milliseconds
     /// (`LEDGER_DIGEST_INTERVAL_MS`).
     pub digest_interval_ms: u64,
+    /// Longest a request body may take to arrive in full after its head, in milliseconds;
+    /// then the request is answered 408 and its connection closed
+    /// (`LEDGER_BODY_READ_TIMEOUT_MS`). A slow client cannot hold a connection with a body
+    /// that never arrives.
+    pub body_read_timeout_ms: u64,
+    /// Most connections open at once; more wait in the listen backlog until one closes
+    /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor limit.
+    pub max_connections: usize,
 }
 
 impl Default for ServeConfig {
@@ -101,6 +110,8 @@ impl Default for ServeConfig {
             outbox_retention_batch: retention::DEFAULT_BATCH,
             digest_key_file: None,
             digest_interval_ms: 60_000,
+            body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT.as_millis() as u64,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -131,6 +142,8 @@ impl std::fmt::Debug for ServeConfig {
             .field("outbox_retention_batch", &self.outbox_retention_batch)
             .field("digest_key_file", &self.digest_key_file)
             .field("digest_interval_ms", &self.digest_interval_ms)
+            .field("body_read_timeout_ms", &self.body_read_timeout_ms)
+            .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }
 }
@@ -162,6 +175,8 @@ pub struct Service {
     pub retention: Option<Retention>,
     /// Signed digests, when a key is configured.
     pub digests: Option<Digests>,
+    /// What one client may hold: the body-read timeout and the connection cap.
+    pub limits: Limits,
 }
 
 /// How `ledger serve` seals digests.
@@ -195,6 +210,7 @@ impl std::fmt::Debug for Service {
             .field("lock_timeout", &self.lock_timeout)
             .field("retention", &self.retention)
             .field("digests", &self.digests)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -262,6 +278,12 @@ impl ServeConfig {
         }
         if let Some(batch) = env("LEDGER_OUTBOX_RETENTION_BATCH") {
             config.outbox_retention_batch = number("LEDGER_OUTBOX_RETENTION_BATCH", &batch)?;
+        }
+        if let Some(timeout) = env("LEDGER_BODY_READ_TIMEOUT_MS") {
+            config.body_read_timeout_ms = number("LEDGER_BODY_READ_TIMEOUT_MS", &timeout)?;
+        }
+        if let Some(max) = env("LEDGER_MAX_CONNECTIONS") {
+            config.max_connections = number("LEDGER_MAX_CONNECTIONS", &max)?;
         }
         Ok(config)
     }
@@ -336,7 +358,9 @@ impl ServeConfig {
         let tls = self.server_tls()?;
         let digests = self.digests()?;
         let session_keys = self.session_keys()?;
+        let limits = self.limits()?;
         Ok(Service {
+            limits,
             session_key_configured: self.session_key_file.is_some(),
             session_keys,
             tls,
@@ -412,6 +436,30 @@ impl ServeConfig {
                     error.to_string(),
                 )
             })
+    }
+
+    /// The body-read timeout and the connection cap, each within a range that still serves:
+    /// a timeout too short for a large body on a slow link, or a cap of hundreds of
+    /// thousands the file descriptor limit cannot back, is refused.
+    fn limits(&self) -> Result<Limits, ConfigError> {
+        if !(100..=600_000).contains(&self.body_read_timeout_ms) {
+            return Err(ConfigError::invalid(
+                "body_read_timeout_ms",
+                self.body_read_timeout_ms.to_string(),
+                "must be between 100 and 600000",
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_connections) {
+            return Err(ConfigError::invalid(
+                "max_connections",
+                self.max_connections.to_string(),
+                "must be between 1 and 100000",
+            ));
+        }
+        Ok(Limits {
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            max_connections: self.max_connections,
+        })
     }
 
     fn digests(&self) -> Result<Option<Digests>, ConfigError> {
@@ -787,6 +835,42 @@ mod tests {
                 .contains("listen")
         );
         assert!(toml::from_str::<ServeConfig>("listn = \"x\"").is_err());
+    }
+
+    #[test]
+    fn the_body_read_timeout_and_the_connection_cap_default_and_are_bounded() {
+        let config = ServeConfig {
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+            ..ServeConfig::default()
+        };
+        assert_eq!(config.validate().unwrap().limits, Limits::default());
+        let set: ServeConfig =
+            toml::from_str("tokens = \"x\"\nbody_read_timeout_ms = 1000\nmax_connections = 4")
+                .unwrap();
+        assert_eq!(
+            (set.body_read_timeout_ms, set.max_connections),
+            (1000, 4),
+            "both are keys of the file"
+        );
+        for (bad, field) in [
+            (
+                ServeConfig {
+                    body_read_timeout_ms: 0,
+                    ..config.clone()
+                },
+                "body_read_timeout_ms",
+            ),
+            (
+                ServeConfig {
+                    max_connections: 0,
+                    ..config.clone()
+                },
+                "max_connections",
+            ),
+        ] {
+            let error = bad.validate().unwrap_err().to_string();
+            assert!(error.contains(field), "{error}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
+use ra_ledger::api::http1::{ConnectionStats, Limits};
 use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
 use ra_ledger::commands::Ledger;
 use serde_json::{Value, json};
@@ -88,12 +89,23 @@ impl TestApi {
     /// Serves the API over real TCP on a free loopback port, as `ledger serve` does, until
     /// the test's runtime ends. Returns the address.
     pub async fn serve(&self) -> anyhow::Result<std::net::SocketAddr> {
+        self.serve_limited(Limits::default(), Default::default())
+            .await
+    }
+
+    /// Like [`TestApi::serve`], holding connections to `limits`, counted in `stats`.
+    pub async fn serve_limited(
+        &self,
+        limits: Limits,
+        stats: std::sync::Arc<ConnectionStats>,
+    ) -> anyhow::Result<std::net::SocketAddr> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        let router = self.served.clone();
         tokio::spawn(ra_ledger::api::serve(
             listener,
-            router,
+            self.served.clone(),
+            limits,
+            stats,
             std::future::pending(),
         ));
         Ok(address)
@@ -110,6 +122,8 @@ impl TestApi {
             listener,
             self.served.clone(),
             tls,
+            Limits::default(),
+            Default::default(),
             std::future::pending(),
         ));
         Ok(address)

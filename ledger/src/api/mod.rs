@@ -122,13 +122,16 @@ pub fn service(router: Router) -> Router {
 }
 
 /// Serves `router` (see [`service`]) until `shutdown`, checking request heads before hyper
-/// parses them (see [`http1`]).
+/// parses them and holding every connection to `limits` (see [`http1`]); `stats` counts the
+/// connections.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    limits: http1::Limits,
+    stats: std::sync::Arc<http1::ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    http1::serve(listener, service(router), None, shutdown).await
+    http1::serve(listener, service(router), None, limits, stats, shutdown).await
 }
 
 /// Like [`serve`], over TLS with `tls` (see [`crate::config::Service::tls`]).
@@ -136,9 +139,19 @@ pub async fn serve_tls(
     listener: tokio::net::TcpListener,
     router: Router,
     tls: std::sync::Arc<rustls::ServerConfig>,
+    limits: http1::Limits,
+    stats: std::sync::Arc<http1::ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    http1::serve(listener, service(router), Some(tls), shutdown).await
+    http1::serve(
+        listener,
+        service(router),
+        Some(tls),
+        limits,
+        stats,
+        shutdown,
+    )
+    .await
 }
 
 async fn openapi() -> ([(axum::http::HeaderName, &'static str); 1], &'static str) {

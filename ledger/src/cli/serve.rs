@@ -123,10 +123,18 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
     let app = api::router(state.clone())
         .merge(ra_ledger::console::router(state))
         .merge(health::router(pool));
+    let limits = service.limits;
+    tracing::info!(
+        body_read_timeout_ms = limits.body_read_timeout.as_millis() as u64,
+        max_connections = limits.max_connections,
+        "slow clients are bounded"
+    );
+    let stats = std::sync::Arc::default();
     match service.tls {
         Some(tls) => {
             tracing::info!(%listen, "ledger serving HTTPS");
-            api::serve_tls(listener, app, tls, shutdown.clone().cancelled_owned()).await?;
+            let stop = shutdown.clone().cancelled_owned();
+            api::serve_tls(listener, app, tls, limits, stats, stop).await?;
         }
         None => {
             if !listen.ip().is_loopback() {
@@ -136,7 +144,8 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
                      terminator in front");
             }
             tracing::info!(%listen, "ledger serving");
-            api::serve(listener, app, shutdown.clone().cancelled_owned()).await?;
+            let stop = shutdown.clone().cancelled_owned();
+            api::serve(listener, app, limits, stats, stop).await?;
         }
     }
     shutdown.cancel();

@@ -166,6 +166,8 @@ async fn console_with(
     tokio::spawn(ra_ledger::api::serve(
         listener,
         ra_ledger::console::router(state),
+        Default::default(),
+        Default::default(),
         std::future::pending(),
     ));
     Ok(base)

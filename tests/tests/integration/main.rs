@@ -22,6 +22,7 @@ mod replay;
 mod retention;
 mod roles;
 mod secrets;
+mod slow_clients;
 mod smoke;
 mod tls;
 mod topics;

@@ -10,6 +10,10 @@
 //! that parses is passed on whole; for one that does not, hyper gets the bytes before it and
 //! then the end of the stream, finishes the responses it owes, and shuts the connection
 //! down, at which point the wrapper writes the JSON error.
+//!
+//! The server also bounds what slow clients can hold ([`Limits`]): a head must arrive within
+//! 30 s, a body within the body-read timeout (answered 408, see [`deadline`]), and at most
+//! so many connections are open at once.
 
 use std::io;
 use std::pin::Pin;
@@ -19,37 +23,61 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
+mod deadline;
 mod framing;
+mod limits;
 
 use framing::Framing;
 pub use framing::MAX_HEAD_BYTES;
+use limits::ConnectionSlots;
+pub use limits::{ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
 
 /// How long a draining shutdown waits for requests in progress.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Serves `service` on `listener` over HTTP/1.1 until `shutdown`, each connection
-/// [`Guarded`], then lets requests in progress finish for up to [`SHUTDOWN_GRACE`].
-///
-/// This is `axum::serve` with two settings it does not expose: half-closed connections are
-/// allowed, so a refused head (which ends the stream hyper reads) still gets the answers
-/// owed to the requests before it, and request heads must arrive within 30 s.
 /// Longest a client may take over its TLS handshake.
 const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Longest a client may take to send a request head, and most a connection may sit idle
+/// between requests (hyper starts this clock as soon as it waits for a head).
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Serves `service` on `listener` over HTTP/1.1 until `shutdown`, each connection
+/// [`Guarded`] and held to `limits`, then lets requests in progress finish for up to
+/// [`SHUTDOWN_GRACE`]. `stats` counts the connections.
+///
+/// This is `axum::serve` with settings it does not expose: half-closed connections are
+/// allowed, so a refused head (which ends the stream hyper reads) still gets the answers
+/// owed to the requests before it; request heads must arrive within
+/// [`HEADER_READ_TIMEOUT`], and bodies within [`Limits::body_read_timeout`]; and at most
+/// [`Limits::max_connections`] are open at once.
 pub async fn serve(
     listener: TcpListener,
     service: axum::Router,
     tls: Option<Arc<rustls::ServerConfig>>,
+    limits: Limits,
+    stats: Arc<ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
+    let service = service.layer(axum::middleware::from_fn_with_state(
+        limits.body_read_timeout,
+        deadline::body_deadline,
+    ));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .half_close(true)
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(std::time::Duration::from_secs(30));
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut slots = ConnectionSlots::new(limits.max_connections, stats);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // Shutdown first; then a place for the connection before accepting it: while none
+        // is free, connections wait in the listen backlog (see `Limits::max_connections`).
+        let slot = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            slot = slots.next() => slot,
+        };
         let (stream, _) = tokio::select! {
             biased;
             _ = &mut shutdown => break,
@@ -74,6 +102,7 @@ pub async fn serve(
                     if let Err(error) = connection.await {
                         tracing::debug!(%error, "HTTP connection ended with an error");
                     }
+                    drop(slot);
                 });
             }
             Some(config) => {
@@ -96,6 +125,7 @@ pub async fn serve(
                     if let Err(error) = connection.await {
                         tracing::debug!(%error, "HTTPS connection ended with an error");
                     }
+                    drop(slot);
                 });
             }
         }
