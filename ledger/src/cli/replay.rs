@@ -63,7 +63,7 @@ pub struct SelectionArgs {
     /// Only events recorded before this instant (RFC 3339).
     #[arg(long)]
     recorded_to: Option<DateTime<Utc>>,
-    /// Events per second at most [default: 500; raise it on a real Kafka cluster].
+    /// Events per second at most [default: 5000].
     #[arg(long)]
     rate: Option<u32>,
     /// The live topics' prefix.
