@@ -40,7 +40,7 @@ pub async fn run(
         figures.relay
     );
     println!(
-        "relay / lower ceiling = {:.2} (target >= 0.80)",
+        "relay / lower ceiling = {:.2} (target >= 0.90)",
         figures.relay / ceiling
     );
     Ok(())
