@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use pgwire_replication::ReplicationClient;
+use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_tests::broker::{BrokerServer, Security};
 use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, parse_lsn, test_config};
 use ra_ledger_tests::stack::{private_broker_with, run_dir, unstarted_postgres};
@@ -183,6 +184,68 @@ async fn confirmed_lsn(database: &TestDatabase, slot: &str) -> anyhow::Result<u6
     Ok(parse_lsn(&row.get::<_, String>(0)))
 }
 
+/// What a metadata request with `config` gets (within 10 s).
+async fn metadata(
+    config: rdkafka::ClientConfig,
+) -> anyhow::Result<Result<(), rdkafka::error::KafkaError>> {
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        config.create()?;
+    Ok(tokio::task::spawn_blocking(move || {
+        admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(10))
+            .map(|_| ())
+    })
+    .await?)
+}
+
+/// A relay with `refused` settings, which Kafka turns away, while a backlog is written:
+/// nothing reaches Kafka and the slot stays behind it. Then the same relay with `accepted`
+/// settings delivers every event, and the slot moves past them.
+async fn refused_then_delivered(
+    database: &TestDatabase,
+    topics: &TestTopics,
+    refused: RelayConfig,
+    accepted: RelayConfig,
+) -> anyhow::Result<()> {
+    let slot = accepted.slot.clone();
+    let relay = RunningRelay::start(refused);
+    let client = database.connect().await?;
+    let ids: HashSet<String> = insert_backlog(&client, 20, 10, 64)
+        .await?
+        .into_iter()
+        .collect();
+    let written: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let confirmed = confirmed_lsn(database, &slot).await?;
+    assert!(
+        confirmed < parse_lsn(&written),
+        "the slot confirmed {confirmed:X} past events Kafka refused (written up to {written})"
+    );
+    let mut collector = Collector::new(topics)?;
+    assert!(
+        !collector
+            .until(Duration::from_secs(3), |received| !received.is_empty())
+            .await,
+        "nothing may reach Kafka from a refused client"
+    );
+    // Stopped with deliveries pending: whatever it returns, it confirmed nothing.
+    let _ = relay.stop().await;
+    let relay = RunningRelay::start(accepted);
+    assert!(
+        collector.until_all(Duration::from_secs(90), &ids).await,
+        "{} of {} events arrived",
+        collector.distinct_ids().len(),
+        ids.len()
+    );
+    relay.stop().await?;
+    assert!(confirmed_lsn(database, &slot).await? >= parse_lsn(&written));
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_over_mutual_tls_refuses_a_client_without_a_certificate_and_loses_nothing()
 -> anyhow::Result<()> {
@@ -207,56 +270,15 @@ async fn kafka_over_mutual_tls_refuses_a_client_without_a_certificate_and_loses_
     anonymous.kafka.remove("ssl.certificate.location");
     anonymous.kafka.remove("ssl.key.location");
     anonymous.shutdown_grace_ms = 500;
-    let refused = RunningRelay::start(anonymous);
-    let client = database.connect().await?;
-    let ids: HashSet<String> = insert_backlog(&client, 20, 10, 64)
-        .await?
-        .into_iter()
-        .collect();
-    let written: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await?
-        .get(0);
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let confirmed = confirmed_lsn(&database, &config.slot).await?;
-    assert!(
-        confirmed < parse_lsn(&written),
-        "the slot confirmed {confirmed:X} past the unacknowledged events (written up to {written})"
-    );
-    let mut collector = Collector::new(&topics)?;
-    assert!(
-        !collector
-            .until(Duration::from_secs(3), |received| !received.is_empty())
-            .await,
-        "nothing may reach Kafka without a client certificate"
-    );
-    // Stopped with deliveries pending: whatever it returns, it confirmed nothing.
-    let _ = refused.stop().await;
-
-    // The same relay with its certificate delivers every event, verified both ways.
-    let relay = RunningRelay::start(config.clone());
-    assert!(
-        collector.until_all(Duration::from_secs(90), &ids).await,
-        "{} of {} events arrived",
-        collector.distinct_ids().len(),
-        ids.len()
-    );
-    relay.stop().await?;
-    assert!(confirmed_lsn(&database, &config.slot).await? >= parse_lsn(&written));
+    refused_then_delivered(&database, &topics, anonymous, config).await?;
 
     // A client that trusts another CA cannot even read the metadata.
     let mut wrong_ca = topics.client_config();
     wrong_ca.set("ssl.ca.location", pki.other_ca.display().to_string());
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        wrong_ca.create()?;
-    let metadata = tokio::task::spawn_blocking(move || {
-        admin
-            .inner()
-            .fetch_metadata(None, Duration::from_secs(5))
-            .map(|_| ())
-    })
-    .await?;
-    assert!(metadata.is_err(), "the wrong CA was accepted");
+    assert!(
+        metadata(wrong_ca).await?.is_err(),
+        "the wrong CA was accepted"
+    );
     Ok(())
 }
 
@@ -340,61 +362,22 @@ async fn sasl_scram_refuses_a_wrong_password_and_the_slot_waits_for_the_right_on
     // An admin client with the wrong password cannot even read the metadata.
     let mut wrong = topics.client_config();
     wrong.set("sasl.password", "not-the-password");
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        wrong.create()?;
-    let metadata = tokio::task::spawn_blocking(move || {
-        admin
-            .inner()
-            .fetch_metadata(None, Duration::from_secs(10))
-            .map(|_| ())
-    })
-    .await?;
-    println!("metadata with a wrong password: {metadata:?}");
-    assert!(metadata.is_err(), "a wrong SCRAM password was accepted");
+    let refused = metadata(wrong).await?;
+    println!("metadata with a wrong password: {refused:?}");
+    assert!(refused.is_err(), "a wrong SCRAM password was accepted");
     let log = std::fs::read_to_string(broker.dir.join("kafka.log"))?;
     assert!(
         log.contains("Authentication failed") || log.contains("authentication failed"),
         "the broker logged no refused login"
     );
 
-    // The relay with the wrong password: nothing reaches Kafka, the slot stays behind.
+    // The relay with the wrong password, then with the right one.
     let mut refused_config = config.clone();
     refused_config
         .kafka
         .insert("sasl.password".into(), "not-the-password".into());
     refused_config.shutdown_grace_ms = 500;
-    let refused = RunningRelay::start(refused_config);
-    let db = database.connect().await?;
-    let ids: HashSet<String> = insert_backlog(&db, 20, 10, 64).await?.into_iter().collect();
-    let written: String = db
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await?
-        .get(0);
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let confirmed = confirmed_lsn(&database, &config.slot).await?;
-    assert!(
-        confirmed < parse_lsn(&written),
-        "the slot confirmed {confirmed:X} past events Kafka refused (written up to {written})"
-    );
-    let mut collector = Collector::new(&topics)?;
-    assert!(
-        !collector
-            .until(Duration::from_secs(3), |received| !received.is_empty())
-            .await,
-        "nothing may reach Kafka with a wrong password"
-    );
-    let _ = refused.stop().await;
-
-    // The right password: every event, and the slot moves on.
-    let relay = RunningRelay::start(config.clone());
-    assert!(
-        collector.until_all(Duration::from_secs(90), &ids).await,
-        "{} of {} events arrived",
-        collector.distinct_ids().len(),
-        ids.len()
-    );
-    relay.stop().await?;
-    assert!(confirmed_lsn(&database, &config.slot).await? >= parse_lsn(&written));
+    refused_then_delivered(&database, &topics, refused_config, config).await?;
     Ok(())
 }
 
