@@ -192,12 +192,7 @@ fn checked_write(
     headers: &HeaderMap,
     form: &HashMap<String, String>,
 ) -> Result<(), Response> {
-    checked_csrf(state, session, form)?;
-    writer_only(session)?;
-    if cross_site(headers) {
-        return Err(forbidden("A form from another site is refused."));
-    }
-    Ok(())
+    checked_form(state, session, headers, form, writer_only)
 }
 
 /// [`checked_write`] for an operator's action (republishing a parked message): an operator,
@@ -208,16 +203,34 @@ fn checked_operation(
     headers: &HeaderMap,
     form: &HashMap<String, String>,
 ) -> Result<(), Response> {
+    checked_form(state, session, headers, form, operator_only)
+}
+
+/// A form's checks, in order: the CSRF token, the role (`may`), then that it came from this
+/// site.
+fn checked_form(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    form: &HashMap<String, String>,
+    may: fn(&Session) -> Result<(), Response>,
+) -> Result<(), Response> {
     checked_csrf(state, session, form)?;
-    if !session.operator() {
-        return Err(forbidden(
-            "Only an operator's session can republish parked messages.",
-        ));
-    }
+    may(session)?;
     if cross_site(headers) {
         return Err(forbidden("A form from another site is refused."));
     }
     Ok(())
+}
+
+fn operator_only(session: &Session) -> Result<(), Response> {
+    if session.operator() {
+        Ok(())
+    } else {
+        Err(forbidden(
+            "Only an operator's session can republish parked messages.",
+        ))
+    }
 }
 
 fn writer_only(session: &Session) -> Result<(), Response> {
