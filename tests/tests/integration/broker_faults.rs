@@ -3,6 +3,8 @@
 //! means an outbox event id missing from Kafka.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ra_ledger_tests::metric;
@@ -50,34 +52,51 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
     let relay = RunningRelay::start(config);
     let mut collector = Collector::on(&topics, &broker.brokers())?;
 
-    // 50 bursts of 10 transactions of 100 events, while the broker dies under the relay.
+    // Bursts of 10 transactions of 100 events, at least 50 of them and on until the last
+    // kill is over, so every outage falls while events are being written: how long three
+    // kills take depends on the machine, and a fixed number of bursts could end first.
     let writer_client = database.connect().await?;
-    let writer = tokio::spawn(async move {
-        let mut ids = Vec::new();
-        for _ in 0..50 {
-            ids.extend(insert_backlog(&writer_client, 10, 100, 64).await?);
-            tokio::time::sleep(Duration::from_millis(300)).await;
+    let written = Arc::new(AtomicUsize::new(0));
+    let kills_done = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (written, kills_done) = (written.clone(), kills_done.clone());
+        async move {
+            let mut ids = Vec::new();
+            let mut bursts = 0;
+            while bursts < 50 || !kills_done.load(Ordering::Acquire) {
+                ids.extend(insert_backlog(&writer_client, 10, 100, 64).await?);
+                written.store(ids.len(), Ordering::Release);
+                bursts += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            anyhow::Ok(ids)
         }
-        anyhow::Ok(ids)
     });
     let mut kills = Vec::new();
-    let mut mid_stream_kills = 0;
+    let mut written_during_outages = Vec::new();
     for _ in 0..3 {
         let up = Duration::from_millis(rand::rng().random_range(1_000..4_000));
         collector.until(up, |_| false).await;
         let read = collector.received.len();
         let published = metric(&relay.metrics.render(), "ra_relay_events_published_total");
+        let written_before = written.load(Ordering::Acquire);
         broker.kill()?;
         let down = Duration::from_millis(rand::rng().random_range(100..2_000));
         tokio::time::sleep(down).await;
         broker.start()?;
-        if published < 50_000 {
-            mid_stream_kills += 1;
-        }
-        kills.push(format!("{published} published, {read} read, down {down:?}"));
+        let during = written.load(Ordering::Acquire) - written_before;
+        written_during_outages.push(during);
+        kills.push(format!(
+            "{published} published of {written_before} written, {read} read, down {down:?}, {during} written meanwhile"
+        ));
     }
+    kills_done.store(true, Ordering::Release);
     let expected: HashSet<String> = writer.await??.into_iter().collect();
-    assert_eq!(expected.len(), 50_000);
+    assert!(
+        expected.len() >= 50_000,
+        "{} events written",
+        expected.len()
+    );
     let all_arrived = collector
         .until_all(Duration::from_secs(300), &expected)
         .await;
@@ -88,9 +107,9 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
     relay.stop().await?;
     assert!(all_arrived && tally.lost == 0, "{} events lost", tally.lost);
     assert_eq!(tally.order_violations, 0);
-    assert_eq!(
-        mid_stream_kills, 3,
-        "every kill landed while events streamed"
+    assert!(
+        written_during_outages.iter().all(|&n| n > 0),
+        "every outage fell while events were written: {written_during_outages:?}"
     );
     Ok(())
 }
