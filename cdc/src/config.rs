@@ -45,6 +45,55 @@ const FIXED_KAFKA_SETTINGS: [(&str, &str); 4] = [
     ("max.in.flight.requests.per.connection", "5"),
 ];
 
+/// How the relay delivers to Kafka (`delivery` in the file, `LEDGER_RELAY_DELIVERY`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// Idempotent producer, slot confirmed behind Kafka's acknowledgements: nothing is
+    /// lost, a crash resends what the slot had not confirmed (consumers deduplicate on the
+    /// event id).
+    #[default]
+    AtLeastOnce,
+    /// Transactional producer: whole PostgreSQL transactions committed in Kafka
+    /// transactions together with the relay's position, so a `read_committed` consumer
+    /// sees each event once (see `docs/exactly-once.md` and [`crate::relay`]).
+    ExactlyOnce,
+}
+
+impl DeliveryMode {
+    /// Parses `exactly_once` or `at_least_once` (also with dashes).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "exactly_once" => Some(Self::ExactlyOnce),
+            "at_least_once" => Some(Self::AtLeastOnce),
+            _ => None,
+        }
+    }
+
+    /// The name configuration files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AtLeastOnce => "at_least_once",
+            Self::ExactlyOnce => "exactly_once",
+        }
+    }
+}
+
+/// The suffix of the relay's position topic: `<topic_prefix>relay-position` unless
+/// `position_topic` names another. A hyphen, which aggregate types do not use, keeps it
+/// apart from the event topics.
+pub const POSITION_TOPIC_SUFFIX: &str = "relay-position";
+
+/// The position topic of the relay publishing under `topic_prefix` (what
+/// `ledger topics create` creates, compacted, one partition).
+pub fn position_topic(topic_prefix: &str) -> String {
+    format!("{topic_prefix}{POSITION_TOPIC_SUFFIX}")
+}
+
+/// How long a Kafka transaction may stay open before the broker aborts it
+/// (`transaction.timeout.ms`); also how long the relay waits for a commit or an abort.
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Everything the relay needs.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -81,6 +130,20 @@ pub struct RelayConfig {
     pub reconnect_backoff_max_ms: u64,
     /// How often confirmed positions are reported to PostgreSQL.
     pub status_interval_ms: u64,
+    /// `at_least_once` (the default) or `exactly_once` (`LEDGER_RELAY_DELIVERY`).
+    pub delivery: DeliveryMode,
+    /// Exactly once: a Kafka transaction closes at the first PostgreSQL transaction boundary
+    /// at which it holds this many messages. A PostgreSQL transaction is never split, so
+    /// one larger than this is committed whole.
+    pub transaction_max_messages: usize,
+    /// Exactly once: the same bound in payload bytes.
+    pub transaction_max_bytes: usize,
+    /// Exactly once: the longest a Kafka transaction stays open while the slot streams
+    /// without a pause (the relay commits at once whenever it has read all the server sent).
+    pub transaction_max_ms: u64,
+    /// Exactly once: the compacted one-partition topic of the relay's position; default
+    /// `<topic_prefix>relay-position`.
+    pub position_topic: Option<String>,
 }
 
 impl Default for RelayConfig {
@@ -100,6 +163,11 @@ impl Default for RelayConfig {
             metrics_listen: local::RELAY_METRICS.parse().ok(),
             reconnect_backoff_max_ms: 30_000,
             status_interval_ms: 1_000,
+            delivery: DeliveryMode::AtLeastOnce,
+            transaction_max_messages: 10_000,
+            transaction_max_bytes: 8 * 1024 * 1024,
+            transaction_max_ms: 100,
+            position_topic: None,
         }
     }
 }
@@ -120,6 +188,11 @@ impl std::fmt::Debug for RelayConfig {
             .field("max_in_flight", &self.max_in_flight)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
             .field("metrics_listen", &self.metrics_listen)
+            .field("delivery", &self.delivery)
+            .field("transaction_max_messages", &self.transaction_max_messages)
+            .field("transaction_max_bytes", &self.transaction_max_bytes)
+            .field("transaction_max_ms", &self.transaction_max_ms)
+            .field("position_topic", &self.position_topic)
             .finish()
     }
 }
@@ -238,7 +311,7 @@ pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, Con
 impl RelayConfig {
     /// Reads `path` (when given) over the defaults, then applies `LEDGER_DATABASE_URL`,
     /// `LEDGER_RELAY_SLOT`, `LEDGER_KAFKA_BROKERS`, `LEDGER_TOPIC_PREFIX`,
-    /// `LEDGER_METRICS_LISTEN` and the Kafka security variables
+    /// `LEDGER_METRICS_LISTEN`, `LEDGER_RELAY_DELIVERY` and the Kafka security variables
     /// ([`crate::kafka::ENV_SETTINGS`]), and validates.
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
         let mut config: Self = read_file(path)?;
@@ -259,6 +332,15 @@ impl RelayConfig {
         }
         if let Some(listen) = env("LEDGER_METRICS_LISTEN") {
             config.metrics_listen = listen_address("LEDGER_METRICS_LISTEN", &listen)?;
+        }
+        if let Some(delivery) = env("LEDGER_RELAY_DELIVERY") {
+            config.delivery = DeliveryMode::parse(&delivery).ok_or_else(|| {
+                ConfigError::invalid(
+                    "LEDGER_RELAY_DELIVERY",
+                    &delivery,
+                    "expected exactly_once or at_least_once",
+                )
+            })?;
         }
         let mut kafka = crate::kafka::KafkaSettings {
             properties: std::mem::take(&mut config.kafka),
@@ -326,6 +408,12 @@ impl RelayConfig {
             ("max_in_flight", self.max_in_flight as u64),
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
             ("status_interval_ms", self.status_interval_ms),
+            (
+                "transaction_max_messages",
+                self.transaction_max_messages as u64,
+            ),
+            ("transaction_max_bytes", self.transaction_max_bytes as u64),
+            ("transaction_max_ms", self.transaction_max_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::invalid(field, "0", "must be at least 1"));
@@ -360,6 +448,44 @@ impl RelayConfig {
             settings.insert(key.into(), value.into());
         }
         settings
+    }
+
+    /// The transactional producer's settings (exactly once): the producer's, with
+    /// `transactional.id = ra-ledger-relay-<slot>` (one per slot: a new instance fences the
+    /// older one), and messages that time out with the transaction rather than never (a
+    /// message stuck past it fails, the transaction aborts, and the next session resends).
+    pub fn transactional_producer_settings(&self) -> crate::kafka::KafkaSettings {
+        let mut settings = self.kafka_settings();
+        let timeout = TRANSACTION_TIMEOUT.as_millis().to_string();
+        for (key, value) in [
+            ("transactional.id", self.transactional_id()),
+            ("transaction.timeout.ms", timeout.clone()),
+            ("message.timeout.ms", timeout),
+        ] {
+            settings.properties.insert(key.into(), value);
+        }
+        settings
+    }
+
+    /// `ra-ledger-relay-<slot>`: the transactional id of the relay reading `slot`.
+    pub fn transactional_id(&self) -> String {
+        format!("ra-ledger-relay-{}", self.slot)
+    }
+
+    /// The topic of the relay's position (exactly once).
+    pub fn position_topic(&self) -> String {
+        self.position_topic
+            .clone()
+            .unwrap_or_else(|| position_topic(&self.topic_prefix))
+    }
+
+    /// Settings of the relay's own consumers (the position reader): the pass-through
+    /// settings and secret files, without the producer's.
+    pub fn consumer_settings(&self) -> crate::kafka::KafkaSettings {
+        crate::kafka::KafkaSettings {
+            properties: self.kafka.clone(),
+            secret_files: self.kafka_secret_files.clone(),
+        }
     }
 
     /// The producer's settings and secret files.
@@ -428,5 +554,39 @@ mod tests {
         );
         let debug = format!("{:?}", RelayConfig::default());
         assert!(!debug.contains("ledger:ledger"), "{debug}");
+    }
+
+    #[test]
+    fn exactly_once_uses_one_transactional_id_per_slot_and_its_position_topic() {
+        let config: RelayConfig = toml::from_str(
+            r#"
+            delivery = "exactly_once"
+            slot = "orders"
+            topic_prefix = "ra."
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.delivery, DeliveryMode::ExactlyOnce);
+        assert_eq!(RelayConfig::default().delivery, DeliveryMode::AtLeastOnce);
+        let settings = config.transactional_producer_settings().properties;
+        assert_eq!(settings["transactional.id"], "ra-ledger-relay-orders");
+        assert_eq!(settings["enable.idempotence"], "true");
+        assert_eq!(
+            settings["message.timeout.ms"],
+            settings["transaction.timeout.ms"]
+        );
+        assert_eq!(config.position_topic(), "ra.relay-position");
+        assert_eq!(
+            DeliveryMode::parse("at-least-once"),
+            Some(DeliveryMode::AtLeastOnce)
+        );
+        assert_eq!(DeliveryMode::parse("twice"), None);
+        assert!(toml::from_str::<RelayConfig>("delivery = \"twice\"").is_err());
+        let no_bound = RelayConfig {
+            transaction_max_ms: 0,
+            ..RelayConfig::default()
+        };
+        assert!(no_bound.validate().is_err());
     }
 }
