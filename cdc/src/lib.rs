@@ -12,6 +12,7 @@ pub mod outbox;
 pub mod parking;
 pub mod pg;
 pub mod pgoutput;
+pub mod position;
 pub mod publish;
 pub mod relay;
 pub mod replay;

@@ -26,13 +26,31 @@ pub const SESSIONS: &str = "ra_relay_sessions_total";
 /// 1 while the relay holds the slot and streams, 0 while it waits or reconnects.
 pub const STREAMING: &str = "ra_relay_streaming";
 
+/// Exactly once: seconds a Kafka `commit_transaction` took (flushing its messages
+/// included).
+pub const TRANSACTION_COMMIT: &str = "ra_relay_kafka_transaction_commit_seconds";
+/// Exactly once: outbox messages per committed Kafka transaction.
+pub const TRANSACTION_MESSAGES: &str = "ra_relay_kafka_transaction_messages";
+/// Exactly once: Kafka transactions aborted (errors, shutdown mid-transaction).
+pub const TRANSACTIONS_ABORTED: &str = "ra_relay_kafka_transactions_aborted_total";
+/// Exactly once: PostgreSQL transactions the slot resent at or below the position in
+/// Kafka, skipped.
+pub const TRANSACTIONS_SKIPPED: &str = "ra_relay_transactions_skipped_total";
+
 /// Upper bounds of the commit→ack histogram buckets, in seconds.
 const BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Upper bounds of the messages-per-transaction histogram buckets. The sum is rendered
+/// the way seconds are: it is a plain count here.
+const COUNT_BUCKETS: [f64; 14] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
+    50_000.0,
+];
+
 /// The relay's metrics; cheap to update from any task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RelayMetrics {
     wal_end: AtomicU64,
     confirmed_lsn: AtomicU64,
@@ -45,20 +63,47 @@ pub struct RelayMetrics {
     sessions: AtomicU64,
     streaming: AtomicU64,
     commit_to_ack: Histogram,
+    transaction_commit: Histogram,
+    transaction_messages: Histogram,
+    transactions_aborted: AtomicU64,
+    transactions_skipped: AtomicU64,
 }
 
-/// A Prometheus histogram of seconds with fixed buckets from 1 ms to 30 s.
-#[derive(Debug, Default)]
+/// A Prometheus histogram with fixed buckets: by default of seconds, from 1 ms to 30 s.
+#[derive(Debug)]
 pub struct Histogram {
+    bounds: &'static [f64],
     buckets: [AtomicU64; BUCKETS.len()],
     count: AtomicU64,
     sum_micros: AtomicU64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::with_bounds(&BUCKETS)
+    }
+}
+
 impl Histogram {
+    /// A histogram with these bucket bounds (as many as the seconds one has).
+    fn with_bounds(bounds: &'static [f64; BUCKETS.len()]) -> Self {
+        Self {
+            bounds,
+            buckets: Default::default(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    /// A histogram of counts (messages per transaction), from 1 to 50,000.
+    pub fn of_counts() -> Self {
+        Self::with_bounds(&COUNT_BUCKETS)
+    }
+
     /// Records one observation.
     pub fn observe(&self, seconds: f64) {
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+        for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
+            let bound = *bound;
             if seconds <= bound {
                 bucket.fetch_add(1, Ordering::Relaxed);
             }
@@ -77,7 +122,7 @@ impl Histogram {
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");
-        for (bucket, bound) in self.buckets.iter().zip(BUCKETS) {
+        for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
             let _ = writeln!(
                 out,
                 "{name}_bucket{{le=\"{bound}\"}} {}",
@@ -119,7 +164,44 @@ pub fn now_micros() -> i64 {
 /// PostgreSQL timestamps count from 2000-01-01; this many microseconds after the Unix epoch.
 pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
+impl Default for RelayMetrics {
+    fn default() -> Self {
+        Self {
+            wal_end: AtomicU64::new(0),
+            confirmed_lsn: AtomicU64::new(0),
+            newest_commit_micros: AtomicI64::new(0),
+            oldest_unconfirmed_micros: AtomicI64::new(0),
+            events_published: AtomicU64::new(0),
+            parked: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            streaming: AtomicU64::new(0),
+            commit_to_ack: Histogram::default(),
+            transaction_commit: Histogram::default(),
+            transaction_messages: Histogram::of_counts(),
+            transactions_aborted: AtomicU64::new(0),
+            transactions_skipped: AtomicU64::new(0),
+        }
+    }
+}
+
 impl RelayMetrics {
+    /// Exactly once: a Kafka transaction of `messages` messages committed in `seconds`.
+    pub fn transaction_committed(&self, messages: usize, seconds: f64) {
+        self.transaction_commit.observe(seconds);
+        self.transaction_messages.observe(messages as f64);
+    }
+
+    /// Exactly once: a Kafka transaction was aborted.
+    pub fn transaction_aborted(&self) {
+        self.transactions_aborted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Exactly once: a resent PostgreSQL transaction at or below the position was skipped.
+    pub fn transaction_skipped(&self) {
+        self.transactions_skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The server's WAL end, from a keepalive or data message.
     pub fn observe_wal_end(&self, lsn: u64) {
         self.wal_end.fetch_max(lsn, Ordering::Relaxed);
@@ -264,10 +346,34 @@ impl RelayMetrics {
             "gauge",
             self.streaming.load(Ordering::Relaxed).to_string(),
         );
+        render_value(
+            &mut out,
+            TRANSACTIONS_ABORTED,
+            "Kafka transactions aborted (exactly once).",
+            "counter",
+            self.transactions_aborted.load(Ordering::Relaxed),
+        );
+        render_value(
+            &mut out,
+            TRANSACTIONS_SKIPPED,
+            "PostgreSQL transactions resent by the slot at or below the Kafka position, skipped (exactly once).",
+            "counter",
+            self.transactions_skipped.load(Ordering::Relaxed),
+        );
         self.commit_to_ack.render(
             &mut out,
             COMMIT_TO_ACK,
             "Seconds from a transaction's commit to Kafka's acknowledgement of its last message.",
+        );
+        self.transaction_commit.render(
+            &mut out,
+            TRANSACTION_COMMIT,
+            "Seconds a Kafka commit_transaction took, flushing its messages included (exactly once).",
+        );
+        self.transaction_messages.render(
+            &mut out,
+            TRANSACTION_MESSAGES,
+            "Outbox messages per committed Kafka transaction (exactly once).",
         );
         out
     }
@@ -299,6 +405,16 @@ mod tests {
         assert!(text.contains("ra_relay_commit_to_ack_seconds_bucket{le=\"30\"} 2\n"));
         assert!(text.contains("ra_relay_commit_to_ack_seconds_count 2\n"));
         assert!(text.contains("# TYPE ra_relay_newest_published_commit_age_seconds gauge"));
+        metrics.transaction_committed(150, 0.004);
+        let text = metrics.render();
+        assert!(
+            text.contains("ra_relay_kafka_transaction_messages_bucket{le=\"100\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("ra_relay_kafka_transaction_messages_bucket{le=\"200\"} 1\n"));
+        assert!(
+            text.contains("ra_relay_kafka_transaction_commit_seconds_bucket{le=\"0.005\"} 1\n")
+        );
     }
 
     /// The age of the oldest unconfirmed commit: 0 when caught up, the oldest waiting one's

@@ -1,0 +1,221 @@
+//! The exactly-once relay's position: the commit LSN of the last PostgreSQL transaction it
+//! committed to Kafka, written as a record inside the same Kafka transaction as the events,
+//! to a compacted one-partition topic keyed by slot.
+//!
+//! Because the record and the events commit or abort together, the newest committed record
+//! of a slot names exactly what Kafka holds: every transaction at or below it is in Kafka,
+//! whole, and nothing above it is visible to a `read_committed` reader. At start the relay
+//! reads it back ([`read_committed`]) and skips what the slot resends at or below it.
+//!
+//! Encoding ([`Position::encode`], [`Position::decode`]) is pure; reading is blocking
+//! librdkafka work, for `spawn_blocking`.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::Message as _;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
+use crate::publish::format_lsn;
+
+/// The position record's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    /// The slot (also the record's key).
+    pub slot: String,
+    /// Commit LSN of the last PostgreSQL transaction of the Kafka transaction, `X/Y`.
+    pub commit_lsn: String,
+    /// Its end LSN, `X/Y`: where the slot is confirmed once the Kafka commit succeeded.
+    pub end_lsn: String,
+}
+
+impl Position {
+    /// The position after the transaction that committed at `commit_lsn` and ended at
+    /// `end_lsn`.
+    pub fn new(slot: &str, commit_lsn: u64, end_lsn: u64) -> Self {
+        Self {
+            slot: slot.to_owned(),
+            commit_lsn: format_lsn(commit_lsn),
+            end_lsn: format_lsn(end_lsn),
+        }
+    }
+
+    /// The record's value: JSON, so an operator can read it with any console consumer.
+    pub fn encode(&self) -> Vec<u8> {
+        // A struct of strings always serialises.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a record's value; `None` for anything that is not a position.
+    pub fn decode(value: &[u8]) -> Option<Self> {
+        let position: Self = serde_json::from_slice(value).ok()?;
+        parse_lsn(&position.commit_lsn)?;
+        parse_lsn(&position.end_lsn)?;
+        Some(position)
+    }
+
+    /// The commit LSN as a number.
+    pub fn commit_lsn(&self) -> u64 {
+        parse_lsn(&self.commit_lsn).unwrap_or(0)
+    }
+}
+
+/// Parses PostgreSQL's text form of an LSN (`X/Y`).
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    let high = u64::from_str_radix(high, 16).ok()?;
+    let low = u64::from_str_radix(low, 16).ok()?;
+    (high <= u64::from(u32::MAX) && low <= u64::from(u32::MAX)).then_some((high << 32) | low)
+}
+
+/// Why the position could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PositionError {
+    /// Kafka failed.
+    #[error("reading the position topic {topic}: {error}")]
+    Kafka {
+        /// The position topic.
+        topic: String,
+        /// What Kafka said.
+        error: KafkaError,
+    },
+    /// The settings cannot build a consumer.
+    #[error("position reader settings: {0}")]
+    Settings(#[from] crate::config::ConfigError),
+    /// Transactions older than the relay's start stayed open on the topic too long.
+    #[error(
+        "the position topic {0} kept an open transaction for longer than the transaction timeout; is another relay writing to it?"
+    )]
+    Undecided(String),
+}
+
+/// How far back from the end the first read looks for the slot's record; multiplied by 16
+/// until found or the whole partition is read.
+const FIRST_WINDOW: i64 = 256;
+
+/// The newest committed position of `config.slot`, or `None` when it has none (first
+/// start in exactly-once mode). Blocking.
+///
+/// Call it after `init_transactions`: that waits until the slot's previous transaction
+/// (committed or aborted, by a crashed or fenced instance) is decided. The reader then
+/// waits until the partition's last stable offset reaches the end the partition had when
+/// it started, so that no transaction begun before then (another slot's, sharing the
+/// topic) is still undecided, and reads back from there: `read_committed` skips aborted
+/// records, so the newest record keyed by the slot is the committed position.
+pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, PositionError> {
+    let topic = config.position_topic();
+    let kafka = |error| PositionError::Kafka {
+        topic: topic.clone(),
+        error,
+    };
+    let base = config.consumer_settings().client_config()?;
+    let mut uncommitted_config = base.clone();
+    let uncommitted: BaseConsumer = uncommitted_config
+        .set("group.id", "ra-ledger-relay-position")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .map_err(kafka)?;
+    let mut committed_config = base;
+    committed_config
+        .set("group.id", "ra-ledger-relay-position")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed");
+    let committed: BaseConsumer = committed_config.create().map_err(kafka)?;
+    let timeout = Duration::from_secs(10);
+    // With read_uncommitted the high watermark is the log's end; with read_committed,
+    // librdkafka's ListOffsets returns the last stable offset.
+    let (low, end) = uncommitted
+        .fetch_watermarks(&topic, 0, timeout)
+        .map_err(kafka)?;
+    if end <= low {
+        return Ok(None);
+    }
+    let deadline = Instant::now() + TRANSACTION_TIMEOUT + Duration::from_secs(10);
+    loop {
+        let (_, stable) = committed
+            .fetch_watermarks(&topic, 0, timeout)
+            .map_err(kafka)?;
+        if stable >= end {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(PositionError::Undecided(topic.clone()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut window = FIRST_WINDOW;
+    loop {
+        let start = (end - window).max(low);
+        // A consumer of its own per read: partition EOF is signalled once per offset.
+        let reader: BaseConsumer = committed_config.create().map_err(kafka)?;
+        if let Some(position) =
+            newest_of_slot(&reader, &topic, &config.slot, start, end).map_err(kafka)?
+        {
+            return Ok(Some(position));
+        }
+        if start == low {
+            return Ok(None);
+        }
+        window = window.saturating_mul(16);
+    }
+}
+
+/// The newest position of `slot` among the committed records from `start` up to at least
+/// `end` (partition EOF, or a record at or past it).
+fn newest_of_slot(
+    consumer: &BaseConsumer,
+    topic: &str,
+    slot: &str,
+    start: i64,
+    end: i64,
+) -> Result<Option<Position>, KafkaError> {
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(topic, 0, Offset::Offset(start))?;
+    consumer.assign(&assignment)?;
+    let mut newest = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(newest),
+            Some(Err(error)) => return Err(error),
+            Some(Ok(message)) => {
+                if message.key() == Some(slot.as_bytes())
+                    && let Some(position) = message.payload().and_then(Position::decode)
+                {
+                    newest = Some(position);
+                }
+                if message.offset() + 1 >= end {
+                    return Ok(newest);
+                }
+            }
+        }
+    }
+    Err(KafkaError::Canceled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_round_trips_and_garbage_is_not_one() {
+        let position = Position::new("relay_a", 0x1_0000_00A0, 0x1_0000_00F0);
+        assert_eq!(position.commit_lsn, "1/A0");
+        let decoded = Position::decode(&position.encode()).unwrap();
+        assert_eq!(decoded, position);
+        assert_eq!(decoded.commit_lsn(), 0x1_0000_00A0);
+        assert_eq!(Position::decode(b"not json"), None);
+        assert_eq!(
+            Position::decode(br#"{"slot":"s","commit_lsn":"zz","end_lsn":"0/1"}"#),
+            None
+        );
+        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
+        assert_eq!(parse_lsn("1"), None);
+    }
+}
