@@ -191,6 +191,16 @@ pub fn producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
         .create()
 }
 
+/// The exactly-once relay's transactional producer (`transactional.id` of its slot). Call
+/// `init_transactions` before using it.
+pub fn transactional_producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
+    config
+        .transactional_producer_settings()
+        .client_config()
+        .map_err(|error| KafkaError::ClientCreation(error.to_string()))?
+        .create()
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;

@@ -1,9 +1,25 @@
 //! The relay: streams committed outbox rows from the logical replication slot to Kafka in
-//! commit order, and confirms the slot's position only once Kafka acknowledged everything
-//! before it. After any crash it resumes from the slot: duplicates are possible, loss is not.
+//! commit order, and confirms the slot's position only once Kafka has everything before
+//! it. Two delivery modes (`delivery` in [`RelayConfig`]):
 //!
-//! [`run`] reconnects with backoff; each connection is a [`session`], set up by [`setup`].
+//! - `at_least_once` (the default), a [`session`]: an idempotent producer, the slot
+//!   confirmed behind Kafka's acknowledgements. After any crash it resumes from the slot:
+//!   duplicates are possible, loss is not; consumers deduplicate on the event id.
+//! - `exactly_once`, an [`exactly_once`] session: a transactional producer per slot, whole
+//!   PostgreSQL transactions grouped into Kafka transactions ([`group`]) that also carry
+//!   the relay's position ([`crate::position`]), the slot confirmed after each commit. A
+//!   `read_committed` consumer sees each event once, each PostgreSQL transaction whole.
+//!   Its module doc holds the safety argument.
+//!
+//! What else publishes stays at least once in both modes: republished parked messages
+//! ([`republish_requests`], `ledger relay parked republish`), digests and replays have
+//! their own producers, outside the relay's transactions; their consumers keep
+//! deduplicating on the event id (docs/exactly-once.md).
+//!
+//! [`run`] reconnects with backoff; each connection is a session, set up by [`setup`].
 
+mod exactly_once;
+mod group;
 mod session;
 mod setup;
 
@@ -15,7 +31,7 @@ use rdkafka::error::KafkaError;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::config::RelayConfig;
+use crate::config::{DeliveryMode, RelayConfig};
 use crate::metrics::RelayMetrics;
 use crate::outbox::OutboxError;
 use crate::pgoutput::DecodeError;
@@ -57,6 +73,11 @@ pub enum RelayError {
     /// The database URL is unusable.
     #[error("database URL: {0}")]
     Url(String),
+    /// Exactly once: the relay's position could not be read back from Kafka.
+    #[error(
+        "{0}. The relay retries; check that the position topic exists (`ledger topics create`)"
+    )]
+    Position(#[from] crate::position::PositionError),
 }
 
 /// Whether to reconnect after an error or stop and tell the operator. Pure.
@@ -90,7 +111,10 @@ pub async fn run(
             // Beside the stream: the parked messages writers asked to publish again.
             let requests = shutdown.child_token();
             let republisher = tokio::spawn(republish_requests(config.clone(), requests.clone()));
-            let outcome = session::run(&config, &metrics, &shutdown).await;
+            let outcome = match config.delivery {
+                DeliveryMode::AtLeastOnce => session::run(&config, &metrics, &shutdown).await,
+                DeliveryMode::ExactlyOnce => exactly_once::run(&config, &metrics, &shutdown).await,
+            };
             requests.cancel();
             let _ = republisher.await;
             metrics.set_streaming(false);

@@ -321,31 +321,35 @@ impl Session<'_> {
     /// Waits (briefly) until PostgreSQL reports the final position, so a clean stop leaves
     /// no work to redo.
     async fn wait_for_confirmation(&mut self) {
-        if self.confirmed == 0 {
+        wait_for_confirmation(&self.sql, self.config, self.confirmed).await;
+    }
+}
+
+/// Waits (briefly) until PostgreSQL reports `confirmed` as the slot's position.
+pub(super) async fn wait_for_confirmation(sql: &Client, config: &RelayConfig, confirmed: u64) {
+    if confirmed == 0 {
+        return;
+    }
+    let wait = Duration::from_millis(config.status_interval_ms * 3 + 1_000);
+    let deadline = Instant::now() + wait;
+    let lsn = publish::format_lsn(confirmed);
+    while Instant::now() < deadline {
+        let done = sql
+            .query_one(
+                include_str!("../sql/slot_confirmed.sql"),
+                &[&config.slot, &lsn],
+            )
+            .await
+            .map(|row| row.get::<_, bool>(0))
+            .unwrap_or(true);
+        if done {
             return;
         }
-        let wait = Duration::from_millis(self.config.status_interval_ms * 3 + 1_000);
-        let deadline = Instant::now() + wait;
-        let lsn = publish::format_lsn(self.confirmed);
-        while Instant::now() < deadline {
-            let done = self
-                .sql
-                .query_one(
-                    include_str!("../sql/slot_confirmed.sql"),
-                    &[&self.config.slot, &lsn],
-                )
-                .await
-                .map(|row| row.get::<_, bool>(0))
-                .unwrap_or(true);
-            if done {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        warn!(
-            "PostgreSQL did not report the final position in time; the next relay may republish a little"
-        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    warn!(
+        "PostgreSQL did not report the final position in time; the next relay may republish a little"
+    );
 }
 
 /// Hands one message to librdkafka; the future resolves when Kafka acknowledged or refused it.

@@ -1,0 +1,550 @@
+//! One exactly-once session: whole PostgreSQL transactions committed to Kafka in Kafka
+//! transactions, each with the relay's position, and the slot confirmed after the commit.
+//!
+//! # The safety argument, in layers
+//!
+//! 1. **Fencing.** The producer's `transactional.id` is `ra-ledger-relay-<slot>`. A session
+//!    first takes the slot (PostgreSQL lets one connection stream it), then calls
+//!    `init_transactions`: the coordinator aborts whatever transaction an older instance
+//!    left open and refuses that instance from then on. Two relays never commit for one
+//!    slot at once, and a zombie cannot commit late.
+//! 2. **Atomic group.** A Kafka transaction carries whole PostgreSQL transactions (never
+//!    part of one: it is committed only between them) and a position record, the commit
+//!    LSN of its last PostgreSQL transaction, on the relay's compacted position topic
+//!    ([`crate::position`]). Kafka commits all of it or none: a `read_committed` reader
+//!    sees each PostgreSQL transaction whole or not at all, and the newest committed
+//!    position says exactly which transactions Kafka holds.
+//! 3. **Confirm after commit.** The slot is confirmed to the group's end only after
+//!    `commit_transaction` returned success. PostgreSQL restarts a slot at its confirmed
+//!    position: confirming before the commit would let a crash between the two skip a
+//!    transaction that never reached Kafka (a loss). Confirming after means a crash
+//!    between the two only makes the slot resend transactions Kafka already holds.
+//! 4. **Skip what Kafka holds.** At start, after `init_transactions` (so the previous
+//!    instance's transaction is decided), the session reads the newest committed position
+//!    with `read_committed` and skips every resent transaction whose commit LSN is at or
+//!    below it. What an aborted Kafka transaction carried (crash, fencing, broker fault)
+//!    is invisible to `read_committed` readers and is above the position: it is resent.
+//! 5. **Any error aborts.** A produce, delivery or commit error aborts the Kafka
+//!    transaction (when the producer still can) and ends the session; the reconnect loop
+//!    starts a new one, which fences again, reads the position again and resends from the
+//!    slot. Nothing is retried inside a session, so no state survives an error.
+//!
+//! # Parking
+//!
+//! A message Kafka refuses for good (too large) is parked in `outbox_parked`, durably,
+//! before the slot can move past it (the slot moves only after the commit that follows).
+//! - Refused by librdkafka before sending (its own `message.max.bytes`): nothing entered
+//!   the Kafka transaction; the message is parked and the group goes on without it.
+//! - Refused by the broker: the Kafka transaction can no longer commit. The message is
+//!   parked, the transaction aborted, and the session ends; the next session loads the
+//!   event ids parked above the position and redoes the group without them.
+//!
+//! Parking itself is idempotent (one row per event id), so a resend parks nothing twice.
+//!
+//! # Why these choices
+//!
+//! - The group commits as soon as the relay has read everything the server sent (see
+//!   [`super::group`]) rather than on a timer: a timer adds its wait to every event's
+//!   latency, while committing when caught up lets the groups grow with the load (what
+//!   arrives during one commit forms the next group).
+//! - `commit_transaction` blocks; it runs on a blocking thread, and the session reads
+//!   nothing while it runs (a new Kafka transaction cannot begin before it ends anyway).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::future::FutureExt as _;
+use futures::stream::FuturesUnordered;
+use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::group::{Bounds, Group};
+use super::{HEARTBEAT_PREFIX, RelayError, setup};
+use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
+use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
+use crate::outbox::OutboxLayout;
+use crate::parking;
+use crate::pgoutput::{self, DecodeError, LogicalMessage};
+use crate::position::{self, Position};
+use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
+
+/// A message handed to librdkafka, and what became of it.
+type Delivery = (OutgoingMessage, u64, Result<(), KafkaError>);
+
+/// The PostgreSQL transaction being streamed.
+struct OpenTransaction {
+    commit: CommitInfo,
+    ordinal: usize,
+    messages: usize,
+    /// At or below the position: Kafka holds it already.
+    skipped: bool,
+}
+
+/// A session's state between events.
+struct Session<'a> {
+    config: &'a RelayConfig,
+    metrics: &'a RelayMetrics,
+    sql: Client,
+    producer: FutureProducer,
+    bounds: Bounds,
+    position_topic: String,
+    /// Commit LSN of the newest transaction Kafka holds (read at start, then committed).
+    position: u64,
+    /// Event ids parked above the position: not sent again.
+    parked: HashSet<String>,
+    deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
+    layouts: HashMap<u32, OutboxLayout>,
+    transaction: Option<OpenTransaction>,
+    group: Group,
+    /// Whether a Kafka transaction is open (begun at the group's first message).
+    in_kafka_transaction: bool,
+    confirmed: u64,
+}
+
+/// Runs one exactly-once session until `shutdown` or an error.
+pub(super) async fn run(
+    config: &RelayConfig,
+    metrics: &RelayMetrics,
+    shutdown: &CancellationToken,
+) -> Result<(), RelayError> {
+    let application_name = format!("ledger-relay:{}", config.slot);
+    let sql = setup::connect_sql(config, &application_name).await?;
+    setup::ensure_publication_and_slot(&sql, config).await?;
+    // The slot first: it is the lock. Fencing before holding it would let two relays
+    // waiting for the same slot fence each other in turn.
+    let mut replication =
+        ReplicationClient::connect(setup::replication_config(config, &application_name)?).await?;
+    if let Err(error) = replication.wait_started().await {
+        let text = error.to_string();
+        return Err(if text.contains("is active for PID") {
+            RelayError::SlotBusy(config.slot.clone())
+        } else {
+            error.into()
+        });
+    }
+    let producer = publish::transactional_producer(config)?;
+    blocking(&producer, |producer| {
+        producer.init_transactions(TRANSACTION_TIMEOUT)
+    })
+    .await?;
+    let reader = config.clone();
+    let position = tokio::task::spawn_blocking(move || position::read_committed(&reader))
+        .await
+        .map_err(|_| RelayError::Kafka(KafkaError::Canceled))??;
+    let position_lsn = position.as_ref().map_or(0, Position::commit_lsn);
+    let parked = parked_above(&sql, position_lsn).await?;
+    info!(
+        position = %publish::format_lsn(position_lsn),
+        transactional_id = %config.transactional_id(),
+        parked = parked.len(),
+        "streaming from the slot, exactly once"
+    );
+    metrics.set_streaming(true);
+    let mut session = Session {
+        config,
+        metrics,
+        sql,
+        producer,
+        bounds: Bounds {
+            messages: config.transaction_max_messages,
+            bytes: config.transaction_max_bytes,
+            age: Duration::from_millis(config.transaction_max_ms),
+        },
+        position_topic: config.position_topic(),
+        position: position_lsn,
+        parked,
+        deliveries: FuturesUnordered::new(),
+        layouts: HashMap::new(),
+        transaction: None,
+        group: Group::default(),
+        in_kafka_transaction: false,
+        confirmed: 0,
+    };
+    let outcome = match session.stream(&mut replication, shutdown).await {
+        Ok(()) => session.finish(&replication).await,
+        Err(error) => Err(error),
+    };
+    if let Err(error) = outcome {
+        session.abort().await;
+        return Err(error);
+    }
+    replication.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
+    info!(confirmed = %publish::format_lsn(session.confirmed), "relay stopped cleanly");
+    Ok(())
+}
+
+/// Runs a blocking producer call (`init_transactions`, `commit_transaction`,
+/// `abort_transaction`) on a blocking thread.
+async fn blocking(
+    producer: &FutureProducer,
+    call: impl FnOnce(&FutureProducer) -> Result<(), KafkaError> + Send + 'static,
+) -> Result<(), KafkaError> {
+    let producer = producer.clone();
+    tokio::task::spawn_blocking(move || call(&producer))
+        .await
+        .unwrap_or(Err(KafkaError::Canceled))
+}
+
+/// Event ids parked above `position`: their transactions are not in Kafka yet, and a
+/// resend must leave them out.
+async fn parked_above(sql: &Client, position: u64) -> Result<HashSet<String>, RelayError> {
+    let rows = sql
+        .query(
+            include_str!("../sql/parked_above.sql"),
+            &[&publish::format_lsn(position)],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+impl Session<'_> {
+    /// Streams until `shutdown`.
+    async fn stream(
+        &mut self,
+        replication: &mut ReplicationClient,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let mut heartbeat = tokio::time::interval(self.config.heartbeat_interval());
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let can_read = self.deliveries.len() < self.config.max_in_flight;
+            let between = self.transaction.is_none();
+            // Caught up means the server has sent nothing more, not that the relay stopped
+            // reading for want of capacity: then it waits for deliveries instead.
+            let due_if_caught_up = between && can_read && self.group.has_closed_transactions();
+            tokio::select! {
+                // Priority: shutdown first, then delivery outcomes (a refusal must end the
+                // group before more joins it), then heartbeats, then new WAL; last, when
+                // nothing else is ready, the relay has read all the server sent: commit.
+                biased;
+                () = shutdown.cancelled() => return Ok(()),
+                Some(delivery) = self.deliveries.next(), if !self.deliveries.is_empty() => {
+                    self.on_delivery(delivery).await?;
+                }
+                _ = heartbeat.tick() => {
+                    self.sql
+                        .execute("SELECT pg_logical_emit_message(true, $1, '')", &[&HEARTBEAT_PREFIX])
+                        .await?;
+                }
+                event = replication.recv(), if can_read => {
+                    let Some(event) = event? else {
+                        return Err(protocol("the server ended the stream"));
+                    };
+                    self.on_event(event, replication).await?;
+                }
+                () = std::future::ready(()), if due_if_caught_up => {
+                    self.commit(replication).await?;
+                }
+            }
+        }
+    }
+
+    async fn on_event(
+        &mut self,
+        event: ReplicationEvent,
+        replication: &ReplicationClient,
+    ) -> Result<(), RelayError> {
+        match event {
+            ReplicationEvent::Begin {
+                final_lsn,
+                xid,
+                commit_time_micros,
+            } => self.on_begin(final_lsn, xid, commit_time_micros)?,
+            ReplicationEvent::XLogData { data, wal_end, .. } => {
+                self.metrics.observe_wal_end(wal_end.as_u64());
+                match pgoutput::decode(&data)? {
+                    LogicalMessage::Relation(relation) => {
+                        if relation.name != "outbox" {
+                            return Err(RelayError::ForeignTable {
+                                publication: self.config.publication.clone(),
+                                table: format!("{}.{}", relation.namespace, relation.name),
+                            });
+                        }
+                        self.layouts
+                            .insert(relation.oid, OutboxLayout::from_relation(&relation)?);
+                    }
+                    LogicalMessage::Insert { relation_oid, new } => {
+                        self.on_row(relation_oid, &new).await?;
+                    }
+                    _ => {}
+                }
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                self.on_commit(end_lsn, replication).await?
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                self.metrics.observe_wal_end(wal_end.as_u64())
+            }
+            ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn on_begin(&mut self, final_lsn: Lsn, xid: u32, commit_time: i64) -> Result<(), RelayError> {
+        if self.transaction.is_some() {
+            return Err(protocol("a Begin inside a transaction"));
+        }
+        let commit = CommitInfo {
+            commit_lsn: final_lsn.as_u64(),
+            xid,
+            commit_time_micros: commit_time + PG_EPOCH_MICROS,
+        };
+        let skipped = commit.commit_lsn <= self.position;
+        if !skipped {
+            self.metrics.began(commit.commit_time_micros);
+        }
+        self.transaction = Some(OpenTransaction {
+            commit,
+            ordinal: 0,
+            messages: 0,
+            skipped,
+        });
+        Ok(())
+    }
+
+    /// One outbox row: sent in the open Kafka transaction (begun at the group's first).
+    async fn on_row(
+        &mut self,
+        relation_oid: u32,
+        new: &pgoutput::TupleData,
+    ) -> Result<(), RelayError> {
+        let layout = self
+            .layouts
+            .get(&relation_oid)
+            .ok_or(RelayError::Decode(DecodeError::UnknownTag(b'I')))?;
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Err(protocol("an insert outside a transaction"));
+        };
+        if transaction.skipped {
+            return Ok(());
+        }
+        let row = layout.row(new)?;
+        let message =
+            OutgoingMessage::new(self.config, row, &transaction.commit, transaction.ordinal);
+        transaction.ordinal += 1;
+        if self.parked.contains(&message.row.event_id) {
+            return Ok(());
+        }
+        transaction.messages += 1;
+        let commit_lsn = transaction.commit.commit_lsn;
+        if !self.in_kafka_transaction {
+            self.producer.begin_transaction()?;
+            self.in_kafka_transaction = true;
+        }
+        self.group.sent(message.row.payload.len(), Instant::now());
+        match send(&self.producer, message, commit_lsn) {
+            Ok(delivery) => self.deliveries.push(delivery),
+            Err(refused) => {
+                let (message, error) = *refused;
+                if publish::classify(&error) != DeliveryFailure::Permanent {
+                    return Err(error.into());
+                }
+                // Refused before it was sent: the Kafka transaction is untouched.
+                self.park(&message, commit_lsn, &error).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A PostgreSQL transaction ends whole: it joins the group, which commits when due.
+    async fn on_commit(
+        &mut self,
+        end_lsn: Lsn,
+        replication: &ReplicationClient,
+    ) -> Result<(), RelayError> {
+        self.metrics.observe_wal_end(end_lsn.as_u64());
+        let Some(transaction) = self.transaction.take() else {
+            return Ok(());
+        };
+        if transaction.skipped {
+            // Kafka holds it (it is at or below the position): the slot may pass it.
+            self.metrics.transaction_skipped();
+            self.confirm(replication, end_lsn.as_u64(), 0);
+            return Ok(());
+        }
+        self.group.closed(
+            transaction.commit.commit_lsn,
+            end_lsn.as_u64(),
+            transaction.commit.commit_time_micros,
+            transaction.messages > 0,
+        );
+        if self.group.due(&self.bounds, false, Instant::now()) {
+            self.commit(replication).await?;
+        }
+        Ok(())
+    }
+
+    /// Books a delivery outcome. Any failure ends the session (the caller aborts); a
+    /// refusal for good is parked first, so the next session leaves it out.
+    async fn on_delivery(&mut self, delivery: Delivery) -> Result<(), RelayError> {
+        let (message, commit_lsn, result) = delivery;
+        match result {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                if publish::classify(&error) == DeliveryFailure::Permanent {
+                    self.park(&message, commit_lsn, &error).await?;
+                    warn!(
+                        "the Kafka transaction holding the refused message is aborted; the next session redoes it without the message"
+                    );
+                }
+                Err(error.into())
+            }
+        }
+    }
+
+    async fn park(
+        &mut self,
+        message: &OutgoingMessage,
+        commit_lsn: u64,
+        error: &KafkaError,
+    ) -> Result<(), RelayError> {
+        error!(
+            event_id = %message.row.event_id,
+            topic = %message.topic,
+            payload_bytes = message.row.payload.len(),
+            %error,
+            "Kafka refused a message for good; parking it in outbox_parked (see `ledger relay parked list`)"
+        );
+        parking::park(&self.sql, message, commit_lsn, &error.to_string()).await?;
+        self.metrics.parked();
+        self.parked.insert(message.row.event_id.clone());
+        Ok(())
+    }
+
+    /// Commits the group: the position record, then `commit_transaction`, then (only on
+    /// success) the slot. A group without messages has nothing to commit in Kafka: its
+    /// transactions carried no events, so the slot may pass them at once.
+    async fn commit(&mut self, replication: &ReplicationClient) -> Result<(), RelayError> {
+        if !self.in_kafka_transaction {
+            let group = std::mem::take(&mut self.group);
+            self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
+            return Ok(());
+        }
+        let record = Position::new(
+            &self.config.slot,
+            self.group.last_commit_lsn,
+            self.group.last_end_lsn,
+        );
+        let value = record.encode();
+        self.producer
+            .send_result(
+                FutureRecord::to(&self.position_topic)
+                    .partition(0)
+                    .key(self.config.slot.as_bytes())
+                    .payload(&value),
+            )
+            .map_err(|(error, _)| error)?;
+        let started = Instant::now();
+        if let Err(error) = blocking(&self.producer, |producer| {
+            producer.commit_transaction(TRANSACTION_TIMEOUT)
+        })
+        .await
+        {
+            // A refusal for good shows in its delivery: park it before aborting.
+            while let Some(Some(delivery)) = self.deliveries.next().now_or_never() {
+                let _ = self.on_delivery(delivery).await;
+            }
+            return Err(error.into());
+        }
+        let took = started.elapsed();
+        self.in_kafka_transaction = false;
+        let group = std::mem::take(&mut self.group);
+        // Every delivery is settled: the commit flushed them, and succeeded.
+        while let Some(delivery) = self.deliveries.next().await {
+            if let (message, _, Err(error)) = delivery {
+                warn!(event_id = %message.row.event_id, %error, "a delivery failed in a committed transaction");
+            }
+        }
+        self.metrics.set_in_flight(0);
+        self.metrics
+            .transaction_committed(group.messages, took.as_secs_f64());
+        self.metrics.published(group.messages as u64);
+        let now = now_micros();
+        for committed in &group.commit_times_micros {
+            self.metrics
+                .commit_to_ack((now - committed).max(0) as f64 / 1e6);
+        }
+        self.position = group.last_commit_lsn;
+        self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
+        Ok(())
+    }
+
+    /// Moves the slot to `end_lsn`: everything before it is in Kafka, committed.
+    fn confirm(&mut self, replication: &ReplicationClient, end_lsn: u64, commit_micros: i64) {
+        if end_lsn <= self.confirmed {
+            return;
+        }
+        replication.update_applied_lsn(Lsn::from_u64(end_lsn));
+        self.metrics.confirmed(end_lsn, commit_micros);
+        self.confirmed = end_lsn;
+        self.metrics.still_unconfirmed(None);
+    }
+
+    /// Shutdown: commits the group when it holds whole transactions only, aborts it when a
+    /// PostgreSQL transaction is half read, then waits until PostgreSQL recorded the slot.
+    async fn finish(&mut self, replication: &ReplicationClient) -> Result<(), RelayError> {
+        if self.transaction.is_none() {
+            self.commit(replication).await?;
+        } else {
+            info!(
+                "stopping inside a PostgreSQL transaction: its Kafka transaction is aborted and resent by the next relay"
+            );
+            self.abort().await;
+        }
+        super::session::wait_for_confirmation(&self.sql, self.config, self.confirmed).await;
+        Ok(())
+    }
+
+    /// Aborts the open Kafka transaction, if the producer still can; the next session's
+    /// `init_transactions` aborts it otherwise.
+    async fn abort(&mut self) {
+        self.group = Group::default();
+        self.transaction = None;
+        if !std::mem::take(&mut self.in_kafka_transaction) {
+            return;
+        }
+        self.metrics.transaction_aborted();
+        self.deliveries.clear();
+        if let Err(error) = blocking(&self.producer, |producer| {
+            producer.abort_transaction(TRANSACTION_TIMEOUT)
+        })
+        .await
+        {
+            warn!(%error, "cannot abort the Kafka transaction; the next relay session fences and aborts it");
+        }
+    }
+}
+
+/// Hands one message to librdkafka, inside the open Kafka transaction.
+fn send(
+    producer: &FutureProducer,
+    message: OutgoingMessage,
+    commit_lsn: u64,
+) -> Result<BoxFuture<'static, Delivery>, Box<(OutgoingMessage, KafkaError)>> {
+    let record = FutureRecord::to(&message.topic)
+        .key(message.row.aggregate_id.as_bytes())
+        .payload(message.row.payload.as_ref())
+        .headers(message.kafka_headers());
+    match producer.send_result(record) {
+        Ok(future) => Ok(Box::pin(async move {
+            let result = match future.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err((error, _))) => Err(error),
+                Err(_canceled) => Err(KafkaError::Canceled),
+            };
+            (message, commit_lsn, result)
+        })),
+        Err((error, _record)) => Err(Box::new((message, error))),
+    }
+}
+
+fn protocol(what: &str) -> RelayError {
+    RelayError::Replication(PgWireError::Protocol(what.into()))
+}
