@@ -1,9 +1,13 @@
 //! For consuming teams: decode the envelope, and apply each event exactly once inside your
 //! own PostgreSQL transaction, deduplicating on the event id in an inbox table.
 //!
-//! The relay delivers at least once, so the same event may arrive twice (after a relay
-//! crash, a broker retry, a replay). Recording the event id in the same transaction as the
-//! change it causes makes the second arrival a no-op.
+//! The relay delivers at least once by default, so the same event may arrive twice (after
+//! a relay crash, a broker retry, a replay). Recording the event id in the same transaction
+//! as the change it causes makes the second arrival a no-op. With the relay in
+//! `exactly_once` mode a consumer reading with `isolation.level=read_committed`
+//! ([`read_committed`]) sees each live event once; the inbox stays, as the second line of
+//! defence and for what is still at least once (replays, republished parked messages, a
+//! consumer's own crash between its commit and its offset commit).
 //!
 //! ```text
 //! let envelope = consumer::decode(message.payload())?;
@@ -18,6 +22,14 @@ use futures::future::BoxFuture;
 use prost::Message as _;
 use ra_ledger_proto::v1::Envelope;
 use tokio_postgres::{Client, Transaction};
+
+/// Sets `isolation.level=read_committed` on a consumer's settings: records of aborted Kafka
+/// transactions (an exactly-once relay that crashed or was fenced mid-transaction) are
+/// never delivered, and records of open ones only once they commit. librdkafka's default
+/// is the same today; set explicitly, it survives a change of default or of client.
+pub fn read_committed(config: &mut rdkafka::ClientConfig) -> &mut rdkafka::ClientConfig {
+    config.set("isolation.level", "read_committed")
+}
 
 /// Creates the inbox table when missing. Run it with the consumer's migrations.
 pub const INBOX_SCHEMA: &str = include_str!("sql/inbox.sql");

@@ -84,8 +84,9 @@ pub async fn run(
     // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
     let mut settings = crate::kafka::KafkaSettings::from_env(&args.brokers)?;
     settings.properties.extend(args.kafka.clone());
-    let kafka: StreamConsumer = settings
-        .client_config()?
+    let mut kafka_config = settings.client_config()?;
+    consumer::read_committed(&mut kafka_config);
+    let kafka: StreamConsumer = kafka_config
         .set("group.id", &group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")

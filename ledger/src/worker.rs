@@ -340,6 +340,8 @@ fn consumer_config(
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "1000")
         .set("topic.metadata.refresh.interval.ms", "10000");
+    // Page requests of an exactly-once relay's aborted transactions are never seen.
+    ra_ledger_cdc::consumer::read_committed(&mut client_config);
     if let Some(instance) = &config.instance_id {
         client_config.set("group.instance.id", instance);
     }
