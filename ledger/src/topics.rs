@@ -5,6 +5,9 @@
 //!   their projections from them.
 //! - The reassignment topic carries page requests, worthless once their page ran: it
 //!   deletes records after 7 days.
+//! - The relay's position topic (`relay-position`, exactly-once delivery) holds one record
+//!   per slot that matters, the newest: compacted, one partition (the relay reads it back
+//!   to its end at start). The relay never creates it itself.
 //!
 //! Any config can be changed per topic (`ledger topics create --config topic:key=value`).
 
@@ -64,6 +67,16 @@ pub fn plan(prefix: &str, partitions: i32) -> Vec<TopicSpec> {
         replication_factor: BROKER_DEFAULT_REPLICATION,
         configs,
     })
+    .chain([TopicSpec {
+        name: ra_ledger_cdc::config::position_topic(prefix),
+        partitions: 1,
+        replication_factor: BROKER_DEFAULT_REPLICATION,
+        configs: BTreeMap::from([
+            ("cleanup.policy".to_owned(), "compact".to_owned()),
+            // Small segments so compaction keeps the tail the relay reads at start short.
+            ("segment.ms".to_owned(), "3600000".to_owned()),
+        ]),
+    }])
     .collect()
 }
 
@@ -169,9 +182,12 @@ mod tests {
                 "outbox.event.contact",
                 "outbox.event.assignment",
                 "outbox.event.reassignment",
-                "outbox.event.digest"
+                "outbox.event.digest",
+                "outbox.event.relay-position"
             ]
         );
+        assert_eq!(specs[4].partitions, 1);
+        assert_eq!(specs[4].configs["cleanup.policy"], "compact");
         assert_eq!(specs[1].configs["retention.ms"], "-1");
         assert_eq!(specs[2].configs["cleanup.policy"], "delete");
         configure(
