@@ -1,7 +1,7 @@
 //! `ledger relay`: the CDC relay, the grants of its role, and its parked messages.
 
 use ra_ledger::{db, migrate};
-use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_cdc::parking::{self, Republished};
 
 use super::DatabaseUrl;
@@ -12,6 +12,10 @@ pub struct RelayArgs {
     /// TOML file with relay settings (see README); defaults suit the local stack.
     #[arg(long, env = "LEDGER_RELAY_CONFIG")]
     config: Option<String>,
+    /// `exactly_once` or `at_least_once`; overrides the file and LEDGER_RELAY_DELIVERY
+    /// (docs/exactly-once.md).
+    #[arg(long, value_parser = parse_delivery)]
+    delivery: Option<DeliveryMode>,
     #[command(subcommand)]
     command: Option<RelayCommand>,
 }
@@ -48,6 +52,9 @@ pub enum ParkedCommand {
 
 pub async fn run(database: &DatabaseUrl, args: RelayArgs) -> anyhow::Result<()> {
     let mut config = RelayConfig::load(args.config.as_deref())?;
+    if let Some(delivery) = args.delivery {
+        config.delivery = delivery;
+    }
     if database.explicit {
         config.database_url = database.url.clone();
         config.resolve_secrets()?;
@@ -62,6 +69,11 @@ pub async fn run(database: &DatabaseUrl, args: RelayArgs) -> anyhow::Result<()> 
             Ok(())
         }
     }
+}
+
+/// `--delivery`'s values.
+pub(crate) fn parse_delivery(text: &str) -> Result<DeliveryMode, String> {
+    DeliveryMode::parse(text).ok_or_else(|| "expected exactly_once or at_least_once".to_owned())
 }
 
 async fn parked(config: &RelayConfig, command: ParkedCommand) -> anyhow::Result<()> {

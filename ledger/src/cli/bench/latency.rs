@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use ra_ledger::db;
 use ra_ledger::testing;
-use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, position_topic};
 use rdkafka::Message as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers as _;
@@ -13,15 +13,37 @@ use uuid::Uuid;
 
 use super::{Latencies, scratch};
 
-pub async fn run(database_url: &str, brokers: &str, rate: u64, seconds: u64) -> anyhow::Result<()> {
+pub async fn run(
+    database_url: &str,
+    brokers: &str,
+    rate: u64,
+    seconds: u64,
+    modes: Vec<DeliveryMode>,
+) -> anyhow::Result<()> {
     if rate == 0 || seconds == 0 {
         anyhow::bail!("--rate and --seconds must be at least 1");
     }
-    let figures = measure(database_url, brokers, rate, seconds).await?;
-    println!(
-        "steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 30 ms at 10,000 events/s)",
-        figures.sent, figures.latencies.count, figures.latencies
-    );
+    let mut p99s = Vec::new();
+    for delivery in modes {
+        let figures = measure(database_url, brokers, rate, seconds, delivery).await?;
+        println!(
+            "{}: steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 30 ms at 10,000 events/s)",
+            delivery.as_str(),
+            figures.sent,
+            figures.latencies.count,
+            figures.latencies
+        );
+        if let Some(summary) = &figures.transactions {
+            println!("{}: {summary}", delivery.as_str());
+        }
+        p99s.push(figures.latencies.p99);
+    }
+    if let [at_least_once, exactly_once] = p99s[..] {
+        println!(
+            "p99 exactly_once / at_least_once = {:.2} (exactly once becomes the default at <= 2.00)",
+            exactly_once.as_secs_f64() / at_least_once.as_secs_f64()
+        );
+    }
     Ok(())
 }
 
@@ -32,6 +54,8 @@ pub(super) struct LatencyFigures {
     pub(super) sent: u64,
     /// Commit → consumer receipt, one sample per event received.
     pub(super) latencies: Latencies,
+    /// Exactly once: the relay's Kafka transactions (count, size, commit time).
+    pub(super) transactions: Option<String>,
 }
 
 /// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
@@ -42,6 +66,7 @@ pub(super) async fn measure(
     brokers: &str,
     rate: u64,
     seconds: u64,
+    delivery: DeliveryMode,
 ) -> anyhow::Result<LatencyFigures> {
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
@@ -49,9 +74,11 @@ pub(super) async fn measure(
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     let topic = format!("{prefix}assignment");
     testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
+    testing::create_topics(brokers, &[position_topic(&prefix)], 1).await?;
     let consumer = assigned_consumer(brokers, &topic)?;
     let relay_config = RelayConfig {
         status_interval_ms: 100,
+        delivery,
         ..scratch.relay_config(slot, prefix, brokers)
     };
     let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
@@ -81,6 +108,7 @@ pub(super) async fn measure(
             .await?;
     }
     let latencies = receiver.await?;
+    let transactions = super::transaction_summary(&metrics);
     // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
     for line in metrics
         .render()
@@ -98,6 +126,7 @@ pub(super) async fn measure(
     Ok(LatencyFigures {
         sent: expected,
         latencies,
+        transactions,
     })
 }
 
@@ -105,9 +134,12 @@ pub(super) async fn measure(
 const INSERT: &str = include_str!("../../sql/bench/outbox_rows.sql");
 
 /// A consumer of `topic`'s three partitions from the beginning, assigned rather than in a
-/// group: no rebalance pauses in the figures.
+/// group: no rebalance pauses in the figures. `read_committed`, as the consumers of an
+/// exactly-once relay read (the same for an at-least-once one: it writes no transactions).
 fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
-    let consumer: StreamConsumer = ra_ledger::testing::kafka_client(brokers)?
+    let mut config = ra_ledger::testing::kafka_client(brokers)?;
+    ra_ledger_cdc::consumer::read_committed(&mut config);
+    let consumer: StreamConsumer = config
         .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")

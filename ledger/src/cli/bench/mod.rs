@@ -19,7 +19,8 @@ use std::time::Duration;
 use ra_ledger::domain::PostalAddress;
 use ra_ledger::reassign::DEFAULT_PAGE_SIZE;
 use ra_ledger::testing::ScratchDatabase;
-use ra_ledger_cdc::config::local;
+use ra_ledger_cdc::config::{DeliveryMode, local};
+use ra_ledger_cdc::metrics::{RelayMetrics, TRANSACTION_COMMIT, TRANSACTION_MESSAGES};
 
 /// Prefix of the scratch databases' names.
 const SCRATCH_PREFIX: &str = "ledger_bench";
@@ -80,6 +81,9 @@ pub enum BenchCommand {
         /// Rows per transaction.
         #[arg(long, default_value_t = 100)]
         per_transaction: u64,
+        /// The relay's delivery mode; both, one after the other, when not given.
+        #[arg(long, value_parser = crate::cli::relay::parse_delivery)]
+        delivery: Option<DeliveryMode>,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -92,6 +96,9 @@ pub enum BenchCommand {
         /// Duration in seconds.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// The relay's delivery mode; both, one after the other, when not given.
+        #[arg(long, value_parser = crate::cli::relay::parse_delivery)]
+        delivery: Option<DeliveryMode>,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -196,13 +203,24 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
         BenchCommand::Relay {
             rows,
             per_transaction,
+            delivery,
             brokers,
-        } => relay::run(database_url, &brokers, rows, per_transaction).await,
+        } => {
+            relay::run(
+                database_url,
+                &brokers,
+                rows,
+                per_transaction,
+                modes(delivery),
+            )
+            .await
+        }
         BenchCommand::Latency {
             rate,
             seconds,
+            delivery,
             brokers,
-        } => latency::run(database_url, &brokers, rate, seconds).await,
+        } => latency::run(database_url, &brokers, rate, seconds, modes(delivery)).await,
         BenchCommand::Reassign {
             rows,
             page_size,
@@ -298,6 +316,65 @@ pub(super) fn texas_address() -> PostalAddress {
         region: "TX".into(),
         postal_code: "78701".into(),
     }
+}
+
+/// The delivery modes to measure: the one asked for, or both (at least once first, the
+/// baseline).
+fn modes(delivery: Option<DeliveryMode>) -> Vec<DeliveryMode> {
+    delivery.map_or_else(
+        || vec![DeliveryMode::AtLeastOnce, DeliveryMode::ExactlyOnce],
+        |mode| vec![mode],
+    )
+}
+
+/// An exactly-once relay's Kafka transactions, from its metrics: how many, their size and
+/// their commit time (mean, and p50/p99 as the bucket bounds that hold them); `None` when
+/// it committed none.
+pub(super) fn transaction_summary(metrics: &RelayMetrics) -> Option<String> {
+    let text = metrics.render();
+    let histogram = |name: &str| -> (f64, f64, Vec<(f64, f64)>) {
+        let (sum_key, count_key) = (format!("{name}_sum"), format!("{name}_count"));
+        let bucket_prefix = format!("{name}_bucket{{le=\"");
+        let mut sum = 0.0;
+        let mut count = 0.0;
+        let mut buckets = Vec::new();
+        for line in text.lines() {
+            let Some((key, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if key == sum_key {
+                sum = value;
+            } else if key == count_key {
+                count = value;
+            } else if let Some(bound) = key
+                .strip_prefix(bucket_prefix.as_str())
+                .and_then(|rest| rest.strip_suffix("\"}"))
+            {
+                buckets.push((bound.parse().unwrap_or(f64::INFINITY), value));
+            }
+        }
+        (sum, count, buckets)
+    };
+    let quantile = |buckets: &[(f64, f64)], count: f64, q: f64| {
+        buckets
+            .iter()
+            .find(|(_, cumulative)| *cumulative >= count * q)
+            .map_or(f64::INFINITY, |(bound, _)| *bound)
+    };
+    let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES);
+    let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT);
+    (transactions > 0.0).then(|| {
+        format!(
+            "{transactions:.0} Kafka transactions, {:.1} messages each on average (p50 <= {}, p99 <= {}); commit_transaction {:.2} ms on average (p50 <= {} ms, p99 <= {} ms)",
+            messages / transactions,
+            quantile(&size_buckets, transactions, 0.5),
+            quantile(&size_buckets, transactions, 0.99),
+            seconds / transactions * 1e3,
+            quantile(&time_buckets, transactions, 0.5) * 1e3,
+            quantile(&time_buckets, transactions, 0.99) * 1e3,
+        )
+    })
 }
 
 /// The distribution of a set of measured durations.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ra_ledger::db;
 use ra_ledger::testing::{self, ScratchDatabase};
-use ra_ledger_cdc::config::{RelayConfig, local};
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, local, position_topic};
 use ra_ledger_cdc::pg::ReplicationTarget;
 use uuid::Uuid;
 
@@ -17,11 +17,12 @@ pub async fn run(
     brokers: &str,
     rows: u64,
     per_transaction: u64,
+    modes: Vec<DeliveryMode>,
 ) -> anyhow::Result<()> {
     if rows == 0 || per_transaction == 0 {
         anyhow::bail!("--rows and --per-transaction must be at least 1");
     }
-    let figures = measure(database_url, brokers, rows, per_transaction).await?;
+    let figures = measure(database_url, brokers, rows, per_transaction, &modes).await?;
     let ceiling = figures.slot_ceiling.min(figures.broker_ceiling);
     println!(
         "backlog: {} outbox rows, {per_transaction} per transaction",
@@ -35,15 +36,38 @@ pub async fn run(
         "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
         figures.broker_ceiling
     );
-    println!(
-        "relay          (slot -> Kafka, acknowledged): {:.0} rows/s",
-        figures.relay
-    );
-    println!(
-        "relay / lower ceiling = {:.2} (target >= 0.90)",
-        figures.relay / ceiling
-    );
+    for run in &figures.relays {
+        println!(
+            "relay {:<13} (slot -> Kafka, {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90)",
+            run.delivery.as_str(),
+            match run.delivery {
+                DeliveryMode::AtLeastOnce => "acknowledged",
+                DeliveryMode::ExactlyOnce => "committed",
+            },
+            run.rate,
+            run.rate / ceiling
+        );
+        if let Some(summary) = &run.transactions {
+            println!("  {summary}");
+        }
+    }
+    if let [at_least_once, exactly_once] = &figures.relays[..] {
+        println!(
+            "exactly_once / at_least_once throughput = {:.2} (exactly once becomes the default at >= 0.80)",
+            exactly_once.rate / at_least_once.rate
+        );
+    }
     Ok(())
+}
+
+/// One relay drain.
+#[derive(Debug, Clone)]
+struct RelayRun {
+    delivery: DeliveryMode,
+    /// Rows/s.
+    rate: f64,
+    /// Exactly once: its Kafka transactions.
+    transactions: Option<String>,
 }
 
 /// Figures of the relay benchmark.
@@ -55,8 +79,8 @@ struct RelayFigures {
     slot_ceiling: f64,
     /// rdkafka alone producing the same messages: the broker's ceiling, rows/s.
     broker_ceiling: f64,
-    /// The relay draining the backlog to the broker, rows/s.
-    relay: f64,
+    /// The relay draining the backlog to the broker, in each mode.
+    relays: Vec<RelayRun>,
 }
 
 /// Drains a backlog of `rows` outbox rows (`per_transaction` per transaction) through
@@ -66,21 +90,47 @@ async fn measure(
     brokers: &str,
     rows: u64,
     per_transaction: u64,
+    modes: &[DeliveryMode],
 ) -> anyhow::Result<RelayFigures> {
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let recvlogical_slot = scratch.create_slot(&client, "recvlogical").await?;
-    let relay_slot = scratch.create_slot(&client, "relay").await?;
-    let backlog = backlog(&client, rows, per_transaction).await?;
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
-    let topics = [
-        format!("{prefix}raw.assignment"),
-        format!("{prefix}relay.assignment"),
-    ];
-    testing::create_topics(brokers, &topics, 3).await?;
-    let relay_config = scratch.relay_config(relay_slot, format!("{prefix}relay."), brokers);
-    let broker_ceiling = rdkafka_alone(&client, &relay_config, &topics[0], per_transaction).await?;
-    let relay = relay_drain(relay_config, backlog.rows).await?;
+    // A slot and topics per mode, all made before the backlog so each slot holds it all.
+    let mut configs = Vec::new();
+    for delivery in modes {
+        // Short: a slot name has at most 63 characters, the scratch name takes 45.
+        let purpose = match delivery {
+            DeliveryMode::AtLeastOnce => "relay_alo",
+            DeliveryMode::ExactlyOnce => "relay_eos",
+        };
+        let slot = scratch.create_slot(&client, purpose).await?;
+        let topic_prefix = format!("{prefix}{}.", delivery.as_str());
+        testing::create_topics(brokers, &[format!("{topic_prefix}assignment")], 3).await?;
+        testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1).await?;
+        configs.push(RelayConfig {
+            delivery: *delivery,
+            ..scratch.relay_config(slot, topic_prefix, brokers)
+        });
+    }
+    let backlog = backlog(&client, rows, per_transaction).await?;
+    let raw_topic = format!("{prefix}raw.assignment");
+    testing::create_topics(brokers, std::slice::from_ref(&raw_topic), 3).await?;
+    let baseline = configs
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no delivery mode to measure"))?;
+    let broker_ceiling = rdkafka_alone(&client, &baseline, &raw_topic, per_transaction).await?;
+    let mut relays = Vec::new();
+    for config in configs {
+        let delivery = config.delivery;
+        let (rate, transactions) = relay_drain(config, backlog.rows).await?;
+        relays.push(RelayRun {
+            delivery,
+            rate,
+            transactions,
+        });
+    }
     // The slot itself, read by PostgreSQL's own client. It runs last, so the relay, not
     // this ceiling, pays for any cold start of decoding.
     let slot_ceiling = recvlogical_drain(&scratch, &recvlogical_slot, &backlog).await?;
@@ -90,7 +140,7 @@ async fn measure(
         rows: backlog.rows,
         slot_ceiling,
         broker_ceiling,
-        relay,
+        relays,
     })
 }
 
@@ -184,8 +234,12 @@ async fn rdkafka_alone(
     Ok(keys.len() as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The relay draining the backlog until Kafka acknowledged every row. Rows/s.
-async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<f64> {
+/// The relay draining the backlog until Kafka acknowledged (exactly once: committed) every
+/// row. Rows/s, and the Kafka transactions of an exactly-once relay.
+async fn relay_drain(
+    relay_config: RelayConfig,
+    rows: u64,
+) -> anyhow::Result<(f64, Option<String>)> {
     let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let started = Instant::now();
@@ -201,7 +255,7 @@ async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<f64
     let rate = rows as f64 / started.elapsed().as_secs_f64();
     shutdown.cancel();
     task.await??;
-    Ok(rate)
+    Ok((rate, super::transaction_summary(&metrics)))
 }
 
 /// The slot's ceiling: `pg_recvlogical` reading the backlog to /dev/null. Rows/s.

@@ -56,8 +56,14 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     );
 
     // 2. The live path's latency alone, then beside a replay at --rate.
-    let alone =
-        latency::measure(database_url, brokers, options.latency_rate, options.seconds).await?;
+    let alone = latency::measure(
+        database_url,
+        brokers,
+        options.latency_rate,
+        options.seconds,
+        ra_ledger_cdc::config::DeliveryMode::AtLeastOnce,
+    )
+    .await?;
     println!(
         "latency at {} events/s, alone: {}",
         options.latency_rate, alone.latencies
@@ -70,8 +76,14 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
             async move { replay_once(&pool, &kafka, &prefix, options.rate, Some(stop)).await },
         )
     };
-    let during =
-        latency::measure(database_url, brokers, options.latency_rate, options.seconds).await?;
+    let during = latency::measure(
+        database_url,
+        brokers,
+        options.latency_rate,
+        options.seconds,
+        ra_ledger_cdc::config::DeliveryMode::AtLeastOnce,
+    )
+    .await?;
     stop.cancel();
     let (published, elapsed, outcome) = beside.await??;
     println!(
