@@ -51,11 +51,20 @@ impl TestTopics {
 
     /// Creates `<prefix>.<name>` with [`TEST_PARTITIONS`] partitions and returns its name.
     pub async fn create(&mut self, name: &str) -> anyhow::Result<String> {
+        self.create_with_partitions(name, TEST_PARTITIONS).await
+    }
+
+    /// Creates `<prefix>.<name>` with `partitions` partitions and returns its name.
+    pub async fn create_with_partitions(
+        &mut self,
+        name: &str,
+        partitions: i32,
+    ) -> anyhow::Result<String> {
         let topic = format!("{}.{name}", self.prefix);
         ra_ledger::testing::create_topics_with(
             self.client_config(),
             std::slice::from_ref(&topic),
-            TEST_PARTITIONS,
+            partitions,
         )
         .await?;
         Ok(topic)

@@ -22,6 +22,11 @@ pub async fn test_config(
     for aggregate in AGGREGATES {
         topics.create(&format!("outbox.event.{aggregate}")).await?;
     }
+    // The exactly-once relay's position topic: one partition, as `ledger topics create`
+    // makes it.
+    topics
+        .create_with_partitions(&ra_ledger_cdc::config::position_topic("outbox.event."), 1)
+        .await?;
     // The slot exists before anything is written, as `ledger migrate` arranges in
     // production: rows committed before a slot exists are never in it.
     let slot = format!("relay_{}", crate::random_suffix());
@@ -134,8 +139,38 @@ pub fn subscribe(
     brokers: &str,
     group: &str,
 ) -> anyhow::Result<StreamConsumer> {
+    subscribe_with(topics, brokers, group, Isolation::ReadCommitted)
+}
+
+/// What a test consumer sees of Kafka transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Only committed records (what the ledger's consumers use).
+    ReadCommitted,
+    /// Every record, aborted and open transactions' included.
+    ReadUncommitted,
+}
+
+impl Isolation {
+    /// librdkafka's `isolation.level`.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Self::ReadCommitted => "read_committed",
+            Self::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
+
+/// [`subscribe`] with an explicit isolation level.
+pub fn subscribe_with(
+    topics: &TestTopics,
+    brokers: &str,
+    group: &str,
+    isolation: Isolation,
+) -> anyhow::Result<StreamConsumer> {
     let consumer: StreamConsumer = topics
         .client_config()
+        .set("isolation.level", isolation.setting())
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
@@ -170,9 +205,18 @@ impl Collector {
 
     /// Subscribes to the test's outbox topics on a given broker.
     pub fn on(topics: &TestTopics, brokers: &str) -> anyhow::Result<Self> {
+        Self::with_isolation(topics, brokers, Isolation::ReadCommitted)
+    }
+
+    /// Subscribes to the test's outbox topics on a given broker, reading at `isolation`.
+    pub fn with_isolation(
+        topics: &TestTopics,
+        brokers: &str,
+        isolation: Isolation,
+    ) -> anyhow::Result<Self> {
         let group = format!("collector-{}", crate::random_suffix());
         Ok(Self {
-            consumer: subscribe(topics, brokers, &group)?,
+            consumer: subscribe_with(topics, brokers, &group, isolation)?,
             received: Vec::new(),
         })
     }

@@ -10,6 +10,7 @@ mod deploy;
 mod digest;
 mod digest_published;
 mod disclosure;
+mod exactly_once;
 mod import;
 mod ledger;
 mod migrations;

@@ -15,6 +15,15 @@ use rand::Rng;
 
 /// Starts the relay as a process; it dies with this test's thread if the test fails.
 pub(crate) fn spawn_relay(config: &RelayConfig) -> anyhow::Result<Child> {
+    spawn_relay_with(config, &[])
+}
+
+/// [`spawn_relay`] with more environment variables (`LEDGER_RELAY_DELIVERY`,
+/// `LEDGER_RELAY_CONFIG`).
+pub(crate) fn spawn_relay_with(
+    config: &RelayConfig,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     Ok(Command::new("setpriv")
         .args([
             "--pdeathsig",
@@ -28,6 +37,7 @@ pub(crate) fn spawn_relay(config: &RelayConfig) -> anyhow::Result<Child> {
         .env("LEDGER_TOPIC_PREFIX", &config.topic_prefix)
         .env("LEDGER_METRICS_LISTEN", "")
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()?)
