@@ -222,13 +222,16 @@ async fn kill_minus_nine_x10_read_committed_sees_each_event_once_in_order() -> a
 /// One PostgreSQL transaction's records on one partition: (txid, commit LSN) -> offsets.
 type Placement = HashMap<(String, String), HashMap<(String, i32), Vec<i64>>>;
 
+/// The last stable offset of each (topic, partition) at one moment.
+type StableOffsets = HashMap<(String, i32), i64>;
+
 /// Samples the last stable offset of every partition of `partitions` at random moments
 /// until `stop`, through a `read_committed` client: what a reader could see at that moment.
 fn sample_stable_offsets(
     topics: &TestTopics,
     partitions: Vec<(String, i32)>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<anyhow::Result<Vec<HashMap<(String, i32), i64>>>> {
+) -> std::thread::JoinHandle<anyhow::Result<Vec<StableOffsets>>> {
     let mut config = topics.client_config();
     config
         .set(
@@ -258,7 +261,7 @@ fn sample_stable_offsets(
 /// (some wholly visible, some not yet).
 fn partial_views(
     placement: &Placement,
-    samples: &[HashMap<(String, i32), i64>],
+    samples: &[StableOffsets],
     min_rows: usize,
 ) -> (usize, usize) {
     let big: Vec<&HashMap<(String, i32), Vec<i64>>> = placement
