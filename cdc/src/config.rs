@@ -164,9 +164,9 @@ impl Default for RelayConfig {
             reconnect_backoff_max_ms: 30_000,
             status_interval_ms: 1_000,
             delivery: DeliveryMode::AtLeastOnce,
-            transaction_max_messages: 10_000,
-            transaction_max_bytes: 8 * 1024 * 1024,
-            transaction_max_ms: 100,
+            transaction_max_messages: 50_000,
+            transaction_max_bytes: 32 * 1024 * 1024,
+            transaction_max_ms: 250,
             position_topic: None,
         }
     }

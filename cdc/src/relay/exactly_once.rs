@@ -50,16 +50,15 @@
 //! - `commit_transaction` blocks; it runs on a blocking thread, and the session reads
 //!   nothing while it runs (a new Kafka transaction cannot begin before it ends anyway).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::future::FutureExt as _;
 use futures::stream::FuturesUnordered;
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer as _};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -104,6 +103,11 @@ struct Session<'a> {
     group: Group,
     /// Whether a Kafka transaction is open (begun at the group's first message).
     in_kafka_transaction: bool,
+    /// What the server sent while a group committed, read so that the server keeps
+    /// decoding meanwhile; handled, in order, before anything newer is read.
+    read_ahead: VecDeque<ReplicationEvent>,
+    /// Its size in bytes (bounded by the group's byte bound).
+    read_ahead_bytes: usize,
     confirmed: u64,
 }
 
@@ -164,10 +168,12 @@ pub(super) async fn run(
         transaction: None,
         group: Group::default(),
         in_kafka_transaction: false,
+        read_ahead: VecDeque::new(),
+        read_ahead_bytes: 0,
         confirmed: 0,
     };
     let outcome = match session.stream(&mut replication, shutdown).await {
-        Ok(()) => session.finish(&replication).await,
+        Ok(()) => session.finish(&mut replication).await,
         Err(error) => Err(error),
     };
     if let Err(error) = outcome {
@@ -215,6 +221,11 @@ impl Session<'_> {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let can_read = self.deliveries.len() < self.config.max_in_flight;
+            if can_read && let Some(event) = self.read_ahead.pop_front() {
+                self.read_ahead_bytes -= event_bytes(&event);
+                self.on_event(event, replication).await?;
+                continue;
+            }
             let between = self.transaction.is_none();
             // Caught up means the server has sent nothing more, not that the relay stopped
             // reading for want of capacity: then it waits for deliveries instead.
@@ -249,7 +260,7 @@ impl Session<'_> {
     async fn on_event(
         &mut self,
         event: ReplicationEvent,
-        replication: &ReplicationClient,
+        replication: &mut ReplicationClient,
     ) -> Result<(), RelayError> {
         match event {
             ReplicationEvent::Begin {
@@ -357,7 +368,7 @@ impl Session<'_> {
     async fn on_commit(
         &mut self,
         end_lsn: Lsn,
-        replication: &ReplicationClient,
+        replication: &mut ReplicationClient,
     ) -> Result<(), RelayError> {
         self.metrics.observe_wal_end(end_lsn.as_u64());
         let Some(transaction) = self.transaction.take() else {
@@ -387,16 +398,27 @@ impl Session<'_> {
         let (message, commit_lsn, result) = delivery;
         match result {
             Ok(()) => Ok(()),
-            Err(error) => {
-                if publish::classify(&error) == DeliveryFailure::Permanent {
-                    self.park(&message, commit_lsn, &error).await?;
-                    warn!(
-                        "the Kafka transaction holding the refused message is aborted; the next session redoes it without the message"
-                    );
-                }
-                Err(error.into())
-            }
+            Err(error) => Err(self.refused(&message, commit_lsn, error).await),
         }
+    }
+
+    /// A failed delivery: parked first when Kafka refused it for good. Returns the error
+    /// that ends the session (its Kafka transaction is aborted).
+    async fn refused(
+        &mut self,
+        message: &OutgoingMessage,
+        commit_lsn: u64,
+        error: KafkaError,
+    ) -> RelayError {
+        if publish::classify(&error) == DeliveryFailure::Permanent {
+            if let Err(parking) = self.park(message, commit_lsn, &error).await {
+                return parking;
+            }
+            warn!(
+                "the Kafka transaction holding the refused message is aborted; the next session redoes it without the message"
+            );
+        }
+        error.into()
     }
 
     async fn park(
@@ -421,7 +443,11 @@ impl Session<'_> {
     /// Commits the group: the position record, then `commit_transaction`, then (only on
     /// success) the slot. A group without messages has nothing to commit in Kafka: its
     /// transactions carried no events, so the slot may pass them at once.
-    async fn commit(&mut self, replication: &ReplicationClient) -> Result<(), RelayError> {
+    ///
+    /// While Kafka acknowledges and commits, the session goes on reading what the server
+    /// sends (up to the group's byte bound) without handling it: the server keeps decoding
+    /// instead of waiting for the relay, and the next group starts from what was read.
+    async fn commit(&mut self, replication: &mut ReplicationClient) -> Result<(), RelayError> {
         if !self.in_kafka_transaction {
             let group = std::mem::take(&mut self.group);
             self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
@@ -433,7 +459,8 @@ impl Session<'_> {
             self.group.last_end_lsn,
         );
         let value = record.encode();
-        self.producer
+        let position = self
+            .producer
             .send_result(
                 FutureRecord::to(&self.position_topic)
                     .partition(0)
@@ -442,26 +469,36 @@ impl Session<'_> {
             )
             .map_err(|(error, _)| error)?;
         let started = Instant::now();
-        if let Err(error) = blocking(&self.producer, |producer| {
-            producer.commit_transaction(TRANSACTION_TIMEOUT)
-        })
-        .await
-        {
-            // A refusal for good shows in its delivery: park it before aborting.
-            while let Some(Some(delivery)) = self.deliveries.next().now_or_never() {
-                let _ = self.on_delivery(delivery).await;
+        let mut read_error = None;
+        let outcome = {
+            let settled = settle(&mut self.deliveries, &self.producer, position);
+            tokio::pin!(settled);
+            loop {
+                let room = read_error.is_none() && self.read_ahead_bytes < self.bounds.bytes;
+                tokio::select! {
+                    biased;
+                    outcome = &mut settled => break outcome,
+                    event = replication.recv(), if room => match event {
+                        Ok(Some(event)) => {
+                            self.read_ahead_bytes += event_bytes(&event);
+                            self.read_ahead.push_back(event);
+                        }
+                        Ok(None) => read_error = Some(protocol("the server ended the stream")),
+                        Err(error) => read_error = Some(RelayError::from(error)),
+                    },
+                }
             }
-            return Err(error.into());
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(Unsettled::Refused(message, commit_lsn, error)) => {
+                return Err(self.refused(&message, commit_lsn, error).await);
+            }
+            Err(Unsettled::Kafka(error)) => return Err(error.into()),
         }
         let took = started.elapsed();
         self.in_kafka_transaction = false;
         let group = std::mem::take(&mut self.group);
-        // Every delivery is settled: the commit flushed them, and succeeded.
-        while let Some(delivery) = self.deliveries.next().await {
-            if let (message, _, Err(error)) = delivery {
-                warn!(event_id = %message.row.event_id, %error, "a delivery failed in a committed transaction");
-            }
-        }
         self.metrics.set_in_flight(0);
         self.metrics
             .transaction_committed(group.messages, took.as_secs_f64());
@@ -473,7 +510,9 @@ impl Session<'_> {
         }
         self.position = group.last_commit_lsn;
         self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
-        Ok(())
+        // The group is committed and confirmed; a read that failed meanwhile ends the
+        // session now (what was read before it is resent by the next one).
+        read_error.map_or(Ok(()), Err)
     }
 
     /// Moves the slot to `end_lsn`: everything before it is in Kafka, committed.
@@ -489,7 +528,7 @@ impl Session<'_> {
 
     /// Shutdown: commits the group when it holds whole transactions only, aborts it when a
     /// PostgreSQL transaction is half read, then waits until PostgreSQL recorded the slot.
-    async fn finish(&mut self, replication: &ReplicationClient) -> Result<(), RelayError> {
+    async fn finish(&mut self, replication: &mut ReplicationClient) -> Result<(), RelayError> {
         if self.transaction.is_none() {
             self.commit(replication).await?;
         } else {
@@ -542,6 +581,68 @@ fn send(
             (message, commit_lsn, result)
         })),
         Err((error, _record)) => Err(Box::new((message, error))),
+    }
+}
+
+/// Why a group could not be committed.
+enum Unsettled {
+    /// A message's delivery failed: the message, its commit LSN and the error.
+    Refused(OutgoingMessage, u64, KafkaError),
+    /// The position record or the commit itself failed.
+    Kafka(KafkaError),
+}
+
+/// Sends at once what the producer still holds (its linger ignored) and waits until
+/// Kafka acknowledged every message of the group and its position record, then commits
+/// the Kafka transaction.
+async fn settle(
+    deliveries: &mut FuturesUnordered<BoxFuture<'static, Delivery>>,
+    producer: &FutureProducer,
+    position: DeliveryFuture,
+) -> Result<(), Unsettled> {
+    blocking(producer, flush).await.map_err(Unsettled::Kafka)?;
+    while let Some((message, commit_lsn, result)) = deliveries.next().await {
+        if let Err(error) = result {
+            return Err(Unsettled::Refused(message, commit_lsn, error));
+        }
+    }
+    match position.await {
+        Ok(Ok(_)) => {}
+        Ok(Err((error, _))) => return Err(Unsettled::Kafka(error)),
+        Err(_canceled) => return Err(Unsettled::Kafka(KafkaError::Canceled)),
+    }
+    blocking(producer, |producer| {
+        producer.commit_transaction(TRANSACTION_TIMEOUT)
+    })
+    .await
+    .map_err(Unsettled::Kafka)
+}
+
+/// librdkafka's own `rd_kafka_flush`: while it runs, the producer sends without lingering,
+/// and it returns once every message's delivery report was served (by rdkafka's polling
+/// thread: the producer hands reports out as events).
+///
+/// Not rdkafka's `Producer::flush`, which `commit_transaction` also calls: it polls in
+/// 100 ms steps, so it made every commit take at least 100 ms. After this flush the one in
+/// `commit_transaction` finds nothing left and returns at once.
+#[allow(unsafe_code)]
+fn flush(producer: &FutureProducer) -> Result<(), KafkaError> {
+    let timeout_ms = i32::try_from(TRANSACTION_TIMEOUT.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the pointer is the producer's live librdkafka handle (`producer` holds it for
+    // the whole call), and rd_kafka_flush may be called from any thread.
+    let code =
+        unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
+    match code {
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
+        code => Err(KafkaError::Flush(code.into())),
+    }
+}
+
+/// What a read-ahead event counts against the byte bound.
+fn event_bytes(event: &ReplicationEvent) -> usize {
+    match event {
+        ReplicationEvent::XLogData { data, .. } => data.len() + 64,
+        _ => 64,
     }
 }
 
