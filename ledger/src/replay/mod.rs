@@ -83,7 +83,8 @@ pub const EVENT_TYPES: [&str; 7] = [
 /// Events per second when not told: a sixth of what one replay publishes unthrottled on the
 /// 2-core dev machine (about 33,000 events/s on Apache Kafka), so the live relay keeps its
 /// pace: beside a replay at 5,000 events/s the live p99 at 500 events/s was 13.9 ms, against
-/// 13.3 ms alone (README, "Replays"). A full ledger of 10 million events takes 33 minutes.
+/// 13.3 ms alone (docs/benchmarks.md, "Replays beside the live load"). A full ledger of 10
+/// million events takes 33 minutes.
 pub const DEFAULT_RATE: u32 = 5_000;
 /// The fastest a replay may be asked to go.
 pub const MAX_RATE: u32 = 1_000_000;
