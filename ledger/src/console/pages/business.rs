@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use maud::html;
+use maud::{Markup, html};
 use uuid::Uuid;
 
 use crate::api::AppState;
@@ -15,11 +15,16 @@ use crate::console::html::{
 };
 use crate::console::layout::layout;
 use crate::console::session::Session;
-use crate::domain::{self, Jurisdiction};
-use crate::queries::{self, AssignmentView, ContactView};
+use crate::domain::Jurisdiction;
+use crate::queries::{self, ContactView, RegisteredAgent, Timeline};
 
-/// An event behind a timeline: id, type, stream version, effective and recorded time.
-type EventRow = (Uuid, String, i64, DateTime<Utc>, DateTime<Utc>);
+/// The as-of question the page answers: who was the RA at `at`, as known at `known`, and
+/// the answer.
+struct AsOf {
+    at: DateTime<Utc>,
+    known: DateTime<Utc>,
+    agent: Option<RegisteredAgent>,
+}
 
 pub(in crate::console) async fn business(
     State(state): State<AppState>,
@@ -28,8 +33,9 @@ pub(in crate::console) async fn business(
     Query(query): Query<HashMap<String, String>>,
 ) -> Page {
     let business_id = uuid("business id", &id)?;
-    let at = instant("at", query.get("at").map_or("", String::as_str))?;
-    let known_at = instant("known_at", query.get("known_at").map_or("", String::as_str))?;
+    let asked_text = |name: &str| query.get(name).map_or("", String::as_str);
+    let at = instant("at", asked_text("at"))?;
+    let known_at = instant("known_at", asked_text("known_at"))?;
     let asked = query
         .get("jurisdiction")
         .map(|s| s.trim())
@@ -38,160 +44,152 @@ pub(in crate::console) async fn business(
         .transpose()
         .map_err(|error| bad_request(error.to_string()))?;
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    // The whole history, every jurisdiction (a business has a handful of assignments per
-    // jurisdiction; 2,000 is far beyond any real one and bounds the page).
-    let history = queries::assignment_history(&client, business_id, None, 2_000)
+    let Some(record) = queries::business_record(&client, business_id)
         .await
-        .map_err(api_error)?;
-    if history.is_empty() {
+        .map_err(api_error)?
+    else {
         return Err(error_page(
             StatusCode::NOT_FOUND,
             "No such business",
             &format!("The ledger has no assignment of business {business_id}."),
         ));
-    }
-    let mut by_jurisdiction: BTreeMap<String, Vec<AssignmentView>> = BTreeMap::new();
-    for assignment in history {
-        by_jurisdiction
-            .entry(assignment.jurisdiction.clone())
-            .or_default()
-            .push(assignment);
-    }
-    let mut contacts: HashMap<Uuid, ContactView> = HashMap::new();
-    for assignment in by_jurisdiction.values().flatten() {
-        if !contacts.contains_key(&assignment.contact_id)
-            && let Some(contact) = queries::contact(&client, assignment.contact_id)
-                .await
-                .map_err(api_error)?
-        {
-            contacts.insert(contact.contact_id, contact);
-        }
-    }
-    let mut events: HashMap<String, Vec<EventRow>> = HashMap::new();
-    for code in by_jurisdiction.keys() {
-        let jurisdiction = Jurisdiction::parse("jurisdiction", code)
-            .map_err(|error| bad_request(error.to_string()))?;
-        let stream = domain::assignment_stream(business_id, jurisdiction);
-        let rows = client
-            .query(
-                include_str!("../../sql/console/stream_events.sql"),
-                &[&stream],
-            )
-            .await
-            .map_err(api_error)?;
-        events.insert(
-            code.clone(),
-            rows.iter()
-                .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4)))
-                .collect(),
-        );
-    }
-    // The as-of answer, when asked.
-    let only_one = (by_jurisdiction.len() == 1)
-        .then(|| by_jurisdiction.keys().next().cloned())
+    };
+    // The as-of answer, when asked: in the jurisdiction asked, or the only one there is.
+    let only_one = (record.timelines.len() == 1)
+        .then(|| record.timelines.keys().next().cloned())
         .flatten();
-    let answer_jurisdiction = asked
-        .map(|code| code.code().to_owned())
-        .or(only_one.clone());
+    let answer_jurisdiction = asked.map(|code| code.code().to_owned()).or(only_one);
     let answer = match (at, &answer_jurisdiction) {
         (Some(at), Some(code)) => {
             let jurisdiction = Jurisdiction::parse("jurisdiction", code)
                 .map_err(|error| bad_request(error.to_string()))?;
             let known = known_at.unwrap_or_else(Utc::now);
-            Some((
-                at,
-                known,
-                queries::registered_agent_at(&client, business_id, jurisdiction, at, known)
-                    .await
-                    .map_err(api_error)?,
-            ))
+            let agent = queries::registered_agent_at(&client, business_id, jurisdiction, at, known)
+                .await
+                .map_err(api_error)?;
+            Some(AsOf { at, known, agent })
         }
         _ => None,
     };
     let proofs = state.digest_public_key.is_some();
+    let jurisdiction = answer_jurisdiction.as_deref();
     let body = html! {
         p.subtitle { "Business " code { (business_id) } }
-        form.card.asof method="get" action={"/businesses/" (business_id)} {
-            label for="jurisdiction" { "Jurisdiction" }
-            select #jurisdiction name="jurisdiction" {
-                @for code in by_jurisdiction.keys() {
-                    option value=(code) selected[answer_jurisdiction.as_deref() == Some(code.as_str())] { (code) }
-                }
-            }
-            label for="at" { "Who was the RA on" }
-            input #at name="at" value=(query.get("at").map_or("", String::as_str)) placeholder="2026-03-01" required;
-            label for="known_at" { "as known at (optional)" }
-            input #known_at name="known_at" value=(query.get("known_at").map_or("", String::as_str)) placeholder="now";
-            button type="submit" { "Ask" }
-        }
-        @if let Some((at, known, answer)) = &answer {
-            section.answer #answer {
-                @match answer {
-                    Some(agent) => {
-                        p {
-                            "On " strong { (time(*at)) } ", as known at " (time(*known)) ", the RA in "
-                            (agent.assignment.jurisdiction) " was "
-                            a.contact href={"/contacts/" (agent.contact.contact_id)} data-contact-id=(agent.contact.contact_id) {
-                                (agent.contact.name)
-                            }
-                            " (" (address(&agent.contact.address)) "), contact status "
-                            (agent.contact_status.as_str()) ", under assignment "
-                            code data-assignment-id=(agent.assignment.assignment_id) { (agent.assignment.assignment_id) } "."
-                        }
-                    }
-                    None => {
-                        p.none data-contact-id="" {
-                            "On " strong { (time(*at)) } ", as known at " (time(*known))
-                            ", the business had no RA in " (answer_jurisdiction.as_deref().unwrap_or("")) "."
-                        }
-                    }
-                }
-            }
+        (as_of_form(business_id, &record.timelines, jurisdiction, asked_text("at"), asked_text("known_at")))
+        @if let Some(answer) = &answer {
+            (as_of_answer(answer, jurisdiction.unwrap_or("")))
         } @else if at.is_some() {
             p.error role="alert" { "Choose a jurisdiction." }
         }
-        @for (code, assignments) in &by_jurisdiction {
-            section.timeline data-jurisdiction=(code) {
-                h2 { (code) }
-                table.list {
-                    thead { tr { th { "Contact" } th { "Address" } th { "From" } th { "To" } th { "End" } th { "Recorded" } } }
-                    tbody {
-                        @for assignment in assignments {
-                            @let contact = contacts.get(&assignment.contact_id);
-                            tr {
-                                td { a href={"/contacts/" (assignment.contact_id)} {
-                                    (contact.map_or(assignment.contact_id.to_string(), |c| c.name.clone()))
-                                } }
-                                td { @if let Some(contact) = contact { (address(&contact.address)) } }
-                                td { (time(assignment.started_at)) }
-                                td { (assignment.ended_at.map_or("(in force)".into(), time)) }
-                                td { (assignment.end_reason.map_or("", |reason| reason.as_str())) }
-                                td { (time(assignment.recorded_at)) }
-                            }
-                        }
-                    }
-                }
-                details.events {
-                    summary { "Events behind these changes" }
-                    table.list {
-                        thead { tr { th { "Version" } th { "Event" } th { "Type" } th { "Effective" } th { "Recorded" } @if proofs { th { "Proof" } } } }
-                        tbody {
-                            @for (event_id, event_type, version, effective, recorded) in events.get(code).into_iter().flatten() {
-                                tr {
-                                    td { (version) }
-                                    td { code { (event_id) } }
-                                    td { (event_type) }
-                                    td { (time(*effective)) }
-                                    td { (time(*recorded)) }
-                                    @if proofs { td { a href={"/events/" (event_id) "/proof"} { "proof" } } }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+        @for (code, timeline) in &record.timelines {
+            (timeline_section(code, timeline, &record.contacts, proofs))
         }
         @if !proofs { p.hint { "Signed digests are off on this service: no proofs to link." } }
     };
     Ok(layout("Business", Some(&session), &state, body))
+}
+
+/// The as-of question, filled with what was asked.
+fn as_of_form(
+    business_id: Uuid,
+    timelines: &BTreeMap<String, Timeline>,
+    jurisdiction: Option<&str>,
+    at: &str,
+    known_at: &str,
+) -> Markup {
+    html! {
+        form.card.asof method="get" action={"/businesses/" (business_id)} {
+            label for="jurisdiction" { "Jurisdiction" }
+            select #jurisdiction name="jurisdiction" {
+                @for code in timelines.keys() {
+                    option value=(code) selected[jurisdiction == Some(code.as_str())] { (code) }
+                }
+            }
+            label for="at" { "Who was the RA on" }
+            input #at name="at" value=(at) placeholder="2026-03-01" required;
+            label for="known_at" { "as known at (optional)" }
+            input #known_at name="known_at" value=(known_at) placeholder="now";
+            button type="submit" { "Ask" }
+        }
+    }
+}
+
+/// The answer to the as-of question in `jurisdiction`.
+fn as_of_answer(answer: &AsOf, jurisdiction: &str) -> Markup {
+    let AsOf { at, known, agent } = answer;
+    html! {
+        section.answer #answer {
+            @match agent {
+                Some(agent) => {
+                    p {
+                        "On " strong { (time(*at)) } ", as known at " (time(*known)) ", the RA in "
+                        (agent.assignment.jurisdiction) " was "
+                        a.contact href={"/contacts/" (agent.contact.contact_id)} data-contact-id=(agent.contact.contact_id) {
+                            (agent.contact.name)
+                        }
+                        " (" (address(&agent.contact.address)) "), contact status "
+                        (agent.contact_status.as_str()) ", under assignment "
+                        code data-assignment-id=(agent.assignment.assignment_id) { (agent.assignment.assignment_id) } "."
+                    }
+                }
+                None => {
+                    p.none data-contact-id="" {
+                        "On " strong { (time(*at)) } ", as known at " (time(*known))
+                        ", the business had no RA in " (jurisdiction) "."
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One jurisdiction's assignments, and the events behind them (each linked to its proof
+/// when digests are on).
+fn timeline_section(
+    code: &str,
+    timeline: &Timeline,
+    contacts: &HashMap<Uuid, ContactView>,
+    proofs: bool,
+) -> Markup {
+    html! {
+        section.timeline data-jurisdiction=(code) {
+            h2 { (code) }
+            table.list {
+                thead { tr { th { "Contact" } th { "Address" } th { "From" } th { "To" } th { "End" } th { "Recorded" } } }
+                tbody {
+                    @for assignment in &timeline.assignments {
+                        @let contact = contacts.get(&assignment.contact_id);
+                        tr {
+                            td { a href={"/contacts/" (assignment.contact_id)} {
+                                (contact.map_or(assignment.contact_id.to_string(), |c| c.name.clone()))
+                            } }
+                            td { @if let Some(contact) = contact { (address(&contact.address)) } }
+                            td { (time(assignment.started_at)) }
+                            td { (assignment.ended_at.map_or("(in force)".into(), time)) }
+                            td { (assignment.end_reason.map_or("", |reason| reason.as_str())) }
+                            td { (time(assignment.recorded_at)) }
+                        }
+                    }
+                }
+            }
+            details.events {
+                summary { "Events behind these changes" }
+                table.list {
+                    thead { tr { th { "Version" } th { "Event" } th { "Type" } th { "Effective" } th { "Recorded" } @if proofs { th { "Proof" } } } }
+                    tbody {
+                        @for event in &timeline.events {
+                            tr {
+                                td { (event.version) }
+                                td { code { (event.event_id) } }
+                                td { (event.event_type) }
+                                td { (time(event.effective_at)) }
+                                td { (time(event.recorded_at)) }
+                                @if proofs { td { a href={"/events/" (event.event_id) "/proof"} { "proof" } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

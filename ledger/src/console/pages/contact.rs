@@ -7,7 +7,7 @@ use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
-use maud::html;
+use maud::{Markup, html};
 use uuid::Uuid;
 
 use crate::api::AppState;
@@ -19,8 +19,8 @@ use crate::console::html::{
 use crate::console::layout::layout;
 use crate::console::session::Session;
 use crate::domain::PostalAddress;
-use crate::queries::{self};
-use crate::reassign;
+use crate::queries::{self, ContactRecord, ContactView};
+use crate::reassign::{self, RunStatus};
 use crate::store::Metadata;
 
 pub(in crate::console) async fn contact(
@@ -30,7 +30,7 @@ pub(in crate::console) async fn contact(
 ) -> Page {
     let contact_id = uuid("contact id", &id)?;
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let Some(contact) = queries::contact(&client, contact_id)
+    let Some(record) = queries::contact_record(&client, contact_id)
         .await
         .map_err(api_error)?
     else {
@@ -40,26 +40,29 @@ pub(in crate::console) async fn contact(
             &format!("The ledger has no contact {contact_id}."),
         ));
     };
-    let lineage = queries::lineage(&client, contact_id)
+    let runs = reassign::statuses_of(&client, contact_id)
         .await
         .map_err(api_error)?;
-    let active: i64 = client
-        .query_one(
-            include_str!("../../sql/console/active_assignments.sql"),
-            &[&contact_id],
-        )
-        .await
-        .map_err(api_error)?
-        .get(0);
-    let mut runs = Vec::new();
-    for run_id in reassign::runs_of(&client, contact_id)
-        .await
-        .map_err(api_error)?
-    {
-        runs.extend(reassign::status(&client, run_id).await.map_err(api_error)?);
-    }
-    let can_supersede = session.writer() && contact.superseded_by.is_none();
+    let can_supersede = session.writer() && record.contact.superseded_by.is_none();
     let body = html! {
+        (facts_and_lineage(&record))
+        (run_list(&runs))
+        @if can_supersede {
+            h2 { "Supersede this contact" }
+            (supersede_form(&record.contact, &session.csrf(&state)))
+        }
+    };
+    Ok(layout("Contact", Some(&session), &state, body))
+}
+
+/// The contact's facts, then its supersede lineage with itself in bold.
+fn facts_and_lineage(record: &ContactRecord) -> Markup {
+    let ContactRecord {
+        contact,
+        lineage,
+        active_assignments: active,
+    } = record;
+    html! {
         dl.facts {
             dt { "Id" } dd { code { (contact.contact_id) } }
             dt { "Name" } dd #contact-name { (contact.name) }
@@ -72,7 +75,7 @@ pub(in crate::console) async fn contact(
         }
         h2 { "Supersede lineage" }
         ol.lineage {
-            @for link in &lineage {
+            @for link in lineage {
                 li {
                     @if link.contact_id == contact.contact_id { strong { (link.name) } }
                     @else { a href={"/contacts/" (link.contact_id)} { (link.name) } }
@@ -80,12 +83,18 @@ pub(in crate::console) async fn contact(
                 }
             }
         }
+    }
+}
+
+/// The runs that move this contact's assignments away, newest first.
+fn run_list(runs: &[RunStatus]) -> Markup {
+    html! {
         h2 { "Reassignment runs" }
         @if runs.is_empty() { p { "None." } } @else {
             table.list {
                 thead { tr { th { "Run" } th { "Status" } th { "To contact" } th { "Replaced" } th { "Failed" } th { "Started" } } }
                 tbody {
-                    @for run in &runs {
+                    @for run in runs {
                         tr {
                             td { a href={"/runs/" (run.run_id)} { (run.run_id) } }
                             td { (run.status.as_str()) }
@@ -97,24 +106,26 @@ pub(in crate::console) async fn contact(
                 }
             }
         }
-        @if can_supersede {
-            h2 { "Supersede this contact" }
-            form.card.supersede #supersede method="post" action={"/contacts/" (contact.contact_id) "/supersede"} {
-                input type="hidden" name="csrf" value=(session.csrf(&state));
-                input type="hidden" name="expected_version" value=(contact.version);
-                label for="new-name" { "New office name" } input #new-name name="name" required maxlength="200";
-                label for="line1" { "Street" } input #line1 name="line1" required maxlength="200";
-                label for="line2" { "Suite (optional)" } input #line2 name="line2" maxlength="200";
-                label for="city" { "City" } input #city name="city" required maxlength="100";
-                label for="region" { "State" } input #region name="region" required size="3" maxlength="2" value=(contact.jurisdiction);
-                label for="postal_code" { "ZIP" } input #postal_code name="postal_code" required size="10" maxlength="10";
-                label for="effective_at" { "Effective (optional)" } input #effective_at name="effective_at" placeholder="now";
-                label for="page_size" { "Rows per page" } input #page_size name="page_size" value="1000" size="6";
-                button type="submit" { "Supersede and start the run" }
-            }
+    }
+}
+
+/// The form that supersedes `contact`, at the version the page shows.
+fn supersede_form(contact: &ContactView, csrf: &str) -> Markup {
+    html! {
+        form.card.supersede #supersede method="post" action={"/contacts/" (contact.contact_id) "/supersede"} {
+            input type="hidden" name="csrf" value=(csrf);
+            input type="hidden" name="expected_version" value=(contact.version);
+            label for="new-name" { "New office name" } input #new-name name="name" required maxlength="200";
+            label for="line1" { "Street" } input #line1 name="line1" required maxlength="200";
+            label for="line2" { "Suite (optional)" } input #line2 name="line2" maxlength="200";
+            label for="city" { "City" } input #city name="city" required maxlength="100";
+            label for="region" { "State" } input #region name="region" required size="3" maxlength="2" value=(contact.jurisdiction);
+            label for="postal_code" { "ZIP" } input #postal_code name="postal_code" required size="10" maxlength="10";
+            label for="effective_at" { "Effective (optional)" } input #effective_at name="effective_at" placeholder="now";
+            label for="page_size" { "Rows per page" } input #page_size name="page_size" value="1000" size="6";
+            button type="submit" { "Supersede and start the run" }
         }
-    };
-    Ok(layout("Contact", Some(&session), &state, body))
+    }
 }
 
 pub(in crate::console) async fn supersede(

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use maud::html;
+use maud::{Markup, html};
 
 use crate::api::AppState;
 use crate::console::html::{Page, address, api_error, bad_request, uuid};
 use crate::console::layout::layout;
 use crate::console::session::Session;
 use crate::domain::Jurisdiction;
-use crate::queries::{self, ContactView};
+use crate::queries::{self, ContactView, Found};
 
 pub(in crate::console) async fn home(session: Session) -> Response {
     let _ = session;
@@ -23,26 +23,21 @@ pub(in crate::console) async fn search(
     session: Session,
     Query(query): Query<HashMap<String, String>>,
 ) -> Page {
-    let id = query.get("id").map(|s| s.trim()).unwrap_or_default();
-    let name = query.get("name").map(|s| s.trim()).unwrap_or_default();
-    let jurisdiction = query
-        .get("jurisdiction")
-        .map(|s| s.trim())
-        .unwrap_or_default();
+    let field = |name: &str| query.get(name).map(|s| s.trim()).unwrap_or_default();
+    let (id, name, jurisdiction) = (field("id"), field("name"), field("jurisdiction"));
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let mut found_id = None;
+    let mut not_found = None;
     if !id.is_empty() {
         let id = uuid("id", id)?;
-        if let Some(contact) = queries::contact(&client, id).await.map_err(api_error)? {
-            return Ok(Redirect::to(&format!("/contacts/{}", contact.contact_id)).into_response());
+        match queries::find_id(&client, id).await.map_err(api_error)? {
+            Some(Found::Contact(id)) => {
+                return Ok(Redirect::to(&format!("/contacts/{id}")).into_response());
+            }
+            Some(Found::Business(id)) => {
+                return Ok(Redirect::to(&format!("/businesses/{id}")).into_response());
+            }
+            None => not_found = Some(id),
         }
-        let history = queries::assignment_history(&client, id, None, 1)
-            .await
-            .map_err(api_error)?;
-        if !history.is_empty() {
-            return Ok(Redirect::to(&format!("/businesses/{id}")).into_response());
-        }
-        found_id = Some(id);
     }
     let code = if jurisdiction.is_empty() {
         None
@@ -55,28 +50,27 @@ pub(in crate::console) async fn search(
     if name.chars().count() > 200 {
         return Err(bad_request("name is longer than 200 characters"));
     }
-    let contacts = if code.is_some() || !name.is_empty() {
-        let pattern = format!(
-            "%{}%",
-            name.replace('\\', "\\\\")
-                .replace('%', "\\%")
-                .replace('_', "\\_")
-        );
-        let rows = client
-            .query(
-                include_str!("../../sql/console/search_contacts.sql"),
-                &[&code.map(|code| code.code()), &pattern],
-            )
+    let searched = code.is_some() || !name.is_empty();
+    let contacts = if searched {
+        queries::search_contacts(&client, code, name)
             .await
-            .map_err(api_error)?;
-        rows.iter()
-            .map(|row| ContactView::from_row(row, 0))
-            .collect()
+            .map_err(api_error)?
     } else {
         Vec::new()
     };
-    let searched = code.is_some() || !name.is_empty();
     let body = html! {
+        (search_forms(id, jurisdiction, name))
+        @if let Some(id) = not_found {
+            p.error role="alert" { "No business or contact has id " (id) "." }
+        }
+        @if searched { (found_contacts(&contacts)) }
+    };
+    Ok(layout("Search", Some(&session), &state, body))
+}
+
+/// The two searches: by id, and by jurisdiction and name, filled with what was asked.
+fn search_forms(id: &str, jurisdiction: &str, name: &str) -> Markup {
+    html! {
         form.card.search method="get" action="/search" {
             label for="id" { "Business or contact id" }
             input #id name="id" value=(id) placeholder="UUID";
@@ -89,29 +83,29 @@ pub(in crate::console) async fn search(
             input #name name="name" value=(name);
             button type="submit" { "Search contacts" }
         }
-        @if let Some(id) = found_id {
-            p.error role="alert" { "No business or contact has id " (id) "." }
-        }
-        @if searched {
-            @if contacts.is_empty() {
-                p { "No contact matches." }
-            } @else {
-                table.list {
-                    thead { tr { th { "Jurisdiction" } th { "Name" } th { "Status" } th { "Address" } } }
-                    tbody {
-                        @for contact in &contacts {
-                            tr {
-                                td { (contact.jurisdiction) }
-                                td { a href={"/contacts/" (contact.contact_id)} { (contact.name) } }
-                                td { (contact.status.as_str()) }
-                                td { (address(&contact.address)) }
-                            }
+    }
+}
+
+/// The contacts a search found, or that none did.
+fn found_contacts(contacts: &[ContactView]) -> Markup {
+    html! {
+        @if contacts.is_empty() {
+            p { "No contact matches." }
+        } @else {
+            table.list {
+                thead { tr { th { "Jurisdiction" } th { "Name" } th { "Status" } th { "Address" } } }
+                tbody {
+                    @for contact in contacts {
+                        tr {
+                            td { (contact.jurisdiction) }
+                            td { a href={"/contacts/" (contact.contact_id)} { (contact.name) } }
+                            td { (contact.status.as_str()) }
+                            td { (address(&contact.address)) }
                         }
                     }
                 }
-                @if contacts.len() == 100 { p.hint { "The first 100 matches." } }
             }
+            @if contacts.len() == queries::SEARCH_LIMIT { p.hint { "The first 100 matches." } }
         }
-    };
-    Ok(layout("Search", Some(&session), &state, body))
+    }
 }
