@@ -48,6 +48,7 @@
 //! twice (the inbox absorbs them). The runner holds a session advisory lock per replay, so
 //! one process runs it at a time, and a dead runner's lock goes with its connection.
 
+mod recent;
 pub mod run;
 
 use std::collections::BTreeMap;
@@ -57,6 +58,8 @@ use deadpool_postgres::GenericClient;
 use ra_ledger_cdc::replay::{DEFAULT_TARGET, replay_topic};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+pub use recent::{ReplaySummary, recent};
 
 use crate::domain::{
     ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, REASSIGNMENT_AGGREGATE, ValidationError,
@@ -341,6 +344,16 @@ pub enum ReplayState {
 }
 
 impl ReplayState {
+    /// The name the `replays` table keeps, and the pages show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Running => "running",
+            Self::Complete => "complete",
+            Self::Failed => "failed",
+        }
+    }
+
     fn parse(text: &str) -> Self {
         match text {
             "running" => Self::Running,

@@ -5,6 +5,7 @@ mod audit;
 mod bad_input;
 mod broker_faults;
 mod console;
+mod console_pages;
 mod console_security;
 mod deploy;
 mod digest;
