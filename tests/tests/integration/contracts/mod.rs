@@ -1,8 +1,10 @@
 //! The contracts consuming teams build on, checked against the real thing: `docs/asyncapi.yaml`
 //! against every record the real relay, a real replay, a digest and a supersede put on
-//! Kafka ([`asyncapi`]).
+//! Kafka ([`asyncapi`]); a consumer in Python written from the `.proto` and that document
+//! alone ([`python_consumer`]).
 
 mod asyncapi;
+mod python_consumer;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
