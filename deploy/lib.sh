@@ -43,6 +43,25 @@ ensure_postgres() {
     pg_bindir >/dev/null || die "apt installed postgresql but no server binaries are in /usr/lib/postgresql/*/bin"
 }
 
+# A venv with the Python consumer's pinned dependencies (proto/consumers/python), under the
+# cache, one per version of its requirements.txt; exports LEDGER_PYTHON, its interpreter.
+ensure_python_env() {
+    local requirements="$REPO_ROOT/proto/consumers/python/requirements.txt"
+    local digest venv
+    digest=$(sha256sum "$requirements" | cut -c1-12)
+    venv="$RA_CACHE_DIR/python-consumer-$digest"
+    if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
+        command -v python3 >/dev/null || die "python3 is needed for the Python consumer's tests"
+        log "creating the Python consumer's venv in $venv"
+        rm -rf "$venv"
+        python3 -m venv "$venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" \
+            || die "pip could not install $requirements"
+        touch "$venv/.complete"
+    fi
+    export LEDGER_PYTHON="$venv/bin/python"
+}
+
 # Debian packages, installed with apt only when missing: libssl-dev and pkg-config to build
 # librdkafka with TLS and SASL; openssl and systemd (systemd-analyze) for tests.
 ensure_packages() {

@@ -7,6 +7,7 @@ mod broker_faults;
 mod console;
 mod console_pages;
 mod console_security;
+mod contracts;
 mod deploy;
 mod digest;
 mod digest_published;
