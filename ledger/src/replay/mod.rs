@@ -112,10 +112,10 @@ pub struct ReplayRequest {
     #[serde(default)]
     pub stream_prefix: Option<String>,
     /// Only events recorded at or after this instant.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub recorded_from: Option<DateTime<Utc>>,
     /// Only events recorded before this instant.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub recorded_to: Option<DateTime<Utc>>,
     /// At most this many events per second (default 5,000).
     #[serde(default)]
@@ -210,14 +210,24 @@ impl ReplayRequest {
                     format!("must be 1 to {MAX_STREAM_PREFIX} bytes (leave it out for all)"),
                 ));
             }
-            if prefix.chars().any(char::is_control) {
+            // Stream names are ASCII (`assignment-<uuid>-TX`): anything else matches none.
+            if !prefix.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
                 return Err(ValidationError::new(
                     "stream_prefix",
-                    "must not contain control characters",
+                    "must be printable ASCII, as stream names are",
                 ));
             }
         }
-        if let (Some(from), Some(to)) = (self.recorded_from, self.recorded_to)
+        let within = |field, time| crate::domain::instant(field, time);
+        let recorded_from = self
+            .recorded_from
+            .map(|time| within("recorded_from", time))
+            .transpose()?;
+        let recorded_to = self
+            .recorded_to
+            .map(|time| within("recorded_to", time))
+            .transpose()?;
+        if let (Some(from), Some(to)) = (recorded_from, recorded_to)
             && from >= to
         {
             return Err(ValidationError::new(
@@ -252,8 +262,8 @@ impl ReplayRequest {
             aggregate_types,
             event_types,
             stream_prefix: self.stream_prefix,
-            recorded_from: self.recorded_from,
-            recorded_to: self.recorded_to,
+            recorded_from,
+            recorded_to,
             rate,
             topic_prefix,
             target,
