@@ -15,6 +15,7 @@ mod disclosure;
 mod import;
 mod ledger;
 mod migrations;
+mod openapi;
 mod races;
 mod reassignment;
 mod rebuild_online;
