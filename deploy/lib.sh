@@ -43,6 +43,38 @@ ensure_postgres() {
     pg_bindir >/dev/null || die "apt installed postgresql but no server binaries are in /usr/lib/postgresql/*/bin"
 }
 
+# A venv named $1 under the cache with the pinned requirements of file $2, one per version of
+# that file (its name ends in the file's digest); sets PYTHON_VENV to its directory. A venv
+# is used only once its install completed.
+ensure_venv() {
+    local name=$1 requirements=$2 digest venv
+    digest=$(sha256sum "$requirements" | cut -c1-12)
+    venv="$RA_CACHE_DIR/$name-$digest"
+    if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
+        command -v python3 >/dev/null || die "python3 is needed for the venv of $requirements"
+        log "creating the venv of $requirements in $venv"
+        rm -rf "$venv"
+        python3 -m venv "$venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" \
+            || die "pip could not install $requirements"
+        touch "$venv/.complete"
+    fi
+    PYTHON_VENV=$venv
+}
+
+# The Python consumer's venv (proto/consumers/python); exports LEDGER_PYTHON, its interpreter.
+ensure_python_env() {
+    ensure_venv python-consumer "$REPO_ROOT/proto/consumers/python/requirements.txt"
+    export LEDGER_PYTHON="$PYTHON_VENV/bin/python"
+}
+
+# schemathesis, pinned in tests/schemathesis/requirements.txt, which checks /openapi.json
+# against the service; exports LEDGER_SCHEMATHESIS, its command.
+ensure_schemathesis() {
+    ensure_venv schemathesis "$REPO_ROOT/tests/schemathesis/requirements.txt"
+    export LEDGER_SCHEMATHESIS="$PYTHON_VENV/bin/schemathesis"
+}
+
 # Debian packages, installed with apt only when missing: libssl-dev and pkg-config to build
 # librdkafka with TLS and SASL; openssl and systemd (systemd-analyze) for tests.
 ensure_packages() {

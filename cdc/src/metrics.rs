@@ -10,8 +10,8 @@ pub const REPLICATION_LAG_BYTES: &str = "ra_relay_replication_lag_bytes";
 /// Seconds since the commit of the newest transaction confirmed to the slot.
 pub const NEWEST_PUBLISHED_COMMIT_AGE: &str = "ra_relay_newest_published_commit_age_seconds";
 /// Seconds since the commit of the oldest transaction read and not yet confirmed to the
-/// slot; 0 when everything read is confirmed. What to alert on (see
-/// docs/auditing-and-operations.md).
+/// slot; 0 when everything read is confirmed. What to alert on (see docs/operators.md,
+/// "Lag in time, and what to alert on").
 pub const OLDEST_UNCONFIRMED_COMMIT_AGE: &str = "ra_relay_oldest_unconfirmed_commit_age_seconds";
 /// Outbox events acknowledged by Kafka.
 pub const EVENTS_PUBLISHED: &str = "ra_relay_events_published_total";

@@ -1,5 +1,7 @@
 //! Parked messages: ones Kafka refused for good, kept durably in `outbox_parked` with every
-//! header, listed and re-published by operators.
+//! header, listed and re-published by operators. Both ways in are here: the CLI publishes
+//! again at once ([`republish`]); the console asks for it ([`request_republish`]) and the
+//! relay, which holds the producer, publishes what was asked ([`republish_requested`]).
 
 use std::time::Duration;
 
@@ -94,6 +96,69 @@ pub async fn list(client: &Client, all: bool) -> Result<Vec<ParkedMessage>, toki
         .collect())
 }
 
+/// A parked message waiting to be published again, as the console lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingMessage {
+    /// Row id in `outbox_parked`.
+    pub id: i64,
+    /// Event id.
+    pub event_id: String,
+    /// Event type.
+    pub event_type: String,
+    /// Topic it was meant for.
+    pub topic: String,
+    /// Why Kafka refused it.
+    pub error: String,
+    /// When it was parked.
+    pub parked_at: chrono::DateTime<chrono::Utc>,
+    /// When an operator asked to publish it again, while the relay has not tried yet.
+    pub republish_requested_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Who asked.
+    pub republish_requested_by: Option<String>,
+    /// Kafka's refusal of the last attempt the relay made on request.
+    pub republish_error: Option<String>,
+}
+
+/// Parked messages not re-published yet, oldest first, at most `limit`.
+pub async fn waiting(
+    client: &Client,
+    limit: i64,
+) -> Result<Vec<WaitingMessage>, tokio_postgres::Error> {
+    let rows = client
+        .query(include_str!("sql/waiting_parked.sql"), &[&limit])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| WaitingMessage {
+            id: row.get(0),
+            event_id: row.get(1),
+            event_type: row.get(2),
+            topic: row.get(3),
+            error: row.get(4),
+            parked_at: row.get(5),
+            republish_requested_at: row.get(6),
+            republish_requested_by: row.get(7),
+            republish_error: row.get(8),
+        })
+        .collect())
+}
+
+/// Asks the relay to publish parked message `id` again (see [`republish_requested`]), on
+/// behalf of `requested_by`. `false` when no such message waits to be published.
+pub async fn request_republish(
+    client: &Client,
+    id: i64,
+    requested_by: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    let updated = client
+        .execute(
+            include_str!("sql/request_republish.sql"),
+            &[&id, &requested_by],
+        )
+        .await?;
+    Ok(updated > 0)
+}
+
 /// Outcome of re-publishing one parked message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Republished {
@@ -165,10 +230,10 @@ pub async fn republish(
     Ok(outcomes)
 }
 
-/// Publishes the parked messages a writer asked for (`republish_requested_at`, set by the
+/// Publishes the parked messages an operator asked for ([`request_republish`], from the
 /// console), one at a time, each in a transaction holding its row (`FOR UPDATE SKIP LOCKED`:
 /// two relays never publish the same request). A refusal clears the request and records
-/// Kafka's error for the writer to see. Returns the outcomes.
+/// Kafka's error for the operator to see. Returns the outcomes.
 pub async fn republish_requested(
     client: &mut Client,
     producer: &FutureProducer,

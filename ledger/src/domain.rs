@@ -3,7 +3,7 @@
 //! Everything a client sends is checked here, before any database work, and a bad value
 //! gets a [`ValidationError`] that names the field and what is wrong with it.
 
-use chrono::{DateTime, Datelike, TimeZone, Utc};
+use chrono::{DateTime, Datelike, TimeZone, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -210,6 +210,56 @@ pub fn instant(field: &str, value: DateTime<Utc>) -> Result<DateTime<Utc>, Valid
         .unwrap_or(value))
 }
 
+/// Parses an RFC 3339 date-time as clients send them: `2026-03-01T09:30:00Z`, with `T` (or
+/// `t`) between date and time and a `Z` or `+hh:mm` zone. chrono alone would also take a
+/// space there and, through serde, a relaxed form (one-digit months, spaces between the
+/// parts); the API documents, and so accepts, RFC 3339's own grammar only. A leap second
+/// (`:60`) is refused too: PostgreSQL's `timestamptz` cannot hold one.
+pub fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
+    let refuse =
+        || format!("{text:?} is not an RFC 3339 date-time such as \"2026-03-01T09:30:00Z\"");
+    if text.as_bytes().get(10) == Some(&b' ') {
+        return Err(refuse());
+    }
+    let time = match DateTime::parse_from_rfc3339(text) {
+        Ok(time) => time,
+        // A year RFC 3339 cannot write (signed, or of five digits or more) is read as chrono
+        // reads it, so that [`instant`] refuses it for its year like any other out of range.
+        Err(_) => match text.parse::<DateTime<chrono::FixedOffset>>() {
+            Ok(time) if !(FIRST_YEAR..=LAST_YEAR).contains(&time.year()) => time,
+            _ => return Err(refuse()),
+        },
+    };
+    if time.nanosecond() >= 1_000_000_000 {
+        return Err(format!(
+            "{text:?} is a leap second, which the ledger cannot keep"
+        ));
+    }
+    Ok(time.with_timezone(&Utc))
+}
+
+/// serde's `deserialize_with` for date-times: [`parse_rfc3339`], or absent and `null` as
+/// `None` with [`rfc3339::option`].
+pub mod rfc3339 {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer};
+
+    /// A required date-time.
+    pub fn required<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        super::parse_rfc3339(&text).map_err(serde::de::Error::custom)
+    }
+
+    /// An optional date-time (with `#[serde(default)]`).
+    pub fn option<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| super::parse_rfc3339(&text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 /// Status of a contact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -375,6 +425,32 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn times_are_rfc_3339_and_nothing_looser() {
+        let expected = Utc.with_ymd_and_hms(2026, 3, 1, 9, 30, 0).unwrap();
+        for good in [
+            "2026-03-01T09:30:00Z",
+            "2026-03-01t09:30:00z",
+            "2026-03-01T11:30:00+02:00",
+            "2026-03-01T09:30:00.000000Z",
+        ] {
+            assert_eq!(parse_rfc3339(good), Ok(expected), "{good}");
+        }
+        for bad in [
+            "2026-03-01 09:30:00Z",
+            "2026-3-1T09:30:00Z",
+            "2026-03-01T09:30:00",
+            "2026-03-01T09:30:00+0200",
+            "2026-03-01",
+            "",
+        ] {
+            let error = parse_rfc3339(bad).unwrap_err();
+            assert!(error.contains("RFC 3339"), "{bad}: {error}");
+        }
+        let leap = parse_rfc3339("2016-12-31T23:59:60Z").unwrap_err();
+        assert!(leap.contains("leap second"), "{leap}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 /// `override` feature: the relay's per-message allocations spent about 30% of its CPU in
 /// glibc's allocator (`perf` during `ledger bench relay`). With it the relay drained
 /// 112,000-129,000 rows/s, against 93,000-94,000 with mimalloc for Rust alone and 78,000
-/// with glibc (README, "Benchmarks on Apache Kafka").
+/// with glibc (docs/benchmarks.md, "Benchmarks on Apache Kafka").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

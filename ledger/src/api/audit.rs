@@ -23,9 +23,11 @@ pub const DEFAULT_PAGE: u32 = 50;
 #[serde(deny_unknown_fields)]
 pub(super) struct AtQuery {
     /// Business time; defaults to now.
+    #[serde(default, deserialize_with = "domain::rfc3339::option")]
     at: Option<DateTime<Utc>>,
     /// Transaction time: only what the ledger had recorded by then; defaults to now, or
     /// with `proof` to the newest digest's time (a digest cannot prove a later instant).
+    #[serde(default, deserialize_with = "domain::rfc3339::option")]
     known_at: Option<DateTime<Utc>>,
     /// Add the answer's proof against the newest signed digest.
     #[serde(default)]
@@ -114,8 +116,10 @@ pub(super) async fn registered_agent_at(
 #[serde(deny_unknown_fields)]
 pub(super) struct PeriodQuery {
     /// Start of the period (inclusive).
+    #[serde(deserialize_with = "domain::rfc3339::required")]
     from: DateTime<Utc>,
     /// End of the period (exclusive): `[from, to)`, like assignments' own intervals.
+    #[serde(deserialize_with = "domain::rfc3339::required")]
     to: DateTime<Utc>,
 }
 

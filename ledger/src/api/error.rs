@@ -10,6 +10,29 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+/// Every code an error answer can carry: the `code` enum of `/openapi.json`'s `Error`
+/// schema, which a test keeps equal to this list. [`ApiError::new`] and [`ApiError::body`]
+/// refuse any other in debug builds, so a new code fails the first test that meets it
+/// until it is added here and to the document.
+pub const CODES: [&str; 16] = [
+    "bad_request",
+    "invalid_field",
+    "invalid_cursor",
+    "backdated_effective_at",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "body_timeout",
+    "conflict",
+    "not_sealed",
+    "payload_too_large",
+    "unsupported_media_type",
+    "too_many_replays",
+    "unavailable",
+    "internal",
+];
+
 /// An error answer: `{"error": {"code": "...", "message": "..."}}`.
 #[derive(Debug)]
 pub struct ApiError {
@@ -32,6 +55,7 @@ struct Inner<'a> {
 impl ApiError {
     /// An error with an explicit status and code.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        debug_assert!(CODES.contains(&code), "error code {code:?} is not in CODES");
         Self {
             status,
             code,
@@ -76,6 +100,7 @@ impl ApiError {
 
     /// The body every error answer has, for a status and a message.
     pub fn body(code: &str, message: &str) -> String {
+        debug_assert!(CODES.contains(&code), "error code {code:?} is not in CODES");
         serde_json::to_string(&Body {
             error: Inner { code, message },
         })
@@ -120,5 +145,27 @@ impl From<tokio_postgres::Error> for ApiError {
 impl From<deadpool_postgres::PoolError> for ApiError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         CommandError::Pool(error).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn the_documents_error_codes_are_the_codes_the_service_answers_with() {
+        let document: serde_json::Value =
+            serde_json::from_str(include_str!("openapi.json")).expect("openapi.json is JSON");
+        let documented: BTreeSet<&str> = document
+            .pointer("/components/schemas/Error/properties/error/properties/code/enum")
+            .and_then(serde_json::Value::as_array)
+            .expect("the Error schema has a code enum")
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        let answered: BTreeSet<&str> = CODES.into_iter().collect();
+        assert_eq!(documented, answered);
+        assert_eq!(answered.len(), CODES.len(), "a code is listed twice");
     }
 }

@@ -4,7 +4,8 @@
 //! struct by position (`[]` would end an assignment), and PostgreSQL refuses NUL in text
 //! with an error that would surface as a 500. So the body is parsed as a JSON value first,
 //! checked, and only then turned into the command, with the path of a bad field in the
-//! message.
+//! message. A number whose value is whole (`2.0`, `1e3`) is an integer, as JSON Schema (and
+//! so `/openapi.json`) counts it: serde alone would refuse it where an integer is expected.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
@@ -26,7 +27,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(value) = axum::Json::<Value>::from_request(request, state)
+        let axum::Json(mut value) = axum::Json::<Value>::from_request(request, state)
             .await
             .map_err(|rejection| {
                 let status = rejection.status();
@@ -38,6 +39,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                 ApiError::new(status, code, rejection.body_text())
             })?;
         check_body(&value)?;
+        whole_numbers_as_integers(&mut value);
         serde_path_to_error::deserialize(value)
             .map(Body)
             .map_err(|error| {
@@ -71,6 +73,29 @@ fn check_body(value: &Value) -> Result<(), ApiError> {
                 u32::from(c)
             ),
         )),
+    }
+}
+
+/// Writes every number whose value is a whole number within 64 bits (`2.0`, `-1e3`) as an
+/// integer, so that a field of an integer type takes it; fractions stay as they are, and
+/// are refused by that field.
+fn whole_numbers_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            let Some(float) = number.as_f64() else { return };
+            // i64::MIN is exact as an f64; i64::MAX and u64::MAX are not, so the bounds are
+            // the powers of two just above them, excluded.
+            if float.fract() == 0.0 && float >= -(2f64.powi(63)) && float < 2f64.powi(64) {
+                *value = if float < 0.0 {
+                    Value::from(float as i64)
+                } else {
+                    Value::from(float as u64)
+                };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(whole_numbers_as_integers),
+        _ => {}
     }
 }
 
@@ -161,5 +186,20 @@ mod tests {
         );
         let key = check_body(&json!({"na\u{7}me": "x"})).unwrap_err();
         assert!(format!("{key:?}").contains("U+0007"), "{key:?}");
+    }
+
+    #[test]
+    fn whole_numbers_become_integers_and_fractions_stay() {
+        let mut body: Value =
+            serde_json::from_str(r#"{"a": 2.0, "b": [-1e3, 0.5], "c": {"d": 1e300}, "e": 7}"#)
+                .unwrap();
+        whole_numbers_as_integers(&mut body);
+        assert_eq!(body["a"], json!(2));
+        assert!(body["a"].is_u64());
+        assert_eq!(body["b"][0], json!(-1000));
+        assert!(body["b"][0].is_i64());
+        assert!(body["b"][1].is_f64(), "{body}");
+        assert!(body["c"]["d"].is_f64(), "beyond 64 bits: {body}");
+        assert_eq!(body["e"], json!(7));
     }
 }

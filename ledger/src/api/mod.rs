@@ -121,9 +121,8 @@ pub fn service(router: Router) -> Router {
         .layer(middleware::from_fn(crate::trace::http_layer))
 }
 
-/// Serves `router` (see [`service`]) until `shutdown`, checking request heads before hyper
-/// parses them and holding every connection to `limits` (see [`http1`]); `stats` counts the
-/// connections.
+/// Serves `router` (see [`service`]) until `shutdown`, holding every connection to `limits`
+/// (see [`http1`]); `stats` counts the connections.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,

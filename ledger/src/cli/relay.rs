@@ -9,7 +9,7 @@ use super::DatabaseUrl;
 /// Arguments of `ledger relay`.
 #[derive(Debug, clap::Args)]
 pub struct RelayArgs {
-    /// TOML file with relay settings (see README); defaults suit the local stack.
+    /// TOML file with relay settings (see docs/operators.md); defaults suit the local stack.
     #[arg(long, env = "LEDGER_RELAY_CONFIG")]
     config: Option<String>,
     /// `exactly_once` or `at_least_once`; overrides the file and LEDGER_RELAY_DELIVERY

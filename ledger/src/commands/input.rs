@@ -20,7 +20,7 @@ pub struct CreateContact {
     /// Its postal address.
     pub address: PostalAddress,
     /// Business time; defaults to now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub effective_at: Option<DateTime<Utc>>,
 }
 
@@ -33,7 +33,7 @@ pub struct SupersedeContact {
     /// Its postal address.
     pub address: PostalAddress,
     /// Business time; defaults to now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub effective_at: Option<DateTime<Utc>>,
     /// The old contact's stream version the caller saw; a mismatch is a conflict.
     #[serde(default)]
@@ -61,7 +61,7 @@ pub struct Assign {
     /// Jurisdiction code.
     pub jurisdiction: String,
     /// Business time; defaults to now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub effective_at: Option<DateTime<Utc>>,
 }
 
@@ -70,7 +70,7 @@ pub struct Assign {
 #[serde(deny_unknown_fields)]
 pub struct ChangeAssignment {
     /// Business time; defaults to now.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub effective_at: Option<DateTime<Utc>>,
     /// The registration stream version the caller saw; a mismatch is a conflict.
     #[serde(default)]

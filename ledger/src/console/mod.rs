@@ -13,6 +13,13 @@
 //! - Every response carries a strict Content-Security-Policy: scripts and styles from this
 //!   origin only, no inline script or style, no framing.
 
+// A handler's or a check's error is the finished error page, built once per request:
+// boxing it would buy nothing.
+#![allow(clippy::result_large_err)]
+
+mod guard;
+mod html;
+mod layout;
 mod next;
 mod pages;
 mod session;

@@ -299,10 +299,10 @@ impl IntoResponse for SignInFirst {
         match self.back_to {
             Some(path) => Redirect::to(&format!(
                 "/sign-in?next={}",
-                super::pages::encode_query(&path)
+                super::html::encode_query(&path)
             ))
             .into_response(),
-            None => super::pages::error_page(
+            None => super::html::error_page(
                 StatusCode::UNAUTHORIZED,
                 "Not signed in",
                 "Sign in first; your session may have expired.",

@@ -3,10 +3,14 @@
 //! Time has two axes. `at` is business time (`effective_at`: when a change took effect);
 //! `known_at` is transaction time (`recorded_at`: when the ledger learned it). "Who was the
 //! RA at T, as known at K" ignores everything recorded after K. The audit questions are in
-//! [`audit`]; this module holds the views and the lookups the commands make.
+//! [`audit`]; this module holds the views and the lookups the commands make, and the
+//! console's reads: a business's or a contact's whole record ([`records`]) and its search
+//! ([`search`]).
 
 mod audit;
 mod fold;
+mod records;
+mod search;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -19,6 +23,10 @@ pub use audit::{
     registered_agents_during,
 };
 pub use fold::Fold;
+pub use records::{
+    BusinessRecord, ContactRecord, StreamEvent, Timeline, business_record, contact_record, contacts,
+};
+pub use search::{Found, SEARCH_LIMIT, find_id, search_contacts};
 
 use crate::db::cached;
 use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};

@@ -41,7 +41,9 @@ pub use request::PageRequest;
 #[cfg(feature = "testing")]
 pub use rows::replace_all_at_once;
 pub use start::{RunStarted, reraise_stalled, resume, stalled, start_in};
-pub use status::{RowFailure, RunState, RunStatus, in_progress, running, runs_of, status};
+pub use status::{
+    RowFailure, RunState, RunStatus, in_progress, running, runs_of, status, statuses_of,
+};
 
 use crate::domain::ValidationError;
 

@@ -210,6 +210,18 @@ pub async fn runs_of(
     .collect())
 }
 
+/// The progress of every run of a contact (as the old contact), newest first.
+pub async fn statuses_of(
+    client: &impl GenericClient,
+    old_contact_id: Uuid,
+) -> Result<Vec<RunStatus>, tokio_postgres::Error> {
+    let mut statuses = Vec::new();
+    for run_id in runs_of(client, old_contact_id).await? {
+        statuses.extend(status(client, run_id).await?);
+    }
+    Ok(statuses)
+}
+
 /// Runs in progress, oldest first.
 pub async fn in_progress(client: &impl GenericClient) -> Result<Vec<Uuid>, tokio_postgres::Error> {
     Ok(cached::query(

@@ -48,6 +48,7 @@
 //! twice (the inbox absorbs them). The runner holds a session advisory lock per replay, so
 //! one process runs it at a time, and a dead runner's lock goes with its connection.
 
+mod recent;
 pub mod run;
 
 use std::collections::BTreeMap;
@@ -57,6 +58,8 @@ use deadpool_postgres::GenericClient;
 use ra_ledger_cdc::replay::{DEFAULT_TARGET, replay_topic};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+pub use recent::{ReplaySummary, recent};
 
 use crate::domain::{
     ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, REASSIGNMENT_AGGREGATE, ValidationError,
@@ -83,7 +86,8 @@ pub const EVENT_TYPES: [&str; 7] = [
 /// Events per second when not told: a sixth of what one replay publishes unthrottled on the
 /// 2-core dev machine (about 33,000 events/s on Apache Kafka), so the live relay keeps its
 /// pace: beside a replay at 5,000 events/s the live p99 at 500 events/s was 13.9 ms, against
-/// 13.3 ms alone (README, "Replays"). A full ledger of 10 million events takes 33 minutes.
+/// 13.3 ms alone (docs/benchmarks.md, "Replays beside the live load"). A full ledger of 10
+/// million events takes 33 minutes.
 pub const DEFAULT_RATE: u32 = 5_000;
 /// The fastest a replay may be asked to go.
 pub const MAX_RATE: u32 = 1_000_000;
@@ -108,10 +112,10 @@ pub struct ReplayRequest {
     #[serde(default)]
     pub stream_prefix: Option<String>,
     /// Only events recorded at or after this instant.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub recorded_from: Option<DateTime<Utc>>,
     /// Only events recorded before this instant.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub recorded_to: Option<DateTime<Utc>>,
     /// At most this many events per second (default 5,000).
     #[serde(default)]
@@ -206,14 +210,24 @@ impl ReplayRequest {
                     format!("must be 1 to {MAX_STREAM_PREFIX} bytes (leave it out for all)"),
                 ));
             }
-            if prefix.chars().any(char::is_control) {
+            // Stream names are ASCII (`assignment-<uuid>-TX`): anything else matches none.
+            if !prefix.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
                 return Err(ValidationError::new(
                     "stream_prefix",
-                    "must not contain control characters",
+                    "must be printable ASCII, as stream names are",
                 ));
             }
         }
-        if let (Some(from), Some(to)) = (self.recorded_from, self.recorded_to)
+        let within = |field, time| crate::domain::instant(field, time);
+        let recorded_from = self
+            .recorded_from
+            .map(|time| within("recorded_from", time))
+            .transpose()?;
+        let recorded_to = self
+            .recorded_to
+            .map(|time| within("recorded_to", time))
+            .transpose()?;
+        if let (Some(from), Some(to)) = (recorded_from, recorded_to)
             && from >= to
         {
             return Err(ValidationError::new(
@@ -248,8 +262,8 @@ impl ReplayRequest {
             aggregate_types,
             event_types,
             stream_prefix: self.stream_prefix,
-            recorded_from: self.recorded_from,
-            recorded_to: self.recorded_to,
+            recorded_from,
+            recorded_to,
             rate,
             topic_prefix,
             target,
@@ -340,6 +354,16 @@ pub enum ReplayState {
 }
 
 impl ReplayState {
+    /// The name the `replays` table keeps, and the pages show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Running => "running",
+            Self::Complete => "complete",
+            Self::Failed => "failed",
+        }
+    }
+
     fn parse(text: &str) -> Self {
         match text {
             "running" => Self::Running,

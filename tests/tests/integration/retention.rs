@@ -196,14 +196,9 @@ async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> any
         .await?;
     let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
     let published_before = async || -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
-        // The console's own query.
-        Ok(client
-            .query_one(
-                include_str!("../../../ledger/src/sql/console/relay_slot.sql"),
-                &[&slot],
-            )
-            .await?
-            .get(2))
+        // What the console reads.
+        let progress = retention::slot_progress(&pool.get().await?, &slot).await?;
+        Ok(progress.and_then(|progress| progress.published_before))
     };
     insert_backlog(&client, 2, 10, 8).await?;
     retention::prune(&pool, &slot, 500).await?;

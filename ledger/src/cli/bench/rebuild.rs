@@ -158,7 +158,8 @@ pub async fn run(
 }
 
 /// The kernel's write-back thresholds on this host, which decide the longest stall when the
-/// database's WAL and tables share a disk (README, "Write stalls and the kernel's write-back").
+/// database's WAL and tables share a disk (docs/operators.md, "Write stalls and the kernel's
+/// write-back"; the figures per threshold in docs/benchmarks.md, "Online rebuild").
 /// They matter on the database's host: this reads the bench's own, the same one on the stack.
 fn write_back_settings() -> String {
     let read = |name: &str| {
@@ -174,7 +175,7 @@ fn write_back_settings() -> String {
     };
     format!(
         "this host's background write-back starts at {threshold} of dirty pages \
-         (vm.dirty_background_bytes/_ratio; the README's figures: 8388608 bytes keeps the \
+         (vm.dirty_background_bytes/_ratio; docs/benchmarks.md's figures: 8388608 bytes keeps the \
          longest stall under 100 ms, 10% of 24 GiB does not)"
     )
 }

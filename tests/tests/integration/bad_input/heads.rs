@@ -1,4 +1,5 @@
-//! Routes, methods and headers: answered in JSON in process and over real TCP.
+//! Routes, methods and headers: answered in JSON in process; heads hyper cannot parse get
+//! its bare 400 or 431 over real TCP.
 
 use super::*;
 
@@ -106,9 +107,17 @@ async fn unknown_routes_wrong_methods_and_bad_tokens_answer_in_json() -> anyhow:
     Ok(())
 }
 
+/// One response read off a raw connection: its status, its head (lowercase) and its body.
+#[derive(Debug)]
+struct RawResponse {
+    status: u16,
+    head: String,
+    body: String,
+}
+
 /// Sends raw bytes over a fresh TCP connection and reads the whole answer (the server
-/// closes it after a refusal). Returns each response's status and JSON body.
-async fn raw_http(address: SocketAddr, request: &[u8]) -> anyhow::Result<Vec<(u16, Value)>> {
+/// closes it after a refusal), split into its responses.
+async fn raw_http(address: SocketAddr, request: &[u8]) -> anyhow::Result<Vec<RawResponse>> {
     let mut stream = tokio::net::TcpStream::connect(address).await?;
     stream.write_all(request).await?;
     let mut bytes = Vec::new();
@@ -121,7 +130,7 @@ async fn raw_http(address: SocketAddr, request: &[u8]) -> anyhow::Result<Vec<(u1
     let mut responses = Vec::new();
     let mut rest = text.as_str();
     while let Some(head_end) = rest.find("\r\n\r\n") {
-        let head = &rest[..head_end];
+        let head = rest[..head_end].to_ascii_lowercase();
         let status: u16 = head
             .split(' ')
             .nth(1)
@@ -130,27 +139,50 @@ async fn raw_http(address: SocketAddr, request: &[u8]) -> anyhow::Result<Vec<(u1
         let length: usize = head
             .lines()
             .find_map(|line| {
-                line.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
+                line.strip_prefix("content-length:")
                     .map(|n| n.trim().parse().unwrap_or_default())
             })
             .unwrap_or_default();
-        anyhow::ensure!(
-            head.to_ascii_lowercase()
-                .contains("content-type: application/json"),
-            "a JSON answer: {head}"
-        );
-        let body = &rest[head_end + 4..head_end + 4 + length];
-        responses.push((status, serde_json::from_str(body)?));
+        let body = rest[head_end + 4..head_end + 4 + length].to_owned();
         rest = &rest[head_end + 4 + length..];
+        responses.push(RawResponse { status, head, body });
     }
+    anyhow::ensure!(rest.is_empty(), "bytes after the last response: {rest:?}");
     Ok(responses)
+}
+
+/// The answer to a good request: 200 in JSON.
+fn assert_served(case: &str, response: &RawResponse) {
+    assert_eq!(response.status, 200, "{case}: {response:?}");
+    assert!(
+        response.head.contains("content-type: application/json"),
+        "{case}: a JSON answer: {response:?}"
+    );
+    assert!(
+        serde_json::from_str::<Value>(&response.body).is_ok(),
+        "{case}: {response:?}"
+    );
+}
+
+/// hyper's own answer to a head it refuses: the status, an empty body, and the connection
+/// closed. The one documented exception to the JSON error shape.
+fn assert_bare_refusal(case: &str, response: &RawResponse, status: u16) {
+    assert_eq!(response.status, status, "{case}: {response:?}");
+    assert!(
+        response.head.contains("content-length: 0"),
+        "{case}: {response:?}"
+    );
+    assert!(response.body.is_empty(), "{case}: {response:?}");
+    assert!(
+        !response.head.contains("content-type"),
+        "{case}: no body type: {response:?}"
+    );
 }
 
 // Longer than our usual function on purpose: one scenario, or one table of cases, read
 // top to bottom; split into pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_and_oversized_headers_over_tcp_get_json_errors() -> anyhow::Result<()> {
+async fn malformed_and_oversized_heads_over_tcp_get_hypers_bare_status() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
     let address = world.api.serve().await?;
@@ -160,13 +192,12 @@ async fn malformed_and_oversized_headers_over_tcp_get_json_errors() -> anyhow::R
     let big = "b".repeat(100_000);
     let many: String = (0..150).map(|i| format!("X-Header-{i}: {i}\r\n")).collect();
     let write = format!("/v1/assignments/{}/end", world.assignment);
-    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         (
             "DEL byte in Authorization",
             format!("GET {uri} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \x7f\r\n\r\n")
                 .into_bytes(),
             400,
-            "bad_request",
         ),
         (
             "DEL byte in a write's Authorization",
@@ -176,32 +207,27 @@ async fn malformed_and_oversized_headers_over_tcp_get_json_errors() -> anyhow::R
             )
             .into_bytes(),
             400,
-            "bad_request",
         ),
         (
             "NUL in a header value",
             format!("GET {uri} HTTP/1.1\r\nHost: x\r\nX-Note: a\0b\r\n\r\n").into_bytes(),
             400,
-            "bad_request",
         ),
         (
             "header line without a colon",
             format!("GET {uri} HTTP/1.1\r\nHost: x\r\nnot a header\r\n\r\n").into_bytes(),
             400,
-            "bad_request",
         ),
         (
             "100 KB header",
             format!("GET {uri} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {big}\r\n\r\n")
                 .into_bytes(),
             431,
-            "headers_too_large",
         ),
         (
             "150 headers",
             format!("GET {uri} HTTP/1.1\r\nHost: x\r\n{many}\r\n").into_bytes(),
             431,
-            "headers_too_large",
         ),
         (
             "two different Content-Lengths",
@@ -211,27 +237,22 @@ async fn malformed_and_oversized_headers_over_tcp_get_json_errors() -> anyhow::R
             )
             .into_bytes(),
             400,
-            "bad_request",
         ),
         (
             "a request line that is not HTTP",
             b"HELLO\r\n\r\n".to_vec(),
             400,
-            "bad_request",
         ),
     ];
-    for (case, request, status, code) in cases {
+    for (case, request, status) in cases {
         // A good request first on the same connection: it is still answered, then the
         // refusal comes last.
         let mut bytes = good.clone().into_bytes();
         bytes.extend_from_slice(&request);
         let responses = raw_http(address, &bytes).await?;
         assert_eq!(responses.len(), 2, "{case}: {responses:?}");
-        assert_eq!(
-            responses[0].0, 200,
-            "{case}: the request before it: {responses:?}"
-        );
-        assert_refused(case, responses[1].0, &responses[1].1, status, code);
+        assert_served(&format!("{case}: the request before it"), &responses[0]);
+        assert_bare_refusal(case, &responses[1], status);
     }
     // The server still serves.
     let after = raw_http(
@@ -240,7 +261,7 @@ async fn malformed_and_oversized_headers_over_tcp_get_json_errors() -> anyhow::R
             .as_bytes(),
     )
     .await?;
-    assert_eq!(after[0].0, 200);
+    assert_served("after the refusals", &after[0]);
     assert_eq!(
         counts(&database).await?,
         before,

@@ -2,7 +2,8 @@
 //! in every text field ([`bodies`]), malformed and out-of-range times and control
 //! characters in paths and queries ([`queries`]), unknown routes and methods and malformed
 //! or oversized headers, the last over real TCP ([`heads`]). Each answer is a 4xx with the
-//! documented `{"error": {"code", "message"}}` body, and writes nothing.
+//! documented `{"error": {"code", "message"}}` body, except hyper's bare 400 or 431 for a
+//! head it cannot parse, and writes nothing.
 
 mod batch;
 mod bodies;

@@ -1,5 +1,5 @@
--- The newest replays.
+-- The newest replays ($1 at most), newest first.
 SELECT id, status, published, total_events, requested_at
 FROM replays
 ORDER BY requested_at DESC
-LIMIT 20
+LIMIT $1

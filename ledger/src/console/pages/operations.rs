@@ -1,0 +1,240 @@
+//! The operator's page: the relay's slot and parked messages, the worker's runs and
+//! replays, the newest signed digest; and the request to republish a parked message.
+
+use std::collections::HashMap;
+
+use axum::Form;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect};
+use chrono::Utc;
+use maud::{Markup, html};
+use ra_ledger_cdc::parking::{self, WaitingMessage};
+use uuid::Uuid;
+
+use crate::api::{ApiError, AppState};
+use crate::console::guard::checked_operation;
+use crate::console::html::{Page, api_error, bad_request, error_page, time};
+use crate::console::layout::layout;
+use crate::console::session::Session;
+use crate::reassign;
+use crate::replay::{self, ReplaySummary};
+use crate::retention::{self, SlotProgress};
+
+/// Most parked messages the page lists.
+const PARKED_LISTED: i64 = 100;
+/// Most replays the page lists, newest first.
+const REPLAYS_LISTED: i64 = 20;
+
+pub(in crate::console) async fn operations(
+    State(state): State<AppState>,
+    session: Session,
+) -> Page {
+    let client = state.ledger.pool().get().await.map_err(api_error)?;
+    let slot = retention::slot_progress(&client, &state.relay_slot)
+        .await
+        .map_err(api_error)?;
+    let parked = parking::waiting(&client, PARKED_LISTED)
+        .await
+        .map_err(api_error)?;
+    let running = reassign::in_progress(&client).await.map_err(api_error)?;
+    let stalled = reassign::stalled(&client, reassign::STALL_AFTER)
+        .await
+        .map_err(api_error)?;
+    let replays = replay::recent(&client, REPLAYS_LISTED)
+        .await
+        .map_err(api_error)?;
+    let digest = crate::digest::build::latest(&client)
+        .await
+        .map_err(|error| api_error(ApiError::internal(&error)))?;
+    let csrf = session.operator().then(|| session.csrf(&state));
+    let body = html! {
+        section #relay {
+            h2 { "Relay" }
+            (relay_slot(&state.relay_slot, slot.as_ref()))
+            h3 { "Parked messages" }
+            (parked_messages(&parked, csrf.as_deref()))
+        }
+        section #worker {
+            h2 { "Worker" }
+            (worker_runs(&running, &stalled))
+            h3 { "Replays" }
+            (replay_list(&replays))
+        }
+        section #digests {
+            h2 { "Signed digests" }
+            (newest_digest(&state, digest.as_ref()))
+        }
+    };
+    Ok(layout("Operations", Some(&session), &state, body))
+}
+
+/// The relay's slot: whether a relay streams from it, and how far behind it is.
+fn relay_slot(name: &str, slot: Option<&SlotProgress>) -> Markup {
+    html! {
+        @match slot {
+            None => p.error { "No replication slot " code { (name) } ": the relay has not started yet." }
+            Some(slot) => {
+                dl.facts {
+                    dt { "Slot" } dd { code { (name) } }
+                    dt { "Streaming" } dd #streaming { (if slot.streaming { "yes" } else { "no (no relay connected)" }) }
+                    dt { "Lag" } dd #lag-bytes { (slot.lag_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
+                    dt { "Lag in time" } dd #lag-seconds {
+                        @match (slot.lag_bytes, slot.published_before) {
+                            (Some(0), _) => "0 s (nothing to publish)",
+                            (_, Some(at)) => { "at most " (format!("{:.0}", (Utc::now() - at).as_seconds_f64())) " s (everything committed before " (time(at)) " is published)" }
+                            _ => "unknown (no retention mark confirmed yet)",
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The parked messages waiting, each with its request to republish, or the form to ask
+/// for it (carrying `csrf`, an operator's session's token; no form without one).
+fn parked_messages(parked: &[WaitingMessage], csrf: Option<&str>) -> Markup {
+    html! {
+        @if parked.is_empty() { p #parked-none { "None." } } @else {
+            table.list #parked {
+                thead { tr { th { "#" } th { "Event" } th { "Type" } th { "Topic" } th { "Error" } th { "Parked" } th { "Republish" } } }
+                tbody {
+                    @for message in parked {
+                        tr {
+                            td { (message.id) }
+                            td { code { (message.event_id) } }
+                            td { (message.event_type) }
+                            td { (message.topic) }
+                            td { (message.error) }
+                            td { (time(message.parked_at)) }
+                            td { (republish_cell(message, csrf)) }
+                        }
+                    }
+                }
+            }
+            p.hint { "Fix the cause first (e.g. the broker's message.max.bytes). The relay publishes a requested message again with its original key and headers; " code { "ledger relay parked republish --id N" } " does the same from a shell." }
+        }
+    }
+}
+
+/// Who asked to republish `message` and when, or the last refusal and the form.
+fn republish_cell(message: &WaitingMessage, csrf: Option<&str>) -> Markup {
+    html! {
+        @if let Some(at) = message.republish_requested_at {
+            "requested " (time(at)) " by " (message.republish_requested_by.as_deref().unwrap_or_default()) "; the relay publishes it within seconds"
+        } @else {
+            @if let Some(error) = &message.republish_error { span.error { "Last attempt refused: " (error) } " " }
+            @if let Some(csrf) = csrf {
+                form.inline method="post" action={"/operations/parked/" (message.id) "/republish"} {
+                    input type="hidden" name="csrf" value=(csrf);
+                    button type="submit" { "Republish" }
+                }
+            }
+        }
+    }
+}
+
+/// The reassignment runs in progress, the stalled ones marked.
+fn worker_runs(running: &[Uuid], stalled: &[Uuid]) -> Markup {
+    html! {
+        dl.facts {
+            dt { "Runs in progress" } dd #runs-active { (running.len()) }
+            dt { "Stalled (no progress for " (reassign::STALL_AFTER.as_secs()) " s)" } dd #runs-stalled { (stalled.len()) }
+        }
+        @if !running.is_empty() {
+            ul { @for run in running { li { a href={"/runs/" (run)} { (run) } @if stalled.contains(run) { " (stalled)" } } } }
+        }
+    }
+}
+
+/// The newest replays.
+fn replay_list(replays: &[ReplaySummary]) -> Markup {
+    html! {
+        @if replays.is_empty() { p { "None." } } @else {
+            table.list {
+                thead { tr { th { "Replay" } th { "Status" } th { "Published" } th { "Of" } th { "Requested" } } }
+                tbody {
+                    @for replay in replays {
+                        tr {
+                            td { code { (replay.id) } }
+                            td { (replay.status.as_str()) }
+                            td { (replay.published) }
+                            td { (replay.total_events.map_or("—".into(), |n| n.to_string())) }
+                            td { (time(replay.requested_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The newest signed digest and whether its signature verifies.
+fn newest_digest(state: &AppState, digest: Option<&serde_json::Value>) -> Markup {
+    html! {
+        @match digest {
+            None => p { "No digest yet" @if state.digest_public_key.is_none() { " (digests are off on this service)" } "." }
+            Some(document) => {
+                dl.facts {
+                    dt { "Latest" } dd #digest-seq { (document["seq"]) }
+                    dt { "Events" } dd { (document["event_count"]) }
+                    dt { "Time" } dd { (document["time"].as_str().unwrap_or_default()) }
+                    dt { "Root" } dd { code { (document["root"].as_str().unwrap_or_default()) } }
+                    dt { "Check" } dd #digest-verified { (signature_check(state, document)) }
+                }
+                p.hint { "The whole ledger against it: " code { "ledger verify" } "; one answer: " code { "ledger proof verify" } " (offline, from the public key)." }
+            }
+        }
+    }
+}
+
+/// The digest's signature, checked with the key this service signs with (when digests are
+/// on) or else only with the key the digest names.
+fn signature_check(state: &AppState, document: &serde_json::Value) -> String {
+    let signed = crate::digest::SignedDigest::from_document(document);
+    let key = state
+        .digest_public_key
+        .as_deref()
+        .or_else(|| document["public_key_pem"].as_str())
+        .and_then(crate::digest::public_key_from_pem);
+    match (signed, key) {
+        (Err(error), _) => format!("unreadable: {error}"),
+        (Ok(_), None) => "no public key to check it with".to_owned(),
+        (Ok(signed), Some(key)) if signed.verify(&key) => {
+            if state.digest_public_key.is_some() {
+                "signature verifies with this service's public key".to_owned()
+            } else {
+                "signature verifies with the key the digest names (digests are off here: no key of this service to compare)".to_owned()
+            }
+        }
+        (Ok(_), Some(_)) => "SIGNATURE DOES NOT VERIFY".to_owned(),
+    }
+}
+
+/// An operator asks the relay to publish a parked message again (the relay holds the
+/// producer).
+pub(in crate::console) async fn request_republish(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Page {
+    checked_operation(&state, &session, &headers, &form)?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| bad_request(format!("parked message id {id:?} is not a number")))?;
+    let client = state.ledger.pool().get().await.map_err(api_error)?;
+    let requested = parking::request_republish(&client, id, &session.name)
+        .await
+        .map_err(api_error)?;
+    if !requested {
+        return Err(error_page(
+            StatusCode::NOT_FOUND,
+            "No such parked message",
+            &format!("No parked message #{id} waits to be published."),
+        ));
+    }
+    Ok(Redirect::to("/operations").into_response())
+}
