@@ -37,9 +37,9 @@ pub(super) async fn event_proof(
     _reader: auth::Reader,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    use crate::digest::proof::{self, ProofError};
+    use crate::digest::prove::{self, ProofError};
     let id = super::uuid_param("event id", &id)?;
-    match proof::for_event(state.ledger.pool(), id, &state.digest_tree).await {
+    match prove::for_event(state.ledger.pool(), id, &state.digest_tree).await {
         Ok(document) => Ok(Json(document)),
         Err(error @ ProofError::UnknownEvent(_)) => Err(ApiError::not_found(error.to_string())),
         Err(error @ ProofError::NotSealed(_)) => Err(ApiError::new(

@@ -376,10 +376,10 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
             .map(|row| row.get(0))
             .collect();
         for id in some {
-            let cached = ra_ledger::digest::proof::for_event(pool, id, &cache).await?;
-            let read = ra_ledger::digest::proof::for_event(pool, id, &Default::default()).await?;
+            let cached = ra_ledger::digest::prove::for_event(pool, id, &cache).await?;
+            let read = ra_ledger::digest::prove::for_event(pool, id, &Default::default()).await?;
             assert_eq!(cached, read, "round {round}");
-            ra_ledger::digest::proof::verify(&cached, &key.public())
+            ra_ledger::digest::verify::verify(&cached, &key.public())
                 .map_err(|failure| anyhow::anyhow!("round {round}: {failure}"))?;
         }
         // New streams among the old ones, and old ones moving on.
@@ -574,7 +574,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
         let proof = api.get(&format!("/v1/events/{id}/proof")).await;
         assert_eq!(proof.status, axum::http::StatusCode::OK, "{:?}", proof.body);
         // The Rust verifier (`ledger proof verify`) accepts it with the ledger's key only.
-        let verified = ra_ledger::digest::proof::verify(&proof.body, &key.public())
+        let verified = ra_ledger::digest::verify::verify(&proof.body, &key.public())
             .map_err(anyhow::Error::msg)?;
         let stream: String = client
             .query_one("SELECT stream FROM events WHERE event_id = $1", &[id])
@@ -600,7 +600,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
     let mut expected = Vec::new();
     for (i, proof) in proofs.iter().enumerate() {
         let wrong_key =
-            ra_ledger::digest::proof::verify(proof, &other.public()).expect_err("another key");
+            ra_ledger::digest::verify::verify(proof, &other.public()).expect_err("another key");
         assert!(
             wrong_key.contains("signature does not verify"),
             "{wrong_key}"
@@ -608,7 +608,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
         for (what, change, names) in tamperings() {
             let mut copy = proof.clone();
             change(&mut copy);
-            let rust = ra_ledger::digest::proof::verify(&copy, &key.public())
+            let rust = ra_ledger::digest::verify::verify(&copy, &key.public())
                 .expect_err("a tampered proof");
             assert!(
                 rust.contains(names),
@@ -638,8 +638,8 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
     // Not hex at all (a multi-byte character where a hex pair should be): named, no panic.
     let mut garbled = proofs[0].clone();
     garbled["digest"]["signature"] = json!(format!("a{}a", "é".repeat(63)));
-    let failure =
-        ra_ledger::digest::proof::verify(&garbled, &key.public()).expect_err("a garbled signature");
+    let failure = ra_ledger::digest::verify::verify(&garbled, &key.public())
+        .expect_err("a garbled signature");
     assert!(failure.contains("digest.signature is not hex"), "{failure}");
     let unknown = api
         .get(&format!("/v1/events/{}/proof", uuid::Uuid::now_v7()))
@@ -780,7 +780,7 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         assert_eq!(proof["answer"], answer, "{question}");
         // Checked offline: the chains, the paths, the signature, and the fold of the
         // proven events (recorded by known_at) is the answer.
-        let verified = ra_ledger::digest::proof::verify(&proof, &key.public())
+        let verified = ra_ledger::digest::verify::verify(&proof, &key.public())
             .map_err(|failure| anyhow::anyhow!("{question}: {failure}"))?;
         assert_eq!(verified.streams.len(), 2, "{question}");
         assert!(verified.streams.iter().all(|s| s.first_version == 1));
@@ -834,7 +834,7 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         let mut copy = proof.clone();
         change(&mut copy);
         let failure =
-            ra_ledger::digest::proof::verify(&copy, &key.public()).expect_err("a tampered answer");
+            ra_ledger::digest::verify::verify(&copy, &key.public()).expect_err("a tampered answer");
         assert!(
             failure.contains(names),
             "{what}: expected {names:?}, got {failure}"
@@ -891,7 +891,7 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         "{:?}",
         sealed.body
     );
-    ra_ledger::digest::proof::verify(&sealed.body["proof"], &key.public())
+    ra_ledger::digest::verify::verify(&sealed.body["proof"], &key.public())
         .map_err(anyhow::Error::msg)?;
     // No RA: 404 with or without proof; bad values: 400.
     let none = api

@@ -103,7 +103,7 @@ pub async fn run(
         ("from the builder's tree", cache.clone()),
     ] {
         let started = Instant::now();
-        let proof = ra_ledger::digest::proof::for_event(&pool, event, &tree).await?;
+        let proof = ra_ledger::digest::prove::for_event(&pool, event, &tree).await?;
         // (Not verified: the seeded events carry random hashes, not real chains.)
         println!(
             "proof of one event at {streams} streams, {how}: {:.0} ms ({} path nodes)",
