@@ -40,7 +40,7 @@ pub(super) struct AtAnswer {
     /// The events the answer folds, proven against a signed digest
     /// ([`crate::digest::prove`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    proof: Option<serde_json::Value>,
+    proof: Option<crate::digest::ProofDocument>,
 }
 
 /// A query's instant, within the years the ledger keeps: 400 `invalid_field` otherwise.

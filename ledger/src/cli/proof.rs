@@ -38,7 +38,9 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                 .map_err(|error| anyhow::anyhow!("{file}: not JSON: {error}"))?;
             let key = public_key_from_pem(&read(&public_key)?)
                 .ok_or_else(|| anyhow::anyhow!("{public_key}: not an Ed25519 public key in PEM"))?;
-            match verify::verify(&document, &key) {
+            let checked = verify::ClaimedProof::from_json(&document)
+                .and_then(|proof| verify::verify(&proof, &key));
+            match checked {
                 Ok(verified) => {
                     let time = chrono::DateTime::from_timestamp_micros(verified.digest_time_micros)
                         .map(|time| time.to_rfc3339())

@@ -14,7 +14,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
 use super::merkle::Hash;
-use super::{DigestKey, Head, SignedDigest, Statement, merkle};
+use super::{DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
 
 /// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
 pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
@@ -264,7 +264,7 @@ async fn build_locked(
     };
     let digest = key.sign(statement);
     let rooted = started.elapsed();
-    let document = super::document(seq, &digest, &key.public_pem());
+    let document = DigestDocument::new(seq, &digest, key.public_pem());
     tx.execute(
         include_str!("../sql/digest/insert_digest.sql"),
         &[
@@ -280,7 +280,7 @@ async fn build_locked(
             &(changed.len() as i64),
             &uuid::Uuid::now_v7(),
             &AGGREGATE_TYPE,
-            &serde_json::to_vec(&document).expect("a JSON value always serializes"),
+            &serde_json::to_vec(&document).expect("a digest document always serializes"),
         ],
     )
     .await?;
@@ -405,10 +405,10 @@ pub async fn run(
     }
 }
 
-/// The newest digest's document (see [`super::document`]), if any.
+/// The newest digest's document, if any.
 pub async fn latest(
     client: &impl deadpool_postgres::GenericClient,
-) -> Result<Option<serde_json::Value>, BuildError> {
+) -> Result<Option<DigestDocument>, BuildError> {
     let Some(row) = client
         .query_opt(
             "SELECT seq, root, time_micros, stream_count, event_count, previous, signature, \
@@ -441,7 +441,7 @@ pub async fn latest(
             key.to_public_key_pem(Default::default()).ok()
         })
         .ok_or_else(|| BuildError::BadHash(format!("public key of digest {seq}")))?;
-    Ok(Some(super::document(seq, &digest, &pem)))
+    Ok(Some(DigestDocument::new(seq, &digest, pem)))
 }
 
 /// With digests off, clears the marks no builder will consume, leaving the one that makes

@@ -51,7 +51,7 @@ pub mod published;
 pub mod signed;
 pub mod verify;
 
-pub use document::{document, hex, unhex};
+pub use document::{DigestDocument, ProofDocument, hex};
 pub use signed::{
     DigestKey, Head, KeyError, MESSAGE_PREFIX, PublicKey, SignedDigest, Statement,
     public_key_from_pem,

@@ -1,15 +1,15 @@
 //! Inclusion proofs from the database: the events of a stream up to the head the newest
 //! digest sealed, and the Merkle path of that head's leaf, in one snapshot (the document:
-//! [`super::document`]).
+//! [`ProofDocument`]).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
-use serde_json::{Value, json};
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
 use super::build::{CachedTree, TreeCache};
-use super::{hex, merkle};
+use super::document::{EventRecord, Hex, HexBytes, ProofDocument, Question, StreamProof};
+use super::{DigestDocument, merkle};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::{self, RegisteredAgent};
 
@@ -33,6 +33,9 @@ pub enum ProofError {
     /// The stored digest does not read back.
     #[error("proof: {0}")]
     Digest(#[from] super::build::BuildError),
+    /// The database holds a hash that is not 32 bytes.
+    #[error("proof: {0} is not 32 bytes")]
+    BadHash(String),
 }
 
 const EVENT_COLUMNS: &str = "event_id, stream, stream_version, event_type, schema_version, \
@@ -61,7 +64,11 @@ async fn read_only_snapshot(
 
 /// The proof of `event_id` against the newest digest.
 /// `tree` is the builder's tree in memory, used when it is the newest digest's.
-pub async fn for_event(pool: &Pool, event_id: Uuid, tree: &TreeCache) -> Result<Value, ProofError> {
+pub async fn for_event(
+    pool: &Pool,
+    event_id: Uuid,
+    tree: &TreeCache,
+) -> Result<ProofDocument, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
     let event = tx
@@ -84,7 +91,7 @@ pub async fn for_event(pool: &Pool, event_id: Uuid, tree: &TreeCache) -> Result<
     )
     .await?;
     tx.commit().await?;
-    document["event_id"] = json!(event_id);
+    document.event_id = Some(event_id);
     Ok(document)
 }
 
@@ -99,13 +106,12 @@ pub async fn for_answer(
     jurisdiction: Jurisdiction,
     at: DateTime<Utc>,
     known_at: Option<DateTime<Utc>>,
-) -> Result<Option<(RegisteredAgent, Value)>, ProofError> {
+) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
     let sealed_time = super::build::latest(&tx)
         .await?
-        .and_then(|digest| digest["time_micros"].as_i64())
-        .and_then(DateTime::from_timestamp_micros);
+        .and_then(|digest| DateTime::from_timestamp_micros(digest.time_micros));
     let known_at = provable_known_at(known_at, sealed_time)?;
     let Some(answer) =
         queries::registered_agent_at(&tx, business_id, jurisdiction, at, known_at).await?
@@ -147,15 +153,13 @@ pub async fn for_answer(
     }
     let mut document = prove(&tx, tree, &spans).await?;
     tx.commit().await?;
-    document["question"] = json!({
-        "business_id": business_id,
-        "jurisdiction": jurisdiction.code(),
-        "at_micros": at.timestamp_micros(),
-        "known_at_micros": known_at.timestamp_micros(),
-        "at": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-        "known_at": known_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-    });
-    document["answer"] = serde_json::to_value(&answer).expect("an answer always serializes");
+    document.question = Some(Question::new(
+        business_id,
+        jurisdiction.code(),
+        at,
+        known_at,
+    ));
+    document.answer = Some(serde_json::to_value(&answer).expect("an answer always serializes"));
     Ok(Some((answer, document)))
 }
 
@@ -185,7 +189,7 @@ async fn prove(
     tx: &Transaction<'_>,
     tree: &TreeCache,
     spans: &[Span],
-) -> Result<Value, ProofError> {
+) -> Result<ProofDocument, ProofError> {
     let digest = super::build::latest(tx)
         .await?
         .ok_or_else(|| ProofError::NotSealed(spans[0].what.clone()))?;
@@ -214,19 +218,14 @@ async fn prove(
             .path(&span.stream)
             .await
             .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
-        streams.push(json!({
-            "stream": span.stream,
-            "events": events.iter().map(event_json).collect::<Vec<_>>(),
-            "index": index,
-            "path": path.iter().map(|hash| hex(hash)).collect::<Vec<_>>(),
-        }));
+        streams.push(StreamProof {
+            events: events.iter().map(event_record).collect::<Result<_, _>>()?,
+            index: index as u64,
+            path: path.into_iter().map(Hex).collect(),
+            stream: span.stream.clone(),
+        });
     }
-    Ok(json!({
-        "format": "ra-ledger proof v1",
-        "streams": streams,
-        "public_key_pem": digest["public_key_pem"],
-        "digest": digest,
-    }))
+    Ok(ProofDocument::new(digest, streams))
 }
 
 /// Where the Merkle paths come from: the builder's tree in memory when it is the newest
@@ -240,15 +239,9 @@ impl Paths {
     async fn of(
         tx: &Transaction<'_>,
         tree: &TreeCache,
-        digest: &Value,
+        digest: &DigestDocument,
     ) -> Result<Self, ProofError> {
-        let seq = digest["seq"].as_i64().unwrap_or_default();
-        let root: merkle::Hash = digest["root"]
-            .as_str()
-            .and_then(super::unhex)
-            .and_then(|bytes| bytes.try_into().ok())
-            .unwrap_or([0; 32]);
-        if let Some(tree) = tree.tree_of(seq, &root) {
+        if let Some(tree) = tree.tree_of(digest.seq, &digest.root.0) {
             return Ok(Self::Cached(tree));
         }
         // In the tree's order: stream names by their bytes.
@@ -260,10 +253,11 @@ impl Paths {
             .await?
             .iter()
             .map(|row| {
-                let hash = row.get::<_, Vec<u8>>(1).try_into().unwrap_or([0; 32]);
-                (row.get::<_, String>(0), hash)
+                let stream: String = row.get(0);
+                let hash = hash32(row.get(1), || format!("the leaf hash of stream {stream}"))?;
+                Ok((stream, hash))
             })
-            .collect();
+            .collect::<Result<_, ProofError>>()?;
         Ok(Self::Read(leaves))
     }
 
@@ -287,24 +281,31 @@ impl Paths {
     }
 }
 
-fn event_json(row: &tokio_postgres::Row) -> Value {
-    let micros = |index: usize| {
-        row.get::<_, chrono::DateTime<chrono::Utc>>(index)
-            .timestamp_micros()
-    };
-    json!({
-        "event_id": row.get::<_, Uuid>(0),
-        "stream": row.get::<_, String>(1),
-        "stream_version": row.get::<_, i64>(2),
-        "event_type": row.get::<_, String>(3),
-        "schema_version": row.get::<_, i32>(4),
-        "payload": hex(&row.get::<_, Vec<u8>>(5)),
-        "recorded_at_micros": micros(6),
-        "effective_at_micros": micros(7),
-        "actor": row.get::<_, String>(8),
-        "correlation_id": row.get::<_, Uuid>(9),
-        "causation_id": row.get::<_, Option<Uuid>>(10),
-        "prev_hash": row.get::<_, Option<Vec<u8>>>(11).map(|hash| hex(&hash)),
-        "hash": hex(&row.get::<_, Vec<u8>>(12)),
+/// An event row of [`EVENT_COLUMNS`] as a proof carries it.
+fn event_record(row: &tokio_postgres::Row) -> Result<EventRecord, ProofError> {
+    let event_id: Uuid = row.get(0);
+    let what = |column: &'static str| move || format!("the {column} of event {event_id}");
+    Ok(EventRecord {
+        actor: row.get(8),
+        causation_id: row.get(10),
+        correlation_id: row.get(9),
+        effective_at: row.get(7),
+        event_id,
+        event_type: row.get(3),
+        hash: Hex(hash32(row.get(12), what("hash"))?),
+        payload: HexBytes(row.get(5)),
+        prev_hash: row
+            .get::<_, Option<Vec<u8>>>(11)
+            .map(|bytes| hash32(bytes, what("prev_hash")).map(Hex))
+            .transpose()?,
+        recorded_at: row.get(6),
+        schema_version: row.get(4),
+        stream: row.get(1),
+        stream_version: row.get(2),
     })
+}
+
+/// A hash the database holds; `what` names it when it is not 32 bytes.
+fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<merkle::Hash, ProofError> {
+    bytes.try_into().map_err(|_| ProofError::BadHash(what()))
 }

@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::Client;
 
+use super::document::{DigestFormat, SignedFields};
 use super::merkle::{self, Hash};
 use super::{Head, SignedDigest};
 
@@ -33,17 +35,24 @@ pub struct Published {
     pub location: String,
 }
 
-/// Reads a digest document (see [`super::document`]).
+/// What `ledger verify --digests` reads of a digest document: its format, its number and
+/// the signed fields. The time in words, the digest's hash and the key are not read.
+#[derive(Deserialize)]
+struct NumberedDigest {
+    #[allow(dead_code, reason = "read to refuse a document of another format")]
+    format: DigestFormat,
+    seq: i64,
+    #[serde(flatten)]
+    signed: SignedFields,
+}
+
+/// Reads a digest document ([`super::DigestDocument`]) read at `location`.
 pub fn parse(document: &Value, location: &str) -> Result<Published, String> {
-    if document["format"] != "ra-ledger digest v1" {
-        return Err(format!("{location}: not an ra-ledger digest v1 document"));
-    }
+    let read: NumberedDigest = serde_path_to_error::deserialize(document)
+        .map_err(|error| format!("{location}: {}: {}", error.path(), error.inner()))?;
     Ok(Published {
-        seq: document["seq"]
-            .as_i64()
-            .ok_or_else(|| format!("{location}: seq is missing"))?,
-        digest: SignedDigest::from_document(document)
-            .map_err(|problem| format!("{location}: {problem}"))?,
+        seq: read.seq,
+        digest: read.signed.into(),
         location: location.to_owned(),
     })
 }
@@ -430,45 +439,13 @@ async fn reproduce_roots(
                 },
             );
         }
-        let mut heads = Vec::with_capacity(leaves.len());
-        let mut differing = Vec::new();
-        for (
-            stream,
-            SealedLeaf {
-                version,
-                sealed,
-                now,
-            },
-        ) in &leaves
-        {
-            let hash: Hash = now
-                .as_deref()
-                .and_then(|now| now.try_into().ok())
-                .unwrap_or([0; 32]);
-            match now {
-                None => differing.push(Differing {
-                    stream: stream.clone(),
-                    version: *version,
-                    now: "no such event in the events table",
-                }),
-                Some(now) if now != sealed => differing.push(Differing {
-                    stream: stream.clone(),
-                    version: *version,
-                    now: "the event there has another hash",
-                }),
-                Some(_) => {}
-            }
-            heads.push(Head {
-                stream: stream.clone(),
-                version: *version as u64,
-                hash,
-            });
-        }
-        // BTreeMap order is the tree's order: stream names by their UTF-8 bytes.
-        let hashes: Vec<Hash> = heads.iter().map(Head::leaf_hash).collect();
+        let (heads, differing) = rebuild(&leaves);
         let statement = &digest.digest.statement;
-        let reproduced =
-            merkle::root(&hashes) == statement.root && heads.len() as u64 == statement.stream_count;
+        let reproduced = heads.is_some_and(|heads| {
+            // BTreeMap order is the tree's order: stream names by their UTF-8 bytes.
+            let hashes: Vec<Hash> = heads.iter().map(Head::leaf_hash).collect();
+            merkle::root(&hashes) == statement.root && heads.len() as u64 == statement.stream_count
+        });
         if reproduced {
             continue;
         }
@@ -485,6 +462,38 @@ async fn reproduce_roots(
         }
     }
     Ok(())
+}
+
+/// The heads the sealed leaves have in the tables now, and the streams whose head differs
+/// from the one sealed. No heads when a leaf cannot be rebuilt (no event at its version, or
+/// a hash there that is not 32 bytes): then the tables do not reproduce the root.
+fn rebuild(leaves: &BTreeMap<String, SealedLeaf>) -> (Option<Vec<Head>>, Vec<Differing>) {
+    let mut heads = Some(Vec::with_capacity(leaves.len()));
+    let mut differing = Vec::new();
+    for (stream, leaf) in leaves {
+        let differs = |now| Differing {
+            stream: stream.clone(),
+            version: leaf.version,
+            now,
+        };
+        match &leaf.now {
+            None => differing.push(differs("no such event in the events table")),
+            Some(now) if *now != leaf.sealed => {
+                differing.push(differs("the event there has another hash"))
+            }
+            Some(_) => {}
+        }
+        let hash: Option<Hash> = leaf.now.as_deref().and_then(|now| now.try_into().ok());
+        heads = heads.zip(hash).map(|(mut heads, hash)| {
+            heads.push(Head {
+                stream: stream.clone(),
+                version: leaf.version as u64,
+                hash,
+            });
+            heads
+        });
+    }
+    (heads, differing)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
-use super::document::{hex, unhex};
+use super::document::hex;
 use super::merkle::{self, Hash};
 
 /// An Ed25519 public key, what checks digests.
@@ -102,40 +102,6 @@ impl SignedDigest {
         hasher.update(self.statement.message());
         hasher.update(self.signature);
         hasher.finalize().into()
-    }
-
-    /// Reads the signed fields of a digest document ([`document`]); errors name the field.
-    pub fn from_document(digest: &serde_json::Value) -> Result<Self, String> {
-        let bytes = |name: &str| {
-            let text = digest[name]
-                .as_str()
-                .ok_or_else(|| format!("digest.{name} is missing"))?;
-            unhex(text).ok_or_else(|| format!("digest.{name} is not hex"))
-        };
-        let hash = |name: &str| -> Result<Hash, String> {
-            bytes(name)?
-                .try_into()
-                .map_err(|_| format!("digest.{name} is not 32 bytes"))
-        };
-        let number = |name: &str| {
-            digest[name]
-                .as_u64()
-                .ok_or_else(|| format!("digest.{name} is missing"))
-        };
-        Ok(Self {
-            statement: Statement {
-                root: hash("root")?,
-                time_micros: digest["time_micros"]
-                    .as_i64()
-                    .ok_or("digest.time_micros is missing")?,
-                stream_count: number("stream_count")?,
-                event_count: number("event_count")?,
-                previous: hash("previous")?,
-            },
-            signature: bytes("signature")?
-                .try_into()
-                .map_err(|_| "digest.signature is not 64 bytes")?,
-        })
     }
 
     /// Whether `key` signed it.

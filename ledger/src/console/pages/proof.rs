@@ -41,6 +41,8 @@ fn proof_error(error: crate::digest::prove::ProofError) -> Response {
             error_page(StatusCode::CONFLICT, "Not sealed yet", &error.to_string())
         }
         ProofError::Pool(error) => api_error(error),
-        ProofError::Database(_) | ProofError::Digest(_) => api_error(ApiError::internal(&error)),
+        ProofError::Database(_) | ProofError::Digest(_) | ProofError::BadHash(_) => {
+            api_error(ApiError::internal(&error))
+        }
     }
 }
