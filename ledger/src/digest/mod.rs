@@ -41,7 +41,8 @@
 //! The parts: [`signed`] (the statement, the key, the signature), [`merkle`] (the tree),
 //! [`document`] (the JSON documents), [`build`] (sealing the next digest from the database),
 //! [`prove`] (inclusion proofs from the database), [`verify`] (checking a proof offline) and
-//! [`published`] (`ledger verify --digests`, the tables against the digests on Kafka).
+//! [`published`] with [`topic`] (`ledger verify --digests`, the tables against the digests
+//! on Kafka).
 
 pub mod build;
 pub mod document;
@@ -49,6 +50,7 @@ pub mod merkle;
 pub mod prove;
 pub mod published;
 pub mod signed;
+pub mod topic;
 pub mod verify;
 
 pub use document::{DigestDocument, ProofDocument, hex};
