@@ -40,9 +40,9 @@ pub(super) struct AtAnswer {
     #[serde(flatten)]
     answer: RegisteredAgent,
     /// The events the answer folds, proven against a signed digest
-    /// ([`crate::digest::proof`]).
+    /// ([`crate::digest::prove`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    proof: Option<serde_json::Value>,
+    proof: Option<crate::digest::ProofDocument>,
 }
 
 /// A query's instant, within the years the ledger keeps: 400 `invalid_field` otherwise.
@@ -75,8 +75,8 @@ pub(super) async fn registered_agent_at(
         ))
     };
     if query.proof {
-        use crate::digest::proof::{self, ProofError};
-        return match proof::for_answer(
+        use crate::digest::prove::{self, ProofError};
+        return match prove::for_answer(
             state.ledger.pool(),
             &state.digest_tree,
             business_id,

@@ -22,7 +22,7 @@ pub(super) async fn public_key(
 pub(super) async fn latest(
     State(state): State<AppState>,
     _reader: auth::Reader,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<crate::digest::DigestDocument>, ApiError> {
     let client = state.ledger.pool().get().await?;
     crate::digest::build::latest(&client)
         .await
@@ -36,10 +36,10 @@ pub(super) async fn event_proof(
     State(state): State<AppState>,
     _reader: auth::Reader,
     axum::extract::Path(id): axum::extract::Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    use crate::digest::proof::{self, ProofError};
+) -> Result<Json<crate::digest::ProofDocument>, ApiError> {
+    use crate::digest::prove::{self, ProofError};
     let id = super::uuid_param("event id", &id)?;
-    match proof::for_event(state.ledger.pool(), id, &state.digest_tree).await {
+    match prove::for_event(state.ledger.pool(), id, &state.digest_tree).await {
         Ok(document) => Ok(Json(document)),
         Err(error @ ProofError::UnknownEvent(_)) => Err(ApiError::not_found(error.to_string())),
         Err(error @ ProofError::NotSealed(_)) => Err(ApiError::new(

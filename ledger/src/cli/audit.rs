@@ -1,7 +1,7 @@
 //! `ledger audit`: the audit questions, answered from the projections, as JSON.
 
 use chrono::{DateTime, Utc};
-use ra_ledger::digest::proof;
+use ra_ledger::digest::prove;
 use ra_ledger::domain::{self, Jurisdiction};
 use ra_ledger::{db, queries};
 use uuid::Uuid;
@@ -81,7 +81,7 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
             let now = Utc::now();
             let at = at.unwrap_or(now);
             if proof {
-                let Some((_, document)) = proof::for_answer(
+                let Some((_, document)) = prove::for_answer(
                     &pool,
                     &Default::default(),
                     business,

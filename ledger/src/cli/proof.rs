@@ -3,7 +3,7 @@
 //! no network.
 
 use ra_ledger::db;
-use ra_ledger::digest::{proof, public_key_from_pem};
+use ra_ledger::digest::{prove, public_key_from_pem, verify};
 
 /// Arguments of `ledger proof`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +38,9 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                 .map_err(|error| anyhow::anyhow!("{file}: not JSON: {error}"))?;
             let key = public_key_from_pem(&read(&public_key)?)
                 .ok_or_else(|| anyhow::anyhow!("{public_key}: not an Ed25519 public key in PEM"))?;
-            match proof::verify(&document, &key) {
+            let checked = verify::ClaimedProof::from_json(&document)
+                .and_then(|proof| verify::verify(&proof, &key));
+            match checked {
                 Ok(verified) => {
                     let time = chrono::DateTime::from_timestamp_micros(verified.digest_time_micros)
                         .map(|time| time.to_rfc3339())
@@ -66,7 +68,7 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                 .map_err(|_| anyhow::anyhow!("event id {event_id:?} is not a UUID"))?;
             let pool = db::pool(database_url, "ledger-proof", 1)?;
             // A process of its own: no builder tree to take paths from.
-            let document = proof::for_event(&pool, id, &Default::default()).await?;
+            let document = prove::for_event(&pool, id, &Default::default()).await?;
             println!("{}", serde_json::to_string_pretty(&document)?);
             Ok(())
         }

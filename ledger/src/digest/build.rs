@@ -14,7 +14,7 @@ use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
 use super::merkle::Hash;
-use super::{DigestKey, Head, SignedDigest, Statement, merkle};
+use super::{DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
 
 /// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
 pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
@@ -168,21 +168,7 @@ async fn build_locked(
         .isolation_level(IsolationLevel::RepeatableRead)
         .start()
         .await?;
-    let mut changed: Vec<String> = tx
-        .query("SELECT DISTINCT stream FROM digest_dirty", &[])
-        .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    if changed.iter().any(|stream| stream == EVERY_STREAM) {
-        // Marks were cleared while no builder ran (or none was ever taken): re-read all.
-        changed = tx
-            .query("SELECT DISTINCT stream FROM events", &[])
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-    }
+    let changed = changed_streams(&tx).await?;
     let last = tx
         .query_opt(
             "SELECT seq, hash, root, event_count FROM digests ORDER BY seq DESC LIMIT 1",
@@ -205,6 +191,80 @@ async fn build_locked(
             tree.seq == row.get::<_, i64>(0) && tree.root[..] == row.get::<_, &[u8]>(2)[..]
         })
     });
+    let heads = upsert_heads(&tx, &changed, seq, tree.is_some()).await?;
+    let upserted = started.elapsed();
+    let cached = tree.is_some();
+    let (leaves, event_count) = match tree {
+        Some(tree) => {
+            // Copied only if a proof still holds it.
+            let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
+            merge(tree.leaves, heads, tree.event_count)
+        }
+        None => read_leaves(&tx).await?,
+    };
+    let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
+    let digest = key.sign(Statement {
+        root: merkle::root(&hashes),
+        time_micros,
+        stream_count: leaves.len() as u64,
+        event_count,
+        previous,
+    });
+    let rooted = started.elapsed();
+    insert_digest(&tx, seq, &digest, key, changed.len()).await?;
+    // Exactly the rows this snapshot shows: later appends keep theirs.
+    tx.execute("DELETE FROM digest_dirty", &[]).await?;
+    tx.commit().await?;
+    tracing::debug!(
+        seq,
+        cached,
+        ?upserted,
+        ?rooted,
+        total = ?started.elapsed(),
+        "digest phases (cumulative)"
+    );
+    let tree = Arc::new(CachedTree {
+        seq,
+        root: digest.statement.root,
+        event_count,
+        leaves,
+        hashes,
+    });
+    let built = Built::Sealed {
+        seq,
+        changed: changed.len(),
+        digest,
+    };
+    Ok((built, Some(tree)))
+}
+
+/// The streams whose head moved since the last digest (`digest_dirty`), or every stream
+/// when the marks were cleared while no builder ran.
+async fn changed_streams(
+    tx: &deadpool_postgres::Transaction<'_>,
+) -> Result<Vec<String>, BuildError> {
+    let streams = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|row| row.get(0)).collect();
+    let changed: Vec<String> = streams(
+        tx.query("SELECT DISTINCT stream FROM digest_dirty", &[])
+            .await?,
+    );
+    if !changed.iter().any(|stream| stream == EVERY_STREAM) {
+        return Ok(changed);
+    }
+    // Marks were cleared while no builder ran (or none was ever taken): re-read all.
+    Ok(streams(
+        tx.query("SELECT DISTINCT stream FROM events", &[]).await?,
+    ))
+}
+
+/// Reads the heads of `changed` and upserts their leaves into `digest_leaves` as sealed by
+/// digest `seq`. Returns the changed leaves when `keep` (to merge into the cached tree).
+async fn upsert_heads(
+    tx: &deadpool_postgres::Transaction<'_>,
+    changed: &[String],
+    seq: i64,
+    keep: bool,
+) -> Result<Vec<CachedLeaf>, BuildError> {
     let mut heads = Vec::new();
     for chunk in changed.chunks(HEADS_PER_READ) {
         let rows = tx
@@ -230,7 +290,7 @@ async fn build_locked(
             streams.push(stream);
             versions.push(version);
             hashes.push(hash.to_vec());
-            if tree.is_some() {
+            if keep {
                 heads.push(CachedLeaf {
                     stream: head.stream.into_boxed_str(),
                     version: version as u64,
@@ -244,72 +304,40 @@ async fn build_locked(
         )
         .await?;
     }
-    let upserted = started.elapsed();
-    let cached = tree.is_some();
-    let (leaves, event_count) = match tree {
-        Some(tree) => {
-            // Copied only if a proof still holds it.
-            let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
-            merge(tree.leaves, heads, tree.event_count)
-        }
-        None => read_leaves(&tx).await?,
-    };
-    let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
-    let statement = Statement {
-        root: merkle::root(&hashes),
-        time_micros,
-        stream_count: leaves.len() as u64,
-        event_count,
-        previous,
-    };
-    let digest = key.sign(statement);
-    let rooted = started.elapsed();
-    let document = super::document(seq, &digest, &key.public_pem());
+    Ok(heads)
+}
+
+/// Inserts digest `seq` and, in the same statement, its outbox row: the digest document
+/// the relay publishes on `<prefix>digest`.
+async fn insert_digest(
+    tx: &deadpool_postgres::Transaction<'_>,
+    seq: i64,
+    digest: &SignedDigest,
+    key: &DigestKey,
+    changed: usize,
+) -> Result<(), BuildError> {
+    let document = DigestDocument::new(seq, digest, key.public_pem());
+    let statement = &digest.statement;
     tx.execute(
         include_str!("../sql/digest/insert_digest.sql"),
         &[
             &seq,
-            &digest.statement.root.to_vec(),
-            &digest.statement.time_micros,
-            &(digest.statement.stream_count as i64),
-            &(event_count as i64),
-            &digest.statement.previous.to_vec(),
+            &statement.root.to_vec(),
+            &statement.time_micros,
+            &(statement.stream_count as i64),
+            &(statement.event_count as i64),
+            &statement.previous.to_vec(),
             &digest.signature.to_vec(),
             &digest.hash().to_vec(),
             &key.public().as_bytes().to_vec(),
-            &(changed.len() as i64),
+            &(changed as i64),
             &uuid::Uuid::now_v7(),
             &AGGREGATE_TYPE,
-            &serde_json::to_vec(&document).expect("a JSON value always serializes"),
+            &serde_json::to_vec(&document).expect("a digest document always serializes"),
         ],
     )
     .await?;
-    // Exactly the rows this snapshot shows: later appends keep theirs.
-    tx.execute("DELETE FROM digest_dirty", &[]).await?;
-    tx.commit().await?;
-    tracing::debug!(
-        seq,
-        cached,
-        ?upserted,
-        ?rooted,
-        total = ?started.elapsed(),
-        "digest phases (cumulative)"
-    );
-    let tree = Arc::new(CachedTree {
-        seq,
-        root: digest.statement.root,
-        event_count,
-        leaves,
-        hashes,
-    });
-    Ok((
-        Built::Sealed {
-            seq,
-            changed: changed.len(),
-            digest,
-        },
-        Some(tree),
-    ))
+    Ok(())
 }
 
 /// Every leaf from `digest_leaves`, in the tree's order, and the events they count.
@@ -405,10 +433,10 @@ pub async fn run(
     }
 }
 
-/// The newest digest's document (see [`super::document`]), if any.
+/// The newest digest's document, if any.
 pub async fn latest(
     client: &impl deadpool_postgres::GenericClient,
-) -> Result<Option<serde_json::Value>, BuildError> {
+) -> Result<Option<DigestDocument>, BuildError> {
     let Some(row) = client
         .query_opt(
             "SELECT seq, root, time_micros, stream_count, event_count, previous, signature, \
@@ -441,7 +469,7 @@ pub async fn latest(
             key.to_public_key_pem(Default::default()).ok()
         })
         .ok_or_else(|| BuildError::BadHash(format!("public key of digest {seq}")))?;
-    Ok(Some(super::document(seq, &digest, &pem)))
+    Ok(Some(DigestDocument::new(seq, &digest, pem)))
 }
 
 /// With digests off, clears the marks no builder will consume, leaving the one that makes

@@ -10,15 +10,14 @@
 //! sealing names the streams. The published root is what counts: if `digest_leaf_changes`
 //! was rewritten as well, the root still disagrees, only the streams cannot be named.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::Client;
 
+use super::document::{DigestFormat, SignedFields};
 use super::merkle::{self, Hash};
 use super::{Head, SignedDigest};
 
@@ -33,117 +32,65 @@ pub struct Published {
     pub location: String,
 }
 
-/// Reads a digest document (see [`super::document`]).
-pub fn parse(document: &Value, location: &str) -> Result<Published, String> {
-    if document["format"] != "ra-ledger digest v1" {
-        return Err(format!("{location}: not an ra-ledger digest v1 document"));
-    }
+/// What `ledger verify --digests` reads of a digest document besides its signed fields:
+/// its format and its number. The time in words, the digest's hash and the key are not read.
+#[derive(Deserialize)]
+struct Numbered {
+    #[allow(dead_code, reason = "read to refuse a document of another format")]
+    format: DigestFormat,
+    seq: i64,
+}
+
+/// A message on the digest topic that is not a digest document.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    /// Not JSON at all.
+    #[error("{location}: not JSON: {source}")]
+    NotJson {
+        /// Where it was read.
+        location: String,
+        /// What the parser said.
+        source: serde_json::Error,
+    },
+    /// A field that does not read as its type.
+    #[error("{location}: {field}: {problem}")]
+    Field {
+        /// Where it was read.
+        location: String,
+        /// The field, e.g. `signature`.
+        field: String,
+        /// What is wrong with it, naming the value.
+        problem: String,
+    },
+}
+
+/// Reads the digest document ([`super::DigestDocument`]) of a message read at `location`.
+pub fn parse(payload: &[u8], location: &str) -> Result<Published, Unreadable> {
+    let document: Value =
+        serde_json::from_slice(payload).map_err(|source| Unreadable::NotJson {
+            location: location.to_owned(),
+            source,
+        })?;
+    // The format first: a message of another kind is named as such.
+    let numbered: Numbered = read_field(&document, location)?;
+    let signed: SignedFields = read_field(&document, location)?;
     Ok(Published {
-        seq: document["seq"]
-            .as_i64()
-            .ok_or_else(|| format!("{location}: seq is missing"))?,
-        digest: SignedDigest::from_document(document)
-            .map_err(|problem| format!("{location}: {problem}"))?,
+        seq: numbered.seq,
+        digest: signed.into(),
         location: location.to_owned(),
     })
 }
 
-/// Every message of `topic`, read from the beginning up to each partition's end (no
-/// consumer group is joined, nothing is committed). Blocking.
-///
-/// A partition is read when librdkafka reports its end (`enable.partition.eof`): that
-/// happens once the consumer's fetch position equals the end offset the broker returned
-/// with the fetch, and after every message before it was handed over. Apache Kafka's end
-/// offset is exact: under `read_committed`, the last stable offset, which with no
-/// transaction open is the high watermark, one past the last record every in-sync replica
-/// holds. The position is compared, not the last message's offset, because the offsets at
-/// a partition's end may hold no message this consumer sees (a transaction's commit marker,
-/// an aborted transaction's records): the position moves past them, the last message does
-/// not. The end is the one known at that fetch, so a digest published meanwhile may be read
-/// too, never one fewer than the partition held when the read started. `read_committed` is
-/// set here, not left to librdkafka's default or the operator's settings: a digest
-/// written in a transaction that aborted was never published.
-fn read_topic_blocking(
-    mut config: rdkafka::ClientConfig,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Vec<(String, Vec<u8>)>, String> {
-    let consumer: BaseConsumer = config
-        .set(
-            "group.id",
-            format!("ledger-verify-{}", uuid::Uuid::new_v4().simple()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        .create()
-        .map_err(|error| format!("Kafka client: {error}"))?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|error| format!("reading metadata of {topic}: {error}"))?;
-    let mut unread: BTreeSet<i32> = metadata
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions())
-        .map(|partition| partition.id())
-        .collect();
-    if unread.is_empty() {
-        return Err(format!(
-            "topic {topic} has no partitions: does it exist (ledger topics create)?"
-        ));
-    }
-    let mut assignment = TopicPartitionList::new();
-    for &partition in &unread {
-        assignment
-            .add_partition_offset(topic, partition, Offset::Beginning)
-            .map_err(|error| error.to_string())?;
-    }
-    consumer
-        .assign(&assignment)
-        .map_err(|error| format!("assigning {topic}: {error}"))?;
-    let started = Instant::now();
-    let mut messages = Vec::new();
-    while !unread.is_empty() {
-        if started.elapsed() > timeout {
-            return Err(format!(
-                "read {} messages of {topic} in {timeout:?}, but partitions {} did not reach their end",
-                messages.len(),
-                positions(&consumer, topic, &unread)
-            ));
-        }
-        match consumer.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(partition))) => {
-                unread.remove(&partition);
-            }
-            Some(Err(error)) => tracing::warn!(%error, "reading {topic}"),
-            Some(Ok(message)) => messages.push((
-                format!("{topic}/{}@{}", message.partition(), message.offset()),
-                message.payload().unwrap_or_default().to_vec(),
-            )),
-        }
-    }
-    Ok(messages)
-}
-
-/// `partitions` of `topic` with the consumer's position in each, e.g. `1 (at offset 4), 2
-/// (nothing read)`, for an operator to see how far the read came.
-fn positions(consumer: &BaseConsumer, topic: &str, partitions: &BTreeSet<i32>) -> String {
-    let known = consumer.position().ok();
-    partitions
-        .iter()
-        .map(|&partition| {
-            let offset = known
-                .as_ref()
-                .and_then(|list| list.find_partition(topic, partition))
-                .map(|element| element.offset());
-            match offset {
-                Some(Offset::Offset(offset)) => format!("{partition} (at offset {offset})"),
-                _ => format!("{partition} (nothing read)"),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Reads part of a digest document as `T`; the error names the field and the value.
+fn read_field<T: serde::de::DeserializeOwned>(
+    document: &Value,
+    location: &str,
+) -> Result<T, Unreadable> {
+    serde_path_to_error::deserialize(document).map_err(|error| Unreadable::Field {
+        location: location.to_owned(),
+        field: error.path().to_string(),
+        problem: error.inner().to_string(),
+    })
 }
 
 /// One stream whose head, as the tables hold it now, is not the one a digest sealed.
@@ -239,20 +186,16 @@ pub async fn verify_topic(
     timeout: Duration,
 ) -> Result<DigestReport, VerifyError> {
     let read_topic = topic.to_owned();
-    let messages =
-        tokio::task::spawn_blocking(move || read_topic_blocking(config, &read_topic, timeout))
-            .await
-            .map_err(|error| VerifyError::Kafka(error.to_string()))?
-            .map_err(VerifyError::Kafka)?;
+    let messages = tokio::task::spawn_blocking(move || {
+        super::topic::read_blocking(config, &read_topic, timeout)
+    })
+    .await??;
     let mut digests = Vec::with_capacity(messages.len());
     let mut unreadable = Vec::new();
     for (location, payload) in &messages {
-        let parsed = serde_json::from_slice(payload)
-            .map_err(|error| format!("{location}: not JSON: {error}"))
-            .and_then(|document| parse(&document, location));
-        match parsed {
+        match parse(payload, location) {
             Ok(digest) => digests.push(digest),
-            Err(problem) => unreadable.push(problem),
+            Err(problem) => unreadable.push(problem.to_string()),
         }
     }
     let mut report = check(client, digests, key).await?;
@@ -265,7 +208,10 @@ pub async fn verify_topic(
 pub enum VerifyError {
     /// The topic could not be read.
     #[error("{0}")]
-    Kafka(String),
+    Topic(#[from] super::topic::TopicError),
+    /// The reading thread panicked or was cancelled.
+    #[error("reading the digest topic: {0}")]
+    Reader(#[from] tokio::task::JoinError),
     /// A statement failed.
     #[error("{}", crate::db::describe(.0))]
     Database(#[from] tokio_postgres::Error),
@@ -430,45 +376,13 @@ async fn reproduce_roots(
                 },
             );
         }
-        let mut heads = Vec::with_capacity(leaves.len());
-        let mut differing = Vec::new();
-        for (
-            stream,
-            SealedLeaf {
-                version,
-                sealed,
-                now,
-            },
-        ) in &leaves
-        {
-            let hash: Hash = now
-                .as_deref()
-                .and_then(|now| now.try_into().ok())
-                .unwrap_or([0; 32]);
-            match now {
-                None => differing.push(Differing {
-                    stream: stream.clone(),
-                    version: *version,
-                    now: "no such event in the events table",
-                }),
-                Some(now) if now != sealed => differing.push(Differing {
-                    stream: stream.clone(),
-                    version: *version,
-                    now: "the event there has another hash",
-                }),
-                Some(_) => {}
-            }
-            heads.push(Head {
-                stream: stream.clone(),
-                version: *version as u64,
-                hash,
-            });
-        }
-        // BTreeMap order is the tree's order: stream names by their UTF-8 bytes.
-        let hashes: Vec<Hash> = heads.iter().map(Head::leaf_hash).collect();
+        let (heads, differing) = rebuild(&leaves);
         let statement = &digest.digest.statement;
-        let reproduced =
-            merkle::root(&hashes) == statement.root && heads.len() as u64 == statement.stream_count;
+        let reproduced = heads.is_some_and(|heads| {
+            // BTreeMap order is the tree's order: stream names by their UTF-8 bytes.
+            let hashes: Vec<Hash> = heads.iter().map(Head::leaf_hash).collect();
+            merkle::root(&hashes) == statement.root && heads.len() as u64 == statement.stream_count
+        });
         if reproduced {
             continue;
         }
@@ -485,6 +399,38 @@ async fn reproduce_roots(
         }
     }
     Ok(())
+}
+
+/// The heads the sealed leaves have in the tables now, and the streams whose head differs
+/// from the one sealed. No heads when a leaf cannot be rebuilt (no event at its version, or
+/// a hash there that is not 32 bytes): then the tables do not reproduce the root.
+fn rebuild(leaves: &BTreeMap<String, SealedLeaf>) -> (Option<Vec<Head>>, Vec<Differing>) {
+    let mut heads = Some(Vec::with_capacity(leaves.len()));
+    let mut differing = Vec::new();
+    for (stream, leaf) in leaves {
+        let differs = |now| Differing {
+            stream: stream.clone(),
+            version: leaf.version,
+            now,
+        };
+        match &leaf.now {
+            None => differing.push(differs("no such event in the events table")),
+            Some(now) if *now != leaf.sealed => {
+                differing.push(differs("the event there has another hash"))
+            }
+            Some(_) => {}
+        }
+        let hash: Option<Hash> = leaf.now.as_deref().and_then(|now| now.try_into().ok());
+        heads = heads.zip(hash).map(|(mut heads, hash)| {
+            heads.push(Head {
+                stream: stream.clone(),
+                version: leaf.version as u64,
+                hash,
+            });
+            heads
+        });
+    }
+    (heads, differing)
 }
 
 #[cfg(test)]
@@ -529,6 +475,32 @@ mod tests {
                 "two different digests numbered 8 (outbox.event.digest/1@7 and \
               outbox.event.digest/1@8): one signed number, two statements"
             ]
+        );
+    }
+
+    #[test]
+    fn a_message_that_is_no_digest_is_named_by_its_place_field_and_value() {
+        let sample = include_str!("samples/digest.json");
+        let read = parse(sample.as_bytes(), "t/0@1").expect("the sample digest");
+        assert_eq!((read.seq, read.location.as_str()), (1, "t/0@1"));
+        let refused = |payload: &[u8]| parse(payload, "t/0@2").expect_err("refused").to_string();
+        assert!(refused(b"{not json").starts_with("t/0@2: not JSON: "));
+        let mut document: Value = serde_json::from_str(sample).expect("JSON");
+        document["signature"] = serde_json::json!("00".repeat(63));
+        let payload = serde_json::to_vec(&document).expect("JSON");
+        assert_eq!(
+            refused(&payload),
+            format!(
+                "t/0@2: signature: not 64 bytes: {:?} is 63 bytes",
+                "00".repeat(63)
+            )
+        );
+        document["format"] = serde_json::json!("something else");
+        let payload = serde_json::to_vec(&document).expect("JSON");
+        assert!(
+            refused(&payload).contains("not an ra-ledger digest v1 document"),
+            "{}",
+            refused(&payload)
         );
     }
 }

@@ -17,6 +17,7 @@ use crate::console::guard::checked_operation;
 use crate::console::html::{Page, api_error, bad_request, error_page, time};
 use crate::console::layout::layout;
 use crate::console::session::Session;
+use crate::digest::{DigestDocument, hex};
 use crate::reassign;
 use crate::replay::{self, ReplaySummary};
 use crate::retention::{self, SlotProgress};
@@ -171,16 +172,16 @@ fn replay_list(replays: &[ReplaySummary]) -> Markup {
 }
 
 /// The newest signed digest and whether its signature verifies.
-fn newest_digest(state: &AppState, digest: Option<&serde_json::Value>) -> Markup {
+fn newest_digest(state: &AppState, digest: Option<&DigestDocument>) -> Markup {
     html! {
         @match digest {
             None => p { "No digest yet" @if state.digest_public_key.is_none() { " (digests are off on this service)" } "." }
             Some(document) => {
                 dl.facts {
-                    dt { "Latest" } dd #digest-seq { (document["seq"]) }
-                    dt { "Events" } dd { (document["event_count"]) }
-                    dt { "Time" } dd { (document["time"].as_str().unwrap_or_default()) }
-                    dt { "Root" } dd { code { (document["root"].as_str().unwrap_or_default()) } }
+                    dt { "Latest" } dd #digest-seq { (document.seq) }
+                    dt { "Events" } dd { (document.event_count) }
+                    dt { "Time" } dd { (document.time.as_deref().unwrap_or_default()) }
+                    dt { "Root" } dd { code { (hex(&document.root.0)) } }
                     dt { "Check" } dd #digest-verified { (signature_check(state, document)) }
                 }
                 p.hint { "The whole ledger against it: " code { "ledger verify" } "; one answer: " code { "ledger proof verify" } " (offline, from the public key)." }
@@ -191,24 +192,22 @@ fn newest_digest(state: &AppState, digest: Option<&serde_json::Value>) -> Markup
 
 /// The digest's signature, checked with the key this service signs with (when digests are
 /// on) or else only with the key the digest names.
-fn signature_check(state: &AppState, document: &serde_json::Value) -> String {
-    let signed = crate::digest::SignedDigest::from_document(document);
+fn signature_check(state: &AppState, document: &DigestDocument) -> String {
     let key = state
         .digest_public_key
         .as_deref()
-        .or_else(|| document["public_key_pem"].as_str())
+        .or(Some(document.public_key_pem.as_str()))
         .and_then(crate::digest::public_key_from_pem);
-    match (signed, key) {
-        (Err(error), _) => format!("unreadable: {error}"),
-        (Ok(_), None) => "no public key to check it with".to_owned(),
-        (Ok(signed), Some(key)) if signed.verify(&key) => {
+    match key {
+        None => "no public key to check it with".to_owned(),
+        Some(key) if document.signed().verify(&key) => {
             if state.digest_public_key.is_some() {
                 "signature verifies with this service's public key".to_owned()
             } else {
                 "signature verifies with the key the digest names (digests are off here: no key of this service to compare)".to_owned()
             }
         }
-        (Ok(_), Some(_)) => "SIGNATURE DOES NOT VERIFY".to_owned(),
+        Some(_) => "SIGNATURE DOES NOT VERIFY".to_owned(),
     }
 }
 

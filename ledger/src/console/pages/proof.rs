@@ -16,7 +16,7 @@ pub(in crate::console) async fn event_proof(
     Path(id): Path<String>,
 ) -> Page {
     let event_id = uuid("event id", &id)?;
-    let proof = crate::digest::proof::for_event(state.ledger.pool(), event_id, &state.digest_tree)
+    let proof = crate::digest::prove::for_event(state.ledger.pool(), event_id, &state.digest_tree)
         .await
         .map_err(proof_error)?;
     let text = serde_json::to_string_pretty(&proof).unwrap_or_default();
@@ -31,8 +31,8 @@ pub(in crate::console) async fn event_proof(
 /// Why there is no proof, as a page: no such event is a 404 and not sealed yet a 409, as
 /// in the API; a failure of the database is no answer about the event at all, so it is a
 /// 503 or a 500 whose cause is logged under the reference the page shows.
-fn proof_error(error: crate::digest::proof::ProofError) -> Response {
-    use crate::digest::proof::ProofError;
+fn proof_error(error: crate::digest::prove::ProofError) -> Response {
+    use crate::digest::prove::ProofError;
     match error {
         ProofError::UnknownEvent(_) => {
             error_page(StatusCode::NOT_FOUND, "No proof", &error.to_string())
@@ -41,6 +41,8 @@ fn proof_error(error: crate::digest::proof::ProofError) -> Response {
             error_page(StatusCode::CONFLICT, "Not sealed yet", &error.to_string())
         }
         ProofError::Pool(error) => api_error(error),
-        ProofError::Database(_) | ProofError::Digest(_) => api_error(ApiError::internal(&error)),
+        ProofError::Database(_) | ProofError::Digest(_) | ProofError::BadHash(_) => {
+            api_error(ApiError::internal(&error))
+        }
     }
 }

@@ -1,0 +1,409 @@
+//! The JSON documents of the digests, as typed values: a signed digest, as published on
+//! Kafka and served over HTTP, and the inclusion proof of events against one. JSON is
+//! written and read only at the edges (the outbox row, the HTTP handlers, the CLI reading a
+//! file); inside, these types travel.
+//!
+//! Fields are declared in the order they are written: by name. The documents were first
+//! built as JSON objects, whose keys serialize sorted, and the bytes stay the same
+//! (`samples/` holds documents of that first version; the tests below read and write them
+//! back byte for byte).
+//!
+//! Hex fields are [`Hex`] (a fixed number of bytes) or [`HexBytes`]: reading one that is not
+//! lowercase or uppercase hex, or not of its length, is an error naming the value, never a
+//! default.
+//!
+//! # Proof document (`ra-ledger proof v1`)
+//!
+//! - `digest`: the signed digest ([`DigestDocument`]); `public_key_pem`: the key that
+//!   signed it, for convenience only (a verifier must use a key it got elsewhere).
+//! - `streams`: one entry per proven stream: `stream`, `events` (consecutive versions up to
+//!   the head the digest sealed, each with every field its hash covers, see
+//!   [`crate::store::event_hash`]), and the `index` and Merkle `path` of the head's leaf.
+//! - An event's proof (`GET /v1/events/{id}/proof`) has `event_id` and one stream, from
+//!   that event on.
+//! - A proven audit answer (`registered-agent?at=T&proof=true`) has `question` (business,
+//!   jurisdiction, `at_micros`, `known_at_micros`), `answer` (the API's answer) and two
+//!   whole streams from version 1: the business's assignments in the jurisdiction and the
+//!   answer's contact. Folding their events recorded by `known_at`
+//!   ([`crate::queries::Fold`]) gives the answer.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+use uuid::Uuid;
+
+use super::{SignedDigest, Statement};
+
+/// The `format` of a digest document.
+pub const DIGEST_FORMAT: &str = "ra-ledger digest v1";
+/// The `format` of a proof document.
+pub const PROOF_FORMAT: &str = "ra-ledger proof v1";
+
+/// Exactly `N` bytes, written as lowercase hex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hex<const N: usize>(pub [u8; N]);
+
+/// A SHA-256 hash in hex.
+pub type HexHash = Hex<32>;
+/// An Ed25519 signature in hex.
+pub type HexSignature = Hex<64>;
+
+impl<const N: usize> Serialize for Hex<N> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&hex(&self.0))
+    }
+}
+
+impl<'de, const N: usize> Deserialize<'de> for Hex<N> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let bytes = unhex(&text).ok_or_else(|| de::Error::custom(format!("not hex: {text:?}")))?;
+        let count = bytes.len();
+        bytes
+            .try_into()
+            .map(Self)
+            .map_err(|_| de::Error::custom(format!("not {N} bytes: {text:?} is {count} bytes")))
+    }
+}
+
+/// Bytes of any length, written as lowercase hex (an event's payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HexBytes(pub Vec<u8>);
+
+impl Serialize for HexBytes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&hex(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for HexBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        unhex(&text)
+            .map(Self)
+            .ok_or_else(|| de::Error::custom(format!("not hex: {text:?}")))
+    }
+}
+
+/// A `format` field that holds one text only, `TEXT`; reading another is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Format<const PROOF: bool>;
+
+/// The `format` of a digest document, [`DIGEST_FORMAT`].
+pub type DigestFormat = Format<false>;
+/// The `format` of a proof document, [`PROOF_FORMAT`].
+pub type ProofFormat = Format<true>;
+
+impl<const PROOF: bool> Format<PROOF> {
+    const TEXT: &str = if PROOF { PROOF_FORMAT } else { DIGEST_FORMAT };
+}
+
+impl<const PROOF: bool> Serialize for Format<PROOF> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(Self::TEXT)
+    }
+}
+
+impl<'de, const PROOF: bool> Deserialize<'de> for Format<PROOF> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == Self::TEXT {
+            Ok(Self)
+        } else {
+            Err(de::Error::custom(format!(
+                "not an {} document: {text:?}",
+                Self::TEXT
+            )))
+        }
+    }
+}
+
+/// A digest document: what the relay publishes on `<prefix>digest`, what
+/// `GET /v1/digests/latest` serves and what every proof carries. The fields of the signed
+/// message, the signature, and for the reader's convenience the time in words, the digest's
+/// hash and the public key (none of which a verifier trusts: see [`SignedFields`]).
+/// `tests/verify_digest.py` reads it as its `digest` object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestDocument {
+    /// Events in the sealed streams.
+    pub event_count: u64,
+    /// [`DIGEST_FORMAT`].
+    pub format: DigestFormat,
+    /// `SHA-256(signed message || signature)`, what the next digest chains to.
+    pub hash: HexHash,
+    /// The previous digest's hash, zeros for the first.
+    pub previous: HexHash,
+    /// The signing key, SubjectPublicKeyInfo PEM.
+    pub public_key_pem: String,
+    /// The Merkle root.
+    pub root: HexHash,
+    /// The digest's number, 1 for the first.
+    pub seq: i64,
+    /// Ed25519 over the signed message.
+    pub signature: HexSignature,
+    /// Streams in the tree.
+    pub stream_count: u64,
+    /// `time_micros` in RFC 3339, `null` when out of chrono's range.
+    pub time: Option<String>,
+    /// Microseconds since the Unix epoch.
+    pub time_micros: i64,
+}
+
+impl DigestDocument {
+    /// The document of digest `seq`, signed by the key of `public_key_pem`.
+    pub fn new(seq: i64, digest: &SignedDigest, public_key_pem: String) -> Self {
+        let statement = &digest.statement;
+        Self {
+            event_count: statement.event_count,
+            format: Format,
+            hash: Hex(digest.hash()),
+            previous: Hex(statement.previous),
+            public_key_pem,
+            root: Hex(statement.root),
+            seq,
+            signature: Hex(digest.signature),
+            stream_count: statement.stream_count,
+            time: DateTime::from_timestamp_micros(statement.time_micros)
+                .map(|time| time.to_rfc3339_opts(SecondsFormat::Micros, true)),
+            time_micros: statement.time_micros,
+        }
+    }
+
+    /// The signed digest it states.
+    pub fn signed(&self) -> SignedDigest {
+        SignedFields {
+            event_count: self.event_count,
+            previous: self.previous,
+            root: self.root,
+            signature: self.signature,
+            stream_count: self.stream_count,
+            time_micros: self.time_micros,
+        }
+        .into()
+    }
+}
+
+/// The signed fields of a digest document: all a verifier reads of one. The others are
+/// derived from these or are the key, which a verifier must get elsewhere; they are not
+/// read, so a document without them is checked the same.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SignedFields {
+    /// Events in the sealed streams.
+    pub event_count: u64,
+    /// The previous digest's hash.
+    pub previous: HexHash,
+    /// The Merkle root.
+    pub root: HexHash,
+    /// Ed25519 over the signed message.
+    pub signature: HexSignature,
+    /// Streams in the tree.
+    pub stream_count: u64,
+    /// Microseconds since the Unix epoch.
+    pub time_micros: i64,
+}
+
+impl From<SignedFields> for SignedDigest {
+    fn from(fields: SignedFields) -> Self {
+        Self {
+            statement: Statement {
+                root: fields.root.0,
+                time_micros: fields.time_micros,
+                stream_count: fields.stream_count,
+                event_count: fields.event_count,
+                previous: fields.previous.0,
+            },
+            signature: fields.signature.0,
+        }
+    }
+}
+
+/// An inclusion proof (see the [module](self)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProofDocument {
+    /// For an audit answer: the API's answer, as JSON. A verifier compares it with the
+    /// answer the proven events fold to, field for field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<serde_json::Value>,
+    /// The digest that seals the streams.
+    pub digest: DigestDocument,
+    /// For an event's proof: the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<Uuid>,
+    /// [`PROOF_FORMAT`].
+    pub format: ProofFormat,
+    /// The digest's key, for convenience only.
+    pub public_key_pem: String,
+    /// For an audit answer: the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
+    /// The proven streams.
+    pub streams: Vec<StreamProof>,
+}
+
+impl ProofDocument {
+    /// The proof of `streams` against `digest`, of no event or question yet.
+    pub fn new(digest: DigestDocument, streams: Vec<StreamProof>) -> Self {
+        Self {
+            answer: None,
+            public_key_pem: digest.public_key_pem.clone(),
+            digest,
+            event_id: None,
+            format: Format,
+            question: None,
+            streams,
+        }
+    }
+}
+
+/// One proven stream: its events up to the sealed head, and the head leaf's place in the
+/// tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamProof {
+    /// Consecutive events, the last one the head the digest sealed.
+    pub events: Vec<EventRecord>,
+    /// The head leaf's index in the tree.
+    pub index: u64,
+    /// The leaf's inclusion path, RFC 9162.
+    pub path: Vec<HexHash>,
+    /// The stream.
+    pub stream: String,
+}
+
+/// An event with every field its hash covers ([`crate::store::event_hash`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// Who wrote it.
+    pub actor: String,
+    /// The event that caused it.
+    pub causation_id: Option<Uuid>,
+    /// The request it belongs to.
+    pub correlation_id: Uuid,
+    /// Business time, microseconds since the Unix epoch.
+    #[serde(
+        rename = "effective_at_micros",
+        with = "chrono::serde::ts_microseconds"
+    )]
+    pub effective_at: DateTime<Utc>,
+    /// The event.
+    pub event_id: Uuid,
+    /// Its type.
+    pub event_type: String,
+    /// Its hash.
+    pub hash: HexHash,
+    /// The protobuf envelope.
+    pub payload: HexBytes,
+    /// The hash of the stream's event before it; none for version 1.
+    pub prev_hash: Option<HexHash>,
+    /// Transaction time, microseconds since the Unix epoch.
+    #[serde(rename = "recorded_at_micros", with = "chrono::serde::ts_microseconds")]
+    pub recorded_at: DateTime<Utc>,
+    /// The payload's schema version.
+    pub schema_version: i32,
+    /// Its stream.
+    pub stream: String,
+    /// Its version in the stream.
+    pub stream_version: i64,
+}
+
+/// The question a proven audit answer answers: who was the RA of `business_id` in
+/// `jurisdiction` at `at`, as known at `known_at`. Both instants are written in
+/// microseconds, which a verifier reads, and in RFC 3339, for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Question {
+    /// Business time, RFC 3339.
+    pub at: String,
+    /// Business time, microseconds since the Unix epoch.
+    pub at_micros: i64,
+    /// The business.
+    pub business_id: Uuid,
+    /// The jurisdiction's code.
+    pub jurisdiction: String,
+    /// Transaction time, RFC 3339.
+    pub known_at: String,
+    /// Transaction time, microseconds since the Unix epoch.
+    pub known_at_micros: i64,
+}
+
+impl Question {
+    /// The question about `business_id` in `jurisdiction` at `at`, as known at `known_at`.
+    pub fn new(
+        business_id: Uuid,
+        jurisdiction: &str,
+        at: DateTime<Utc>,
+        known_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            at: at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            at_micros: at.timestamp_micros(),
+            business_id,
+            jurisdiction: jurisdiction.to_owned(),
+            known_at: known_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            known_at_micros: known_at.timestamp_micros(),
+        }
+    }
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes from hex; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = include_str!("samples/digest.json");
+    const EVENT_PROOF: &str = include_str!("samples/event-proof.json");
+    const ANSWER_PROOF: &str = include_str!("samples/answer-proof.json");
+
+    #[test]
+    fn documents_of_the_first_version_read_and_write_back_byte_for_byte() {
+        let digest: DigestDocument = serde_json::from_str(DIGEST).expect("the sample digest");
+        assert_eq!(serde_json::to_string(&digest).expect("writes"), DIGEST);
+        // Written from the signed digest, the derived fields come out the same.
+        let again =
+            DigestDocument::new(digest.seq, &digest.signed(), digest.public_key_pem.clone());
+        assert_eq!(again, digest);
+        for sample in [EVENT_PROOF, ANSWER_PROOF] {
+            let proof: ProofDocument = serde_json::from_str(sample).expect("a sample proof");
+            assert_eq!(serde_json::to_string(&proof).expect("writes"), sample);
+            assert_eq!(proof.digest, digest);
+        }
+    }
+
+    #[test]
+    fn a_hash_or_signature_of_another_length_or_not_hex_is_refused_naming_it() {
+        let replaced = |field: &str, value: &str| {
+            let mut document: serde_json::Value = serde_json::from_str(DIGEST).expect("JSON");
+            document[field] = serde_json::json!(value);
+            serde_json::from_value::<DigestDocument>(document)
+                .expect_err(value)
+                .to_string()
+        };
+        let short = "ab".repeat(31);
+        assert_eq!(
+            replaced("root", &short),
+            format!("not 32 bytes: {short:?} is 31 bytes")
+        );
+        let long = "cd".repeat(65);
+        assert_eq!(
+            replaced("signature", &long),
+            format!("not 64 bytes: {long:?} is 65 bytes")
+        );
+        assert_eq!(replaced("previous", "zz"), "not hex: \"zz\"");
+        // A multi-byte character where a hex pair should be: refused, no panic.
+        assert_eq!(replaced("hash", "aé"), "not hex: \"aé\"");
+        assert!(replaced("format", "ra-ledger digest v2").contains("not an ra-ledger digest v1"));
+    }
+}

@@ -1,0 +1,311 @@
+//! Inclusion proofs from the database: the events of a stream up to the head the newest
+//! digest sealed, and the Merkle path of that head's leaf, in one snapshot (the document:
+//! [`ProofDocument`]).
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Pool, Transaction};
+use tokio_postgres::IsolationLevel;
+use uuid::Uuid;
+
+use super::build::{CachedTree, TreeCache};
+use super::document::{EventRecord, Hex, HexBytes, ProofDocument, Question, StreamProof};
+use super::{DigestDocument, merkle};
+use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
+use crate::queries::{self, RegisteredAgent};
+
+/// Why there is no proof.
+#[derive(Debug, thiserror::Error)]
+pub enum ProofError {
+    /// No such event.
+    #[error("event {0} not found")]
+    UnknownEvent(Uuid),
+    /// No digest has sealed what is to be proven yet.
+    #[error(
+        "{0} is not sealed by a digest yet: digests are sealed every digest_interval_ms while something changed"
+    )]
+    NotSealed(String),
+    /// No connection.
+    #[error("proof: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// A statement failed.
+    #[error("proof: {}", crate::db::describe(.0))]
+    Database(#[from] tokio_postgres::Error),
+    /// The stored digest does not read back.
+    #[error("proof: {0}")]
+    Digest(#[from] super::build::BuildError),
+    /// The database holds a hash that is not 32 bytes.
+    #[error("proof: {0} is not 32 bytes")]
+    BadHash(String),
+}
+
+const EVENT_COLUMNS: &str = "event_id, stream, stream_version, event_type, schema_version, \
+     payload, recorded_at, effective_at, actor, correlation_id, causation_id, prev_hash, hash";
+
+/// One stream to prove: its events from `from_version` up to the sealed head, which must
+/// be at least `sealed_at_least` (else [`ProofError::NotSealed`], naming `what`).
+struct Span {
+    stream: String,
+    from_version: i64,
+    sealed_at_least: i64,
+    what: String,
+}
+
+async fn read_only_snapshot(
+    client: &mut deadpool_postgres::Client,
+) -> Result<Transaction<'_>, tokio_postgres::Error> {
+    // One snapshot: the newest digest and `digest_leaves` were written together.
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+}
+
+/// The proof of `event_id` against the newest digest.
+/// `tree` is the builder's tree in memory, used when it is the newest digest's.
+pub async fn for_event(
+    pool: &Pool,
+    event_id: Uuid,
+    tree: &TreeCache,
+) -> Result<ProofDocument, ProofError> {
+    let mut client = pool.get().await?;
+    let tx = read_only_snapshot(&mut client).await?;
+    let event = tx
+        .query_opt(
+            "SELECT stream, stream_version FROM events WHERE event_id = $1",
+            &[&event_id],
+        )
+        .await?
+        .ok_or(ProofError::UnknownEvent(event_id))?;
+    let version: i64 = event.get(1);
+    let mut document = prove(
+        &tx,
+        tree,
+        &[Span {
+            stream: event.get(0),
+            from_version: version,
+            sealed_at_least: version,
+            what: format!("event {event_id}"),
+        }],
+    )
+    .await?;
+    tx.commit().await?;
+    document.event_id = Some(event_id);
+    Ok(document)
+}
+
+/// "Who was the RA of `business_id` in `jurisdiction` at `at`, as known at `known_at`",
+/// answered with its proof against the newest digest, both from one snapshot. `None` when
+/// there was no RA then. Without `known_at`, the answer is as known at the newest digest's
+/// time, the latest instant a digest can vouch for (see [`provable_known_at`]).
+pub async fn for_answer(
+    pool: &Pool,
+    tree: &TreeCache,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: Option<DateTime<Utc>>,
+) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
+    let mut client = pool.get().await?;
+    let tx = read_only_snapshot(&mut client).await?;
+    let sealed_time = super::build::latest(&tx)
+        .await?
+        .and_then(|digest| DateTime::from_timestamp_micros(digest.time_micros));
+    let known_at = provable_known_at(known_at, sealed_time)?;
+    let Some(answer) =
+        queries::registered_agent_at(&tx, business_id, jurisdiction, at, known_at).await?
+    else {
+        return Ok(None);
+    };
+    let mut spans = Vec::with_capacity(2);
+    for (stream, what) in [
+        (
+            assignment_stream(business_id, jurisdiction),
+            format!(
+                "the assignments of business {business_id} in {} recorded by {known_at}",
+                jurisdiction.code()
+            ),
+        ),
+        (
+            contact_stream(answer.contact.contact_id),
+            format!(
+                "contact {} as recorded by {known_at}",
+                answer.contact.contact_id
+            ),
+        ),
+    ] {
+        // Every event the answer folds must be sealed: those recorded by `known_at`.
+        let folded: i64 = tx
+            .query_one(
+                "SELECT coalesce(max(stream_version), 1) FROM events \
+                 WHERE stream = $1 AND recorded_at <= $2",
+                &[&stream, &known_at],
+            )
+            .await?
+            .get(0);
+        spans.push(Span {
+            stream,
+            from_version: 1,
+            sealed_at_least: folded,
+            what,
+        });
+    }
+    let mut document = prove(&tx, tree, &spans).await?;
+    tx.commit().await?;
+    document.question = Some(Question::new(
+        business_id,
+        jurisdiction.code(),
+        at,
+        known_at,
+    ));
+    document.answer = Some(serde_json::to_value(&answer).expect("an answer always serializes"));
+    Ok(Some((answer, document)))
+}
+
+/// The `known_at` an answer can be proven as of, given the newest digest's time: the one
+/// asked for, if not after that time; unasked, that time. A digest proves what was recorded
+/// by its time, not that nothing else was recorded after it, so an answer as known at a
+/// later instant is not proven by it (409 `not_sealed` until a later digest).
+pub fn provable_known_at(
+    asked: Option<DateTime<Utc>>,
+    sealed_time: Option<DateTime<Utc>>,
+) -> Result<DateTime<Utc>, ProofError> {
+    let Some(sealed_time) = sealed_time else {
+        return Err(ProofError::NotSealed("the ledger".into()));
+    };
+    match asked {
+        None => Ok(sealed_time),
+        Some(known_at) if known_at <= sealed_time => Ok(known_at),
+        Some(known_at) => Err(ProofError::NotSealed(format!(
+            "what was recorded by known_at {known_at} (the newest digest is of {sealed_time}: \
+             known_at at or before it is proven now, or leave known_at out)"
+        ))),
+    }
+}
+
+/// The proof of `spans` against the newest digest, in `tx`'s snapshot.
+async fn prove(
+    tx: &Transaction<'_>,
+    tree: &TreeCache,
+    spans: &[Span],
+) -> Result<ProofDocument, ProofError> {
+    let digest = super::build::latest(tx)
+        .await?
+        .ok_or_else(|| ProofError::NotSealed(spans[0].what.clone()))?;
+    let paths = Paths::of(tx, tree, &digest).await?;
+    let mut streams = Vec::with_capacity(spans.len());
+    for span in spans {
+        let sealed = tx
+            .query_opt(
+                "SELECT version FROM digest_leaves WHERE stream = $1",
+                &[&span.stream],
+            )
+            .await?
+            .map(|row| row.get::<_, i64>(0))
+            .filter(|sealed| *sealed >= span.sealed_at_least)
+            .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
+        let events = tx
+            .query(
+                &format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 \
+                     AND stream_version BETWEEN $2 AND $3 ORDER BY stream_version"
+                ),
+                &[&span.stream, &span.from_version, &sealed],
+            )
+            .await?;
+        let (index, path) = paths
+            .path(&span.stream)
+            .await
+            .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
+        streams.push(StreamProof {
+            events: events.iter().map(event_record).collect::<Result<_, _>>()?,
+            index: index as u64,
+            path: path.into_iter().map(Hex).collect(),
+            stream: span.stream.clone(),
+        });
+    }
+    Ok(ProofDocument::new(digest, streams))
+}
+
+/// Where the Merkle paths come from: the builder's tree in memory when it is the newest
+/// digest's (same number and root), else every leaf read from `digest_leaves`.
+enum Paths {
+    Cached(std::sync::Arc<CachedTree>),
+    Read(Vec<(String, merkle::Hash)>),
+}
+
+impl Paths {
+    async fn of(
+        tx: &Transaction<'_>,
+        tree: &TreeCache,
+        digest: &DigestDocument,
+    ) -> Result<Self, ProofError> {
+        if let Some(tree) = tree.tree_of(digest.seq, &digest.root.0) {
+            return Ok(Self::Cached(tree));
+        }
+        // In the tree's order: stream names by their bytes.
+        let leaves = tx
+            .query(
+                "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|row| {
+                let stream: String = row.get(0);
+                let hash = hash32(row.get(1), || format!("the leaf hash of stream {stream}"))?;
+                Ok((stream, hash))
+            })
+            .collect::<Result<_, ProofError>>()?;
+        Ok(Self::Read(leaves))
+    }
+
+    /// The leaf index and inclusion path of `stream`.
+    async fn path(&self, stream: &str) -> Option<(usize, Vec<merkle::Hash>)> {
+        match self {
+            // Hashing a path touches every leaf: off the async threads.
+            Self::Cached(tree) => {
+                let (tree, stream) = (tree.clone(), stream.to_owned());
+                tokio::task::spawn_blocking(move || tree.path(&stream))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            Self::Read(leaves) => {
+                let index = leaves.iter().position(|(name, _)| name == stream)?;
+                let hashes: Vec<merkle::Hash> = leaves.iter().map(|(_, hash)| *hash).collect();
+                Some((index, merkle::inclusion_path(&hashes, index)?))
+            }
+        }
+    }
+}
+
+/// An event row of [`EVENT_COLUMNS`] as a proof carries it.
+fn event_record(row: &tokio_postgres::Row) -> Result<EventRecord, ProofError> {
+    let event_id: Uuid = row.get(0);
+    let what = |column: &'static str| move || format!("the {column} of event {event_id}");
+    Ok(EventRecord {
+        actor: row.get(8),
+        causation_id: row.get(10),
+        correlation_id: row.get(9),
+        effective_at: row.get(7),
+        event_id,
+        event_type: row.get(3),
+        hash: Hex(hash32(row.get(12), what("hash"))?),
+        payload: HexBytes(row.get(5)),
+        prev_hash: row
+            .get::<_, Option<Vec<u8>>>(11)
+            .map(|bytes| hash32(bytes, what("prev_hash")).map(Hex))
+            .transpose()?,
+        recorded_at: row.get(6),
+        schema_version: row.get(4),
+        stream: row.get(1),
+        stream_version: row.get(2),
+    })
+}
+
+/// A hash the database holds; `what` names it when it is not 32 bytes.
+fn hash32(bytes: Vec<u8>, what: impl FnOnce() -> String) -> Result<merkle::Hash, ProofError> {
+    bytes.try_into().map_err(|_| ProofError::BadHash(what()))
+}

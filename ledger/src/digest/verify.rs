@@ -1,0 +1,466 @@
+//! Checking an inclusion proof offline, with the document and the public key alone
+//! (`ledger proof verify`; the document: [`super::document`]).
+//!
+//! To check one: recompute each event's hash from its fields and the previous hash, check
+//! each chain reaches its sealed head, each head's leaf reaches the root through its path,
+//! the signature, and for an answer, that `known_at` is not after the digest's time (the
+//! digest cannot vouch for what was recorded later) and the fold (`ledger proof verify`;
+//! `tests/verify_digest.py` checks all but the fold, and says so).
+
+use chrono::{DateTime, Utc};
+use prost::Message as _;
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::document::{EventRecord, SignedFields, StreamProof};
+use super::{Head, SignedDigest, Statement, merkle};
+use crate::domain::{Jurisdiction, assignment_stream};
+use crate::queries::Fold;
+
+/// A proof as the verifier reads it: the fields it checks and nothing else. The formats,
+/// the keys and the digest's derived fields are not read (a verifier trusts none of them),
+/// so a document without them is checked the same; unknown fields are ignored.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClaimedProof {
+    /// The digest's signed fields.
+    pub digest: SignedFields,
+    /// The proven streams.
+    pub streams: Vec<StreamProof>,
+    /// For an event's proof: the event, which must be the first one proven.
+    #[serde(default)]
+    pub event_id: Option<Uuid>,
+    /// For an audit answer: the question.
+    #[serde(default)]
+    pub question: Option<AskedQuestion>,
+    /// For an audit answer: the answer, compared as JSON with the one the events fold to
+    /// (`null` when absent, which only a question of no RA folds to).
+    #[serde(default)]
+    pub answer: Value,
+}
+
+impl ClaimedProof {
+    /// Reads a proof document; the error names the field and the value that do not read.
+    pub fn from_json(document: &Value) -> Result<Self, Refused> {
+        serde_path_to_error::deserialize(document).map_err(|error| Refused::Malformed {
+            field: error.path().to_string(),
+            problem: error.inner().to_string(),
+        })
+    }
+}
+
+/// The question of a proven answer, as a verifier reads it: the instants in microseconds
+/// (the RFC 3339 copies are for people and are not read).
+#[derive(Debug, Clone, Deserialize)]
+pub struct AskedQuestion {
+    /// The business.
+    pub business_id: Uuid,
+    /// The jurisdiction's code.
+    pub jurisdiction: String,
+    /// Business time.
+    pub at_micros: i64,
+    /// Transaction time.
+    pub known_at_micros: i64,
+}
+
+/// Why a proof does not hold: the first thing found that does not.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// A field does not read as its type.
+    #[error("{field}: {problem}")]
+    Malformed {
+        /// Where, e.g. `digest.signature`.
+        field: String,
+        /// What is wrong with it, naming the value.
+        problem: String,
+    },
+    /// Not signed by the key given.
+    #[error("the digest's signature does not verify with the public key")]
+    Signature,
+    /// Nothing proven.
+    #[error("the proof has no streams")]
+    NoStreams,
+    /// A stream without events.
+    #[error("the proof of stream {0} has no events")]
+    NoEvents(String),
+    /// An event's proof whose first event is another.
+    #[error("the proof's first event is not the event it proves")]
+    NotTheEvent,
+    /// An event listed under another stream.
+    #[error("event {event_id} is of stream {actual}, not {listed}")]
+    OtherStream {
+        /// The event.
+        event_id: Uuid,
+        /// Its stream.
+        actual: String,
+        /// The stream it is listed under.
+        listed: String,
+    },
+    /// A version missing between two events.
+    #[error("event {event_id} does not follow version {version} of {stream}")]
+    NotNext {
+        /// The event.
+        event_id: Uuid,
+        /// The version before it.
+        version: i64,
+        /// The stream.
+        stream: String,
+    },
+    /// An event whose previous hash is not the hash of the event before it.
+    #[error("event {0} does not chain to the event before it")]
+    Unchained(Uuid),
+    /// A first event that names a previous hash.
+    #[error("event {event_id} is version 1 of {stream} but chains to an earlier one")]
+    ChainsBeforeFirst {
+        /// The event.
+        event_id: Uuid,
+        /// The stream.
+        stream: String,
+    },
+    /// An event whose fields do not hash to its hash.
+    #[error("event {event_id} (version {version}) does not hash to its recorded hash")]
+    Hash {
+        /// The event.
+        event_id: Uuid,
+        /// Its version.
+        version: i64,
+    },
+    /// A payload that is not an envelope.
+    #[error("event {0}: the payload is not an event envelope")]
+    Payload(Uuid),
+    /// A payload that says otherwise than the event's fields.
+    #[error("event {0}: the payload disagrees with the event's fields")]
+    PayloadDisagrees(Uuid),
+    /// A head whose leaf does not reach the signed root.
+    #[error("the inclusion path of stream {0} does not lead to the root")]
+    Path(String),
+    /// A question about a jurisdiction that does not exist.
+    #[error("question.jurisdiction {0:?} is not a jurisdiction")]
+    Jurisdiction(String),
+    /// A question's instant outside the times the ledger can hold.
+    #[error("question.{field} {micros} is not an instant the ledger can hold")]
+    Instant {
+        /// `at_micros` or `known_at_micros`.
+        field: &'static str,
+        /// The value.
+        micros: i64,
+    },
+    /// A question as known at an instant after the digest's.
+    #[error(
+        "the answer is not proven for known_at {known_at}: the digest is of {sealed}, and \
+         proves what was recorded by then, not that nothing else was recorded by known_at"
+    )]
+    KnownAfterDigest {
+        /// The question's `known_at`.
+        known_at: DateTime<Utc>,
+        /// The digest's time.
+        sealed: String,
+    },
+    /// An answer without the stream of the registration it answers about.
+    #[error("the proof does not prove stream {0}, whose events the answer folds")]
+    MissingStream(String),
+    /// An answer proven from part of a stream.
+    #[error(
+        "the proof of stream {stream} starts at version {first}: an answer needs whole streams"
+    )]
+    PartialStream {
+        /// The stream.
+        stream: String,
+        /// Its first proven version.
+        first: i64,
+    },
+    /// Events that do not fold ([`Fold::new`] says why).
+    #[error("{0}")]
+    Fold(String),
+    /// An answer the events do not give.
+    #[error("the proven events fold to another answer than the one given: {0}")]
+    OtherAnswer(Value),
+}
+
+/// Checks a proof offline against `public_key`: every event's hash from its fields and the
+/// previous hash, each chain up to its sealed head, each head's leaf through its Merkle
+/// path to the root, the signature, and for an audit answer, that the proven events fold
+/// to it. The error names the first thing that does not hold.
+pub fn verify(
+    proof: &ClaimedProof,
+    public_key: &ed25519_dalek::VerifyingKey,
+) -> Result<VerifiedProof, Refused> {
+    let signed = SignedDigest::from(proof.digest.clone());
+    if !signed.verify(public_key) {
+        return Err(Refused::Signature);
+    }
+    if proof.streams.is_empty() {
+        return Err(Refused::NoStreams);
+    }
+    let mut streams = Vec::with_capacity(proof.streams.len());
+    let mut envelopes = Vec::new();
+    for entry in &proof.streams {
+        let (proven, events) = verify_stream(entry, &signed.statement)?;
+        streams.push(proven);
+        envelopes.extend(events);
+    }
+    if proof
+        .event_id
+        .is_some_and(|event_id| proof.streams[0].events[0].event_id != event_id)
+    {
+        return Err(Refused::NotTheEvent);
+    }
+    let answer = match &proof.question {
+        None => None,
+        Some(question) => Some(verify_answer(
+            question,
+            &proof.answer,
+            &streams,
+            &envelopes,
+            signed.statement.time_micros,
+        )?),
+    };
+    Ok(VerifiedProof {
+        streams,
+        digest_time_micros: signed.statement.time_micros,
+        answer,
+    })
+}
+
+/// One stream's chain and inclusion; returns what it proved and its events' envelopes.
+fn verify_stream(
+    entry: &StreamProof,
+    statement: &Statement,
+) -> Result<(ProvenStream, Vec<ra_ledger_proto::v1::Envelope>), Refused> {
+    let stream = &entry.stream;
+    let (Some(first), Some(head)) = (entry.events.first(), entry.events.last()) else {
+        return Err(Refused::NoEvents(stream.clone()));
+    };
+    let mut previous: Option<&EventRecord> = None;
+    let mut envelopes = Vec::with_capacity(entry.events.len());
+    for event in &entry.events {
+        verify_link(event, previous, stream)?;
+        envelopes.push(envelope(event)?);
+        previous = Some(event);
+    }
+    let leaf = Head {
+        stream: stream.clone(),
+        version: head.stream_version as u64,
+        hash: head.hash.0,
+    };
+    let path: Vec<merkle::Hash> = entry.path.iter().map(|hash| hash.0).collect();
+    if !merkle::verify_inclusion(
+        &leaf.leaf_hash(),
+        entry.index,
+        statement.stream_count,
+        &path,
+        &statement.root,
+    ) {
+        return Err(Refused::Path(stream.clone()));
+    }
+    Ok((
+        ProvenStream {
+            stream: stream.clone(),
+            first_version: first.stream_version,
+            sealed_version: head.stream_version,
+        },
+        envelopes,
+    ))
+}
+
+/// That `event`, listed under `stream`, follows `previous` (the event before it in the
+/// proof, if any) and hashes to its recorded hash.
+fn verify_link(
+    event: &EventRecord,
+    previous: Option<&EventRecord>,
+    stream: &str,
+) -> Result<(), Refused> {
+    let event_id = event.event_id;
+    if event.stream != stream {
+        return Err(Refused::OtherStream {
+            event_id,
+            actual: event.stream.clone(),
+            listed: stream.to_owned(),
+        });
+    }
+    let previous_hash = event.prev_hash.map(|hash| hash.0);
+    if let Some(before) = previous {
+        if event.stream_version != before.stream_version + 1 {
+            return Err(Refused::NotNext {
+                event_id,
+                version: before.stream_version,
+                stream: stream.to_owned(),
+            });
+        }
+        // The event before it was checked to hash to its recorded hash.
+        if previous_hash != Some(before.hash.0) {
+            return Err(Refused::Unchained(event_id));
+        }
+    } else if event.stream_version == 1 && previous_hash.is_some() {
+        return Err(Refused::ChainsBeforeFirst {
+            event_id,
+            stream: stream.to_owned(),
+        });
+    }
+    if event_hash(event) != event.hash.0 {
+        return Err(Refused::Hash {
+            event_id,
+            version: event.stream_version,
+        });
+    }
+    Ok(())
+}
+
+/// That the proven events, whole streams from version 1, fold to the answer.
+fn verify_answer(
+    question: &AskedQuestion,
+    answer: &Value,
+    streams: &[ProvenStream],
+    envelopes: &[ra_ledger_proto::v1::Envelope],
+    digest_time_micros: i64,
+) -> Result<String, Refused> {
+    let business_id = question.business_id;
+    let jurisdiction = Jurisdiction::parse("question.jurisdiction", &question.jurisdiction)
+        .map_err(|_| Refused::Jurisdiction(question.jurisdiction.clone()))?;
+    let instant = |field: &'static str, micros: i64| {
+        DateTime::from_timestamp_micros(micros).ok_or(Refused::Instant { field, micros })
+    };
+    let at = instant("at_micros", question.at_micros)?;
+    let known_at = instant("known_at_micros", question.known_at_micros)?;
+    if known_at.timestamp_micros() > digest_time_micros {
+        let sealed = DateTime::from_timestamp_micros(digest_time_micros)
+            .map_or_else(|| digest_time_micros.to_string(), |time| time.to_string());
+        return Err(Refused::KnownAfterDigest { known_at, sealed });
+    }
+    let registration = assignment_stream(business_id, jurisdiction);
+    if !streams.iter().any(|proven| proven.stream == registration) {
+        return Err(Refused::MissingStream(registration));
+    }
+    if let Some(partial) = streams.iter().find(|proven| proven.first_version != 1) {
+        return Err(Refused::PartialStream {
+            stream: partial.stream.clone(),
+            first: partial.first_version,
+        });
+    }
+    // Only this registration's assignments count, whatever other streams came along.
+    let relevant: Vec<_> = envelopes
+        .iter()
+        .filter(|envelope| {
+            envelope.stream == registration || !envelope.stream.starts_with("assignment-")
+        })
+        .cloned()
+        .collect();
+    let folded = Fold::new(&relevant, known_at)
+        .map_err(Refused::Fold)?
+        .registered_agent_at(at);
+    let folded = serde_json::to_value(&folded).expect("an answer always serializes");
+    if &folded != answer {
+        return Err(Refused::OtherAnswer(folded));
+    }
+    Ok(format!(
+        "the RA of business {business_id} in {} at {at}, as known at {known_at}, is contact {}",
+        jurisdiction.code(),
+        folded["contact"]["contact_id"].as_str().unwrap_or("(none)")
+    ))
+}
+
+/// One stream a proof established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenStream {
+    /// The stream.
+    pub stream: String,
+    /// Its first proven event's version.
+    pub first_version: i64,
+    /// The head version the digest sealed.
+    pub sealed_version: i64,
+}
+
+/// What a verified proof established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedProof {
+    /// The proven streams.
+    pub streams: Vec<ProvenStream>,
+    /// The digest's time.
+    pub digest_time_micros: i64,
+    /// For an audit answer: the answer the proven events fold to, in words.
+    pub answer: Option<String>,
+}
+
+/// The event's payload, which must agree with the fields the fold reads.
+fn envelope(event: &EventRecord) -> Result<ra_ledger_proto::v1::Envelope, Refused> {
+    let envelope = ra_ledger_proto::v1::Envelope::decode(&event.payload.0[..])
+        .map_err(|_| Refused::Payload(event.event_id))?;
+    let agrees = envelope.event_id == event.event_id.to_string()
+        && envelope.stream == event.stream
+        && envelope.stream_version == event.stream_version
+        && envelope.recorded_at_micros == event.recorded_at.timestamp_micros()
+        && envelope.effective_at_micros == event.effective_at.timestamp_micros();
+    if !agrees {
+        return Err(Refused::PayloadDisagrees(event.event_id));
+    }
+    Ok(envelope)
+}
+
+/// The hash of the event's fields and its previous hash.
+fn event_hash(event: &EventRecord) -> merkle::Hash {
+    crate::store::event_hash(
+        event.prev_hash.as_ref().map(|hash| &hash.0[..]),
+        &crate::store::EventRow {
+            event_id: event.event_id,
+            stream: &event.stream,
+            stream_version: event.stream_version,
+            event_type: &event.event_type,
+            schema_version: event.schema_version,
+            payload: &event.payload.0,
+            recorded_at: event.recorded_at,
+            effective_at: event.effective_at,
+            actor: &event.actor,
+            correlation_id: event.correlation_id,
+            causation_id: event.causation_id,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::DigestKey;
+
+    fn sample(text: &str) -> Value {
+        serde_json::from_str(text).expect("a sample proof")
+    }
+
+    /// The samples were proven with the key of seed 7s.
+    fn check(document: &Value) -> Result<VerifiedProof, Refused> {
+        let key = DigestKey::from_seed(&[7; 32]).public();
+        verify(&ClaimedProof::from_json(document)?, &key)
+    }
+
+    #[test]
+    fn the_sample_proofs_hold_and_a_malformed_field_is_named() {
+        let event = sample(include_str!("samples/event-proof.json"));
+        let verified = check(&event).expect("the event's proof holds");
+        assert_eq!(verified.streams.len(), 1);
+        let answer = sample(include_str!("samples/answer-proof.json"));
+        let verified = check(&answer).expect("the answer's proof holds");
+        assert!(
+            verified
+                .answer
+                .is_some_and(|said| said.contains("is contact"))
+        );
+        // What is not read does not count: no key, no formats, no derived digest fields.
+        let mut bare = event.clone();
+        for field in ["format", "public_key_pem"] {
+            bare.as_object_mut().expect("an object").remove(field);
+        }
+        for field in ["format", "seq", "hash", "time", "public_key_pem"] {
+            bare["digest"]
+                .as_object_mut()
+                .expect("an object")
+                .remove(field);
+        }
+        check(&bare).expect("the signed fields are enough");
+        let mut short = event.clone();
+        short["streams"][0]["events"][0]["hash"] = serde_json::json!("ab".repeat(31));
+        let refused = check(&short).expect_err("a short hash").to_string();
+        assert!(
+            refused.starts_with("streams[0].events[0].hash: not 32 bytes"),
+            "{refused}"
+        );
+    }
+}
