@@ -13,8 +13,8 @@ KAFKA_LIBS="$KAFKA_HOME/libs"
 # deploy/stack, which execs it as the broker.
 KAFKA_JAVA=(java -cp "$KAFKA_LIBS/*" "-Dlog4j2.configurationFile=$KAFKA_LOG4J")
 # Kafka Connect and Debezium, the relay's peer (deploy/peers), as the jars of
-# deploy/peers/pom.xml, where its versions are written.
-DEBEZIUM_POM="$REPO_ROOT/deploy/peers/pom.xml"
+# deploy/debezium/pom.xml, where its versions are written.
+DEBEZIUM_POM="$REPO_ROOT/deploy/debezium/pom.xml"
 DEBEZIUM_VERSION=$(sed -n 's:^ *<debezium.version>\([^<]*\)</debezium.version> *$:\1:p' "$DEBEZIUM_POM" 2>/dev/null)
 CONNECT_VERSION=$(sed -n 's:^ *<kafka.version>\([^<]*\)</kafka.version> *$:\1:p' "$DEBEZIUM_POM" 2>/dev/null)
 DEBEZIUM_HOME="$RA_CACHE_DIR/debezium-$DEBEZIUM_VERSION-connect-$CONNECT_VERSION"
@@ -151,7 +151,7 @@ ensure_kafka() {
 }
 
 # Kafka Connect with Debezium's PostgreSQL connector (the peer of ledger bench peers) in
-# $DEBEZIUM_LIBS, from deploy/peers/pom.xml (see fetch_pom_jars).
+# $DEBEZIUM_LIBS, from deploy/debezium/pom.xml (see fetch_pom_jars).
 ensure_debezium() {
     [ -n "$DEBEZIUM_VERSION" ] || die "no <debezium.version> in $DEBEZIUM_POM"
     [ -n "$CONNECT_VERSION" ] || die "no <kafka.version> in $DEBEZIUM_POM"

@@ -65,7 +65,13 @@ pub enum RoutedEventError {
 /// Reads `message` as an Event Router record. A message without a value reads as an empty
 /// payload (the Event Router's tombstone for an empty payload).
 pub fn read<M: Message>(message: &M) -> Result<RoutedEvent<'_>, RoutedEventError> {
-    let position = || (message.topic().to_owned(), message.partition(), message.offset());
+    let position = || {
+        (
+            message.topic().to_owned(),
+            message.partition(),
+            message.offset(),
+        )
+    };
     let not_text = |part| {
         let (topic, partition, offset) = position();
         RoutedEventError::NotText {

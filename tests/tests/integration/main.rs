@@ -13,6 +13,7 @@ mod disclosure;
 mod import;
 mod ledger;
 mod migrations;
+mod peers;
 mod races;
 mod reassignment;
 mod rebuild_online;

@@ -106,7 +106,7 @@ const INSERT: &str = include_str!("../../sql/bench/outbox_rows.sql");
 
 /// A consumer of `topic`'s three partitions from the beginning, assigned rather than in a
 /// group: no rebalance pauses in the figures.
-fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
+pub(super) fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
     let consumer: StreamConsumer = ra_ledger::testing::kafka_client(brokers)?
         .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
         .set("auto.offset.reset", "earliest")
