@@ -4,7 +4,6 @@
 //! same load and the same consumer (docs/peers.md): a drain of a backlog written
 //! beforehand, steady loads, and a kill -9 under load.
 
-mod debezium;
 mod load;
 mod process;
 
@@ -14,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ra_ledger::db;
-use ra_ledger::testing::{self, ScratchDatabase};
+use ra_ledger::testing::{self, ScratchDatabase, debezium};
 use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_cdc::pg::ReplicationTarget;
 use uuid::Uuid;
@@ -466,11 +465,7 @@ async fn debezium_launch(
     options: &Options,
 ) -> anyhow::Result<Launch> {
     const PUBLICATION: &str = "peers_debezium";
-    client
-        .batch_execute(&format!(
-            "CREATE PUBLICATION {PUBLICATION} FOR TABLE outbox WITH (publish = 'insert')"
-        ))
-        .await?;
+    debezium::create_publication(client, PUBLICATION).await?;
     let settings = ra_ledger_cdc::pg::config(&scratch.url, "ledger-bench")?;
     let target = ReplicationTarget::of(&settings);
     let rest_port = std::net::TcpListener::bind("127.0.0.1:0")?

@@ -1,8 +1,9 @@
-//! Debezium's side of the peer benchmark: Kafka Connect standalone with the PostgreSQL
-//! connector and the Outbox Event Router, configured on the same outbox table as the relay
-//! (its own slot and publication, its own topics) and tuned as the relay is: batches of up
-//! to 10 ms, idempotent producer, acks from all replicas, five requests in flight, no
-//! compression, positions confirmed every second.
+//! Debezium beside the relay (`ledger bench peers`, the peers integration test,
+//! docs/peers.md): Kafka Connect standalone with the PostgreSQL connector and the Outbox
+//! Event Router, configured on the same outbox table as the relay (its own slot and
+//! publication, its own topics) and tuned as the relay is: batches of up to 10 ms,
+//! idempotent producer, acks from all replicas, five requests in flight, no compression,
+//! positions confirmed every second. `deploy/peers connect WORKER CONNECTOR` runs it.
 
 use std::path::Path;
 
@@ -70,6 +71,18 @@ pub const CONNECTOR_SETTINGS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Creates the insert-only publication `name` of the outbox, as the relay's (migration V1).
+pub async fn create_publication(
+    client: &tokio_postgres::Client,
+    name: &str,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {name} FOR TABLE outbox WITH (publish = 'insert')"
+        ))
+        .await
+}
+
 /// Where one run of Connect keeps its files and what it connects to.
 #[derive(Debug, Clone)]
 pub struct ConnectSetup<'a> {
@@ -94,7 +107,7 @@ pub struct ConnectSetup<'a> {
 impl ConnectSetup<'_> {
     /// Writes `worker.properties` and `connector.properties` into the folder; returns their
     /// paths. The database password goes into the connector file only (mode 0600).
-    pub fn write(&self) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    pub fn write(&self) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
         let worker = self.dir.join("worker.properties");
         let connector = self.dir.join("connector.properties");
         let offsets = self.dir.join("offsets.dat");
@@ -142,7 +155,7 @@ fn owned(settings: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
 }
 
 /// A Java properties file of `lines`, readable by its owner only.
-fn write_properties(path: &Path, lines: &[(String, String)]) -> anyhow::Result<()> {
+fn write_properties(path: &Path, lines: &[(String, String)]) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()
