@@ -53,6 +53,11 @@ pub const CONNECTOR_SETTINGS: &[(&str, &str)] = &[
     ("poll.interval.ms", "10"),
     ("max.batch.size", "20480"),
     ("max.queue.size", "81920"),
+    // A restarted connector whose slot is still held by its killed predecessor's walsender
+    // tries again every second, and for a minute (defaults 10 s and 6 tries): the relay
+    // retries with a backoff from 100 ms and never gives up.
+    ("slot.retry.delay.ms", "1000"),
+    ("slot.max.retries", "60"),
     // The outbox is insert-only (its publication too): no tombstones.
     ("tombstones.on.delete", "false"),
     ("transforms", "outbox"),

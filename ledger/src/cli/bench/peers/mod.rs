@@ -228,6 +228,25 @@ fn phase_types(options: &Options) -> Vec<String> {
     phases
 }
 
+/// One system under test: the scratch database's client, the broker, the system's topic
+/// prefix, and its process.
+struct Arena<'a> {
+    client: &'a tokio_postgres::Client,
+    brokers: &'a str,
+    prefix: &'a str,
+    peer: Peer,
+}
+
+/// One phase's load: `rate` events/s for `duration` on the topic of `aggregate_type`, from
+/// sequence number `first`.
+struct Load<'a> {
+    aggregate_type: &'a str,
+    first: i64,
+    rate: u64,
+    duration: Duration,
+}
+
+/// Starts the consumer of the backlog, then the system; runs every phase on it; stops it.
 async fn run_phases(
     client: &tokio_postgres::Client,
     brokers: &str,
@@ -244,73 +263,62 @@ async fn run_phases(
         progress.clone(),
     ));
     let started = Instant::now();
-    let mut peer = Peer::start(launch)?;
-    let outcome = phases_on(
+    let mut arena = Arena {
         client,
         brokers,
-        &mut peer,
         prefix,
-        options,
-        (reader, progress, started),
-    )
+        peer: Peer::start(launch)?,
+    };
+    let outcome = async {
+        let drain = drain(&mut arena.peer, options.rows, reader, &progress, started).await?;
+        let (steady, kill) = loaded_phases(&mut arena, options).await?;
+        Ok(Figures {
+            drain,
+            steady,
+            kill,
+        })
+    }
     .await;
-    peer.stop(Duration::from_secs(30)).await?;
+    arena.peer.stop(Duration::from_secs(30)).await?;
     outcome
 }
 
-type Reader = (tokio::task::JoinHandle<Delivery>, Arc<AtomicU64>, Instant);
-
-async fn phases_on(
-    client: &tokio_postgres::Client,
-    brokers: &str,
-    peer: &mut Peer,
-    prefix: &str,
+/// The steady phases, then the kill.
+async fn loaded_phases(
+    arena: &mut Arena<'_>,
     options: &Options,
-    (reader, progress, started): Reader,
-) -> anyhow::Result<Figures> {
-    let drain = drain(peer, options.rows, reader, &progress, started).await?;
-    let mut sequence = options.rows as i64;
+) -> anyhow::Result<(Vec<(u64, Steady)>, Kill)> {
+    let mut first = options.rows as i64;
     let mut steady = Vec::new();
     for &rate in &options.rates {
         let aggregate_type = format!("steady_{rate}");
-        let figures = steady_phase(
-            client,
-            brokers,
-            peer,
-            prefix,
-            &aggregate_type,
-            sequence,
+        let load = Load {
+            aggregate_type: &aggregate_type,
+            first,
             rate,
-            Duration::from_secs(options.seconds),
-            None,
-        )
-        .await?;
-        sequence += figures.0.sent as i64 + 1;
-        steady.push((rate, figures.0));
+            duration: Duration::from_secs(options.seconds),
+        };
+        let (figures, _) = steady_phase(arena, load, None).await?;
+        first += figures.sent as i64 + 1;
+        steady.push((rate, figures));
     }
-    let kill_after = Duration::from_secs(options.kill_seconds) / 3;
-    let (figures, killed_at) = steady_phase(
-        client,
-        brokers,
-        peer,
-        prefix,
-        "kill",
-        sequence,
-        options.kill_rate,
-        Duration::from_secs(options.kill_seconds),
-        Some(kill_after),
-    )
-    .await?;
+    let load = Load {
+        aggregate_type: "kill",
+        first,
+        rate: options.kill_rate,
+        duration: Duration::from_secs(options.kill_seconds),
+    };
+    let kill_after = load.duration / 3;
+    let (figures, killed_at) = steady_phase(arena, load, Some(kill_after)).await?;
     let stall = killed_at.map(|_| longest_stall(&figures.delivery));
-    Ok(Figures {
-        drain,
+    Ok((
         steady,
-        kill: Kill {
+        Kill {
             written: figures.sent,
             stall,
             delivery: figures.delivery,
         },
-    })
+    ))
 }
 
 /// The longest time between two consecutive first receipts.
@@ -356,21 +364,25 @@ async fn drain(
     })
 }
 
-/// `rate` events/s for `duration` on the topic of `aggregate_type`, after one warm-up row;
-/// with `kill_after`, a kill -9 and restart of the process that far into the load. Returns
-/// the figures and the moment of the kill.
-#[allow(clippy::too_many_arguments)]
+/// The load, after one warm-up row; with `kill_after`, a kill -9 and restart of the process
+/// that far into it. Returns the figures and the moment of the kill.
 async fn steady_phase(
-    client: &tokio_postgres::Client,
-    brokers: &str,
-    peer: &mut Peer,
-    prefix: &str,
-    aggregate_type: &str,
-    first: i64,
-    rate: u64,
-    duration: Duration,
+    arena: &mut Arena<'_>,
+    load: Load<'_>,
     kill_after: Option<Duration>,
 ) -> anyhow::Result<(Steady, Option<Instant>)> {
+    let Load {
+        aggregate_type,
+        first,
+        rate,
+        duration,
+    } = load;
+    let Arena {
+        client,
+        brokers,
+        prefix,
+        peer,
+    } = arena;
     let per_tick = (rate / 100).max(1);
     let sent = per_tick * (duration.as_millis() / 10) as u64;
     let consumer =
