@@ -12,6 +12,13 @@ KAFKA_LIBS="$KAFKA_HOME/libs"
 # java with the cached jars and the repository's logging: kafka_java, kafka_tool, and
 # deploy/stack, which execs it as the broker.
 KAFKA_JAVA=(java -cp "$KAFKA_LIBS/*" "-Dlog4j2.configurationFile=$KAFKA_LOG4J")
+# Kafka Connect and Debezium, the relay's peer (deploy/peers), as the jars of
+# deploy/debezium/pom.xml, where its versions are written.
+DEBEZIUM_POM="$REPO_ROOT/deploy/debezium/pom.xml"
+DEBEZIUM_VERSION=$(sed -n 's:^ *<debezium.version>\([^<]*\)</debezium.version> *$:\1:p' "$DEBEZIUM_POM" 2>/dev/null)
+CONNECT_VERSION=$(sed -n 's:^ *<kafka.version>\([^<]*\)</kafka.version> *$:\1:p' "$DEBEZIUM_POM" 2>/dev/null)
+DEBEZIUM_HOME="$RA_CACHE_DIR/debezium-$DEBEZIUM_VERSION-connect-$CONNECT_VERSION"
+DEBEZIUM_LIBS="$DEBEZIUM_HOME/libs"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -105,23 +112,25 @@ ensure_java_maven() {
     esac
 }
 
-# True when the cache holds the jars of the pom whose sha256 is $1.
-kafka_cached() {
-    [ -d "$KAFKA_LIBS" ] && [ -f "$KAFKA_HOME/pom.sha256" ] && [ "$(cat "$KAFKA_HOME/pom.sha256")" = "$1" ]
+# True when folder $1 holds the jars of the pom whose sha256 is $2.
+pom_jars_cached() {
+    [ -d "$1/libs" ] && [ -f "$1/pom.sha256" ] && [ "$(cat "$1/pom.sha256")" = "$2" ]
 }
 
-# Apache Kafka's jars (broker, controller, tools, log4j), fetched from Maven Central once into
-# $KAFKA_LIBS with deploy/kafka/pom.xml; fetched again when the pom changes (the cache's
-# stamp, pom.sha256, is the hash of the pom it was fetched with). Maven keeps its downloads
-# in its own repository (~/.m2 unless MAVEN_OPTS says otherwise), so a changed pom
-# downloads only what changed. The jars land in a temporary folder that is moved into place
-# whole: an interrupted fetch leaves no half-filled libs folder behind. Callers that fetch at
-# the same time wait for one another (flock) and fetch once.
-ensure_kafka() {
-    [ -n "$KAFKA_VERSION" ] || die "no <kafka.version> in $KAFKA_POM"
+# The runtime jars of pom $2, fetched from Maven Central once into $3/libs (what $1 names
+# in messages); fetched again when the pom changes (the cache's stamp, pom.sha256, is the
+# hash of the pom it was fetched with). Maven keeps its downloads in its own repository
+# (~/.m2 unless MAVEN_OPTS says otherwise), so a changed pom downloads only what changed.
+# The jars land in a temporary folder that is moved into place whole: an interrupted fetch
+# leaves no half-filled libs folder behind. Callers that fetch at the same time wait for one
+# another (flock on file $4) and fetch once. The remaining arguments are globs of jars the
+# fetch must have brought: fetch_pom_jars NAME POM HOME LOCK JAR-GLOB...
+fetch_pom_jars() {
+    local name=$1 pom=$2 home=$3 lock_file=$4
+    shift 4
     local want
-    want=$(sha256sum "$KAFKA_POM" | cut -d' ' -f1)
-    if kafka_cached "$want"; then
+    want=$(sha256sum "$pom" | cut -d' ' -f1)
+    if pom_jars_cached "$home" "$want"; then
         # The jars are here; java must be too, to run them.
         command -v java >/dev/null || ensure_java_maven
         return 0
@@ -129,40 +138,59 @@ ensure_kafka() {
     ensure_java_maven
     mkdir -p "$RA_CACHE_DIR"
     local lock
-    exec {lock}>"$RA_CACHE_DIR/kafka.lock"
+    exec {lock}>"$lock_file"
     flock "$lock"
-    if kafka_cached "$want"; then exec {lock}>&-; return 0; fi
-    log "fetching Apache Kafka $KAFKA_VERSION (jars of deploy/kafka/pom.xml) from Maven Central into $KAFKA_LIBS (about a minute, once per pom)"
+    if pom_jars_cached "$home" "$want"; then exec {lock}>&-; return 0; fi
+    log "fetching $name (jars of ${pom#"$REPO_ROOT"/}) from Maven Central into $home/libs (about a minute, once per pom)"
     local tmp output started=$SECONDS
-    tmp=$(mktemp -d "$RA_CACHE_DIR/kafka-fetch.XXXXXX")
+    tmp=$(mktemp -d "$home-fetch.XXXXXX")
     # A copy of the pom, in the temporary folder: mvn writes nothing into the repository,
     # and the stamp is the hash of what was fetched even if the pom changes meanwhile.
-    cp "$KAFKA_POM" "$tmp/pom.xml"
+    cp "$pom" "$tmp/pom.xml"
     want=$(sha256sum "$tmp/pom.xml" | cut -d' ' -f1)
     if ! output=$(cd "$tmp" && mvn -q -B -f pom.xml dependency:copy-dependencies \
             -DincludeScope=runtime -DoutputDirectory="$tmp/libs" 2>&1); then
         rm -rf "$tmp"
-        die "mvn could not fetch Kafka $KAFKA_VERSION's jars:"$'\n'"$output"
+        die "mvn could not fetch $name's jars:"$'\n'"$output"
     fi
     local jar
-    for jar in "kafka_2.*-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" "log4j-slf4j-impl-*.jar" "log4j-core-*.jar"; do
+    for jar in "$@"; do
         # shellcheck disable=SC2086 # the glob is meant
         compgen -G "$tmp/libs/"$jar >/dev/null || { rm -rf "$tmp"; die "mvn fetched no $jar into $tmp/libs"; }
     done
     echo "$want" > "$tmp/pom.sha256"
-    if [ -e "$KAFKA_HOME" ]; then
+    if [ -e "$home" ]; then
         # Jars of another pom: set aside, then removed once the new ones are in place (a
-        # broker running on them keeps its open jars).
+        # process running on them keeps its open jars).
         local old
-        old=$(mktemp -u "$RA_CACHE_DIR/kafka-old.XXXXXX")
-        mv -T "$KAFKA_HOME" "$old"
-        mv -T "$tmp" "$KAFKA_HOME"
+        old=$(mktemp -u "$home-old.XXXXXX")
+        mv -T "$home" "$old"
+        mv -T "$tmp" "$home"
         rm -rf "$old"
     else
-        mv -T "$tmp" "$KAFKA_HOME"
+        mv -T "$tmp" "$home"
     fi
     exec {lock}>&-
-    log "Kafka $KAFKA_VERSION: $(ls "$KAFKA_LIBS" | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1) in $KAFKA_LIBS, after $((SECONDS - started)) s"
+    log "$name: $(ls "$home/libs" | wc -l) jars, $(du -sh "$home/libs" | cut -f1) in $home/libs, after $((SECONDS - started)) s"
+}
+
+# Apache Kafka's jars (broker, controller, tools, log4j) in $KAFKA_LIBS, from
+# deploy/kafka/pom.xml (see fetch_pom_jars).
+ensure_kafka() {
+    [ -n "$KAFKA_VERSION" ] || die "no <kafka.version> in $KAFKA_POM"
+    fetch_pom_jars "Apache Kafka $KAFKA_VERSION" "$KAFKA_POM" "$KAFKA_HOME" "$RA_CACHE_DIR/kafka.lock" \
+        "kafka_2.*-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" "log4j-slf4j-impl-*.jar" "log4j-core-*.jar"
+}
+
+# Kafka Connect with Debezium's PostgreSQL connector (the peer of ledger bench peers) in
+# $DEBEZIUM_LIBS, from deploy/debezium/pom.xml (see fetch_pom_jars).
+ensure_debezium() {
+    [ -n "$DEBEZIUM_VERSION" ] || die "no <debezium.version> in $DEBEZIUM_POM"
+    [ -n "$CONNECT_VERSION" ] || die "no <kafka.version> in $DEBEZIUM_POM"
+    fetch_pom_jars "Debezium $DEBEZIUM_VERSION on Kafka Connect $CONNECT_VERSION" "$DEBEZIUM_POM" "$DEBEZIUM_HOME" \
+        "$RA_CACHE_DIR/debezium.lock" \
+        "debezium-connector-postgres-$DEBEZIUM_VERSION.jar" "debezium-connect-plugins-$DEBEZIUM_VERSION.jar" \
+        "connect-runtime-$CONNECT_VERSION.jar" "log4j-slf4j-impl-*.jar" "postgresql-*.jar"
 }
 
 # Runs a Java class of the cached Kafka (ensure_kafka first) with the repository's log4j2

@@ -5,6 +5,7 @@
 pub mod ack;
 pub mod config;
 pub mod consumer;
+pub mod event_router;
 pub mod example;
 pub mod kafka;
 pub mod metrics;

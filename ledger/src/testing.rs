@@ -2,6 +2,8 @@
 //! bulk seeding, and the timing of a reassignment run's pages. The test harness and
 //! `ledger bench` share it, so neither writes its own.
 
+pub mod debezium;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -17,6 +17,7 @@ mod import;
 mod ledger;
 mod migrations;
 mod openapi;
+mod peers;
 mod races;
 mod reassignment;
 mod rebuild_online;

@@ -136,7 +136,7 @@ const INSERT: &str = include_str!("../../sql/bench/outbox_rows.sql");
 /// A consumer of `topic`'s three partitions from the beginning, assigned rather than in a
 /// group: no rebalance pauses in the figures. `read_committed`, as the consumers of an
 /// exactly-once relay read (the same for an at-least-once one: it writes no transactions).
-fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
+pub(super) fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
     let mut config = ra_ledger::testing::kafka_client(brokers)?;
     ra_ledger_cdc::consumer::read_committed(&mut config);
     let consumer: StreamConsumer = config

@@ -8,6 +8,7 @@ mod digest;
 mod import;
 mod latency;
 mod outbox;
+mod peers;
 mod reassign;
 mod rebuild;
 mod relay;
@@ -99,6 +100,47 @@ pub enum BenchCommand {
         /// The relay's delivery mode; both, one after the other, when not given.
         #[arg(long, value_parser = crate::cli::relay::parse_delivery)]
         delivery: Option<DeliveryMode>,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// The relay and Debezium side by side, one at a time, with the same load and consumer:
+    /// drain rate and CPU, steady-load latency, kill -9 under load (docs/peers.md). Run it
+    /// with deploy/peers bench, which fetches Kafka Connect and Debezium.
+    Peers {
+        /// Outbox rows in the backlog each system drains.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Rows per transaction of the backlog.
+        #[arg(long, default_value_t = 100)]
+        per_transaction: u64,
+        /// Rates of the steady phases, events/s.
+        #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
+        rates: Vec<u64>,
+        /// Seconds of each steady phase.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Events/s while each system is killed with SIGKILL and restarted.
+        #[arg(long, default_value_t = 2_000)]
+        kill_rate: u64,
+        /// Seconds of the kill phase; the kill comes a third into it.
+        #[arg(long, default_value_t = 30)]
+        kill_seconds: u64,
+        /// Systems to run, one after the other.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "relay,debezium"
+        )]
+        systems: Vec<peers::System>,
+        /// deploy/peers, which `connect WORKER CONNECTOR` execs Kafka Connect.
+        #[arg(long, default_value = "deploy/peers")]
+        connect_command: std::path::PathBuf,
+        /// Folder for each system's logs, properties and offsets (default: a new one in the
+        /// temporary folder).
+        #[arg(long)]
+        work_dir: Option<std::path::PathBuf>,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -221,6 +263,37 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             delivery,
             brokers,
         } => latency::run(database_url, &brokers, rate, seconds, modes(delivery)).await,
+        BenchCommand::Peers {
+            rows,
+            per_transaction,
+            rates,
+            seconds,
+            kill_rate,
+            kill_seconds,
+            systems,
+            connect_command,
+            work_dir,
+            brokers,
+        } => {
+            let work_dir = work_dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!(
+                    "ledger-bench-peers-{}",
+                    uuid::Uuid::new_v4().simple()
+                ))
+            });
+            let options = peers::Options {
+                rows,
+                per_transaction,
+                rates,
+                seconds,
+                kill_rate,
+                kill_seconds,
+                systems,
+                connect_command,
+                work_dir,
+            };
+            peers::run(database_url, &brokers, options).await
+        }
         BenchCommand::Reassign {
             rows,
             page_size,

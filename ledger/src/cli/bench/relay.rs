@@ -180,7 +180,7 @@ async fn backlog(
 
 /// The broker's ceiling: the same messages produced by rdkafka alone, with the relay's
 /// producer settings and in-flight bound. Rows/s.
-async fn rdkafka_alone(
+pub(super) async fn rdkafka_alone(
     client: &tokio_postgres::Client,
     relay_config: &RelayConfig,
     topic: &str,
