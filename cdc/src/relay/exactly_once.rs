@@ -587,7 +587,7 @@ fn send(
 /// Why a group could not be committed.
 enum Unsettled {
     /// A message's delivery failed: the message, its commit LSN and the error.
-    Refused(OutgoingMessage, u64, KafkaError),
+    Refused(Box<OutgoingMessage>, u64, KafkaError),
     /// The position record or the commit itself failed.
     Kafka(KafkaError),
 }
@@ -603,7 +603,7 @@ async fn settle(
     blocking(producer, flush).await.map_err(Unsettled::Kafka)?;
     while let Some((message, commit_lsn, result)) = deliveries.next().await {
         if let Err(error) = result {
-            return Err(Unsettled::Refused(message, commit_lsn, error));
+            return Err(Unsettled::Refused(Box::new(message), commit_lsn, error));
         }
     }
     match position.await {
