@@ -7,16 +7,14 @@ use std::time::Duration;
 use ra_ledger_cdc::publish::{DeliveryFailure, Origin, classify, event_headers, kafka_headers};
 use ra_ledger_cdc::replay::{CompletionMarker, MARKER_KIND, header};
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::types::RDKafkaErrorCode;
 use tracing::info;
 
-use super::run::{REPLAY_RETENTION_MS, Replay, RunError};
+use super::run::{Replay, RunError};
+use crate::topics::{self, Outcome, TopicError};
 
 /// The replay's producer: idempotent, every message acknowledged by all in-sync replicas.
 pub(super) fn producer(config: &ClientConfig) -> Result<FutureProducer, RunError> {
@@ -233,36 +231,26 @@ async fn ensure_replay_topic(
     topic: &str,
     partitions: i32,
 ) -> Result<(), RunError> {
-    let admin: AdminClient<DefaultClientContext> = config
-        .create()
-        .map_err(|error| RunError::Kafka(error.to_string()))?;
-    let retention = REPLAY_RETENTION_MS.to_string();
-    // Replicated as the cluster's default, as the live topics are by default.
-    let new_topic = NewTopic::new(
-        topic,
-        partitions,
-        TopicReplication::Fixed(crate::topics::BROKER_DEFAULT_REPLICATION),
-    )
-    .set("cleanup.policy", "delete")
-    .set("retention.ms", &retention);
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = admin
-        .create_topics([&new_topic], &options)
+    let spec = topics::replay(topic, partitions);
+    let outcomes = topics::create(config, std::slice::from_ref(&spec))
         .await
-        .map_err(|error| RunError::Kafka(format!("creating {topic}: {error}")))?;
-    for result in results {
-        match result {
-            Ok(_) => info!(%topic, partitions, "replay topic created"),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
+        .map_err(|error| match error {
+            TopicError::Kafka(error) => RunError::Kafka(format!("creating {topic}: {error}")),
+            TopicError::Refused { code, .. } => {
+                RunError::Kafka(format!("creating {topic}: {code}"))
+            }
+            error => RunError::Kafka(format!("creating {topic}: {error}")),
+        })?;
+    for (_, outcome) in outcomes {
+        match outcome {
+            Outcome::Created => info!(%topic, partitions, "replay topic created"),
+            Outcome::Existed => {
                 let existing = topic_partitions(config, topic).await?;
                 if existing != partitions {
                     return Err(RunError::Failed(format!(
                         "replay topic {topic} exists with {existing} partitions, its live topic has {partitions}"
                     )));
                 }
-            }
-            Err((_, code)) => {
-                return Err(RunError::Kafka(format!("creating {topic}: {code}")));
             }
         }
     }

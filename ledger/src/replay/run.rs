@@ -27,8 +27,6 @@ pub const WINDOW: i64 = 20_000;
 /// a replay reaches the broker in small bursts the live relay's messages slip between,
 /// not in one burst a second that holds them up (measured by `ledger bench replay`).
 pub const MAX_BATCH: u32 = 1_000;
-/// How long a replay topic keeps its records: a week to bootstrap from it.
-pub const REPLAY_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Replay metrics (served by `ledger worker` on /metrics).
 pub mod names {
