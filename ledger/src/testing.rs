@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::config::RelayConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use uuid::Uuid;
 
@@ -18,6 +18,7 @@ use crate::domain::{ASSIGNMENT_AGGREGATE, Jurisdiction, registration_id};
 use crate::error::CommandError;
 use crate::events;
 use crate::store::{self, Metadata, NewEvent, StreamAppend};
+use crate::topics::{Outcome, TopicError, TopicSpec};
 
 pub use crate::reassign::replace_all_at_once;
 
@@ -192,22 +193,30 @@ pub async fn create_topics(
     create_topics_with(kafka_client(brokers)?, topics, partitions).await
 }
 
-/// Creates `topics` with `partitions` partitions each, with a client made of `config`.
+/// Creates `topics` with `partitions` partitions each (one replica, the broker's default
+/// configs), with a client made of `config`; one that exists already is an error.
 pub async fn create_topics_with(
     config: rdkafka::ClientConfig,
     topics: &[String],
     partitions: i32,
 ) -> Result<(), TestingError> {
-    let admin: AdminClient<DefaultClientContext> = config.create()?;
-    let new_topics: Vec<NewTopic> = topics
+    let specs: Vec<TopicSpec> = topics
         .iter()
-        .map(|topic| NewTopic::new(topic, partitions, TopicReplication::Fixed(1)))
+        .map(|topic| TopicSpec::plain(topic, partitions, 1))
         .collect();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    for result in admin.create_topics(&new_topics, &options).await? {
-        result.map_err(|(topic, code)| {
-            TestingError::Refused(format!("cannot create topic {topic}: {code}"))
+    let outcomes = crate::topics::create(&config, &specs)
+        .await
+        .map_err(|error| match error {
+            TopicError::Kafka(error) => TestingError::Kafka(error),
+            error => TestingError::Refused(error.to_string()),
         })?;
+    for (topic, outcome) in outcomes {
+        if outcome == Outcome::Existed {
+            let code = rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists;
+            return Err(TestingError::Refused(format!(
+                "cannot create topic {topic}: {code}"
+            )));
+        }
     }
     Ok(())
 }

@@ -9,11 +9,17 @@
 //!   per slot that matters, the newest: compacted, one partition (the relay reads it back
 //!   to its end at start). The relay never creates it itself.
 //!
+//! - A replay topic (`crate::replay`) has as many partitions as its live topic, and keeps
+//!   its records a week: time enough to bootstrap from it.
+//!
 //! Any config can be changed per topic (`ledger topics create --config topic:key=value`).
+//! Every topic the ledger or its tooling creates goes through [`create`]: the stack's, a
+//! replay's, and the scratch topics of tests and benchmarks.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
@@ -29,6 +35,9 @@ pub const BROKER_DEFAULT_REPLICATION: i32 = -1;
 /// How long the reassignment topic keeps page requests: a week, for looking into a run.
 pub const REASSIGNMENT_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
+/// How long a replay topic keeps its records: a week to bootstrap from it.
+pub const REPLAY_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
 /// One topic to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicSpec {
@@ -40,6 +49,31 @@ pub struct TopicSpec {
     pub replication_factor: i32,
     /// Topic configs (`cleanup.policy`, `retention.ms`, ...).
     pub configs: BTreeMap<String, String>,
+}
+
+impl TopicSpec {
+    /// `name` with `partitions` partitions of `replication_factor` replicas, and the
+    /// broker's default configs (the scratch topics of tests and benchmarks).
+    pub fn plain(name: &str, partitions: i32, replication_factor: i32) -> Self {
+        Self {
+            name: name.to_owned(),
+            partitions,
+            replication_factor,
+            configs: BTreeMap::new(),
+        }
+    }
+}
+
+/// A replay topic: `partitions` (its live topic's), replicated as the cluster's default
+/// (as the live topics are by default), records deleted after [`REPLAY_RETENTION_MS`].
+pub fn replay(name: &str, partitions: i32) -> TopicSpec {
+    TopicSpec {
+        configs: BTreeMap::from([
+            ("cleanup.policy".to_owned(), "delete".to_owned()),
+            ("retention.ms".to_owned(), REPLAY_RETENTION_MS.to_string()),
+        ]),
+        ..TopicSpec::plain(name, partitions, BROKER_DEFAULT_REPLICATION)
+    }
 }
 
 /// The relay's topics under `prefix` (`outbox.event.` by default), each with `partitions`
@@ -122,6 +156,15 @@ pub async fn create_missing(
         config.set(key, value);
     }
     config.set("bootstrap.servers", brokers);
+    create(&config, specs).await
+}
+
+/// Creates the topics of `specs` with an admin client made of `config`; one that exists
+/// already is left as it is ([`Outcome::Existed`]).
+pub async fn create(
+    config: &ClientConfig,
+    specs: &[TopicSpec],
+) -> Result<Vec<(String, Outcome)>, TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let new_topics: Vec<NewTopic> = specs
         .iter()
@@ -202,5 +245,15 @@ mod tests {
         assert_eq!(specs[0].configs["x"], "y");
         assert!(configure(&mut specs, &["nope:a=b".into()]).is_err());
         assert!(configure(&mut specs, &["assignment:novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn replay_topics_delete_after_a_week_and_replicate_as_the_cluster_does() {
+        let spec = replay("outbox.event.assignment.replay.x", 3);
+        assert_eq!(spec.partitions, 3);
+        assert_eq!(spec.replication_factor, BROKER_DEFAULT_REPLICATION);
+        assert_eq!(spec.configs["cleanup.policy"], "delete");
+        assert_eq!(spec.configs["retention.ms"], "604800000");
+        assert!(TopicSpec::plain("t", 1, 1).configs.is_empty());
     }
 }

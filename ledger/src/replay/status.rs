@@ -1,0 +1,223 @@
+//! Where replays stand: one replay's status row with its progress, and the newest ones
+//! as the console lists them.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use ra_ledger_cdc::replay::replay_topic;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::db::cached;
+
+/// Where a replay stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayState {
+    /// Waiting for a runner.
+    Requested,
+    /// Started: past and handoff recorded, events going out.
+    Running,
+    /// Every event and every marker is on the replay topics.
+    Complete,
+    /// Stopped for good; `error` says why.
+    Failed,
+}
+
+impl ReplayState {
+    /// The name the `replays` table keeps, and the pages show.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Running => "running",
+            Self::Complete => "complete",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub(super) fn parse(text: &str) -> Self {
+        match text {
+            "running" => Self::Running,
+            "complete" => Self::Complete,
+            "failed" => Self::Failed,
+            _ => Self::Requested,
+        }
+    }
+}
+
+/// One replay topic and the live topic it hands off to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Target {
+    /// The live topic.
+    pub live_topic: String,
+    /// The replay topic.
+    pub replay_topic: String,
+    /// Live partition -> first offset after the replay (once started).
+    pub handoff: Option<BTreeMap<i32, i64>>,
+}
+
+/// A replay's progress, as `GET /v1/replays/{id}` and `ledger replay status` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayStatus {
+    /// Replay id.
+    pub id: Uuid,
+    /// State.
+    pub status: ReplayState,
+    /// Selected aggregate types.
+    pub aggregate_types: Vec<String>,
+    /// Selected event types (all when absent).
+    pub event_types: Option<Vec<String>>,
+    /// Selected stream prefix.
+    pub stream_prefix: Option<String>,
+    /// Recorded at or after.
+    pub recorded_from: Option<DateTime<Utc>>,
+    /// Recorded before.
+    pub recorded_to: Option<DateTime<Utc>>,
+    /// Events per second at most.
+    pub rate: u32,
+    /// Replay topics and handoffs.
+    pub targets: Vec<Target>,
+    /// The snapshot that defines the past (`xmin:xmax:xip`).
+    pub snapshot: Option<String>,
+    /// Selected events in the past.
+    pub total_events: Option<i64>,
+    /// Events acknowledged by Kafka (a resumed replay counts the batch it re-sends again).
+    pub published: i64,
+    /// Every selected event at or below this position is on the replay topics.
+    pub checkpoint: i64,
+    /// The highest position in the past.
+    pub past_end_position: Option<i64>,
+    /// Runner starts: 1, plus one per resume.
+    pub attempts: i32,
+    /// Who asked.
+    pub requested_by: String,
+    /// When.
+    pub requested_at: DateTime<Utc>,
+    /// When a runner recorded the past.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Last checkpoint.
+    pub progress_at: Option<DateTime<Utc>>,
+    /// When the markers were written.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Why it failed, or the last error a runner will retry after.
+    pub error: Option<String>,
+    /// Published share of the total, 0 to 100.
+    pub percent: f64,
+    /// Average since start.
+    pub events_per_second: Option<f64>,
+    /// At that pace.
+    pub eta_seconds: Option<f64>,
+}
+
+/// The replay `id`, if any.
+pub async fn status(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> Result<Option<ReplayStatus>, tokio_postgres::Error> {
+    let Some(row) = client
+        .query_opt(include_str!("../sql/replay/status.sql"), &[&id])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let status = ReplayState::parse(row.get("status"));
+    let aggregate_types: Vec<String> = row.get("aggregate_types");
+    let topic_prefix: String = row.get("topic_prefix");
+    let template: String = row.get("target_template");
+    let handoff: Option<serde_json::Value> = row.get("handoff");
+    let handoffs: BTreeMap<String, BTreeMap<i32, i64>> = handoff
+        .and_then(|value| serde_json::from_value(value).ok())
+        .unwrap_or_default();
+    let targets = aggregate_types
+        .iter()
+        .map(|aggregate| {
+            let live_topic = format!("{topic_prefix}{aggregate}");
+            Target {
+                replay_topic: replay_topic(&template, &live_topic, &id.to_string()),
+                handoff: handoffs.get(&live_topic).cloned(),
+                live_topic,
+            }
+        })
+        .collect();
+    let total: Option<i64> = row.get("total_events");
+    let published: i64 = row.get("published");
+    let started_at: Option<DateTime<Utc>> = row.get("started_at");
+    let progress_at: Option<DateTime<Utc>> = row.get("progress_at");
+    let percent = match (status, total) {
+        (ReplayState::Complete, _) => 100.0,
+        (_, Some(total)) if total > 0 => (published.min(total) as f64 * 100.0) / total as f64,
+        _ => 0.0,
+    };
+    let events_per_second = started_at.zip(progress_at).and_then(|(start, last)| {
+        let seconds = (last - start).num_milliseconds() as f64 / 1000.0;
+        (seconds > 0.0).then(|| published as f64 / seconds)
+    });
+    let eta_seconds = match (status, total, events_per_second) {
+        (ReplayState::Running, Some(total), Some(rate)) if rate > 0.0 => {
+            Some((total - published).max(0) as f64 / rate)
+        }
+        _ => None,
+    };
+    Ok(Some(ReplayStatus {
+        id,
+        status,
+        aggregate_types,
+        event_types: row.get("event_types"),
+        stream_prefix: row.get("stream_prefix"),
+        recorded_from: row.get("recorded_from"),
+        recorded_to: row.get("recorded_to"),
+        rate: row.get::<_, i32>("rate") as u32,
+        targets,
+        snapshot: row.get("snapshot"),
+        total_events: total,
+        published,
+        checkpoint: row.get("checkpoint"),
+        past_end_position: row.get("past_end_position"),
+        attempts: row.get("attempts"),
+        requested_by: row.get("requested_by"),
+        requested_at: row.get("requested_at"),
+        started_at,
+        progress_at,
+        completed_at: row.get("completed_at"),
+        error: row.get("error"),
+        percent,
+        events_per_second,
+        eta_seconds,
+    }))
+}
+
+/// A replay in a list: where it stands, without its targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// Replay id.
+    pub id: Uuid,
+    /// Where it stands.
+    pub status: ReplayState,
+    /// Events published so far.
+    pub published: i64,
+    /// Events it selects, once a runner counted them.
+    pub total_events: Option<i64>,
+    /// When it was asked for.
+    pub requested_at: DateTime<Utc>,
+}
+
+/// The newest `limit` replays, newest first.
+pub async fn recent(
+    client: &impl GenericClient,
+    limit: i64,
+) -> Result<Vec<ReplaySummary>, tokio_postgres::Error> {
+    Ok(
+        cached::query(client, include_str!("../sql/replay/recent.sql"), &[&limit])
+            .await?
+            .iter()
+            .map(|row| ReplaySummary {
+                id: row.get(0),
+                status: ReplayState::parse(row.get(1)),
+                published: row.get(2),
+                total_events: row.get(3),
+                requested_at: row.get(4),
+            })
+            .collect(),
+    )
+}
