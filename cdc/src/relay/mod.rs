@@ -23,6 +23,7 @@ mod group;
 mod session;
 mod setup;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,8 +34,8 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::metrics::RelayMetrics;
-use crate::outbox::OutboxError;
-use crate::pgoutput::DecodeError;
+use crate::outbox::{OutboxError, OutboxLayout};
+use crate::pgoutput::{DecodeError, Relation};
 
 /// Prefix of the relay's heartbeat messages in the WAL.
 pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
@@ -210,6 +211,23 @@ pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
         |shutdown| run(config, metrics, shutdown),
     )
     .await
+}
+
+/// Keeps the column layout of the outbox relation a session was told about; any other
+/// table in the publication is an error (the relay publishes the outbox only).
+fn learn_relation(
+    config: &RelayConfig,
+    layouts: &mut HashMap<u32, OutboxLayout>,
+    relation: &Relation,
+) -> Result<(), RelayError> {
+    if relation.name != "outbox" {
+        return Err(RelayError::ForeignTable {
+            publication: config.publication.clone(),
+            table: format!("{}.{}", relation.namespace, relation.name),
+        });
+    }
+    layouts.insert(relation.oid, OutboxLayout::from_relation(relation)?);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -141,14 +141,7 @@ impl Session<'_> {
                 self.metrics.observe_wal_end(wal_end.as_u64());
                 match pgoutput::decode(&data)? {
                     LogicalMessage::Relation(relation) => {
-                        if relation.name != "outbox" {
-                            return Err(RelayError::ForeignTable {
-                                publication: self.config.publication.clone(),
-                                table: format!("{}.{}", relation.namespace, relation.name),
-                            });
-                        }
-                        self.layouts
-                            .insert(relation.oid, OutboxLayout::from_relation(&relation)?);
+                        super::learn_relation(self.config, &mut self.layouts, &relation)?;
                     }
                     LogicalMessage::Insert { relation_oid, new } => {
                         self.on_row(relation_oid, &new).await?;
