@@ -2,7 +2,9 @@
 //! output. The library does the work; these modules parse, call and print.
 
 mod audit;
+#[cfg(feature = "testing")]
 mod bench;
+#[cfg(feature = "testing")]
 mod demo;
 mod grant;
 mod import;
@@ -70,8 +72,12 @@ enum Command {
         command: runs::RunsCommand,
     },
     /// Walk through a supersede on the local stack: seed, supersede, watch, audit, Kafka.
+    /// Built with the `testing` feature only (it seeds with the test tooling).
+    #[cfg(feature = "testing")]
     Demo(demo::DemoOptions),
     /// Print throughput and latency figures, measured in a scratch database.
+    /// Built with the `testing` feature only (scratch databases are test tooling).
+    #[cfg(feature = "testing")]
     Bench {
         #[command(subcommand)]
         benchmark: bench::BenchCommand,
@@ -151,7 +157,9 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Import(args) => import::run(url, args).await,
         Command::Worker(args) => worker::run(&database, args).await,
         Command::Runs { command } => runs::run(url, command).await,
+        #[cfg(feature = "testing")]
         Command::Demo(options) => demo::run(url, options).await,
+        #[cfg(feature = "testing")]
         Command::Bench { benchmark } => bench::run(url, benchmark).await,
         Command::Outbox { command } => outbox::run(url, command).await,
         Command::Topics { command } => topics::run(command).await,

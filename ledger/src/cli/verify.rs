@@ -79,7 +79,8 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
                 ra_ledger::digest::build::AGGREGATE_TYPE
             )
         });
-        let config = ra_ledger::testing::kafka_client(&args.brokers)?;
+        let config = ra_ledger_cdc::kafka::KafkaSettings::from_env(&args.brokers)
+            .and_then(|settings| settings.client_config())?;
         let timeout = Duration::from_secs(args.read_timeout_s);
         let report = published::verify_topic(&client, config, &topic, &key, timeout).await?;
         for problem in &report.problems {

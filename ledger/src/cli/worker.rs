@@ -45,7 +45,6 @@ pub async fn run(database: &DatabaseUrl, args: WorkerArgs) -> anyhow::Result<()>
     let mut config = WorkerConfig::load(args.config.as_deref())?;
     if database.explicit {
         config.database_url = database.url.clone();
-        config.resolve_secrets()?;
     }
     config.brokers = args.brokers.unwrap_or(config.brokers);
     config.topic = args.topic.unwrap_or(config.topic);
@@ -57,6 +56,7 @@ pub async fn run(database: &DatabaseUrl, args: WorkerArgs) -> anyhow::Result<()>
         config.metrics_listen = listen_address("--metrics-listen", &listen)?;
     }
     config.kafka.extend(args.kafka);
+    config.resolve_secrets()?;
     config.validate()?;
     ra_ledger::worker::run_process(config).await?;
     Ok(())

@@ -16,6 +16,8 @@ async fn main() -> anyhow::Result<()> {
     let mut config = WorkerConfig::load(None)?;
     config.retry_backoff_max_ms = 200;
     config.metrics_listen = None;
+    config.resolve_secrets()?;
+    config.validate()?;
     ra_ledger::worker::run_process(config).await?;
     Ok(())
 }

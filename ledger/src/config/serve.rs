@@ -1,24 +1,18 @@
-//! Settings of `ledger serve` and `ledger worker`, like the relay's
-//! ([`ra_ledger_cdc::config::RelayConfig`]): the defaults suit the local stack, a TOML file
-//! may change any field (an unknown one is an error), the environment overrides the file,
-//! and the command line overrides both. Each is validated once, before anything starts.
+//! `ledger serve`'s settings: [`ServeConfig`], and the [`Service`] it validates into.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ra_ledger_cdc::config::{
-    ConfigError, env, listen_address, local, read_file, read_secret, with_password_file,
-};
-use ra_ledger_cdc::kafka::KafkaSettings;
+use ra_ledger_cdc::config::{ConfigError, local, read_file, read_secret, with_password_file};
 use serde::Deserialize;
 
+use super::{EnvVar, non_empty, number, overlay_env};
 use crate::api::http1::{DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
 use crate::api::{CursorKey, Tokens};
+use crate::retention;
 use crate::session_key::SessionKeys;
-use crate::{reassign, retention};
 
 /// Everything `ledger serve` needs.
 #[derive(Clone, Deserialize)]
@@ -216,75 +210,12 @@ impl std::fmt::Debug for Service {
 }
 
 impl ServeConfig {
-    /// The defaults, then the file at `path`, then the environment.
+    /// The defaults, then the file at `path`, then the environment ([`SERVE_ENV`]). The
+    /// command line may change fields after this; [`ServeConfig::validate`] then resolves
+    /// the secret files and checks everything.
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
         let mut config: Self = read_file(path)?;
-        if let Some(url) = env("LEDGER_DATABASE_URL") {
-            config.database_url = url;
-        }
-        if let Some(path) = env("LEDGER_DATABASE_PASSWORD_FILE") {
-            config.database_password_file = Some(path.into());
-        }
-        if let Some(path) = env("LEDGER_TOKENS_FILE") {
-            config.tokens_file = Some(path.into());
-        }
-        if let Some(path) = env("LEDGER_CURSOR_KEY_FILE") {
-            config.cursor_key_file = Some(path.into());
-        }
-        if let Some(path) = env("LEDGER_SESSION_KEY_FILE") {
-            config.session_key_file = Some(path.into());
-        }
-        if let Some(path) = env("LEDGER_SESSION_KEY_PREVIOUS_FILE") {
-            config.session_key_previous_file =
-                Some(path.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
-        }
-        if let Some(until) = env("LEDGER_SESSION_KEY_PREVIOUS_UNTIL") {
-            config.session_key_previous_until = Some(until).filter(|until| !until.is_empty());
-        }
-        if let Some(listen) = env("LEDGER_LISTEN") {
-            config.listen = listen;
-        }
-        if let Some(path) = env("LEDGER_TLS_CERT_FILE") {
-            config.tls_cert_file = Some(path.into());
-        }
-        if let Some(path) = env("LEDGER_TLS_KEY_FILE") {
-            config.tls_key_file = Some(path.into());
-        }
-        if let Some(size) = env("LEDGER_POOL_SIZE") {
-            config.pool_size = number("LEDGER_POOL_SIZE", &size)?;
-        }
-        if let Some(tokens) = env("LEDGER_TOKENS") {
-            config.tokens = tokens;
-        }
-        if let Some(key) = env("LEDGER_CURSOR_KEY") {
-            config.cursor_key = Some(key);
-        }
-        if let Some(timeout) = env("LEDGER_LOCK_TIMEOUT_MS") {
-            config.lock_timeout_ms = number("LEDGER_LOCK_TIMEOUT_MS", &timeout)?;
-        }
-        if let Some(slot) = env("LEDGER_RELAY_SLOT") {
-            config.relay_slot = slot;
-        }
-        if let Some(interval) = env("LEDGER_OUTBOX_RETENTION_INTERVAL_MS") {
-            config.outbox_retention_interval_ms =
-                number("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", &interval)?;
-        }
-        if let Some(path) = env("LEDGER_DIGEST_KEY_FILE") {
-            config.digest_key_file =
-                Some(path.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
-        }
-        if let Some(interval) = env("LEDGER_DIGEST_INTERVAL_MS") {
-            config.digest_interval_ms = number("LEDGER_DIGEST_INTERVAL_MS", &interval)?;
-        }
-        if let Some(batch) = env("LEDGER_OUTBOX_RETENTION_BATCH") {
-            config.outbox_retention_batch = number("LEDGER_OUTBOX_RETENTION_BATCH", &batch)?;
-        }
-        if let Some(timeout) = env("LEDGER_BODY_READ_TIMEOUT_MS") {
-            config.body_read_timeout_ms = number("LEDGER_BODY_READ_TIMEOUT_MS", &timeout)?;
-        }
-        if let Some(max) = env("LEDGER_MAX_CONNECTIONS") {
-            config.max_connections = number("LEDGER_MAX_CONNECTIONS", &max)?;
-        }
+        overlay_env(&mut config, SERVE_ENV)?;
         Ok(config)
     }
 
@@ -567,230 +498,95 @@ impl ServeConfig {
     }
 }
 
-/// Everything `ledger worker` needs.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WorkerConfig {
-    /// The ledger database (`LEDGER_DATABASE_URL`).
-    pub database_url: String,
-    /// File holding the password of `database_url`'s role
-    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
-    pub database_password_file: Option<PathBuf>,
-    /// Kafka bootstrap servers (`LEDGER_KAFKA_BROKERS`).
-    pub brokers: String,
-    /// The reassignment topic (`LEDGER_REASSIGNMENT_TOPIC`).
-    pub topic: String,
-    /// Consumer group every worker shares (`LEDGER_WORKER_GROUP`).
-    pub group_id: String,
-    /// Whole-page attempts before a failing page runs row by row
-    /// (`LEDGER_WORKER_MAX_ATTEMPTS`).
-    pub max_attempts: u32,
-    /// Where to serve `/metrics`; `None` to disable (`LEDGER_WORKER_METRICS_LISTEN`, empty
-    /// to disable).
-    pub metrics_listen: Option<SocketAddr>,
-    /// Longest pause between retries of a failing page.
-    pub retry_backoff_max_ms: u64,
-    /// This worker's stable identity in the group (`group.instance.id`,
-    /// `LEDGER_WORKER_INSTANCE_ID`): restarted within its session, it takes its partitions
-    /// back at once, without a rebalance. A stopped or dead worker's partitions then move
-    /// when its session times out (`session.timeout.ms`, 6 s), as a static member does not
-    /// leave the group when it stops. Unique per worker: Kafka fences the older of two
-    /// members with the same id. Unset, membership is dynamic.
-    pub instance_id: Option<String>,
-    /// A run without progress for this long gets its page request raised again
-    /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.
-    pub stall_after_ms: u64,
-    /// Run a page's next page here, straight after it commits, instead of waiting for its
-    /// request to come back through the relay and Kafka (`LEDGER_WORKER_CONTINUE_CHAIN`,
-    /// `true` or `false`). The request is published either way; its copy is then dropped.
-    /// Still one page at a time per run.
-    pub continue_chain: bool,
-    /// How long a worker keeps running one chain's pages straight after each other before it
-    /// reads its consumer again (other runs' requests wait meanwhile; the chain then goes on
-    /// through Kafka): `LEDGER_WORKER_CONTINUE_CHAIN_MS`, 1 to 60000.
-    pub continue_chain_ms: u64,
-    /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...).
-    pub kafka: BTreeMap<String, String>,
-    /// Secret librdkafka settings read from files, e.g.
-    /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
-    pub kafka_secret_files: BTreeMap<String, PathBuf>,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            database_url: local::DATABASE_URL.into(),
-            database_password_file: None,
-            brokers: local::KAFKA_BROKERS.into(),
-            topic: local::REASSIGNMENT_TOPIC.into(),
-            group_id: local::WORKER_GROUP.into(),
-            max_attempts: reassign::DEFAULT_MAX_ATTEMPTS,
-            metrics_listen: local::WORKER_METRICS.parse().ok(),
-            retry_backoff_max_ms: 5_000,
-            instance_id: None,
-            stall_after_ms: reassign::STALL_AFTER.as_millis() as u64,
-            continue_chain: true,
-            continue_chain_ms: 20_000,
-            kafka: BTreeMap::new(),
-            kafka_secret_files: BTreeMap::new(),
-        }
-    }
-}
-
-impl std::fmt::Debug for WorkerConfig {
-    // The database URL carries a password: never print it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerConfig")
-            .field("database_password_file", &self.database_password_file)
-            .field("brokers", &self.brokers)
-            .field("topic", &self.topic)
-            .field("group_id", &self.group_id)
-            .field("max_attempts", &self.max_attempts)
-            .field("metrics_listen", &self.metrics_listen)
-            .field("instance_id", &self.instance_id)
-            .field("stall_after_ms", &self.stall_after_ms)
-            .field("continue_chain", &self.continue_chain)
-            .field("continue_chain_ms", &self.continue_chain_ms)
-            .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
-            .field("kafka_secret_files", &self.kafka_secret_files)
-            .finish_non_exhaustive()
-    }
-}
-
-impl WorkerConfig {
-    /// The defaults, then the file at `path`, then the environment; validated.
-    pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
-        let mut config: Self = read_file(path)?;
-        if let Some(url) = env("LEDGER_DATABASE_URL") {
-            config.database_url = url;
-        }
-        if let Some(path) = env("LEDGER_DATABASE_PASSWORD_FILE") {
-            config.database_password_file = Some(path.into());
-        }
-        if let Some(brokers) = env("LEDGER_KAFKA_BROKERS") {
-            config.brokers = brokers;
-        }
-        if let Some(topic) = env("LEDGER_REASSIGNMENT_TOPIC") {
-            config.topic = topic;
-        }
-        if let Some(group) = env("LEDGER_WORKER_GROUP") {
-            config.group_id = group;
-        }
-        if let Some(attempts) = env("LEDGER_WORKER_MAX_ATTEMPTS") {
-            config.max_attempts = number("LEDGER_WORKER_MAX_ATTEMPTS", &attempts)?;
-        }
-        if let Some(listen) = env("LEDGER_WORKER_METRICS_LISTEN") {
-            config.metrics_listen = listen_address("LEDGER_WORKER_METRICS_LISTEN", &listen)?;
-        }
-        if let Some(instance) = env("LEDGER_WORKER_INSTANCE_ID") {
-            config.instance_id = Some(instance).filter(|id| !id.trim().is_empty());
-        }
-        if let Some(stall) = env("LEDGER_WORKER_STALL_AFTER_MS") {
-            config.stall_after_ms = number("LEDGER_WORKER_STALL_AFTER_MS", &stall)?;
-        }
-        if let Some(ms) = env("LEDGER_WORKER_CONTINUE_CHAIN_MS") {
-            config.continue_chain_ms = number("LEDGER_WORKER_CONTINUE_CHAIN_MS", &ms)?;
-        }
-        if let Some(flag) = env("LEDGER_WORKER_CONTINUE_CHAIN") {
-            config.continue_chain = match flag.trim() {
-                "true" => true,
-                "false" => false,
-                _ => {
-                    return Err(ConfigError::invalid(
-                        "LEDGER_WORKER_CONTINUE_CHAIN",
-                        &flag,
-                        "expected true or false",
-                    ));
-                }
-            };
-        }
-        let mut kafka = config.kafka_settings();
-        kafka.apply_env();
-        config.kafka = kafka.properties;
-        config.kafka_secret_files = kafka.secret_files;
-        config.resolve_secrets()?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// Puts the password of `database_password_file` into `database_url`; again after the
-    /// URL changed (idempotent).
-    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
-        self.database_url =
-            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
+/// The environment variables of `ledger serve`, each with the field it sets. An empty
+/// `LEDGER_SESSION_KEY_PREVIOUS_FILE`, `LEDGER_SESSION_KEY_PREVIOUS_UNTIL` or
+/// `LEDGER_DIGEST_KEY_FILE` unsets the file's value (so a unit can switch one off).
+pub const SERVE_ENV: &[EnvVar<ServeConfig>] = &[
+    ("LEDGER_DATABASE_URL", |c, v| {
+        c.database_url = v.to_owned();
         Ok(())
-    }
-
-    /// Checks every field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        ra_ledger_cdc::pg::config(&self.database_url, "check").map_err(|error| {
-            ConfigError::invalid("database_url", "<redacted>", error.to_string())
-        })?;
-        for (field, value) in [
-            ("brokers", &self.brokers),
-            ("topic", &self.topic),
-            ("group_id", &self.group_id),
-        ] {
-            if value.trim().is_empty() {
-                return Err(ConfigError::invalid(field, value, "must not be empty"));
-            }
-        }
-        if !(1..=100).contains(&self.max_attempts) {
-            return Err(ConfigError::invalid(
-                "max_attempts",
-                self.max_attempts.to_string(),
-                "must be between 1 and 100",
-            ));
-        }
-        self.kafka_settings().validate()?;
-        if self.retry_backoff_max_ms == 0 {
-            return Err(ConfigError::invalid(
-                "retry_backoff_max_ms",
-                "0",
-                "must be at least 1",
-            ));
-        }
-        // Past a minute the consumer would come close to librdkafka's max.poll.interval.ms.
-        if !(1..=60_000).contains(&self.continue_chain_ms) {
-            return Err(ConfigError::invalid(
-                "continue_chain_ms",
-                self.continue_chain_ms.to_string(),
-                "must be between 1 and 60000",
-            ));
-        }
+    }),
+    ("LEDGER_DATABASE_PASSWORD_FILE", |c, v| {
+        c.database_password_file = Some(v.into());
         Ok(())
-    }
-
-    /// How long a worker runs one chain's pages straight after each other.
-    pub fn continue_chain_for(&self) -> Duration {
-        Duration::from_millis(self.continue_chain_ms)
-    }
-
-    /// The consumer's own librdkafka settings and secret files (the brokers and the group
-    /// settings are added by the worker).
-    pub fn kafka_settings(&self) -> KafkaSettings {
-        KafkaSettings {
-            properties: self.kafka.clone(),
-            secret_files: self.kafka_secret_files.clone(),
-        }
-    }
-
-    /// Longest pause between retries of a failing page.
-    pub fn retry_backoff_max(&self) -> Duration {
-        Duration::from_millis(self.retry_backoff_max_ms)
-    }
-
-    /// How long a run may go without progress before its page is raised again.
-    pub fn stall_after(&self) -> Option<Duration> {
-        (self.stall_after_ms > 0).then(|| Duration::from_millis(self.stall_after_ms))
-    }
-}
-
-fn number<T: std::str::FromStr>(field: &str, text: &str) -> Result<T, ConfigError> {
-    text.trim()
-        .parse()
-        .map_err(|_| ConfigError::invalid(field, text, "expected a whole number"))
-}
+    }),
+    ("LEDGER_TOKENS_FILE", |c, v| {
+        c.tokens_file = Some(v.into());
+        Ok(())
+    }),
+    ("LEDGER_CURSOR_KEY_FILE", |c, v| {
+        c.cursor_key_file = Some(v.into());
+        Ok(())
+    }),
+    ("LEDGER_SESSION_KEY_FILE", |c, v| {
+        c.session_key_file = Some(v.into());
+        Ok(())
+    }),
+    ("LEDGER_SESSION_KEY_PREVIOUS_FILE", |c, v| {
+        c.session_key_previous_file = non_empty(v).map(PathBuf::from);
+        Ok(())
+    }),
+    ("LEDGER_SESSION_KEY_PREVIOUS_UNTIL", |c, v| {
+        c.session_key_previous_until = non_empty(v).map(str::to_owned);
+        Ok(())
+    }),
+    ("LEDGER_LISTEN", |c, v| {
+        c.listen = v.to_owned();
+        Ok(())
+    }),
+    ("LEDGER_TLS_CERT_FILE", |c, v| {
+        c.tls_cert_file = Some(v.into());
+        Ok(())
+    }),
+    ("LEDGER_TLS_KEY_FILE", |c, v| {
+        c.tls_key_file = Some(v.into());
+        Ok(())
+    }),
+    ("LEDGER_POOL_SIZE", |c, v| {
+        c.pool_size = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_TOKENS", |c, v| {
+        c.tokens = v.to_owned();
+        Ok(())
+    }),
+    ("LEDGER_CURSOR_KEY", |c, v| {
+        c.cursor_key = Some(v.to_owned());
+        Ok(())
+    }),
+    ("LEDGER_LOCK_TIMEOUT_MS", |c, v| {
+        c.lock_timeout_ms = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_RELAY_SLOT", |c, v| {
+        c.relay_slot = v.to_owned();
+        Ok(())
+    }),
+    ("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", |c, v| {
+        c.outbox_retention_interval_ms = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_DIGEST_KEY_FILE", |c, v| {
+        c.digest_key_file = non_empty(v).map(PathBuf::from);
+        Ok(())
+    }),
+    ("LEDGER_DIGEST_INTERVAL_MS", |c, v| {
+        c.digest_interval_ms = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_OUTBOX_RETENTION_BATCH", |c, v| {
+        c.outbox_retention_batch = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_BODY_READ_TIMEOUT_MS", |c, v| {
+        c.body_read_timeout_ms = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_MAX_CONNECTIONS", |c, v| {
+        c.max_connections = number(v)?;
+        Ok(())
+    }),
+];
 
 #[cfg(test)]
 mod tests {
@@ -979,32 +775,5 @@ mod tests {
             let error = bad.validate().unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
-    }
-
-    #[test]
-    fn worker_config_refuses_what_cannot_work() {
-        WorkerConfig::default().validate().unwrap();
-        let none = WorkerConfig {
-            max_attempts: 0,
-            ..WorkerConfig::default()
-        };
-        assert!(
-            none.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("max_attempts")
-        );
-        let nameless = WorkerConfig {
-            group_id: " ".into(),
-            ..WorkerConfig::default()
-        };
-        assert!(
-            nameless
-                .validate()
-                .unwrap_err()
-                .to_string()
-                .contains("group_id")
-        );
-        assert!(toml::from_str::<WorkerConfig>("topik = \"x\"").is_err());
     }
 }
