@@ -307,6 +307,26 @@ pub async fn insert_backlog(
     Ok(ids)
 }
 
+/// Writes `bursts` bursts of [`insert_backlog`] on its own connection, `pause` apart, in a
+/// task of its own; the task returns every event id it wrote.
+pub async fn spawn_paced_writer(
+    database: &crate::TestDatabase,
+    bursts: usize,
+    transactions: usize,
+    per_transaction: usize,
+    pause: std::time::Duration,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Vec<String>>>> {
+    let client = database.connect().await?;
+    Ok(tokio::spawn(async move {
+        let mut ids = Vec::new();
+        for _ in 0..bursts {
+            ids.extend(insert_backlog(&client, transactions, per_transaction, 64).await?);
+            tokio::time::sleep(pause).await;
+        }
+        Ok(ids)
+    }))
+}
+
 /// An LSN header (`X/Y`) as a number.
 ///
 /// # Panics

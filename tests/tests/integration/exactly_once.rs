@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_tests::relay::{
     Collector, Isolation, Received, RunningRelay, insert_backlog, on_private_broker,
-    order_violations,
+    order_violations, spawn_paced_writer,
 };
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rand::Rng;
@@ -130,15 +130,7 @@ async fn kill_minus_nine_x10_read_committed_sees_each_event_once_in_order() -> a
     let client = database.connect().await?;
     // Half the load waits in the slot, half is written while the relays are killed.
     let mut ids = insert_backlog(&client, 100, 100, 64).await?;
-    let writer_client = database.connect().await?;
-    let writer = tokio::spawn(async move {
-        let mut ids = Vec::new();
-        for _ in 0..100 {
-            ids.extend(insert_backlog(&writer_client, 1, 100, 64).await?);
-            tokio::time::sleep(Duration::from_millis(60)).await;
-        }
-        anyhow::Ok(ids)
-    });
+    let writer = spawn_paced_writer(&database, 100, 1, 100, Duration::from_millis(60)).await?;
     let mut committed =
         Collector::with_isolation(&topics, &broker.brokers(), Isolation::ReadCommitted)?;
     let mut uncommitted =
@@ -397,15 +389,7 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
         Collector::with_isolation(&topics, &broker.brokers(), Isolation::ReadCommitted)?;
     let mut uncommitted =
         Collector::with_isolation(&topics, &broker.brokers(), Isolation::ReadUncommitted)?;
-    let writer_client = database.connect().await?;
-    let writer = tokio::spawn(async move {
-        let mut ids = Vec::new();
-        for _ in 0..30 {
-            ids.extend(insert_backlog(&writer_client, 5, 100, 64).await?);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        anyhow::Ok(ids)
-    });
+    let writer = spawn_paced_writer(&database, 30, 5, 100, Duration::from_millis(200)).await?;
     for kill in 1..=3 {
         let up = Instant::now() + Duration::from_millis(rand::rng().random_range(1_000..2_500));
         while Instant::now() < up {
@@ -476,15 +460,7 @@ async fn a_second_relay_on_the_same_slot_waits_takes_over_and_duplicates_nothing
         ("LEDGER_RELAY_CONFIG", settings_path.as_str()),
     ];
     let client = database.connect().await?;
-    let writer_client = database.connect().await?;
-    let writer = tokio::spawn(async move {
-        let mut ids = Vec::new();
-        for _ in 0..60 {
-            ids.extend(insert_backlog(&writer_client, 2, 50, 64).await?);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        anyhow::Ok(ids)
-    });
+    let writer = spawn_paced_writer(&database, 60, 2, 50, Duration::from_millis(50)).await?;
     let mut committed =
         Collector::with_isolation(&topics, &broker.brokers(), Isolation::ReadCommitted)?;
     let mut first = spawn_relay_with(&config, &env)?;
