@@ -234,7 +234,8 @@ impl BrokerServer {
         command
             .args(self.jvm_logging())
             .args(["kafka.tools.StorageTool", "format", "--standalone"])
-            .args(["--cluster-id", &cluster_id()])
+            // One argument: a random id may start with '-', which would read as an option.
+            .arg(format!("--cluster-id={}", cluster_id()))
             .arg("--config")
             .arg(properties);
         if let Security::SaslSsl { users, .. } = &self.security {
