@@ -7,6 +7,7 @@
 //! with its cause.
 
 use tokio_postgres::error::SqlState;
+use uuid::Uuid;
 
 use crate::domain::ValidationError;
 use crate::projections::ProjectionError;
@@ -29,6 +30,17 @@ pub enum CommandError {
     /// The command conflicts with the current state or a concurrent writer.
     #[error("{0}")]
     Conflict(String),
+    /// A concurrent command got there first, and the database's index settled it.
+    #[error(transparent)]
+    Raced(#[from] Race),
+    /// One item of a batch was refused: the whole batch wrote nothing.
+    #[error("{}", item_message(*.index, .error, &.error.to_string()))]
+    Item {
+        /// Its index in the batch, from 0.
+        index: usize,
+        /// Why the item was refused.
+        error: Box<CommandError>,
+    },
     /// The event store refused the append.
     #[error(transparent)]
     Append(AppendError),
@@ -58,9 +70,18 @@ impl CommandError {
     /// business's assignment, first: read again and the command sees what it did.
     pub fn lost_a_race(&self) -> bool {
         match self {
-            Self::Append(AppendError::Conflict { .. }) => true,
-            Self::Conflict(message) => message == ACTIVE_ASSIGNMENT_RACE,
+            Self::Append(AppendError::Conflict { .. })
+            | Self::Raced(Race::ActiveAssignment { .. }) => true,
+            Self::Item { error, .. } => error.lost_a_race(),
             _ => false,
+        }
+    }
+
+    /// This error as the refusal of the batch item at `index`.
+    pub fn in_item(self, index: usize) -> Self {
+        Self::Item {
+            index,
+            error: Box::new(self),
         }
     }
 
@@ -122,9 +143,18 @@ impl CommandError {
             message: self.to_string(),
         };
         match self {
+            Self::Item { index, error } => {
+                let inner = error.disclosed();
+                Disclosed {
+                    code: inner.code,
+                    message: item_message(*index, error, &inner.message),
+                }
+            }
             Self::Validation(_) => refusal("invalid_field"),
             Self::NotFound { .. } => refusal("not_found"),
-            Self::Conflict(_) | Self::Append(AppendError::Conflict { .. }) => refusal("conflict"),
+            Self::Conflict(_) | Self::Raced(_) | Self::Append(AppendError::Conflict { .. }) => {
+                refusal("conflict")
+            }
             Self::Append(AppendError::Backdated { .. }) => refusal("backdated_effective_at"),
             Self::Pool(error) => {
                 tracing::warn!(%error, "no database connection for a request");
@@ -140,9 +170,50 @@ impl CommandError {
     }
 }
 
-/// The conflict of a write that lost to another starting the same active assignment.
-const ACTIVE_ASSIGNMENT_RACE: &str =
-    "the business already has an active assignment in this jurisdiction";
+/// How a batch item's refusal reads: `items[3].effective_at: …` for a bad field,
+/// `items[3]: …` for anything else. `text` is the item's error as it is disclosed.
+fn item_message(index: usize, error: &CommandError, text: &str) -> String {
+    match error {
+        CommandError::Validation(invalid) => {
+            format!("items[{index}].{}: {}", invalid.field, invalid.reason)
+        }
+        _ => format!("items[{index}]: {text}"),
+    }
+}
+
+/// A race between two commands that an index of the database settled: the loser's
+/// transaction rolled back, and reading again shows what the winner did.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Race {
+    /// Another command made a primary contact of the jurisdiction first.
+    #[error("the jurisdiction already has a primary contact")]
+    PrimaryContact,
+    /// Another command started an active assignment of the business in the jurisdiction
+    /// first. The key is the database's (from the violation's detail), when it names one.
+    #[error("{}", match .key {
+        Some((business_id, jurisdiction)) => format!(
+            "business {business_id} in {jurisdiction} was assigned by a concurrent request meanwhile"
+        ),
+        None => "the business already has an active assignment in this jurisdiction".to_owned(),
+    })]
+    ActiveAssignment {
+        /// The business and jurisdiction code.
+        key: Option<(Uuid, String)>,
+    },
+}
+
+impl Race {
+    /// The race a unique violation of `assignments_one_active` means; its detail reads
+    /// `Key (business_id, jurisdiction)=(0192…, TX) already exists.`
+    fn active_assignment(detail: Option<&str>) -> Self {
+        let key = detail.and_then(|detail| {
+            let values = detail.split_once(")=(")?.1.split_once(')')?.0;
+            let (business, jurisdiction) = values.split_once(", ")?;
+            Some((business.parse().ok()?, jurisdiction.to_owned()))
+        });
+        Self::ActiveAssignment { key }
+    }
+}
 
 impl From<tokio_postgres::Error> for CommandError {
     /// Unique violations of the invariants' indexes are conflicts, not failures: they are
@@ -151,12 +222,11 @@ impl From<tokio_postgres::Error> for CommandError {
     fn from(error: tokio_postgres::Error) -> Self {
         let code = error.code();
         if code == Some(&SqlState::UNIQUE_VIOLATION) {
-            match error.as_db_error().and_then(|db| db.constraint()) {
-                Some("contacts_one_primary") => {
-                    return Self::Conflict("the jurisdiction already has a primary contact".into());
-                }
+            let db = error.as_db_error();
+            match db.and_then(|db| db.constraint()) {
+                Some("contacts_one_primary") => return Race::PrimaryContact.into(),
                 Some("assignments_one_active") => {
-                    return Self::Conflict(ACTIVE_ASSIGNMENT_RACE.into());
+                    return Race::active_assignment(db.and_then(|db| db.detail())).into();
                 }
                 _ => {}
             }
@@ -187,5 +257,52 @@ impl From<ProjectionError> for CommandError {
             ProjectionError::Database(error) => Self::from(error),
             other => Self::Projection(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_active_assignment_race_carries_the_key_the_database_names() {
+        let business: Uuid = "0192f7a8-3c3e-7f1a-9c1e-5d2a4b6c8d90".parse().unwrap();
+        let detail = format!("Key (business_id, jurisdiction)=({business}, TX) already exists.");
+        assert_eq!(
+            Race::active_assignment(Some(&detail)),
+            Race::ActiveAssignment {
+                key: Some((business, "TX".into()))
+            }
+        );
+        for unreadable in [None, Some("Key (x)=(y) already exists."), Some("")] {
+            assert_eq!(
+                Race::active_assignment(unreadable),
+                Race::ActiveAssignment { key: None }
+            );
+        }
+        let raced = CommandError::from(Race::active_assignment(Some(&detail)));
+        assert!(raced.lost_a_race());
+        assert!(raced.in_item(3).lost_a_race());
+    }
+
+    #[test]
+    fn an_item_error_names_its_index_and_keeps_its_code() {
+        let invalid = CommandError::from(ValidationError::new("effective_at", "too early"));
+        let item = invalid.in_item(2);
+        assert_eq!(item.to_string(), "items[2].effective_at: too early");
+        assert_eq!(
+            item.disclosed(),
+            Disclosed {
+                code: "invalid_field",
+                message: "items[2].effective_at: too early".into()
+            }
+        );
+        let raced = CommandError::from(Race::PrimaryContact).in_item(0);
+        assert_eq!(raced.disclosed().code, "conflict");
+        assert_eq!(
+            raced.to_string(),
+            "items[0]: the jurisdiction already has a primary contact"
+        );
+        assert!(!raced.lost_a_race(), "only a lost start is read again");
     }
 }

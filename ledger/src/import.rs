@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use crate::commands::{Assign, BatchItem, CommandError, Ledger, MAX_BATCH};
+use crate::commands::{BatchItem, CommandError, Ledger, MAX_BATCH, NewAssignment};
 use crate::domain::{self, Jurisdiction};
 use crate::store::Metadata;
 
@@ -35,6 +35,17 @@ pub struct ImportRow {
     pub jurisdiction: Jurisdiction,
     /// Business time; `None` for the time of the import.
     pub effective_at: Option<DateTime<Utc>>,
+}
+
+impl ImportRow {
+    /// The assignment the line asks for, as a batch takes it.
+    fn assignment(&self) -> NewAssignment {
+        NewAssignment {
+            business_id: self.business_id,
+            jurisdiction: self.jurisdiction,
+            effective_at: self.effective_at,
+        }
+    }
 }
 
 /// Why an import stopped.
@@ -65,9 +76,9 @@ pub enum ImportError {
         first_line: u64,
         /// Its last line.
         last_line: u64,
-        /// The ledger's answer, its items named by line.
+        /// The ledger's answer, its item named by line.
         reason: String,
-        /// The ledger's error (its items named by index in the batch).
+        /// The ledger's error (its item named by index in the batch).
         error: CommandError,
     },
 }
@@ -317,17 +328,10 @@ async fn import_chunk(
     chunk: &[ImportRow],
     metadata: &Metadata,
 ) -> Result<Vec<BatchItem>, ImportError> {
-    let items: Vec<Assign> = chunk
-        .iter()
-        .map(|row| Assign {
-            business_id: row.business_id,
-            jurisdiction: row.jurisdiction.code().to_owned(),
-            effective_at: row.effective_at,
-        })
-        .collect();
+    let items: Vec<NewAssignment> = chunk.iter().map(ImportRow::assignment).collect();
     let mut attempts = 1;
     loop {
-        match ledger.import_batch(items.clone(), metadata).await {
+        match ledger.import_batch(&items, metadata).await {
             // Another writer (say, the same file imported twice at once) started one of
             // these assignments first: read again, and skip it now.
             Err(error) if error.lost_a_race() && attempts < RACE_ATTEMPTS => {
@@ -342,45 +346,27 @@ async fn import_chunk(
 /// Attempts of a batch that keeps losing races for its streams to other writers.
 const RACE_ATTEMPTS: u32 = 5;
 
-/// A refused batch's error, its items named by line.
+/// A refused batch's error, its item named by line: `line 7 effective_at: …` for a bad
+/// field, `line 7: …` for anything else.
 fn batch_error(chunk: &[ImportRow], error: CommandError) -> ImportError {
+    let reason = match &error {
+        CommandError::Item { index, error } if *index < chunk.len() => {
+            let line = chunk[*index].line;
+            match error.as_ref() {
+                CommandError::Validation(invalid) => {
+                    format!("line {line} {}: {}", invalid.field, invalid.reason)
+                }
+                other => format!("line {line}: {other}"),
+            }
+        }
+        other => other.to_string(),
+    };
     ImportError::Batch {
         first_line: chunk.first().map_or(0, |row| row.line),
         last_line: chunk.last().map_or(0, |row| row.line),
-        reason: items_as_lines(&error.to_string(), chunk),
+        reason,
         error,
     }
-}
-
-/// Rewrites `items[N]` in a batch's error as the line it came from.
-fn items_as_lines(message: &str, chunk: &[ImportRow]) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(at) = rest.find("items[") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + "items[".len()..];
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        match (
-            after[..digits].parse::<usize>().ok(),
-            after[digits..].starts_with(']'),
-        ) {
-            (Some(index), true) if index < chunk.len() => {
-                out.push_str(&format!("line {}", chunk[index].line));
-                rest = &after[digits + 1..];
-                // `items[3].effective_at` reads as `line 7 effective_at`.
-                if let Some(field) = rest.strip_prefix('.') {
-                    out.push(' ');
-                    rest = field;
-                }
-            }
-            _ => {
-                out.push_str("items[");
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]
@@ -513,13 +499,20 @@ mod tests {
             effective_at: None,
         };
         let chunk = [row(10), row(11), row(12)];
+        let reason = |error: CommandError| match batch_error(&chunk, error) {
+            ImportError::Batch { reason, .. } => reason,
+            other => panic!("not a batch error: {other}"),
+        };
+        let too_early =
+            CommandError::from(domain::ValidationError::new("effective_at", "too early"));
         assert_eq!(
-            items_as_lines("items[2].effective_at: too early; items[1]: taken", &chunk),
-            "line 12 effective_at: too early; line 11: taken"
+            reason(too_early.in_item(2)),
+            "line 12 effective_at: too early"
         );
-        assert_eq!(
-            items_as_lines("items[9]: x items[", &chunk),
-            "items[9]: x items["
-        );
+        let taken = CommandError::Conflict("taken".into());
+        assert_eq!(reason(taken.in_item(1)), "line 11: taken");
+        // An index the chunk does not have is left as the ledger said it.
+        let beyond = CommandError::Conflict("x".into()).in_item(9);
+        assert_eq!(reason(beyond), "items[9]: x");
     }
 }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::domain::PostalAddress;
+use crate::domain::{self, Jurisdiction, PostalAddress, ValidationError, assignment_stream};
 use crate::queries::ContactView;
 use crate::reassign::RunStarted;
 
@@ -63,6 +63,38 @@ pub struct Assign {
     /// Business time; defaults to now.
     #[serde(default, deserialize_with = "crate::domain::rfc3339::option")]
     pub effective_at: Option<DateTime<Utc>>,
+}
+
+/// An assignment to start, checked: a known jurisdiction and, if given, a business time the
+/// ledger keeps (to the microsecond). What [`Assign`] becomes before any transaction, and
+/// what an import, which checked its file already, hands a batch directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewAssignment {
+    /// The customer's business.
+    pub business_id: Uuid,
+    /// The jurisdiction.
+    pub jurisdiction: Jurisdiction,
+    /// Business time; `None` for the time of the transaction.
+    pub effective_at: Option<DateTime<Utc>>,
+}
+
+impl NewAssignment {
+    /// Checks what a client sent.
+    pub fn checked(assign: &Assign) -> Result<Self, ValidationError> {
+        Ok(Self {
+            business_id: assign.business_id,
+            jurisdiction: Jurisdiction::parse("jurisdiction", &assign.jurisdiction)?,
+            effective_at: assign
+                .effective_at
+                .map(|time| domain::instant("effective_at", time))
+                .transpose()?,
+        })
+    }
+
+    /// The stream of the business's assignments in the jurisdiction.
+    pub fn stream(&self) -> String {
+        assignment_stream(self.business_id, self.jurisdiction)
+    }
 }
 
 /// End or replace one assignment.

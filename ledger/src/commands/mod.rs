@@ -7,7 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 use deadpool_postgres::Transaction;
 use uuid::Uuid;
 
-pub use crate::error::CommandError;
+pub use crate::error::{CommandError, Race};
 
 use crate::domain::{
     self, ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE, ContactDetails, Jurisdiction, ValidationError,
@@ -23,7 +23,8 @@ pub use crate::write::Ledger;
 mod input;
 
 pub use input::{
-    Assign, ChangeAssignment, CreateContact, StartReassignment, SupersedeContact, Superseded,
+    Assign, ChangeAssignment, CreateContact, NewAssignment, StartReassignment, SupersedeContact,
+    Superseded,
 };
 
 /// Most assignments one batch takes.
@@ -208,30 +209,23 @@ impl Ledger {
         command: Assign,
         metadata: &Metadata,
     ) -> Result<AssignmentView, CommandError> {
-        let jurisdiction = Jurisdiction::parse("jurisdiction", &command.jurisdiction)?;
-        let requested = requested_time(command.effective_at)?;
-        let business_id = command.business_id;
+        let item = NewAssignment::checked(&command)?;
         self.write(|tx, _| {
             Box::pin(async move {
-                // The lock, both lookups and the heads travel in one round trip. The lock is
-                // sent first and the server runs them in order, so the lookups see any supersede
-                // that committed while the lock waited.
-                let lock = PrimaryContactLock::prepare(tx, jurisdiction, LockMode::Shared).await?;
-                let streams = [assignment_stream(business_id, jurisdiction)];
-                let (_, context, heads) = tokio::try_join!(
+                // The lock, the heads and the lookups travel in one round trip. The lock is
+                // sent first and the server runs them in order, so the lookups see any
+                // supersede that committed while the lock waited; the heads go before the
+                // lookups for the reason given in `batch`.
+                let lock =
+                    PrimaryContactLock::prepare(tx, item.jurisdiction, LockMode::Shared).await?;
+                let streams = [item.stream()];
+                let (_, heads, context) = tokio::try_join!(
                     biased;
                     lock.take(tx),
-                    queries::assign_context(tx, business_id, jurisdiction),
                     store::read_heads(tx, &streams),
+                    queries::assign_context(tx, item.business_id, item.jurisdiction),
                 )?;
-                let (append, view) = new_assignment(
-                    None,
-                    business_id,
-                    jurisdiction,
-                    requested,
-                    &context,
-                    heads.now,
-                )?;
+                let (append, view) = new_assignment(&item, &context, heads.now)?;
                 write::record(tx, &[append], &heads, metadata).await?;
                 Ok(view)
             })
@@ -248,11 +242,16 @@ impl Ledger {
         items: Vec<Assign>,
         metadata: &Metadata,
     ) -> Result<Vec<AssignmentView>, CommandError> {
-        let keys = parse_batch(&items)?;
-        let outcomes = self
-            .batch(&keys, WhenAssigned::Refuse, metadata)
-            .await
-            .map_err(|error| name_raced_item(error, &keys))?;
+        check_batch_size(items.len())?;
+        let items = items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                NewAssignment::checked(item)
+                    .map_err(|error| CommandError::from(error).in_item(index))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcomes = self.batch(&items, WhenAssigned::Refuse, metadata).await?;
         Ok(outcomes
             .into_iter()
             .filter_map(|outcome| match outcome {
@@ -267,26 +266,29 @@ impl Ledger {
     /// instead of refusing the batch. The others start, all or none.
     pub async fn import_batch(
         &self,
-        items: Vec<Assign>,
+        items: &[NewAssignment],
         metadata: &Metadata,
     ) -> Result<Vec<BatchItem>, CommandError> {
-        self.batch(&parse_batch(&items)?, WhenAssigned::Skip, metadata)
-            .await
+        check_batch_size(items.len())?;
+        self.batch(items, WhenAssigned::Skip, metadata).await
     }
 
     /// The batch both share. The shared primary-contact locks of every jurisdiction are
     /// taken first, in code order (so two batches cannot deadlock on them); then, in one
-    /// round trip, every item's context and every stream's head; then one append of every
-    /// event with its outbox row and projection rows.
+    /// round trip, every stream's head and every item's context; then one append of every
+    /// event with its outbox row and projection rows. An error of one item is
+    /// [`CommandError::Item`], with its index.
     async fn batch(
         &self,
-        parsed: &[BatchKey],
+        items: &[NewAssignment],
         when_assigned: WhenAssigned,
         metadata: &Metadata,
     ) -> Result<Vec<BatchItem>, CommandError> {
+        check_distinct(items)?;
         self.write(|tx, _| {
             Box::pin(async move {
-                let mut codes: Vec<Jurisdiction> = parsed.iter().map(|item| item.1).collect();
+                let mut codes: Vec<Jurisdiction> =
+                    items.iter().map(|item| item.jurisdiction).collect();
                 codes.sort_by_key(|j| j.code());
                 codes.dedup();
                 for jurisdiction in &codes {
@@ -295,37 +297,32 @@ impl Ledger {
                         .take(tx)
                         .await?;
                 }
-                let keys: Vec<(Uuid, Jurisdiction)> = parsed
+                let keys: Vec<(Uuid, Jurisdiction)> = items
                     .iter()
-                    .map(|(business, jurisdiction, _)| (*business, *jurisdiction))
+                    .map(|item| (item.business_id, item.jurisdiction))
                     .collect();
-                let streams: Vec<String> = keys
-                    .iter()
-                    .map(|(business, jurisdiction)| assignment_stream(*business, *jurisdiction))
-                    .collect();
-                let (contexts, heads) = tokio::try_join!(
-                    queries::assign_contexts(tx, &keys),
+                let streams: Vec<String> = items.iter().map(NewAssignment::stream).collect();
+                // Each statement reads its own snapshot. The heads go first: a concurrent
+                // start that commits between the two reads is then seen by the lookups (an
+                // item already assigned) or not at all (its event then takes the version
+                // this append wants), and either names the item. The other way round, an
+                // old lookup on a new head is caught only by the projection's unique index.
+                let (heads, contexts) = tokio::try_join!(
+                    biased;
                     store::read_heads(tx, &streams),
+                    queries::assign_contexts(tx, &keys),
                 )?;
-                let mut appends = Vec::with_capacity(parsed.len());
-                let mut outcomes = Vec::with_capacity(parsed.len());
-                for (index, ((business_id, jurisdiction, requested), context)) in
-                    parsed.iter().zip(&contexts).enumerate()
-                {
+                let mut appends = Vec::with_capacity(items.len());
+                let mut outcomes = Vec::with_capacity(items.len());
+                for (index, (item, context)) in items.iter().zip(&contexts).enumerate() {
                     if let (WhenAssigned::Skip, Some(active)) =
                         (when_assigned, context.active_assignment)
                     {
                         outcomes.push(BatchItem::AlreadyAssigned(active));
                         continue;
                     }
-                    let (append, view) = new_assignment(
-                        Some(index),
-                        *business_id,
-                        *jurisdiction,
-                        *requested,
-                        context,
-                        heads.now,
-                    )?;
+                    let (append, view) = new_assignment(item, context, heads.now)
+                        .map_err(|error| error.in_item(index))?;
                     appends.push(append);
                     outcomes.push(BatchItem::Started(view));
                 }
@@ -336,6 +333,7 @@ impl Ledger {
             })
         })
         .await
+        .map_err(|error| name_raced_item(error, items))
     }
 
     /// Ends an assignment because the subscription was cancelled.
@@ -472,90 +470,79 @@ pub enum BatchItem {
     AlreadyAssigned(Uuid),
 }
 
-/// A batch that lost a race for a stream to a concurrent writer: the conflict names the item.
-fn name_raced_item(error: CommandError, parsed: &[BatchKey]) -> CommandError {
-    let CommandError::Append(AppendError::Conflict { stream, .. }) = &error else {
-        return error;
+/// A batch that lost a race to a concurrent writer, for a stream or for the active
+/// assignment of a business: the error names the item.
+fn name_raced_item(error: CommandError, items: &[NewAssignment]) -> CommandError {
+    let index = match &error {
+        CommandError::Append(AppendError::Conflict { stream, .. }) => {
+            items.iter().position(|item| item.stream() == *stream)
+        }
+        CommandError::Raced(Race::ActiveAssignment {
+            key: Some((business_id, code)),
+        }) => items
+            .iter()
+            .position(|item| item.business_id == *business_id && item.jurisdiction.code() == code),
+        _ => None,
     };
-    parsed
-        .iter()
-        .position(|(business, jurisdiction, _)| {
-            assignment_stream(*business, *jurisdiction) == *stream
-        })
-        .map_or(error, |index| {
-            let (business, jurisdiction, _) = parsed[index];
-            CommandError::Conflict(format!(
-                "items[{index}]: business {business} in {} was assigned by a concurrent request \
-                 meanwhile; nothing of this batch was written",
-                jurisdiction.code()
-            ))
-        })
+    match index {
+        Some(index) => error.in_item(index),
+        None => error,
+    }
 }
 
-/// A batch item checked: its business, jurisdiction and requested business time.
-type BatchKey = (Uuid, Jurisdiction, Option<DateTime<Utc>>);
-
-/// A batch's items checked before any transaction: 1 to [`MAX_BATCH`] of them, each
-/// jurisdiction and time valid, no (business, jurisdiction) twice. Errors name the index.
-fn parse_batch(items: &[Assign]) -> Result<Vec<BatchKey>, CommandError> {
-    if items.is_empty() || items.len() > MAX_BATCH {
+/// A batch holds 1 to [`MAX_BATCH`] items.
+fn check_batch_size(items: usize) -> Result<(), ValidationError> {
+    if items == 0 || items > MAX_BATCH {
         return Err(ValidationError::new(
             "items",
-            format!(
-                "must hold 1 to {MAX_BATCH} assignments, not {}",
-                items.len()
-            ),
-        )
-        .into());
+            format!("must hold 1 to {MAX_BATCH} assignments, not {items}"),
+        ));
     }
-    let mut parsed = Vec::with_capacity(items.len());
-    let mut seen = std::collections::HashMap::new();
+    Ok(())
+}
+
+/// A batch names each business once per jurisdiction.
+fn check_distinct(items: &[NewAssignment]) -> Result<(), CommandError> {
+    let mut seen = std::collections::HashMap::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let jurisdiction =
-            Jurisdiction::parse(&format!("items[{index}].jurisdiction"), &item.jurisdiction)?;
-        let requested = requested_time(item.effective_at).map_err(|error| {
-            ValidationError::new(format!("items[{index}].{}", error.field), error.reason)
-        })?;
-        if let Some(first) = seen.insert((item.business_id, jurisdiction), index) {
-            return Err(ValidationError::new(
-                format!("items[{index}]"),
+        if let Some(first) = seen.insert((item.business_id, item.jurisdiction), index) {
+            let duplicate = ValidationError::new(
+                "business_id",
                 format!(
-                    "business {} in {} is already items[{first}]; a batch names each once",
+                    "{} in {} is already items[{first}]; a batch names each once",
                     item.business_id,
-                    jurisdiction.code()
+                    item.jurisdiction.code()
                 ),
-            )
-            .into());
+            );
+            return Err(CommandError::from(duplicate).in_item(index));
         }
-        parsed.push((item.business_id, jurisdiction, requested));
     }
-    Ok(parsed)
+    Ok(())
 }
 
 /// The checks and the `AssignmentStarted` of one new assignment, given its context read
-/// under the jurisdiction's primary-contact lock. `item` is its index in a batch: errors then
-/// name it (`items[3].effective_at`, `items[3]: …`).
+/// under the jurisdiction's primary-contact lock. A batch wraps its errors in
+/// [`CommandError::Item`].
 fn new_assignment(
-    item: Option<usize>,
-    business_id: Uuid,
-    jurisdiction: Jurisdiction,
-    requested: Option<DateTime<Utc>>,
+    item: &NewAssignment,
     context: &queries::AssignContext,
     now: DateTime<Utc>,
 ) -> Result<(StreamAppend, AssignmentView), CommandError> {
-    let field = |name: &str| item.map_or(name.to_owned(), |index| format!("items[{index}].{name}"));
-    let prefix = item.map_or(String::new(), |index| format!("items[{index}]: "));
-    let effective_at = effective_at(requested, now)
-        .map_err(|error| ValidationError::new(field(&error.field), error.reason))?;
+    let NewAssignment {
+        business_id,
+        jurisdiction,
+        effective_at: requested,
+    } = *item;
+    let effective_at = effective_at(requested, now)?;
     let Some((contact_id, contact_created_at)) = context.primary else {
         return Err(CommandError::Conflict(format!(
-            "{prefix}{} has no primary contact yet; create one first",
+            "{} has no primary contact yet; create one first",
             jurisdiction.code()
         )));
     };
     if effective_at < contact_created_at {
         return Err(ValidationError::new(
-            field("effective_at"),
+            "effective_at",
             format!(
                 "{effective_at} is before contact {contact_id} took effect ({contact_created_at})"
             ),
@@ -564,7 +551,7 @@ fn new_assignment(
     }
     if let Some(active) = context.active_assignment {
         return Err(CommandError::Conflict(format!(
-            "{prefix}business {business_id} already has active assignment {active} in {}",
+            "business {business_id} already has active assignment {active} in {}",
             jurisdiction.code()
         )));
     }
@@ -676,4 +663,55 @@ async fn assignment_in(
     queries::assignment(tx, assignment_id)
         .await?
         .ok_or_else(|| not_found("assignment", assignment_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(business: u128, code: &str) -> NewAssignment {
+        NewAssignment {
+            business_id: Uuid::from_u128(business),
+            jurisdiction: Jurisdiction::parse("jurisdiction", code).unwrap(),
+            effective_at: None,
+        }
+    }
+
+    #[test]
+    fn a_lost_race_names_the_item_by_its_stream_or_its_key() {
+        let items = [item(1, "TX"), item(2, "TX"), item(2, "CA")];
+        let stream = CommandError::Append(AppendError::Conflict {
+            stream: items[2].stream(),
+            expected: 0,
+            actual: 1,
+        });
+        assert!(matches!(
+            name_raced_item(stream, &items),
+            CommandError::Item { index: 2, .. }
+        ));
+        let key = CommandError::from(Race::ActiveAssignment {
+            key: Some((Uuid::from_u128(2), "TX".into())),
+        });
+        let named = name_raced_item(key, &items);
+        assert!(matches!(named, CommandError::Item { index: 1, .. }));
+        assert!(named.to_string().starts_with("items[1]: business "));
+        // A race the batch cannot place stays as it is.
+        let unknown = CommandError::from(Race::ActiveAssignment { key: None });
+        assert!(matches!(
+            name_raced_item(unknown, &items),
+            CommandError::Raced(_)
+        ));
+    }
+
+    #[test]
+    fn a_batch_names_a_business_twice_by_the_later_index() {
+        let items = [item(1, "TX"), item(2, "TX"), item(1, "TX")];
+        let error = check_distinct(&items).unwrap_err();
+        assert!(matches!(error, CommandError::Item { index: 2, .. }));
+        assert!(error.to_string().contains("is already items[0]"), "{error}");
+        assert!(check_distinct(&items[..2]).is_ok());
+        assert!(check_batch_size(0).is_err());
+        assert!(check_batch_size(MAX_BATCH).is_ok());
+        assert!(check_batch_size(MAX_BATCH + 1).is_err());
+    }
 }
