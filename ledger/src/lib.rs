@@ -19,6 +19,7 @@ pub mod reassign;
 pub mod rebuild;
 pub mod replay;
 pub mod retention;
+pub mod service;
 pub mod session_key;
 pub mod store;
 #[cfg(feature = "testing")]

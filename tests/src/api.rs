@@ -4,9 +4,9 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use ra_ledger::api::http1::{ConnectionStats, Limits};
 use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
 use ra_ledger::commands::Ledger;
+use ra_ledger::service::{self, ConnectionStats, Limits};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -76,9 +76,7 @@ impl TestApi {
             secure_cookies: false,
             relay_slot: "ra_ledger_relay".into(),
         };
-        let router = ra_ledger::api::router(state.clone())
-            .merge(ra_ledger::console::router(state))
-            .merge(ra_ledger::health::router(pool));
+        let router = service::app(state, pool);
         Ok(Self {
             router: ra_ledger::api::service(router.clone()),
             served: router,
@@ -101,9 +99,10 @@ impl TestApi {
     ) -> anyhow::Result<std::net::SocketAddr> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        tokio::spawn(ra_ledger::api::serve(
+        tokio::spawn(service::serve(
             listener,
             self.served.clone(),
+            None,
             limits,
             stats,
             std::future::pending(),
@@ -118,10 +117,10 @@ impl TestApi {
     ) -> anyhow::Result<std::net::SocketAddr> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        tokio::spawn(ra_ledger::api::serve_tls(
+        tokio::spawn(service::serve(
             listener,
             self.served.clone(),
-            tls,
+            Some(tls),
             Limits::default(),
             Default::default(),
             std::future::pending(),

@@ -1,6 +1,6 @@
 //! The HTTP API (`ledger serve`): JSON commands and audit queries, bearer-token auth,
 //! an OpenAPI document at `/openapi.json`. One module per resource; [`layers`] gives every
-//! error the same JSON shape; [`http1`] serves it.
+//! error the same JSON shape; [`crate::service`] serves it.
 
 mod assignments;
 mod audit;
@@ -10,7 +10,6 @@ mod cursor;
 mod digests;
 mod error;
 mod extract;
-pub mod http1;
 mod layers;
 mod replays;
 mod runs;
@@ -119,38 +118,6 @@ pub fn service(router: Router) -> Router {
         .fallback_service(routes)
         .layer(middleware::from_fn(layers::json_errors))
         .layer(middleware::from_fn(crate::trace::http_layer))
-}
-
-/// Serves `router` (see [`service`]) until `shutdown`, holding every connection to `limits`
-/// (see [`http1`]); `stats` counts the connections.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    limits: http1::Limits,
-    stats: std::sync::Arc<http1::ConnectionStats>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    http1::serve(listener, service(router), None, limits, stats, shutdown).await
-}
-
-/// Like [`serve`], over TLS with `tls` (see [`crate::config::Service::tls`]).
-pub async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    tls: std::sync::Arc<rustls::ServerConfig>,
-    limits: http1::Limits,
-    stats: std::sync::Arc<http1::ConnectionStats>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    http1::serve(
-        listener,
-        service(router),
-        Some(tls),
-        limits,
-        stats,
-        shutdown,
-    )
-    .await
 }
 
 async fn openapi() -> ([(axum::http::HeaderName, &'static str); 1], &'static str) {

@@ -9,9 +9,9 @@ use ra_ledger_cdc::config::{ConfigError, local, read_file, read_secret, with_pas
 use serde::Deserialize;
 
 use super::{EnvVar, non_empty, number, overlay_env};
-use crate::api::http1::{DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
 use crate::api::{CursorKey, Tokens};
 use crate::retention;
+use crate::service::{DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
 use crate::session_key::SessionKeys;
 
 /// Everything `ledger serve` needs.
@@ -171,6 +171,8 @@ pub struct Service {
     pub digests: Option<Digests>,
     /// What one client may hold: the body-read timeout and the connection cap.
     pub limits: Limits,
+    /// The relay's replication slot, whose lag the console shows.
+    pub relay_slot: String,
 }
 
 /// How `ledger serve` seals digests.
@@ -304,6 +306,7 @@ impl ServeConfig {
             cursor_key,
             cursor_key_configured,
             lock_timeout: Duration::from_millis(self.lock_timeout_ms),
+            relay_slot: self.relay_slot.clone(),
         })
     }
 }

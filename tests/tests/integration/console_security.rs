@@ -163,9 +163,10 @@ async fn console_with(
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(ra_ledger::api::serve(
+    tokio::spawn(ra_ledger::service::serve(
         listener,
         ra_ledger::console::router(state),
+        None,
         Default::default(),
         Default::default(),
         std::future::pending(),

@@ -27,6 +27,7 @@ mod replay;
 mod retention;
 mod roles;
 mod secrets;
+mod service;
 mod slow_clients;
 mod smoke;
 mod tls;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ra_ledger::api::http1::{ConnectionStats, Limits};
+use ra_ledger::service::{ConnectionStats, Limits};
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::{TestApi, WRITER};
 use serde_json::Value;

@@ -24,7 +24,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
 
-use super::super::ApiError;
+use crate::api::ApiError;
 
 /// Middleware: gives each request's body a deadline of `limit` from now, and answers 408 on
 /// a closed connection when the handler's read of the body ran past it.
