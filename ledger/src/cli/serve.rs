@@ -83,7 +83,7 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         relay_slot: config.relay_slot.clone(),
     };
     let shutdown = CancellationToken::new();
-    ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
+    ra_ledger_cdc::infra::runtime::cancel_on_signal(shutdown.clone());
     let retention = service.retention.map(|settings| {
         tracing::info!(
             slot = %settings.slot,

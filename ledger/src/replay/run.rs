@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
-use ra_ledger_cdc::kafka::KafkaSettings;
-use ra_ledger_cdc::metrics::{Histogram, render_value};
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::prometheus::{Histogram, render_value};
 use ra_ledger_cdc::replay::replay_topic;
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;

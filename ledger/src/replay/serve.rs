@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use ra_ledger_cdc::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use ra_ledger_cdc::metrics::{Histogram, render_value};
+use ra_ledger_cdc::infra::prometheus::{Histogram, render_value};
 
 /// Pages processed (committed).
 pub const PAGES_PROCESSED: &str = "ra_reassignment_pages_processed_total";

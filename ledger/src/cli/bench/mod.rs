@@ -20,7 +20,8 @@ use std::time::Duration;
 use ra_ledger::domain::PostalAddress;
 use ra_ledger::reassign::DEFAULT_PAGE_SIZE;
 use ra_ledger::testing::ScratchDatabase;
-use ra_ledger_cdc::config::{DeliveryMode, local};
+use ra_ledger_cdc::config::DeliveryMode;
+use ra_ledger_cdc::infra::settings::local;
 use ra_ledger_cdc::metrics::{RelayMetrics, TRANSACTION_COMMIT, TRANSACTION_MESSAGES};
 
 /// Prefix of the scratch databases' names.
