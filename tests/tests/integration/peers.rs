@@ -128,7 +128,7 @@ async fn the_same_consumer_reads_debeziums_own_topics_to_the_same_records() -> a
         publication: "debezium_outbox",
         topic_prefix: &prefix,
         dir: &dir,
-        rest_port: ra_ledger_tests::stack::free_port()?,
+        rest_port: ra_ledger_tests::process::free_port()?,
     }
     .write()?;
     let log = std::fs::File::create(dir.join("connect.log"))?;
