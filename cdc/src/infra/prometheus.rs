@@ -1,5 +1,7 @@
 //! The Prometheus text exposition format, for every process's `/metrics`: counters and
-//! gauges, and histograms with fixed buckets.
+//! gauges, and histograms with fixed buckets. Each metric is declared once, as a [`Metric`]
+//! (name, help, type), in its crate's metrics module; rendering takes that declaration, so
+//! the `# HELP` and `# TYPE` lines cannot drift from the name.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +17,80 @@ const COUNT_BUCKETS: [f64; 14] = [
     1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
     50_000.0,
 ];
+
+/// What a metric is: its `# TYPE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (until the process restarts).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Observations counted into fixed buckets ([`Histogram`]).
+    Histogram,
+}
+
+impl Kind {
+    /// The word of the `# TYPE` line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Counter => "counter",
+            Self::Gauge => "gauge",
+            Self::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric's declaration: its name, help and type, written once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// The metric name (a histogram's series add `_bucket`, `_sum`, `_count`).
+    pub name: &'static str,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// The `# TYPE`.
+    pub kind: Kind,
+}
+
+impl Metric {
+    /// A counter.
+    pub const fn counter(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            kind: Kind::Counter,
+        }
+    }
+
+    /// A gauge.
+    pub const fn gauge(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            kind: Kind::Gauge,
+        }
+    }
+
+    /// A histogram, rendered by [`Histogram::render`].
+    pub const fn histogram(name: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            kind: Kind::Histogram,
+        }
+    }
+
+    /// Appends this counter or gauge, with `value`, in the text exposition format.
+    pub fn render(&self, out: &mut String, value: impl std::fmt::Display) {
+        self.render_head(out);
+        let _ = writeln!(out, "{} {value}", self.name);
+    }
+
+    /// The `# HELP` and `# TYPE` lines.
+    fn render_head(&self, out: &mut String) {
+        let Self { name, help, kind } = self;
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {}", kind.as_str());
+    }
+}
 
 /// A Prometheus histogram with fixed buckets: by default of seconds, from 1 ms to 30 s.
 #[derive(Debug)]
@@ -65,10 +141,10 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// Appends the histogram in the text exposition format.
-    pub fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+    /// Appends the histogram, declared as `metric`, in the text exposition format.
+    pub fn render(&self, out: &mut String, metric: &Metric) {
+        metric.render_head(out);
+        let name = metric.name;
         for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
             let _ = writeln!(
                 out,
@@ -85,18 +161,4 @@ impl Histogram {
         );
         let _ = writeln!(out, "{name}_count {count}");
     }
-}
-
-/// Appends one gauge or counter in the text exposition format.
-pub fn render_value(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    kind: &str,
-    value: impl std::fmt::Display,
-) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
 }

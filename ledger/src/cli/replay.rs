@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use ra_ledger::db;
-use ra_ledger::replay::run::{self, Outcome, Progress, ReplayMetrics};
+use ra_ledger::metrics::ReplayMetrics;
+use ra_ledger::replay::run::{self, Outcome, Progress};
 use ra_ledger::replay::{self, ReplayRequest, ReplayState, ReplayStatus};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use ra_ledger_cdc::infra::settings::local;

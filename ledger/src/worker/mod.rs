@@ -16,7 +16,6 @@
 //! arrives, is dropped here without a database round trip (or by the cursor fence
 //! elsewhere). Pages still run one at a time per run, in one transaction each.
 
-mod metrics;
 mod pages;
 mod stalls;
 
@@ -30,7 +29,7 @@ use tracing::{info, warn};
 
 pub use crate::config::WorkerConfig;
 use crate::db;
-pub use metrics::*;
+use crate::metrics::WorkerMetrics;
 
 /// How often the worker looks for replays to run (requested, or left by a dead runner).
 pub const REPLAY_POLL: Duration = Duration::from_secs(2);

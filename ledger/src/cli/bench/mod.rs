@@ -436,8 +436,8 @@ pub(super) fn transaction_summary(metrics: &RelayMetrics) -> Option<String> {
             .find(|(_, cumulative)| *cumulative >= count * q)
             .map_or(f64::INFINITY, |(bound, _)| *bound)
     };
-    let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES);
-    let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT);
+    let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES.name);
+    let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT.name);
     (transactions > 0.0).then(|| {
         format!(
             "{transactions:.0} Kafka transactions, {:.1} messages each on average (p50 <= {}, p99 <= {}); commit_transaction {:.2} ms on average (p50 <= {} ms, p99 <= {} ms)",
