@@ -1,53 +1,80 @@
-//! The relay's Prometheus metrics: every name is defined here, updated per transaction or
-//! per batch (never per row), and rendered in the text exposition format on `/metrics`.
+//! The relay's Prometheus metrics: every one declared here once (name, help, type), updated
+//! per transaction or per batch (never per row), and rendered from those declarations in
+//! the text exposition format on `/metrics`.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::infra::prometheus::{Histogram, Metric};
+
 /// Bytes of WAL between the server's current end and the slot's confirmed position.
-pub const REPLICATION_LAG_BYTES: &str = "ra_relay_replication_lag_bytes";
+pub const REPLICATION_LAG_BYTES: Metric = Metric::gauge(
+    "ra_relay_replication_lag_bytes",
+    "WAL bytes between the server's end and the slot's confirmed position.",
+);
 /// Seconds since the commit of the newest transaction confirmed to the slot.
-pub const NEWEST_PUBLISHED_COMMIT_AGE: &str = "ra_relay_newest_published_commit_age_seconds";
+pub const NEWEST_PUBLISHED_COMMIT_AGE: Metric = Metric::gauge(
+    "ra_relay_newest_published_commit_age_seconds",
+    "Seconds since the commit of the newest transaction confirmed to the slot.",
+);
 /// Seconds since the commit of the oldest transaction read and not yet confirmed to the
 /// slot; 0 when everything read is confirmed. What to alert on (see docs/operators.md,
 /// "Lag in time, and what to alert on").
-pub const OLDEST_UNCONFIRMED_COMMIT_AGE: &str = "ra_relay_oldest_unconfirmed_commit_age_seconds";
+pub const OLDEST_UNCONFIRMED_COMMIT_AGE: Metric = Metric::gauge(
+    "ra_relay_oldest_unconfirmed_commit_age_seconds",
+    "Seconds since the commit of the oldest transaction read and not yet confirmed to the slot; 0 when caught up.",
+);
 /// Outbox events acknowledged by Kafka.
-pub const EVENTS_PUBLISHED: &str = "ra_relay_events_published_total";
+pub const EVENTS_PUBLISHED: Metric = Metric::counter(
+    "ra_relay_events_published_total",
+    "Outbox events acknowledged by Kafka.",
+);
 /// Seconds from a transaction's commit to Kafka's acknowledgement of its last message.
-pub const COMMIT_TO_ACK: &str = "ra_relay_commit_to_ack_seconds";
+pub const COMMIT_TO_ACK: Metric = Metric::histogram(
+    "ra_relay_commit_to_ack_seconds",
+    "Seconds from a transaction's commit to Kafka's acknowledgement of its last message.",
+);
 /// Messages Kafka refused for good and the relay parked.
-pub const PARKED_MESSAGES: &str = "ra_relay_parked_messages_total";
+pub const PARKED_MESSAGES: Metric = Metric::counter(
+    "ra_relay_parked_messages_total",
+    "Messages Kafka refused for good, parked in outbox_parked.",
+);
 /// Messages sent to Kafka and not yet acknowledged.
-pub const IN_FLIGHT: &str = "ra_relay_in_flight_messages";
+pub const IN_FLIGHT: Metric = Metric::gauge(
+    "ra_relay_in_flight_messages",
+    "Messages sent to Kafka and not yet acknowledged.",
+);
 /// Replication sessions started (1 + reconnects).
-pub const SESSIONS: &str = "ra_relay_sessions_total";
+pub const SESSIONS: Metric =
+    Metric::counter("ra_relay_sessions_total", "Replication sessions started.");
 /// 1 while the relay holds the slot and streams, 0 while it waits or reconnects.
-pub const STREAMING: &str = "ra_relay_streaming";
+pub const STREAMING: Metric = Metric::gauge(
+    "ra_relay_streaming",
+    "1 while the relay holds the slot and streams.",
+);
 
 /// Exactly once: seconds a Kafka `commit_transaction` took (flushing its messages
 /// included).
-pub const TRANSACTION_COMMIT: &str = "ra_relay_kafka_transaction_commit_seconds";
+pub const TRANSACTION_COMMIT: Metric = Metric::histogram(
+    "ra_relay_kafka_transaction_commit_seconds",
+    "Seconds a Kafka commit_transaction took, flushing its messages included (exactly once).",
+);
 /// Exactly once: outbox messages per committed Kafka transaction.
-pub const TRANSACTION_MESSAGES: &str = "ra_relay_kafka_transaction_messages";
+pub const TRANSACTION_MESSAGES: Metric = Metric::histogram(
+    "ra_relay_kafka_transaction_messages",
+    "Outbox messages per committed Kafka transaction (exactly once).",
+);
 /// Exactly once: Kafka transactions aborted (errors, shutdown mid-transaction).
-pub const TRANSACTIONS_ABORTED: &str = "ra_relay_kafka_transactions_aborted_total";
+pub const TRANSACTIONS_ABORTED: Metric = Metric::counter(
+    "ra_relay_kafka_transactions_aborted_total",
+    "Kafka transactions aborted (exactly once).",
+);
 /// Exactly once: PostgreSQL transactions the slot resent at or below the position in
 /// Kafka, skipped.
-pub const TRANSACTIONS_SKIPPED: &str = "ra_relay_transactions_skipped_total";
-
-/// Upper bounds of the commit→ack histogram buckets, in seconds.
-const BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
-
-/// Upper bounds of the messages-per-transaction histogram buckets. The sum is rendered
-/// the way seconds are: it is a plain count here.
-const COUNT_BUCKETS: [f64; 14] = [
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
-    50_000.0,
-];
+pub const TRANSACTIONS_SKIPPED: Metric = Metric::counter(
+    "ra_relay_transactions_skipped_total",
+    "PostgreSQL transactions resent by the slot at or below the Kafka position, skipped (exactly once).",
+);
 
 /// The relay's metrics; cheap to update from any task.
 #[derive(Debug)]
@@ -67,91 +94,6 @@ pub struct RelayMetrics {
     transaction_messages: Histogram,
     transactions_aborted: AtomicU64,
     transactions_skipped: AtomicU64,
-}
-
-/// A Prometheus histogram with fixed buckets: by default of seconds, from 1 ms to 30 s.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Default for Histogram {
-    fn default() -> Self {
-        Self::with_bounds(&BUCKETS)
-    }
-}
-
-impl Histogram {
-    /// A histogram with these bucket bounds (as many as the seconds one has).
-    fn with_bounds(bounds: &'static [f64; BUCKETS.len()]) -> Self {
-        Self {
-            bounds,
-            buckets: Default::default(),
-            count: AtomicU64::new(0),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
-
-    /// A histogram of counts (messages per transaction), from 1 to 50,000.
-    pub fn of_counts() -> Self {
-        Self::with_bounds(&COUNT_BUCKETS)
-    }
-
-    /// Records one observation.
-    pub fn observe(&self, seconds: f64) {
-        for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
-            let bound = *bound;
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add((seconds.max(0.0) * 1e6) as u64, Ordering::Relaxed);
-    }
-
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// Appends the histogram in the text exposition format.
-    pub fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        for (bucket, bound) in self.buckets.iter().zip(self.bounds) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.count();
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "{name}_sum {:.6}",
-            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{name}_count {count}");
-    }
-}
-
-/// Appends one gauge or counter in the text exposition format.
-pub fn render_value(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    kind: &str,
-    value: impl std::fmt::Display,
-) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
 }
 
 /// Microseconds since the Unix epoch, now.
@@ -295,86 +237,22 @@ impl RelayMetrics {
         } else {
             (now_micros() - oldest).max(0) as f64 / 1e6
         };
-        let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
-            render_value(&mut out, name, help, kind, value);
-        };
-        gauge(
-            REPLICATION_LAG_BYTES,
-            "WAL bytes between the server's end and the slot's confirmed position.",
-            "gauge",
-            lag.to_string(),
-        );
-        gauge(
-            NEWEST_PUBLISHED_COMMIT_AGE,
-            "Seconds since the commit of the newest transaction confirmed to the slot.",
-            "gauge",
-            format!("{age:.3}"),
-        );
-        gauge(
-            OLDEST_UNCONFIRMED_COMMIT_AGE,
-            "Seconds since the commit of the oldest transaction read and not yet confirmed to the slot; 0 when caught up.",
-            "gauge",
-            format!("{waiting:.3}"),
-        );
-        gauge(
-            EVENTS_PUBLISHED,
-            "Outbox events acknowledged by Kafka.",
-            "counter",
-            self.events_published.load(Ordering::Relaxed).to_string(),
-        );
-        gauge(
-            PARKED_MESSAGES,
-            "Messages Kafka refused for good, parked in outbox_parked.",
-            "counter",
-            self.parked.load(Ordering::Relaxed).to_string(),
-        );
-        gauge(
-            IN_FLIGHT,
-            "Messages sent to Kafka and not yet acknowledged.",
-            "gauge",
-            self.in_flight.load(Ordering::Relaxed).to_string(),
-        );
-        gauge(
-            SESSIONS,
-            "Replication sessions started.",
-            "counter",
-            self.sessions.load(Ordering::Relaxed).to_string(),
-        );
-        gauge(
-            STREAMING,
-            "1 while the relay holds the slot and streams.",
-            "gauge",
-            self.streaming.load(Ordering::Relaxed).to_string(),
-        );
-        render_value(
-            &mut out,
-            TRANSACTIONS_ABORTED,
-            "Kafka transactions aborted (exactly once).",
-            "counter",
-            self.transactions_aborted.load(Ordering::Relaxed),
-        );
-        render_value(
-            &mut out,
-            TRANSACTIONS_SKIPPED,
-            "PostgreSQL transactions resent by the slot at or below the Kafka position, skipped (exactly once).",
-            "counter",
-            self.transactions_skipped.load(Ordering::Relaxed),
-        );
-        self.commit_to_ack.render(
-            &mut out,
-            COMMIT_TO_ACK,
-            "Seconds from a transaction's commit to Kafka's acknowledgement of its last message.",
-        );
-        self.transaction_commit.render(
-            &mut out,
-            TRANSACTION_COMMIT,
-            "Seconds a Kafka commit_transaction took, flushing its messages included (exactly once).",
-        );
-        self.transaction_messages.render(
-            &mut out,
-            TRANSACTION_MESSAGES,
-            "Outbox messages per committed Kafka transaction (exactly once).",
-        );
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        REPLICATION_LAG_BYTES.render(&mut out, lag);
+        NEWEST_PUBLISHED_COMMIT_AGE.render(&mut out, format!("{age:.3}"));
+        OLDEST_UNCONFIRMED_COMMIT_AGE.render(&mut out, format!("{waiting:.3}"));
+        EVENTS_PUBLISHED.render(&mut out, load(&self.events_published));
+        PARKED_MESSAGES.render(&mut out, load(&self.parked));
+        IN_FLIGHT.render(&mut out, load(&self.in_flight));
+        SESSIONS.render(&mut out, load(&self.sessions));
+        STREAMING.render(&mut out, load(&self.streaming));
+        TRANSACTIONS_ABORTED.render(&mut out, load(&self.transactions_aborted));
+        TRANSACTIONS_SKIPPED.render(&mut out, load(&self.transactions_skipped));
+        self.commit_to_ack.render(&mut out, &COMMIT_TO_ACK);
+        self.transaction_commit
+            .render(&mut out, &TRANSACTION_COMMIT);
+        self.transaction_messages
+            .render(&mut out, &TRANSACTION_MESSAGES);
         out
     }
 }
@@ -382,6 +260,35 @@ impl RelayMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every declaration above.
+    const ALL: [Metric; 13] = [
+        REPLICATION_LAG_BYTES,
+        NEWEST_PUBLISHED_COMMIT_AGE,
+        OLDEST_UNCONFIRMED_COMMIT_AGE,
+        EVENTS_PUBLISHED,
+        COMMIT_TO_ACK,
+        PARKED_MESSAGES,
+        IN_FLIGHT,
+        SESSIONS,
+        STREAMING,
+        TRANSACTION_COMMIT,
+        TRANSACTION_MESSAGES,
+        TRANSACTIONS_ABORTED,
+        TRANSACTIONS_SKIPPED,
+    ];
+
+    /// Each declaration shows once under its own help and type, and nothing else shows.
+    #[test]
+    fn every_declared_metric_is_rendered_once_as_declared() {
+        let text = RelayMetrics::default().render();
+        for metric in ALL {
+            let (name, help, kind) = (metric.name, metric.help, metric.kind.as_str());
+            let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+            assert_eq!(text.matches(&head).count(), 1, "{name} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ").count(), ALL.len(), "{text}");
+    }
 
     #[test]
     fn renders_every_metric_with_its_value() {

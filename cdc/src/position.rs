@@ -84,7 +84,7 @@ pub enum PositionError {
     },
     /// The settings cannot build a consumer.
     #[error("position reader settings: {0}")]
-    Settings(#[from] crate::config::ConfigError),
+    Settings(#[from] crate::infra::settings::ConfigError),
     /// Transactions older than the relay's start stayed open on the topic too long.
     #[error(
         "the position topic {0} kept an open transaction for longer than the transaction timeout; is another relay writing to it?"

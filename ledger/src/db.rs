@@ -1,11 +1,11 @@
 //! Connections to PostgreSQL: a pool for services, single clients for tools. The URL is
-//! read by [`ra_ledger_cdc::pg`], as for every other connection.
+//! read by [`ra_ledger_cdc::infra::pg`], as for every other connection.
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use ra_ledger_cdc::pg;
+use ra_ledger_cdc::infra::pg;
 use tokio_postgres::Client;
 
-pub use ra_ledger_cdc::pg::with_database;
+pub use ra_ledger_cdc::infra::pg::with_database;
 
 /// Why connecting failed.
 #[derive(Debug, thiserror::Error)]

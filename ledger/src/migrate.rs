@@ -225,7 +225,7 @@ pub fn embedded() -> Vec<String> {
 }
 
 /// Default name of the relay's logical replication slot.
-pub const DEFAULT_RELAY_SLOT: &str = ra_ledger_cdc::config::local::SLOT;
+pub const DEFAULT_RELAY_SLOT: &str = ra_ledger_cdc::infra::settings::local::SLOT;
 
 /// Creates the relay's logical replication slot when it is missing, so every outbox row
 /// committed from now on is kept for the relay even if it has never run: rows committed

@@ -158,7 +158,7 @@ pub async fn run(
     batch: i64,
     shutdown: CancellationToken,
 ) {
-    let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
+    let mut every = ra_ledger_cdc::infra::runtime::Every::new(interval, shutdown);
     let mut warned_missing = false;
     while every.tick().await {
         match prune(&pool, &slot, batch).await {

@@ -108,7 +108,7 @@ impl ScratchDatabase {
     /// without a metrics endpoint.
     /// Kafka security comes from the environment, as for every tool.
     pub fn relay_config(&self, slot: String, topic_prefix: String, brokers: &str) -> RelayConfig {
-        let mut kafka = ra_ledger_cdc::kafka::KafkaSettings {
+        let mut kafka = ra_ledger_cdc::infra::kafka::KafkaSettings {
             properties: BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
             secret_files: BTreeMap::new(),
         };
@@ -174,7 +174,7 @@ impl ScratchDatabase {
 /// A librdkafka configuration for `brokers`, with the environment's Kafka security settings
 /// (`LEDGER_KAFKA_SECURITY_PROTOCOL`, ...), as every tool and bench uses.
 pub fn kafka_client(brokers: &str) -> Result<rdkafka::ClientConfig, TestingError> {
-    ra_ledger_cdc::kafka::KafkaSettings::from_env(brokers)
+    ra_ledger_cdc::infra::kafka::KafkaSettings::from_env(brokers)
         .and_then(|settings| settings.client_config())
         .map_err(|error| TestingError::Refused(error.to_string()))
 }

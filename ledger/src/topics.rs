@@ -149,7 +149,7 @@ pub async fn create_missing(
     settings: &BTreeMap<String, String>,
     specs: &[TopicSpec],
 ) -> Result<Vec<(String, Outcome)>, TopicError> {
-    let mut config = ra_ledger_cdc::kafka::KafkaSettings::from_env(brokers)
+    let mut config = ra_ledger_cdc::infra::kafka::KafkaSettings::from_env(brokers)
         .and_then(|kafka| kafka.client_config())
         .map_err(|error| TopicError::Settings(error.to_string()))?;
     for (key, value) in settings {

@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 
-use crate::stack::{free_port, send_signal, spawn_kept, stop_kept};
+use crate::process::{free_port, send_signal, spawn_kept, stop_kept};
 use crate::tls::Pki;
 
 /// The log4j2 configuration the stack's broker uses too.

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use ra_ledger::testing::ScratchDatabase;
-use ra_ledger_cdc::pg::ReplicationTarget;
+use ra_ledger_cdc::infra::pg::ReplicationTarget;
 use tokio_postgres::Client;
 
 use crate::stack::stack;
@@ -48,7 +48,7 @@ impl TestDatabase {
 
     /// The parts pgwire-replication needs to open a replication connection.
     pub fn replication_target(&self) -> anyhow::Result<ReplicationTarget> {
-        let config = ra_ledger_cdc::pg::config(&self.url, "test-replication")?;
+        let config = ra_ledger_cdc::infra::pg::config(&self.url, "test-replication")?;
         Ok(ReplicationTarget::of(&config))
     }
 }
@@ -86,12 +86,12 @@ impl Drop for TestDatabase {
 
 /// Connects to `url`, driving the connection on a background task.
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let settings = ra_ledger_cdc::pg::config(url, "ledger-tests")?;
+    let settings = ra_ledger_cdc::infra::pg::config(url, "ledger-tests")?;
     let (client, connection) = settings
         .sql
         .connect(settings.connector())
         .await
-        .map_err(|error| anyhow::anyhow!(ra_ledger_cdc::pg::explain(&error)))
+        .map_err(|error| anyhow::anyhow!(ra_ledger_cdc::infra::pg::explain(&error)))
         .context("connecting to the test PostgreSQL")?;
     tokio::spawn(async move {
         let _ = connection.await;

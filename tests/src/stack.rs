@@ -6,21 +6,20 @@
 //! a managed Kafka elsewhere) and starts nothing for them.
 //!
 //! Nothing outlives the run: every server is started through `setpriv --pdeathsig` from a
-//! keeper thread that lives as long as the test process, so the kernel signals the servers
-//! the moment the process ends, whether the tests passed, panicked or were killed. Folders
-//! of earlier runs whose process is gone are removed at the next start.
+//! keeper thread ([`crate::process`]) that lives as long as the test process, so the kernel
+//! signals the servers the moment the process ends, whether the tests passed, panicked or
+//! were killed. Folders of earlier runs whose process is gone are removed at the next start.
 
-use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 use crate::broker::{BrokerServer, Security};
+use crate::process::{free_port, spawn_kept, stop_kept};
 
 /// Superuser password of the harness's own PostgreSQL cluster (loopback only, temporary).
 const PG_PASSWORD: &str = "ra-ledger-test";
@@ -64,84 +63,6 @@ pub fn stack() -> &'static Stack {
         Ok(stack) => stack,
         Err(error) => panic!("cannot start the test stack: {error:#}"),
     })
-}
-
-/// What the keeper thread is asked to do.
-enum Request {
-    Spawn(Command, mpsc::Sender<std::io::Result<u32>>),
-    Stop(u32, &'static str, mpsc::Sender<anyhow::Result<()>>),
-}
-
-/// The keeper thread spawns every server and never exits, so `PR_SET_PDEATHSIG` (which
-/// fires when the *thread* that forked a child ends) fires only when the process ends.
-fn keeper() -> &'static Mutex<mpsc::Sender<Request>> {
-    static KEEPER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
-    KEEPER.get_or_init(|| {
-        let (sender, receiver) = mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("test-stack-keeper".into())
-            .spawn(move || {
-                let mut children: HashMap<u32, Child> = HashMap::new();
-                for request in receiver {
-                    match request {
-                        Request::Spawn(mut command, reply) => {
-                            let spawned = command.spawn().map(|child| {
-                                let pid = child.id();
-                                children.insert(pid, child);
-                                pid
-                            });
-                            let _ = reply.send(spawned);
-                        }
-                        Request::Stop(pid, signal, reply) => {
-                            let outcome = match children.remove(&pid) {
-                                None => Err(anyhow::anyhow!("no server with pid {pid}")),
-                                Some(mut child) => send_signal(pid, signal).and_then(|()| {
-                                    child.wait()?;
-                                    Ok(())
-                                }),
-                            };
-                            let _ = reply.send(outcome);
-                        }
-                    }
-                }
-                // The sender lives in a static: this point is never reached.
-                loop {
-                    std::thread::park();
-                }
-            })
-            .expect("spawning the keeper thread");
-        Mutex::new(sender)
-    })
-}
-
-/// Spawns `command` from the keeper thread; returns its pid.
-pub fn spawn_kept(command: Command) -> anyhow::Result<u32> {
-    let (reply, answer) = mpsc::channel();
-    keeper()
-        .lock()
-        .expect("keeper lock")
-        .send(Request::Spawn(command, reply))?;
-    Ok(answer.recv()??)
-}
-
-/// Sends `signal` (e.g. `INT`, `KILL`) to a kept server and waits until it exited.
-pub fn stop_kept(pid: u32, signal: &'static str) -> anyhow::Result<()> {
-    let (reply, answer) = mpsc::channel();
-    keeper()
-        .lock()
-        .expect("keeper lock")
-        .send(Request::Stop(pid, signal, reply))?;
-    answer.recv()?
-}
-
-/// Sends `signal` to a process without waiting (e.g. `STOP`, `CONT`).
-pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()?;
-    anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
-    Ok(())
 }
 
 /// The folder of this run's servers.
@@ -424,11 +345,6 @@ fn postgres_bindir() -> anyhow::Result<PathBuf> {
         "no PostgreSQL 15+ server in /usr/lib/postgresql/*/bin; run deploy/test (it installs it) \
          or set LEDGER_TEST_DATABASE_URL",
     )
-}
-
-/// A free port on 127.0.0.1.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn wait_for_port(port: u16, timeout: Duration, name: &str, log: &Path) -> anyhow::Result<()> {

@@ -3,8 +3,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ra_ledger::metrics::WorkerMetrics;
 use ra_ledger::reassign::RunStatus;
-use ra_ledger::worker::{WorkerConfig, WorkerError, WorkerMetrics};
+use ra_ledger::worker::{WorkerConfig, WorkerError};
 
 use crate::{Background, TestDatabase, TestTopics};
 

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use ra_ledger_cdc::example::{self, ExampleArgs};
+use ra_ledger_cdc::consumer::example::{self, ExampleArgs};
 use tokio_util::sync::CancellationToken;
 
 fn args() -> anyhow::Result<ExampleArgs> {
@@ -50,8 +50,10 @@ fn args() -> anyhow::Result<ExampleArgs> {
     // The password from a file rather than the URL, as every process of the project.
     let password_file =
         std::env::var_os("CONSUMER_DATABASE_PASSWORD_FILE").map(std::path::PathBuf::from);
-    args.database_url =
-        ra_ledger_cdc::config::with_password_file(&args.database_url, password_file.as_deref())?;
+    args.database_url = ra_ledger_cdc::infra::settings::with_password_file(
+        &args.database_url,
+        password_file.as_deref(),
+    )?;
     Ok(args)
 }
 
@@ -59,6 +61,6 @@ fn args() -> anyhow::Result<ExampleArgs> {
 async fn main() -> anyhow::Result<()> {
     let args = args()?;
     let shutdown = CancellationToken::new();
-    ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
+    ra_ledger_cdc::infra::runtime::cancel_on_signal(shutdown.clone());
     example::run(args, Arc::default(), shutdown).await
 }

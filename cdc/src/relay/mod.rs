@@ -44,7 +44,7 @@ pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     /// PostgreSQL (SQL connection) failed.
-    #[error("PostgreSQL: {}", crate::pg::explain(.0))]
+    #[error("PostgreSQL: {}", crate::infra::pg::explain(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// The replication connection failed.
     #[error("replication stream: {0}")]
@@ -205,7 +205,7 @@ pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
     }
     let metrics = Arc::new(RelayMetrics::default());
     let rendered = metrics.clone();
-    crate::runtime::run_process(
+    crate::infra::runtime::run_process(
         config.metrics_listen,
         move || rendered.render(),
         |shutdown| run(config, metrics, shutdown),

@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use super::RelayError;
 use crate::config::RelayConfig;
-use crate::pg::{self, ReplicationTarget};
+use crate::infra::pg::{self, ReplicationTarget};
 
 /// The relay's SQL connection (parking, heartbeats, checks), named for `pg_stat_activity`.
 pub(super) async fn connect_sql(

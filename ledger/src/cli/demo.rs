@@ -11,7 +11,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger::domain::Jurisdiction;
 use ra_ledger::{db, queries, reassign, testing};
-use ra_ledger_cdc::config::local;
+use ra_ledger_cdc::infra::settings::local;
 use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::{Value, json};

@@ -22,7 +22,7 @@ mod verify;
 mod worker;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use ra_ledger_cdc::config::local;
+use ra_ledger_cdc::infra::settings::local;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -131,7 +131,7 @@ pub async fn run() -> anyhow::Result<()> {
         matches.value_source("database_url") == Some(clap::parser::ValueSource::CommandLine);
     let cli = Cli::from_arg_matches(&matches)?;
     if on_command_line
-        && ra_ledger_cdc::pg::config(&cli.database_url, "ledger")
+        && ra_ledger_cdc::infra::pg::config(&cli.database_url, "ledger")
             .is_ok_and(|settings| settings.sql.get_password().is_some())
     {
         tracing::warn!(
@@ -143,8 +143,10 @@ pub async fn run() -> anyhow::Result<()> {
     // own file too).
     let password_file =
         std::env::var_os("LEDGER_DATABASE_PASSWORD_FILE").map(std::path::PathBuf::from);
-    let url =
-        ra_ledger_cdc::config::with_password_file(&cli.database_url, password_file.as_deref())?;
+    let url = ra_ledger_cdc::infra::settings::with_password_file(
+        &cli.database_url,
+        password_file.as_deref(),
+    )?;
     let database = DatabaseUrl { url, explicit };
     let url = database.url.as_str();
     match cli.command {

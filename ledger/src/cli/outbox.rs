@@ -1,7 +1,7 @@
 //! `ledger outbox`: retention by hand, and where it stands.
 
 use ra_ledger::{db, retention};
-use ra_ledger_cdc::config::local;
+use ra_ledger_cdc::infra::settings::local;
 
 /// Outbox maintenance.
 #[derive(Debug, clap::Subcommand)]
@@ -40,7 +40,7 @@ pub async fn run(database_url: &str, command: OutboxCommand) -> anyhow::Result<(
             );
         }
         OutboxCommand::Prune { slot, batch } => {
-            if !ra_ledger_cdc::config::identifier(&slot) {
+            if !ra_ledger_cdc::infra::settings::identifier(&slot) {
                 anyhow::bail!("--slot {slot:?}: a slot name is 1-63 characters of a-z, 0-9 and _");
             }
             let pruned = retention::prune(&pool, &slot, batch).await?;

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use ra_ledger::db;
-use ra_ledger::replay::run::{self, Outcome, Progress, ReplayMetrics};
+use ra_ledger::metrics::ReplayMetrics;
+use ra_ledger::replay::run::{self, Outcome, Progress};
 use ra_ledger::replay::{self, ReplayRequest, ReplayState, ReplayStatus};
-use ra_ledger_cdc::config::local;
-use ra_ledger_cdc::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::settings::local;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -160,7 +161,7 @@ async fn drive(
     id: Uuid,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
+    ra_ledger_cdc::infra::runtime::cancel_on_signal(shutdown.clone());
     let metrics = Arc::new(ReplayMetrics::default());
     let terminal = std::io::stderr().is_terminal();
     let mut last_print = Instant::now() - Duration::from_secs(10);

@@ -44,6 +44,6 @@ pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> 
         .unwrap_or(config.outbox_retention_interval_ms);
     let service = config.validate()?;
     let shutdown = CancellationToken::new();
-    ra_ledger_cdc::runtime::cancel_on_signal(shutdown.clone());
+    ra_ledger_cdc::infra::runtime::cancel_on_signal(shutdown.clone());
     Ok(service::run(service, shutdown).await?)
 }

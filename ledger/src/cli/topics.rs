@@ -1,7 +1,7 @@
 //! `ledger topics create`: the relay's topics, with their configs, where missing.
 
 use ra_ledger::topics::{self, Outcome};
-use ra_ledger_cdc::config::local;
+use ra_ledger_cdc::infra::settings::local;
 
 use super::parse_key_value;
 

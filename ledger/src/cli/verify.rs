@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ra_ledger::digest::{DigestKey, public_key_from_pem, published};
 use ra_ledger::{db, verify};
-use ra_ledger_cdc::config::local;
+use ra_ledger_cdc::infra::settings::local;
 
 /// Arguments of `ledger verify`.
 #[derive(Debug, clap::Args)]
@@ -79,7 +79,7 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
                 ra_ledger::digest::build::AGGREGATE_TYPE
             )
         });
-        let config = ra_ledger_cdc::kafka::KafkaSettings::from_env(&args.brokers)
+        let config = ra_ledger_cdc::infra::kafka::KafkaSettings::from_env(&args.brokers)
             .and_then(|settings| settings.client_config())?;
         let timeout = Duration::from_secs(args.read_timeout_s);
         let report = published::verify_topic(&client, config, &topic, &key, timeout).await?;

@@ -1,7 +1,7 @@
 //! `ledger worker`: the reassignment page handler.
 
 use ra_ledger::config::WorkerConfig;
-use ra_ledger_cdc::config::listen_address;
+use ra_ledger_cdc::infra::settings::listen_address;
 
 use super::{DatabaseUrl, parse_key_value};
 

@@ -10,7 +10,7 @@ pub mod worker;
 
 use std::net::SocketAddr;
 
-use ra_ledger_cdc::config::{ConfigError, env, listen_address};
+use ra_ledger_cdc::infra::settings::{ConfigError, env, listen_address};
 
 pub use serve::{Digests, Retention, SERVE_ENV, ServeConfig, Service};
 pub use worker::{WORKER_ENV, WorkerConfig};

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ra_ledger_cdc::config::{ConfigError, local, read_file, read_secret, with_password_file};
+use ra_ledger_cdc::infra::settings::{
+    ConfigError, local, read_file, read_secret, with_password_file,
+};
 use serde::Deserialize;
 
 use super::{EnvVar, non_empty, number, overlay_env};
@@ -285,7 +287,7 @@ impl ServeConfig {
         let retention = self.retention()?;
         let database_url =
             with_password_file(&self.database_url, self.database_password_file.as_deref())?;
-        ra_ledger_cdc::pg::config(&database_url, "check").map_err(|error| {
+        ra_ledger_cdc::infra::pg::config(&database_url, "check").map_err(|error| {
             ConfigError::invalid("database_url", "<redacted>", error.to_string())
         })?;
         let tls = self.server_tls()?;
@@ -486,7 +488,7 @@ impl ServeConfig {
                 "must be between 1 and 1000000",
             ));
         }
-        if !ra_ledger_cdc::config::identifier(&self.relay_slot) {
+        if !ra_ledger_cdc::infra::settings::identifier(&self.relay_slot) {
             return Err(ConfigError::invalid(
                 "relay_slot",
                 &self.relay_slot,

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ra_ledger_cdc::config::{ConfigError, local, read_file, with_password_file};
-use ra_ledger_cdc::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::settings::{ConfigError, local, read_file, with_password_file};
 use serde::Deserialize;
 
 use super::{EnvVar, flag, listen, number, overlay_env};
@@ -126,7 +126,7 @@ impl WorkerConfig {
 
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        ra_ledger_cdc::pg::config(&self.database_url, "check").map_err(|error| {
+        ra_ledger_cdc::infra::pg::config(&self.database_url, "check").map_err(|error| {
             ConfigError::invalid("database_url", "<redacted>", error.to_string())
         })?;
         for (field, value) in [

@@ -412,7 +412,7 @@ pub async fn run(
     cache: TreeCache,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
+    let mut every = ra_ledger_cdc::infra::runtime::Every::new(interval, shutdown);
     while every.tick().await {
         let now = chrono::Utc::now().timestamp_micros();
         match build_cached(&pool, &key, now, &cache).await {
@@ -502,7 +502,7 @@ pub async fn clear_marks_until(
     interval: std::time::Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut every = ra_ledger_cdc::runtime::Every::new(interval, shutdown);
+    let mut every = ra_ledger_cdc::infra::runtime::Every::new(interval, shutdown);
     while every.tick().await {
         if let Err(error) = clear_marks(&pool).await {
             tracing::warn!(%error, "cannot clear the digest marks; trying again next time");

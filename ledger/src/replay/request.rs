@@ -37,7 +37,7 @@ pub const DEFAULT_RATE: u32 = 5_000;
 /// The fastest a replay may be asked to go.
 pub const MAX_RATE: u32 = 1_000_000;
 /// The live topics' prefix when not told (the relay's default).
-pub const DEFAULT_TOPIC_PREFIX: &str = ra_ledger_cdc::config::local::TOPIC_PREFIX;
+pub const DEFAULT_TOPIC_PREFIX: &str = ra_ledger_cdc::infra::settings::local::TOPIC_PREFIX;
 /// Longest stream prefix accepted.
 const MAX_STREAM_PREFIX: usize = 300;
 

@@ -3,13 +3,12 @@
 //! marker (see the module above for why this order proves the handoff).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
-use ra_ledger_cdc::kafka::KafkaSettings;
-use ra_ledger_cdc::metrics::{Histogram, render_value};
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use ra_ledger_cdc::replay::replay_topic;
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;
@@ -19,6 +18,7 @@ use uuid::Uuid;
 
 use super::ReplayState;
 use super::kafka::{self, await_deliveries, produce_batch};
+use crate::metrics::ReplayMetrics;
 
 /// Positions scanned by one query at most: a selective filter never turns a batch into a
 /// scan of the whole ledger.
@@ -27,80 +27,6 @@ pub const WINDOW: i64 = 20_000;
 /// a replay reaches the broker in small bursts the live relay's messages slip between,
 /// not in one burst a second that holds them up (measured by `ledger bench replay`).
 pub const MAX_BATCH: u32 = 1_000;
-
-/// Replay metrics (served by `ledger worker` on /metrics).
-pub mod names {
-    /// Events acknowledged on replay topics.
-    pub const PUBLISHED: &str = "ra_replay_events_published_total";
-    /// Replays this process completed.
-    pub const COMPLETED: &str = "ra_replay_completed_total";
-    /// Runner starts that resumed a replay another runner had started.
-    pub const RESUMED: &str = "ra_replay_resumed_total";
-    /// Runs that ended in an error (retried from the checkpoint).
-    pub const FAILURES: &str = "ra_replay_failures_total";
-    /// Replays running in this process (0 or 1).
-    pub const ACTIVE: &str = "ra_replay_active";
-    /// Wall time of one batch: read, produce, acknowledge, checkpoint.
-    pub const BATCH_DURATION: &str = "ra_replay_batch_duration_seconds";
-}
-
-/// Counters of the replays this process ran.
-#[derive(Debug, Default)]
-pub struct ReplayMetrics {
-    published: AtomicU64,
-    completed: AtomicU64,
-    resumed: AtomicU64,
-    failures: AtomicU64,
-    active: AtomicI64,
-    batch_duration: Histogram,
-}
-
-impl ReplayMetrics {
-    /// Appends the Prometheus text format.
-    pub fn render_into(&self, out: &mut String) {
-        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        render_value(
-            out,
-            names::PUBLISHED,
-            "Events acknowledged on replay topics.",
-            "counter",
-            load(&self.published),
-        );
-        render_value(
-            out,
-            names::COMPLETED,
-            "Replays completed (markers written).",
-            "counter",
-            load(&self.completed),
-        );
-        render_value(
-            out,
-            names::RESUMED,
-            "Runner starts that resumed a started replay from its checkpoint.",
-            "counter",
-            load(&self.resumed),
-        );
-        render_value(
-            out,
-            names::FAILURES,
-            "Replay runs that ended in an error.",
-            "counter",
-            load(&self.failures),
-        );
-        render_value(
-            out,
-            names::ACTIVE,
-            "Replays running in this process.",
-            "gauge",
-            self.active.load(Ordering::Relaxed),
-        );
-        self.batch_duration.render(
-            out,
-            names::BATCH_DURATION,
-            "Wall time of a replay batch: read, produce, acknowledge, checkpoint.",
-        );
-    }
-}
 
 /// Why a run stopped short.
 #[derive(Debug, thiserror::Error)]

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use ra_ledger_cdc::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::run::{Outcome, ReplayMetrics, RunError, run};
+use super::run::{Outcome, RunError, run};
+use crate::metrics::ReplayMetrics;
 
 /// Runs requested and unfinished replays, one at a time, until `shutdown` (in `ledger
 /// worker`). A replay another process runs is left to it; one whose runner died is resumed

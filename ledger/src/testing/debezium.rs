@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use ra_ledger_cdc::pg::ReplicationTarget;
+use ra_ledger_cdc::infra::pg::ReplicationTarget;
 
 /// The worker's settings that are not addresses or paths.
 pub const WORKER_SETTINGS: &[(&str, &str)] = &[

@@ -16,7 +16,6 @@
 //! arrives, is dropped here without a database round trip (or by the cursor fence
 //! elsewhere). Pages still run one at a time per run, in one transaction each.
 
-mod metrics;
 mod pages;
 mod stalls;
 
@@ -30,7 +29,7 @@ use tracing::{info, warn};
 
 pub use crate::config::WorkerConfig;
 use crate::db;
-pub use metrics::*;
+use crate::metrics::WorkerMetrics;
 
 /// How often the worker looks for replays to run (requested, or left by a dead runner).
 pub const REPLAY_POLL: Duration = Duration::from_secs(2);
@@ -46,7 +45,7 @@ pub enum WorkerError {
     Kafka(#[from] rdkafka::error::KafkaError),
     /// A Kafka setting cannot be used (a secret file went missing since start).
     #[error(transparent)]
-    Config(#[from] ra_ledger_cdc::config::ConfigError),
+    Config(#[from] ra_ledger_cdc::infra::settings::ConfigError),
 }
 
 /// Runs the worker until `shutdown`; the page in progress finishes first.
@@ -153,7 +152,7 @@ fn host_replays(
 /// shorter wait would cost requests and gain no latency.
 fn consumer_config(
     config: &WorkerConfig,
-) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::config::ConfigError> {
+) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::infra::settings::ConfigError> {
     let mut client_config = config.kafka_settings().client_config()?;
     client_config
         .set("bootstrap.servers", &config.brokers)
@@ -185,7 +184,7 @@ pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
     }
     let metrics = Arc::new(WorkerMetrics::default());
     let rendered = metrics.clone();
-    ra_ledger_cdc::runtime::run_process(
+    ra_ledger_cdc::infra::runtime::run_process(
         config.metrics_listen,
         move || rendered.render(),
         |shutdown| run(config, metrics, shutdown),

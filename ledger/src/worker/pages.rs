@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{WorkerConfig, WorkerMetrics};
+use super::WorkerConfig;
+use crate::metrics::WorkerMetrics;
 use crate::reassign::{self, PageOutcome, PageRequest};
 
 /// Request ids of the pages a worker ran straight away that it remembers, to drop their

@@ -8,7 +8,7 @@ use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::WorkerMetrics;
+use crate::metrics::WorkerMetrics;
 use crate::reassign;
 
 /// Every few seconds: refreshes the runs-active gauge, and raises again the page request of

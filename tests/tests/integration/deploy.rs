@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ra_ledger::config::{ServeConfig, WorkerConfig};
-use ra_ledger_cdc::config::{RelayConfig, read_file};
+use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::settings::read_file;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -99,7 +100,7 @@ fn example_production_configs_use_only_known_keys_and_no_inline_secret() -> anyh
             url.contains("sslmode=verify-full") && !url.contains(":5432@"),
             "{url}"
         );
-        let settings = ra_ledger_cdc::pg::config(
+        let settings = ra_ledger_cdc::infra::pg::config(
             &url.replace(
                 "sslrootcert=/etc/ra-ledger/tls/postgres-ca.crt",
                 "sslrootcert=system",

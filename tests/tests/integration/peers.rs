@@ -7,8 +7,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use ra_ledger::testing::debezium::{self, ConnectSetup};
-use ra_ledger_cdc::event_router;
-use ra_ledger_cdc::pg::ReplicationTarget;
+use ra_ledger_cdc::consumer::event_router;
+use ra_ledger_cdc::infra::pg::ReplicationTarget;
 use ra_ledger_tests::relay::{RunningRelay, subscribe, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
@@ -118,7 +118,7 @@ async fn the_same_consumer_reads_debeziums_own_topics_to_the_same_records() -> a
     let written = write_rows(&client).await?;
     let dir = ra_ledger_tests::stack::run_dir().join(format!("debezium-{}", random_suffix()));
     std::fs::create_dir_all(&dir)?;
-    let target = ReplicationTarget::of(&ra_ledger_cdc::pg::config(&database.url, "test")?);
+    let target = ReplicationTarget::of(&ra_ledger_cdc::infra::pg::config(&database.url, "test")?);
     let prefix = format!("{}.debezium.", topics.prefix);
     let (worker, connector) = ConnectSetup {
         database: &target,
@@ -128,7 +128,7 @@ async fn the_same_consumer_reads_debeziums_own_topics_to_the_same_records() -> a
         publication: "debezium_outbox",
         topic_prefix: &prefix,
         dir: &dir,
-        rest_port: ra_ledger_tests::stack::free_port()?,
+        rest_port: ra_ledger_tests::process::free_port()?,
     }
     .write()?;
     let log = std::fs::File::create(dir.join("connect.log"))?;

@@ -268,7 +268,7 @@ async fn sigterm_drains_confirms_and_exits_zero() -> anyhow::Result<()> {
             .until(Duration::from_secs(60), |r| r.len() >= 1_000)
             .await
     );
-    ra_ledger_tests::stack::send_signal(relay.id(), "TERM")?;
+    ra_ledger_tests::process::send_signal(relay.id(), "TERM")?;
     let status = tokio::task::spawn_blocking(move || relay.wait()).await??;
     assert!(status.success(), "exit status {status}");
     // Everything it took from the slot is in Kafka; the slot confirms exactly that.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use ra_ledger::domain::Jurisdiction;
-use ra_ledger_cdc::example::{self, ExampleArgs, ExampleCounts};
+use ra_ledger_cdc::consumer::example::{self, ExampleArgs, ExampleCounts};
 use ra_ledger_cdc::replay::{self as contract, CompletionMarker, Delivery};
 use ra_ledger_tests::api::TestApi;
 use ra_ledger_tests::relay::{self, RunningRelay};

@@ -14,7 +14,7 @@ use crate::reassignment::{assert_all_moved, completed, seeded, supersede};
 fn as_role(url: &str, role: &str, password: &str) -> anyhow::Result<String> {
     let (scheme, rest) = url.split_once("://").expect("a URL");
     let (_, hosts) = rest.split_once('@').expect("a URL with credentials");
-    Ok(ra_ledger_cdc::pg::with_password(
+    Ok(ra_ledger_cdc::infra::pg::with_password(
         &format!("{scheme}://{role}@{hosts}"),
         password,
     )?)
@@ -122,7 +122,7 @@ async fn the_app_role_runs_the_flow_but_cannot_alter_drop_or_rewrite_events() ->
             error.code(),
             Some(&SqlState::INSUFFICIENT_PRIVILEGE),
             "{statement}: {}",
-            ra_ledger_cdc::pg::explain(&error)
+            ra_ledger_cdc::infra::pg::explain(&error)
         );
     }
     // Even with the triggers disabled by the owner, it still may not touch an event.

@@ -8,7 +8,7 @@ use ra_ledger::config::ServeConfig;
 use ra_ledger::service::{self, ServeError};
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::{WRITER, contact_body};
-use ra_ledger_tests::stack::free_port;
+use ra_ledger_tests::process::free_port;
 use tokio_util::sync::CancellationToken;
 
 fn config(database: &TestDatabase, port: u16) -> ServeConfig {

@@ -36,8 +36,8 @@ async fn refusals(url: &str) -> (String, String) {
         Ok(_) => "connected".to_owned(),
         Err(error) => error.to_string(),
     };
-    let settings = ra_ledger_cdc::pg::config(url, "tls-test").expect("a URL");
-    let stream = ra_ledger_cdc::pg::ReplicationTarget::of(&settings).stream("none", "none");
+    let settings = ra_ledger_cdc::infra::pg::config(url, "tls-test").expect("a URL");
+    let stream = ra_ledger_cdc::infra::pg::ReplicationTarget::of(&settings).stream("none", "none");
     // The client connects on a task of its own: a refusal shows on the first read.
     let replication = match ReplicationClient::connect(stream).await {
         Ok(mut client) => {

@@ -113,7 +113,7 @@ pub(super) async fn measure(
     for line in metrics
         .render()
         .lines()
-        .filter(|line| line.starts_with("ra_relay_commit_to_ack_seconds"))
+        .filter(|line| line.starts_with(ra_ledger_cdc::metrics::COMMIT_TO_ACK.name))
     {
         eprintln!("{line}");
     }

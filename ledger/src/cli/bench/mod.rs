@@ -20,7 +20,8 @@ use std::time::Duration;
 use ra_ledger::domain::PostalAddress;
 use ra_ledger::reassign::DEFAULT_PAGE_SIZE;
 use ra_ledger::testing::ScratchDatabase;
-use ra_ledger_cdc::config::{DeliveryMode, local};
+use ra_ledger_cdc::config::DeliveryMode;
+use ra_ledger_cdc::infra::settings::local;
 use ra_ledger_cdc::metrics::{RelayMetrics, TRANSACTION_COMMIT, TRANSACTION_MESSAGES};
 
 /// Prefix of the scratch databases' names.
@@ -435,8 +436,8 @@ pub(super) fn transaction_summary(metrics: &RelayMetrics) -> Option<String> {
             .find(|(_, cumulative)| *cumulative >= count * q)
             .map_or(f64::INFINITY, |(bound, _)| *bound)
     };
-    let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES);
-    let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT);
+    let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES.name);
+    let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT.name);
     (transactions > 0.0).then(|| {
         format!(
             "{transactions:.0} Kafka transactions, {:.1} messages each on average (p50 <= {}, p99 <= {}); commit_transaction {:.2} ms on average (p50 <= {} ms, p99 <= {} ms)",

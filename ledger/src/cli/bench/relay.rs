@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use ra_ledger::db;
 use ra_ledger::testing::{self, ScratchDatabase};
-use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, local, position_topic};
-use ra_ledger_cdc::pg::ReplicationTarget;
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, position_topic};
+use ra_ledger_cdc::infra::pg::ReplicationTarget;
+use ra_ledger_cdc::infra::settings::local;
 use uuid::Uuid;
 
 use super::scratch;
@@ -264,7 +265,7 @@ async fn recvlogical_drain(
     slot: &str,
     backlog: &Backlog,
 ) -> anyhow::Result<f64> {
-    let settings = ra_ledger_cdc::pg::config(&scratch.url, "ledger-bench")?;
+    let settings = ra_ledger_cdc::infra::pg::config(&scratch.url, "ledger-bench")?;
     let target = ReplicationTarget::of(&settings);
     let started = Instant::now();
     let status = tokio::process::Command::new(pg_recvlogical()?)

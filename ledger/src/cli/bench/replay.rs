@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ra_ledger::domain::Jurisdiction;
-use ra_ledger::replay::run::{self, Outcome, ReplayMetrics};
+use ra_ledger::metrics::ReplayMetrics;
+use ra_ledger::replay::run::{self, Outcome};
 use ra_ledger::replay::{self, ReplayRequest};
 use ra_ledger::{db, testing};
-use ra_ledger_cdc::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 

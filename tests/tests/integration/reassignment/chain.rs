@@ -402,7 +402,7 @@ async fn worker_killed_mid_chain(instance_id: Option<String>) -> anyhow::Result<
         "{membership} membership: the restarted worker moved the chain on after {takeovers:?}"
     );
     // SIGTERM: the worker stops cleanly.
-    ra_ledger_tests::stack::send_signal(process.id(), "TERM")?;
+    ra_ledger_tests::process::send_signal(process.id(), "TERM")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let exit = loop {
         if let Some(exit) = process.try_wait()? {

@@ -1,6 +1,6 @@
 //! The load both systems get and the one consumer that measures both: rows with sequence
 //! numbers in their payloads, written through the same SQL, read back with the reader of
-//! Debezium's Event Router shape ([`ra_ledger_cdc::event_router`]).
+//! Debezium's Event Router shape ([`ra_ledger_cdc::consumer::event_router`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use ra_ledger_cdc::event_router;
+use ra_ledger_cdc::consumer::event_router;
 use rdkafka::consumer::StreamConsumer;
 
 /// Rows of the load: `$1` aggregate type, sequence numbers `$2..=$3`.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ra_ledger::db;
 use ra_ledger::testing::{self, ScratchDatabase, debezium};
 use ra_ledger_cdc::config::RelayConfig;
-use ra_ledger_cdc::pg::ReplicationTarget;
+use ra_ledger_cdc::infra::pg::ReplicationTarget;
 use uuid::Uuid;
 
 use super::{Latencies, scratch};
@@ -135,7 +135,7 @@ async fn consume_all(consumer: rdkafka::consumer::StreamConsumer, expected: u64)
     while delivery.messages < expected {
         match tokio::time::timeout(Duration::from_secs(30), stream.next()).await {
             Ok(Some(Ok(message))) => {
-                if ra_ledger_cdc::event_router::read(&message).is_ok() {
+                if ra_ledger_cdc::consumer::event_router::read(&message).is_ok() {
                     let now = Instant::now();
                     delivery.first.get_or_insert(now);
                     delivery.last_new = Some(now);
@@ -478,7 +478,7 @@ async fn debezium_launch(
 ) -> anyhow::Result<Launch> {
     const PUBLICATION: &str = "peers_debezium";
     debezium::create_publication(client, PUBLICATION).await?;
-    let settings = ra_ledger_cdc::pg::config(&scratch.url, "ledger-bench")?;
+    let settings = ra_ledger_cdc::infra::pg::config(&scratch.url, "ledger-bench")?;
     let target = ReplicationTarget::of(&settings);
     let rest_port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

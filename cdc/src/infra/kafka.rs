@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use rdkafka::ClientConfig;
 
-use crate::config::{ConfigError, env};
+use super::settings::{ConfigError, env};
 
 /// Environment variables that set a librdkafka property, for every Kafka client.
 pub const ENV_SETTINGS: [(&str, &str); 6] = [
@@ -190,7 +190,7 @@ impl KafkaSettings {
 
 /// Reads the secret `key` from `path`.
 fn read_secret(key: &str, path: &std::path::Path) -> Result<String, ConfigError> {
-    crate::config::read_secret(&format!("kafka_secret_files.\"{key}\""), path)
+    super::settings::read_secret(&format!("kafka_secret_files.\"{key}\""), path)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub const CONSUMER: &str = "example-current-ra";
 
 /// Its table.
-pub const SCHEMA: &str = include_str!("sql/example_current_ra.sql");
+pub const SCHEMA: &str = include_str!("../sql/example_current_ra.sql");
 
 /// What to consume, and where to.
 #[derive(Debug, Clone)]
@@ -48,8 +48,8 @@ impl ExampleArgs {
     pub fn new(database_url: &str) -> Self {
         Self {
             database_url: database_url.to_owned(),
-            brokers: crate::config::local::KAFKA_BROKERS.into(),
-            topic_prefix: crate::config::local::TOPIC_PREFIX.into(),
+            brokers: crate::infra::settings::local::KAFKA_BROKERS.into(),
+            topic_prefix: crate::infra::settings::local::TOPIC_PREFIX.into(),
             group: CONSUMER.into(),
             replay: false,
             bootstrap: None,
@@ -65,10 +65,10 @@ pub async fn run(
     counts: Arc<ExampleCounts>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let settings = crate::pg::config(&args.database_url, CONSUMER)?;
-    let mut client = crate::pg::connect(&settings)
+    let settings = crate::infra::pg::config(&args.database_url, CONSUMER)?;
+    let mut client = crate::infra::pg::connect(&settings)
         .await
-        .map_err(|error| anyhow::anyhow!(crate::pg::explain(&error)))?;
+        .map_err(|error| anyhow::anyhow!(crate::infra::pg::explain(&error)))?;
     client.batch_execute(INBOX_SCHEMA).await?;
     client.batch_execute(SCHEMA).await?;
     let mut group = args.group.clone();
@@ -82,7 +82,7 @@ pub async fn run(
         eprintln!("replaying from the beginning as group {group}");
     }
     // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
-    let mut settings = crate::kafka::KafkaSettings::from_env(&args.brokers)?;
+    let mut settings = crate::infra::kafka::KafkaSettings::from_env(&args.brokers)?;
     settings.properties.extend(args.kafka.clone());
     let mut kafka_config = settings.client_config()?;
     consumer::read_committed(&mut kafka_config);
@@ -293,7 +293,7 @@ async fn apply_all(
     }
     // Prepared once per batch: each event is then one round trip, not two.
     let start = client
-        .prepare(include_str!("sql/example_assignment_started.sql"))
+        .prepare(include_str!("../sql/example_assignment_started.sql"))
         .await?;
     let end = client
         .prepare("DELETE FROM example_current_ra WHERE assignment_id = $1")

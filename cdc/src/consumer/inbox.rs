@@ -1,38 +1,16 @@
-//! For consuming teams: decode the envelope, and apply each event exactly once inside your
-//! own PostgreSQL transaction, deduplicating on the event id in an inbox table.
-//!
-//! The relay delivers at least once by default, so the same event may arrive twice (after
-//! a relay crash, a broker retry, a replay). Recording the event id in the same transaction
-//! as the change it causes makes the second arrival a no-op. With the relay in
-//! `exactly_once` mode a consumer reading with `isolation.level=read_committed`
-//! ([`read_committed`]) sees each live event once; the inbox stays, as the second line of
-//! defence and for what is still at least once (replays, republished parked messages, a
-//! consumer's own crash between its commit and its offset commit).
-//!
-//! ```text
-//! let envelope = consumer::decode(message.payload())?;
-//! let outcome = consumer::apply_once(&mut client, "billing", &envelope, |tx, event| {
-//!     Box::pin(async move { tx.execute("...", &[...]).await.map(|_| ()) })
-//! }).await?;
-//! ```
+//! The inbox: each event applied once per consumer, inside the consumer's own PostgreSQL
+//! transaction, by recording its event id in `ledger_inbox` in the same transaction.
 
 use std::collections::HashSet;
 
 use futures::future::BoxFuture;
-use prost::Message as _;
 use ra_ledger_proto::v1::Envelope;
 use tokio_postgres::{Client, Transaction};
 
-/// Sets `isolation.level=read_committed` on a consumer's settings: records of aborted Kafka
-/// transactions (an exactly-once relay that crashed or was fenced mid-transaction) are
-/// never delivered, and records of open ones only once they commit. librdkafka's default
-/// is the same today; set explicitly, it survives a change of default or of client.
-pub fn read_committed(config: &mut rdkafka::ClientConfig) -> &mut rdkafka::ClientConfig {
-    config.set("isolation.level", "read_committed")
-}
+use super::ConsumeError;
 
 /// Creates the inbox table when missing. Run it with the consumer's migrations.
-pub const INBOX_SCHEMA: &str = include_str!("sql/inbox.sql");
+pub const INBOX_SCHEMA: &str = include_str!("../sql/inbox.sql");
 
 /// What happened to one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,29 +19,6 @@ pub enum Outcome {
     Applied,
     /// Seen before by this consumer: nothing ran.
     Duplicate,
-}
-
-/// Why a message could not be handled.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsumeError {
-    /// The value is not a `ra.ledger.v1.Envelope`.
-    #[error("message value is not a ra.ledger.v1.Envelope: {0}")]
-    Decode(#[from] prost::DecodeError),
-    /// The envelope has no event id to deduplicate on.
-    #[error("envelope carries no event_id")]
-    MissingEventId,
-    /// The database failed; nothing was recorded, so a redelivery will retry.
-    #[error("database: {0}")]
-    Database(#[from] tokio_postgres::Error),
-}
-
-/// Decodes a Kafka message value.
-pub fn decode(payload: &[u8]) -> Result<Envelope, ConsumeError> {
-    let envelope = Envelope::decode(payload)?;
-    if envelope.event_id.is_empty() {
-        return Err(ConsumeError::MissingEventId);
-    }
-    Ok(envelope)
 }
 
 /// Runs `handler` once per (consumer, event id): in one transaction, claims the event in

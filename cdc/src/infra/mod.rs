@@ -1,0 +1,18 @@
+//! What every process of the project shares, the relay's or not: the ledger service, the
+//! reassignment worker, the CLI's tools and the example consumer build on these too.
+//!
+//! - [`settings`]: the local stack's defaults, TOML and secret files, checks of names.
+//! - [`pg`]: PostgreSQL connection settings and TLS.
+//! - [`kafka`]: librdkafka settings and their security checks.
+//! - [`runtime`]: `/metrics`, signals and periodic ticks of a long-running process.
+//! - [`prometheus`]: the text exposition format of counters, gauges and histograms.
+//!
+//! Nothing here depends on the relay or the consumer library; within, `settings` uses `pg`
+//! (a password put into a URL) and `kafka` uses `settings` (its errors and secret files),
+//! never the other way round.
+
+pub mod kafka;
+pub mod pg;
+pub mod prometheus;
+pub mod runtime;
+pub mod settings;

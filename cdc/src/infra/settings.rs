@@ -1,0 +1,144 @@
+//! Settings every process of the project shares: the local stack's defaults, reading a TOML
+//! file and secret files, and the checks of names and addresses. The relay's own
+//! configuration ([`crate::config`]), the Kafka settings ([`super::kafka`]) and the ledger's
+//! build on these.
+
+use std::net::SocketAddr;
+
+/// The local stack's addresses and names (`deploy/stack up`), written once: the default of
+/// every process, tool and benchmark comes from here.
+pub mod local {
+    /// The ledger database.
+    pub const DATABASE_URL: &str = "postgres://ledger:ledger@127.0.0.1:54329/ledger";
+    /// Kafka bootstrap servers.
+    pub const KAFKA_BROKERS: &str = "127.0.0.1:19092";
+    /// The relay's logical replication slot (`ledger migrate` creates it).
+    pub const SLOT: &str = "ra_ledger_relay";
+    /// The insert-only publication of the outbox (migration V1 creates it).
+    pub const PUBLICATION: &str = "ra_ledger_outbox";
+    /// Topics are `<prefix><aggregate type>` (Debezium's outbox EventRouter layout).
+    pub const TOPIC_PREFIX: &str = "outbox.event.";
+    /// The topic of the reassignment runs' page requests.
+    pub const REASSIGNMENT_TOPIC: &str = "outbox.event.reassignment";
+    /// The consumer group every reassignment worker shares.
+    pub const WORKER_GROUP: &str = "ra-ledger-reassignment";
+    /// Where `ledger serve` listens.
+    pub const HTTP_LISTEN: &str = "127.0.0.1:18080";
+    /// The ledger service's URL, for tools.
+    pub const API_URL: &str = "http://127.0.0.1:18080";
+    /// The relay's `/metrics`.
+    pub const RELAY_METRICS: &str = "127.0.0.1:19100";
+    /// The worker's `/metrics`.
+    pub const WORKER_METRICS: &str = "127.0.0.1:19101";
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file does not parse.
+    #[error("cannot read config {path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is invalid.
+    #[error("config: {field} = {value:?}: {reason}")]
+    Invalid {
+        /// The field, as the file or the environment names it.
+        field: String,
+        /// Its value (never a secret's).
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// An invalid value of `field`.
+    pub fn invalid(field: &str, value: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Reads the TOML file at `path` over the type's defaults (every field may be left out,
+/// an unknown one is an error), or the defaults alone without a path.
+pub fn read_file<T: serde::de::DeserializeOwned + Default>(
+    path: Option<&str>,
+) -> Result<T, ConfigError> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let file_error = |message: String| ConfigError::File {
+        path: path.into(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|error| file_error(error.to_string()))?;
+    toml::from_str(&text).map_err(|error| file_error(error.to_string()))
+}
+
+/// Reads a secret from the file at `path`, without its trailing newline. Errors name
+/// `field` and the path, never the content.
+pub fn read_secret(field: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::invalid(
+            field,
+            path.display().to_string(),
+            format!("cannot read it: {error}"),
+        )
+    })?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_owned();
+    if secret.is_empty() {
+        return Err(ConfigError::invalid(
+            field,
+            path.display().to_string(),
+            "the file is empty",
+        ));
+    }
+    Ok(secret)
+}
+
+/// `url` with the password in `password_file` (when given): `database_password_file`, or
+/// `LEDGER_DATABASE_PASSWORD_FILE`.
+pub fn with_password_file(
+    url: &str,
+    password_file: Option<&std::path::Path>,
+) -> Result<String, ConfigError> {
+    let Some(path) = password_file else {
+        return Ok(url.to_owned());
+    };
+    let password = read_secret("database_password_file", path)?;
+    super::pg::with_password(url, &password)
+        .map_err(|error| ConfigError::invalid("database_url", "<redacted>", error.to_string()))
+}
+
+/// Whether `name` is a slot or publication name we accept: 1-63 characters of a-z, 0-9
+/// and `_` (PostgreSQL's own rules for slots, kept for publications too).
+pub fn identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The value of environment variable `name`, when set.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// A `host:port` to listen on, or `None` for an empty value (disabled).
+pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    text.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| ConfigError::invalid(field, text, "expected host:port, or empty to disable"))
+}

@@ -1,0 +1,234 @@
+//! The ledger's Prometheus metrics, each declared here once (name, help, type) and rendered
+//! from that declaration: the reassignment worker's, served by `ledger worker` on
+//! `/metrics` with those of the replays it runs beside them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use ra_ledger_cdc::infra::prometheus::{Histogram, Metric};
+
+/// Pages processed (committed).
+pub const PAGES_PROCESSED: Metric = Metric::counter(
+    "ra_reassignment_pages_processed_total",
+    "Reassignment pages processed and committed.",
+);
+/// Wall time of page transactions.
+pub const PAGE_DURATION: Metric = Metric::histogram(
+    "ra_reassignment_page_duration_seconds",
+    "Wall time of reassignment page transactions, commit included.",
+);
+/// Runs in progress (from the database, refreshed every few seconds).
+pub const RUNS_ACTIVE: Metric = Metric::gauge(
+    "ra_reassignment_runs_active",
+    "Reassignment runs in progress.",
+);
+/// Runs whose chain this worker ended.
+pub const RUNS_COMPLETED: Metric = Metric::counter(
+    "ra_reassignment_runs_completed_total",
+    "Reassignment runs whose chain ended here.",
+);
+/// Rows REPLACEd.
+pub const ROWS_REPLACED: Metric = Metric::counter(
+    "ra_reassignment_rows_replaced_total",
+    "Assignments REPLACEd onto the new contact.",
+);
+/// Rows found already finished.
+pub const ROWS_SKIPPED: Metric = Metric::counter(
+    "ra_reassignment_rows_skipped_total",
+    "Assignments found already finished when locked.",
+);
+/// Rows given up on.
+pub const ROWS_FAILED: Metric = Metric::counter(
+    "ra_reassignment_rows_failed_total",
+    "Assignments given up on after repeated failures.",
+);
+/// Redelivered or duplicated page requests dropped by the cursor fence.
+pub const STALE_REQUESTS: Metric = Metric::counter(
+    "ra_reassignment_stale_requests_total",
+    "Redelivered or duplicated page requests dropped by the cursor fence.",
+);
+/// Failed page attempts (each is retried).
+pub const PAGE_FAILURES: Metric = Metric::counter(
+    "ra_reassignment_page_failures_total",
+    "Failed page attempts (retried; row by row after the limit).",
+);
+/// Page transactions open in this worker right now (0 or 1).
+pub const PAGES_IN_FLIGHT: Metric = Metric::gauge(
+    "ra_reassignment_pages_in_flight",
+    "Page transactions open in this worker.",
+);
+/// Runs found without progress whose page request this worker raised again.
+pub const STALLS: Metric = Metric::counter(
+    "ra_reassignment_stalls_total",
+    "Runs found without progress whose page request was raised again.",
+);
+/// Pages run straight after the previous page of their run (`continue_chain`).
+pub const PAGES_CONTINUED: Metric = Metric::counter(
+    "ra_reassignment_pages_continued_total",
+    "Pages run straight after the previous page of their run, without waiting for Kafka.",
+);
+/// Page requests from Kafka whose page this worker had already run straight away: dropped
+/// without a database round trip.
+pub const REQUESTS_ALREADY_RUN: Metric = Metric::counter(
+    "ra_reassignment_requests_already_run_total",
+    "Page requests from Kafka whose page this worker had already run; dropped.",
+);
+
+/// The worker's metrics.
+#[derive(Debug, Default)]
+pub struct WorkerMetrics {
+    pub(crate) pages: AtomicU64,
+    pub(crate) page_duration: Histogram,
+    pub(crate) runs_active: AtomicI64,
+    pub(crate) runs_completed: AtomicU64,
+    pub(crate) replaced: AtomicU64,
+    pub(crate) skipped: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) stale: AtomicU64,
+    pub(crate) page_failures: AtomicU64,
+    pub(crate) in_flight: AtomicI64,
+    pub(crate) stalls: AtomicU64,
+    pub(crate) continued: AtomicU64,
+    pub(crate) already_run: AtomicU64,
+    /// The replays this worker runs (`crate::replay`).
+    pub replays: Arc<ReplayMetrics>,
+}
+
+impl WorkerMetrics {
+    /// Stale requests dropped so far.
+    pub fn stale(&self) -> u64 {
+        self.stale.load(Ordering::Relaxed)
+    }
+
+    /// Requests from Kafka dropped because this worker had already run their page.
+    pub fn already_run(&self) -> u64 {
+        self.already_run.load(Ordering::Relaxed)
+    }
+
+    /// Pages run straight after the previous page of their run.
+    pub fn continued(&self) -> u64 {
+        self.continued.load(Ordering::Relaxed)
+    }
+
+    /// Renders the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        PAGES_PROCESSED.render(&mut out, load(&self.pages));
+        RUNS_ACTIVE.render(&mut out, self.runs_active.load(Ordering::Relaxed));
+        RUNS_COMPLETED.render(&mut out, load(&self.runs_completed));
+        ROWS_REPLACED.render(&mut out, load(&self.replaced));
+        ROWS_SKIPPED.render(&mut out, load(&self.skipped));
+        ROWS_FAILED.render(&mut out, load(&self.failed));
+        STALE_REQUESTS.render(&mut out, load(&self.stale));
+        PAGE_FAILURES.render(&mut out, load(&self.page_failures));
+        PAGES_IN_FLIGHT.render(&mut out, self.in_flight.load(Ordering::Relaxed));
+        STALLS.render(&mut out, load(&self.stalls));
+        PAGES_CONTINUED.render(&mut out, load(&self.continued));
+        REQUESTS_ALREADY_RUN.render(&mut out, load(&self.already_run));
+        self.page_duration.render(&mut out, &PAGE_DURATION);
+        self.replays.render_into(&mut out);
+        out
+    }
+}
+
+/// Events acknowledged on replay topics.
+pub const REPLAY_PUBLISHED: Metric = Metric::counter(
+    "ra_replay_events_published_total",
+    "Events acknowledged on replay topics.",
+);
+/// Replays this process completed.
+pub const REPLAYS_COMPLETED: Metric = Metric::counter(
+    "ra_replay_completed_total",
+    "Replays completed (markers written).",
+);
+/// Runner starts that resumed a replay another runner had started.
+pub const REPLAYS_RESUMED: Metric = Metric::counter(
+    "ra_replay_resumed_total",
+    "Runner starts that resumed a started replay from its checkpoint.",
+);
+/// Runs that ended in an error (retried from the checkpoint).
+pub const REPLAY_FAILURES: Metric = Metric::counter(
+    "ra_replay_failures_total",
+    "Replay runs that ended in an error.",
+);
+/// Replays running in this process (0 or 1).
+pub const REPLAYS_ACTIVE: Metric =
+    Metric::gauge("ra_replay_active", "Replays running in this process.");
+/// Wall time of one batch: read, produce, acknowledge, checkpoint.
+pub const REPLAY_BATCH_DURATION: Metric = Metric::histogram(
+    "ra_replay_batch_duration_seconds",
+    "Wall time of a replay batch: read, produce, acknowledge, checkpoint.",
+);
+
+/// Counters of the replays this process ran (`crate::replay::run`).
+#[derive(Debug, Default)]
+pub struct ReplayMetrics {
+    pub(crate) published: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    pub(crate) resumed: AtomicU64,
+    pub(crate) failures: AtomicU64,
+    pub(crate) active: AtomicI64,
+    pub(crate) batch_duration: Histogram,
+}
+
+impl ReplayMetrics {
+    /// Appends the Prometheus text format.
+    pub fn render_into(&self, out: &mut String) {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        REPLAY_PUBLISHED.render(out, load(&self.published));
+        REPLAYS_COMPLETED.render(out, load(&self.completed));
+        REPLAYS_RESUMED.render(out, load(&self.resumed));
+        REPLAY_FAILURES.render(out, load(&self.failures));
+        REPLAYS_ACTIVE.render(out, self.active.load(Ordering::Relaxed));
+        self.batch_duration.render(out, &REPLAY_BATCH_DURATION);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every declaration above.
+    const ALL: [Metric; 19] = [
+        PAGES_PROCESSED,
+        PAGE_DURATION,
+        RUNS_ACTIVE,
+        RUNS_COMPLETED,
+        ROWS_REPLACED,
+        ROWS_SKIPPED,
+        ROWS_FAILED,
+        STALE_REQUESTS,
+        PAGE_FAILURES,
+        PAGES_IN_FLIGHT,
+        STALLS,
+        PAGES_CONTINUED,
+        REQUESTS_ALREADY_RUN,
+        REPLAY_PUBLISHED,
+        REPLAYS_COMPLETED,
+        REPLAYS_RESUMED,
+        REPLAY_FAILURES,
+        REPLAYS_ACTIVE,
+        REPLAY_BATCH_DURATION,
+    ];
+
+    /// Each declaration shows once under its own help and type, nothing else shows, and the
+    /// values are the counters'.
+    #[test]
+    fn renders_every_declared_metric_once_with_its_value() {
+        let metrics = WorkerMetrics::default();
+        metrics.pages.fetch_add(3, Ordering::Relaxed);
+        metrics.stale.fetch_add(2, Ordering::Relaxed);
+        metrics.page_duration.observe(0.02);
+        let text = metrics.render();
+        for metric in ALL {
+            let (name, help, kind) = (metric.name, metric.help, metric.kind.as_str());
+            let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+            assert_eq!(text.matches(&head).count(), 1, "{name} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ").count(), ALL.len(), "{text}");
+        assert!(text.contains("ra_reassignment_pages_processed_total 3\n"));
+        assert!(text.contains("ra_reassignment_stale_requests_total 2\n"));
+        assert!(text.contains("ra_reassignment_page_duration_seconds_bucket{le=\"0.025\"} 1\n"));
+    }
+}
