@@ -8,7 +8,7 @@ use rdkafka::ClientConfig;
 use tokio_postgres::IsolationLevel;
 
 use super::kafka::end_offsets;
-use super::run::{Replay, RunError};
+use super::stored::{Replay, RunError};
 
 /// How long the start waits for transactions older than it to end.
 const OLDER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(60);

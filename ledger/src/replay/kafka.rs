@@ -13,7 +13,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracing::info;
 
-use super::run::{Replay, RunError};
+use super::stored::{Replay, RunError};
 use crate::topics::{self, Outcome, TopicError};
 
 /// The replay's producer: idempotent, every message acknowledged by all in-sync replicas.

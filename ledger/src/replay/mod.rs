@@ -54,6 +54,7 @@ mod request;
 pub mod run;
 pub mod serve;
 mod status;
+mod stored;
 
 pub use request::{
     AGGREGATES, DEFAULT_AGGREGATES, DEFAULT_RATE, DEFAULT_TOPIC_PREFIX, EVENT_TYPES,

@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
-use ra_ledger_cdc::replay::replay_topic;
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +16,8 @@ use uuid::Uuid;
 
 use super::ReplayState;
 use super::kafka::{self, await_deliveries, produce_batch};
+use super::stored::Replay;
+pub use super::stored::RunError;
 use crate::metrics::ReplayMetrics;
 
 /// Positions scanned by one query at most: a selective filter never turns a batch into a
@@ -27,31 +27,6 @@ pub const WINDOW: i64 = 20_000;
 /// a replay reaches the broker in small bursts the live relay's messages slip between,
 /// not in one burst a second that holds them up (measured by `ledger bench replay`).
 pub const MAX_BATCH: u32 = 1_000;
-
-/// Why a run stopped short.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// No such replay.
-    #[error("no replay {0}")]
-    NotFound(Uuid),
-    /// The database failed; the replay resumes from its checkpoint.
-    #[error("database: {}", crate::db::describe(.0))]
-    Database(#[from] tokio_postgres::Error),
-    /// No connection.
-    #[error("no database connection: {0}")]
-    Pool(#[from] deadpool_postgres::PoolError),
-    /// Kafka failed; the replay resumes from its checkpoint.
-    #[error("Kafka: {0}")]
-    Kafka(String),
-    /// Older transactions did not end in time; the start is retried.
-    #[error(
-        "transactions older than the replay are still open after {0:?} ({1}); the start is retried"
-    )]
-    OlderTransactions(Duration, String),
-    /// The replay cannot go on; it is marked failed.
-    #[error("{0}")]
-    Failed(String),
-}
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,66 +50,6 @@ pub struct Progress {
     pub total: i64,
     /// Events per second in this attempt.
     pub rate: f64,
-}
-
-/// The stored replay, as a runner needs it.
-pub(super) struct Replay {
-    pub(super) id: Uuid,
-    pub(super) status: ReplayState,
-    pub(super) aggregate_types: Vec<String>,
-    pub(super) event_types: Option<Vec<String>>,
-    pub(super) stream_prefix: Option<String>,
-    pub(super) recorded_from: Option<DateTime<Utc>>,
-    pub(super) recorded_to: Option<DateTime<Utc>>,
-    pub(super) topic_prefix: String,
-    pub(super) template: String,
-    pub(super) rate: u32,
-    pub(super) handoff: BTreeMap<String, BTreeMap<i32, i64>>,
-    pub(super) topic_events: BTreeMap<String, u64>,
-    pub(super) snapshot: Option<String>,
-    pub(super) past_end: i64,
-    pub(super) total: i64,
-    pub(super) checkpoint: i64,
-}
-
-impl Replay {
-    async fn load(client: &Object, id: Uuid) -> Result<Self, RunError> {
-        let row = client
-            .query_opt(include_str!("../sql/replay/replay_row.sql"), &[&id])
-            .await?
-            .ok_or(RunError::NotFound(id))?;
-        let json = |column: &str| -> Option<serde_json::Value> { row.get(column) };
-        Ok(Self {
-            id,
-            status: ReplayState::parse(row.get("status")),
-            aggregate_types: row.get("aggregate_types"),
-            event_types: row.get("event_types"),
-            stream_prefix: row.get("stream_prefix"),
-            recorded_from: row.get("recorded_from"),
-            recorded_to: row.get("recorded_to"),
-            topic_prefix: row.get("topic_prefix"),
-            template: row.get("target_template"),
-            rate: row.get::<_, i32>("rate").max(1) as u32,
-            handoff: json("handoff")
-                .and_then(|value| serde_json::from_value(value).ok())
-                .unwrap_or_default(),
-            topic_events: json("topic_events")
-                .and_then(|value| serde_json::from_value(value).ok())
-                .unwrap_or_default(),
-            snapshot: row.get("snapshot"),
-            past_end: row.get::<_, Option<i64>>("past_end_position").unwrap_or(0),
-            total: row.get::<_, Option<i64>>("total_events").unwrap_or(0),
-            checkpoint: row.get("checkpoint"),
-        })
-    }
-
-    pub(super) fn live_topic(&self, aggregate: &str) -> String {
-        format!("{}{aggregate}", self.topic_prefix)
-    }
-
-    pub(super) fn replay_topic(&self, live_topic: &str) -> String {
-        replay_topic(&self.template, live_topic, &self.id.to_string())
-    }
 }
 
 /// Runs replay `id` to its end (or until `shutdown`), if no other process runs it.
