@@ -14,6 +14,7 @@ mod digest_published;
 mod disclosure;
 mod exactly_once;
 mod import;
+mod layout;
 mod ledger;
 mod migrations;
 mod openapi;
