@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use ra_ledger::db;
 use ra_ledger::testing;
+use ra_ledger_cdc::infra::settings::local;
 use uuid::Uuid;
 
 use super::scratch;
@@ -59,6 +60,69 @@ pub struct Options {
     pub connect_command: PathBuf,
     /// Where each system's logs, properties and offsets go.
     pub work_dir: PathBuf,
+}
+
+/// `ledger bench peers`'s command line: the [`Options`] as typed, and the broker.
+#[derive(Debug, clap::Args)]
+pub struct Arguments {
+    /// Outbox rows in the backlog each system drains.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Rows per transaction of the backlog.
+    #[arg(long, default_value_t = 100)]
+    per_transaction: u64,
+    /// Rates of the steady phases, events/s.
+    #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
+    rates: Vec<u64>,
+    /// Seconds of each steady phase.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Events/s while each system is killed with SIGKILL and restarted.
+    #[arg(long, default_value_t = 2_000)]
+    kill_rate: u64,
+    /// Seconds of the kill phase; the kill comes a third into it.
+    #[arg(long, default_value_t = 30)]
+    kill_seconds: u64,
+    /// Systems to run, one after the other.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "relay,debezium"
+    )]
+    systems: Vec<System>,
+    /// deploy/peers, which `connect WORKER CONNECTOR` execs Kafka Connect.
+    #[arg(long, default_value = "deploy/peers")]
+    connect_command: PathBuf,
+    /// Folder for each system's logs, properties and offsets (default: a new one in the
+    /// temporary folder).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    brokers: String,
+}
+
+impl Arguments {
+    /// The options, with a new folder in the temporary folder when none was given, and the
+    /// brokers.
+    pub fn into_options(self) -> (Options, String) {
+        let work_dir = self.work_dir.unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("ledger-bench-peers-{}", Uuid::new_v4().simple()))
+        });
+        let options = Options {
+            rows: self.rows,
+            per_transaction: self.per_transaction,
+            rates: self.rates,
+            seconds: self.seconds,
+            kill_rate: self.kill_rate,
+            kill_seconds: self.kill_seconds,
+            systems: self.systems,
+            connect_command: self.connect_command,
+            work_dir,
+        };
+        (options, self.brokers)
+    }
 }
 
 /// How long the consumer waits for a next event before it calls the rest lost: longer than
