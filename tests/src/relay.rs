@@ -367,3 +367,39 @@ pub fn order_violations(received: &[Received]) -> usize {
     }
     violations
 }
+
+/// What a consumer got, against what the outbox holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    /// Expected event ids that never arrived.
+    pub lost: usize,
+    /// Copies received beyond the first of each event id.
+    pub duplicates: usize,
+    /// First copies out of the ledger's order for their key ([`order_violations`]).
+    pub order_violations: usize,
+}
+
+impl Tally {
+    /// Counts `received` against `expected` and prints the counts under `name`, so that a
+    /// test's output shows them even when its assertions pass.
+    pub fn of(name: &str, expected: &HashSet<String>, received: &[Received]) -> Self {
+        let distinct: HashSet<&str> = received.iter().map(Received::id).collect();
+        let tally = Self {
+            lost: expected
+                .iter()
+                .filter(|id| !distinct.contains(id.as_str()))
+                .count(),
+            duplicates: received.len() - distinct.len(),
+            order_violations: order_violations(received),
+        };
+        println!(
+            "{name}: {} events expected, {} received, {} lost, {} duplicates, {} order violations",
+            expected.len(),
+            received.len(),
+            tally.lost,
+            tally.duplicates,
+            tally.order_violations
+        );
+        tally
+    }
+}

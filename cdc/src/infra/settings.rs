@@ -64,6 +64,16 @@ impl ConfigError {
             reason: reason.into(),
         }
     }
+
+    /// An invalid file of `field`: the error shows its path, never its content (a key's or a
+    /// password's bytes).
+    pub fn invalid_file(
+        field: &str,
+        path: &std::path::Path,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        Self::invalid(field, path.display().to_string(), reason.to_string())
+    }
 }
 
 /// Reads the TOML file at `path` over the type's defaults (every field may be left out,
@@ -82,23 +92,20 @@ pub fn read_file<T: serde::de::DeserializeOwned + Default>(
     toml::from_str(&text).map_err(|error| file_error(error.to_string()))
 }
 
+/// Reads the text file at `path` that `field` names. Errors name `field` and the path,
+/// never the content.
+pub fn read_text(field: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map_err(|error| ConfigError::invalid_file(field, path, format!("cannot read it: {error}")))
+}
+
 /// Reads a secret from the file at `path`, without its trailing newline. Errors name
 /// `field` and the path, never the content.
 pub fn read_secret(field: &str, path: &std::path::Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        ConfigError::invalid(
-            field,
-            path.display().to_string(),
-            format!("cannot read it: {error}"),
-        )
-    })?;
+    let text = read_text(field, path)?;
     let secret = text.trim_end_matches(['\n', '\r']).to_owned();
     if secret.is_empty() {
-        return Err(ConfigError::invalid(
-            field,
-            path.display().to_string(),
-            "the file is empty",
-        ));
+        return Err(ConfigError::invalid_file(field, path, "the file is empty"));
     }
     Ok(secret)
 }
@@ -114,6 +121,15 @@ pub fn with_password_file(
     };
     let password = read_secret("database_password_file", path)?;
     super::pg::with_password(url, &password)
+        .map_err(|error| ConfigError::invalid("database_url", "<redacted>", error.to_string()))
+}
+
+/// Checks `database_url` the way a connection would read it (host, port, TLS settings), so a
+/// bad URL stops the process before it starts. The error never shows the URL: it may carry
+/// a password.
+pub fn check_database_url(url: &str) -> Result<(), ConfigError> {
+    super::pg::config(url, "check")
+        .map(drop)
         .map_err(|error| ConfigError::invalid("database_url", "<redacted>", error.to_string()))
 }
 

@@ -6,13 +6,15 @@
 //! the secret files resolved and every field checked once, before anything starts.
 
 pub mod serve;
+pub mod service;
 pub mod worker;
 
 use std::net::SocketAddr;
 
 use ra_ledger_cdc::infra::settings::{ConfigError, env, listen_address};
 
-pub use serve::{Digests, Retention, SERVE_ENV, ServeConfig, Service};
+pub use serve::{SERVE_ENV, ServeConfig};
+pub use service::{Digests, Retention, Service};
 pub use worker::{WORKER_ENV, WorkerConfig};
 
 /// One environment variable of a config: its name, and what sets the field from its value
@@ -55,6 +57,23 @@ fn flag(text: &str) -> Result<bool, &'static str> {
 /// A `host:port` to listen on, or `None` for an empty value (disabled).
 fn listen(text: &str) -> Result<Option<SocketAddr>, &'static str> {
     listen_address("", text).map_err(|_| "expected host:port, or empty to disable")
+}
+
+/// Refuses a `value` of `field` outside `range`, saying the range ("must be between 1 and
+/// 100"): every bounded number of the configs is checked, and worded, the same way.
+fn within<T: PartialOrd + std::fmt::Display>(
+    field: &str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<(), ConfigError> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        field,
+        value.to_string(),
+        format!("must be between {} and {}", range.start(), range.end()),
+    ))
 }
 
 /// `None` for an empty value: the variable unsets what the file set.
@@ -103,6 +122,17 @@ mod tests {
             unique.dedup();
             assert_eq!(unique.len(), names.len(), "{names:?}");
         }
+    }
+
+    #[test]
+    fn a_number_out_of_its_range_is_refused_naming_the_range() {
+        assert!(within("pool_size", 1_000_usize, 1..=1_000).is_ok());
+        assert_eq!(
+            within("lock_timeout_ms", 600_001_u64, 1..=600_000)
+                .unwrap_err()
+                .to_string(),
+            "config: lock_timeout_ms = \"600001\": must be between 1 and 600000"
+        );
     }
 
     #[test]

@@ -1,16 +1,16 @@
-//! `ledger serve`'s settings: [`ServeConfig`], and the [`Service`] it validates into.
+//! `ledger serve`'s settings: [`ServeConfig`], and how it validates into a [`Service`].
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ra_ledger_cdc::infra::settings::{
-    ConfigError, local, read_file, read_secret, with_password_file,
+    ConfigError, check_database_url, local, read_file, read_secret, read_text, with_password_file,
 };
 use serde::Deserialize;
 
-use super::{EnvVar, non_empty, number, overlay_env};
+use super::service::{Digests, Retention, Service};
+use super::{EnvVar, non_empty, number, overlay_env, within};
 use crate::api::{CursorKey, Tokens};
 use crate::retention;
 use crate::service::{DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
@@ -144,75 +144,6 @@ impl std::fmt::Debug for ServeConfig {
     }
 }
 
-/// A [`ServeConfig`] that passed validation: what the service runs with.
-#[derive(Clone)]
-pub struct Service {
-    /// The ledger database.
-    pub database_url: String,
-    /// Where to listen.
-    pub listen: SocketAddr,
-    /// HTTPS, when configured.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// Most pooled connections.
-    pub pool_size: usize,
-    /// Who may do what.
-    pub tokens: Tokens,
-    /// Signs history cursors.
-    pub cursor_key: CursorKey,
-    /// Whether the cursor key was configured (else it is random for this process).
-    pub cursor_key_configured: bool,
-    /// Signs the console's sessions (and the previous key while rotating).
-    pub session_keys: SessionKeys,
-    /// Whether the session key was configured (else it is random for this process).
-    pub session_key_configured: bool,
-    /// How long a command waits for a lock.
-    pub lock_timeout: Duration,
-    /// Outbox retention, unless turned off.
-    pub retention: Option<Retention>,
-    /// Signed digests, when a key is configured.
-    pub digests: Option<Digests>,
-    /// What one client may hold: the body-read timeout and the connection cap.
-    pub limits: Limits,
-    /// The relay's replication slot, whose lag the console shows.
-    pub relay_slot: String,
-}
-
-/// How `ledger serve` seals digests.
-#[derive(Debug, Clone)]
-pub struct Digests {
-    /// The signing key.
-    pub key: Arc<crate::digest::DigestKey>,
-    /// Time between digests (when something changed).
-    pub interval: Duration,
-}
-
-/// How `ledger serve` removes published outbox rows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retention {
-    /// The relay's slot.
-    pub slot: String,
-    /// Time between rounds.
-    pub interval: Duration,
-    /// Most rows per delete.
-    pub batch: i64,
-}
-
-impl std::fmt::Debug for Service {
-    // The URL carries a password: never print it (tokens and key print as counts).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Service")
-            .field("listen", &self.listen)
-            .field("tls", &self.tls.is_some())
-            .field("pool_size", &self.pool_size)
-            .field("tokens", &self.tokens)
-            .field("lock_timeout", &self.lock_timeout)
-            .field("retention", &self.retention)
-            .field("digests", &self.digests)
-            .field("limits", &self.limits)
-            .finish_non_exhaustive()
-    }
-}
-
 impl ServeConfig {
     /// The defaults, then the file at `path`, then the environment ([`SERVE_ENV`]). The
     /// command line may change fields after this; [`ServeConfig::validate`] then resolves
@@ -232,22 +163,10 @@ impl ServeConfig {
                 "expected host:port, e.g. 0.0.0.0:8080",
             )
         })?;
-        if !(1..=1_000).contains(&self.pool_size) {
-            return Err(ConfigError::invalid(
-                "pool_size",
-                self.pool_size.to_string(),
-                "must be between 1 and 1000",
-            ));
-        }
+        within("pool_size", self.pool_size, 1..=1_000)?;
         let mut token_spec = self.tokens.clone();
         if let Some(path) = &self.tokens_file {
-            let listed = std::fs::read_to_string(path).map_err(|error| {
-                ConfigError::invalid(
-                    "tokens_file",
-                    path.display().to_string(),
-                    format!("cannot read it: {error}"),
-                )
-            })?;
+            let listed = read_text("tokens_file", path)?;
             token_spec.push('\n');
             token_spec.push_str(&listed);
         }
@@ -277,19 +196,11 @@ impl ServeConfig {
             }
             None => CursorKey::random(),
         };
-        if !(1..=600_000).contains(&self.lock_timeout_ms) {
-            return Err(ConfigError::invalid(
-                "lock_timeout_ms",
-                self.lock_timeout_ms.to_string(),
-                "must be between 1 and 600000",
-            ));
-        }
+        within("lock_timeout_ms", self.lock_timeout_ms, 1..=600_000)?;
         let retention = self.retention()?;
         let database_url =
             with_password_file(&self.database_url, self.database_password_file.as_deref())?;
-        ra_ledger_cdc::infra::pg::config(&database_url, "check").map_err(|error| {
-            ConfigError::invalid("database_url", "<redacted>", error.to_string())
-        })?;
+        check_database_url(&database_url)?;
         let tls = self.server_tls()?;
         let digests = self.digests()?;
         let session_keys = self.session_keys()?;
@@ -328,13 +239,8 @@ impl ServeConfig {
             return Ok(SessionKeys::random());
         };
         let secret = read_secret("session_key_file", path)?;
-        let keys = SessionKeys::new(secret.as_bytes()).map_err(|error| {
-            ConfigError::invalid(
-                "session_key_file",
-                path.display().to_string(),
-                error.to_string(),
-            )
-        })?;
+        let keys = SessionKeys::new(secret.as_bytes())
+            .map_err(|error| ConfigError::invalid_file("session_key_file", path, error))?;
         let Some(previous) = &self.session_key_previous_file else {
             return Ok(keys);
         };
@@ -358,19 +264,15 @@ impl ServeConfig {
             .with_timezone(&chrono::Utc);
         let previous_secret = read_secret("session_key_previous_file", previous)?;
         if previous_secret == secret {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::invalid_file(
                 "session_key_previous_file",
-                previous.display().to_string(),
+                previous,
                 "holds the same key as session_key_file; write a new key there",
             ));
         }
         keys.with_previous(previous_secret.as_bytes(), until)
             .map_err(|error| {
-                ConfigError::invalid(
-                    "session_key_previous_file",
-                    previous.display().to_string(),
-                    error.to_string(),
-                )
+                ConfigError::invalid_file("session_key_previous_file", previous, error)
             })
     }
 
@@ -378,20 +280,12 @@ impl ServeConfig {
     /// a timeout too short for a large body on a slow link, or a cap of hundreds of
     /// thousands the file descriptor limit cannot back, is refused.
     fn limits(&self) -> Result<Limits, ConfigError> {
-        if !(100..=600_000).contains(&self.body_read_timeout_ms) {
-            return Err(ConfigError::invalid(
-                "body_read_timeout_ms",
-                self.body_read_timeout_ms.to_string(),
-                "must be between 100 and 600000",
-            ));
-        }
-        if !(1..=100_000).contains(&self.max_connections) {
-            return Err(ConfigError::invalid(
-                "max_connections",
-                self.max_connections.to_string(),
-                "must be between 1 and 100000",
-            ));
-        }
+        within(
+            "body_read_timeout_ms",
+            self.body_read_timeout_ms,
+            100..=600_000,
+        )?;
+        within("max_connections", self.max_connections, 1..=100_000)?;
         Ok(Limits {
             body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
             max_connections: self.max_connections,
@@ -402,20 +296,13 @@ impl ServeConfig {
         let Some(path) = &self.digest_key_file else {
             return Ok(None);
         };
-        if !(1_000..=86_400_000).contains(&self.digest_interval_ms) {
-            return Err(ConfigError::invalid(
-                "digest_interval_ms",
-                self.digest_interval_ms.to_string(),
-                "must be between 1000 and 86400000",
-            ));
-        }
-        let key = crate::digest::DigestKey::from_pem_file(path).map_err(|error| {
-            ConfigError::invalid(
-                "digest_key_file",
-                path.display().to_string(),
-                error.to_string(),
-            )
-        })?;
+        within(
+            "digest_interval_ms",
+            self.digest_interval_ms,
+            1_000..=86_400_000,
+        )?;
+        let key = crate::digest::DigestKey::from_pem_file(path)
+            .map_err(|error| ConfigError::invalid_file("digest_key_file", path, error))?;
         Ok(Some(Digests {
             key: Arc::new(key),
             interval: Duration::from_millis(self.digest_interval_ms),
@@ -444,29 +331,26 @@ impl ServeConfig {
                 ));
             }
         };
-        let file_error = |field: &str, path: &std::path::Path, error: &dyn std::fmt::Display| {
-            ConfigError::invalid(field, path.display().to_string(), error.to_string())
-        };
         let chain = CertificateDer::pem_file_iter(cert)
             .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|error| file_error("tls_cert_file", cert, &error))?;
+            .map_err(|error| ConfigError::invalid_file("tls_cert_file", cert, error))?;
         if chain.is_empty() {
-            return Err(file_error(
+            return Err(ConfigError::invalid_file(
                 "tls_cert_file",
                 cert,
-                &"no PEM certificate in it",
+                "no PEM certificate in it",
             ));
         }
         let private_key = PrivateKeyDer::from_pem_file(key)
-            .map_err(|error| file_error("tls_key_file", key, &error))?;
+            .map_err(|error| ConfigError::invalid_file("tls_key_file", key, error))?;
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
-        .map_err(|error| file_error("tls_cert_file", cert, &error))?
+        .map_err(|error| ConfigError::invalid_file("tls_cert_file", cert, error))?
         .with_no_client_auth()
         .with_single_cert(chain, private_key)
-        .map_err(|error| file_error("tls_key_file", key, &error))?;
+        .map_err(|error| ConfigError::invalid_file("tls_key_file", key, error))?;
         Ok(Some(Arc::new(config)))
     }
 
@@ -481,13 +365,11 @@ impl ServeConfig {
                 "must be at most 86400000 (a day), or 0 to turn retention off",
             ));
         }
-        if !(1..=1_000_000).contains(&self.outbox_retention_batch) {
-            return Err(ConfigError::invalid(
-                "outbox_retention_batch",
-                self.outbox_retention_batch.to_string(),
-                "must be between 1 and 1000000",
-            ));
-        }
+        within(
+            "outbox_retention_batch",
+            self.outbox_retention_batch,
+            1..=1_000_000,
+        )?;
         if !ra_ledger_cdc::infra::settings::identifier(&self.relay_slot) {
             return Err(ConfigError::invalid(
                 "relay_slot",

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
-use ra_ledger_cdc::infra::settings::{ConfigError, local, read_file, with_password_file};
+use ra_ledger_cdc::infra::settings::{
+    ConfigError, check_database_url, local, read_file, with_password_file,
+};
 use serde::Deserialize;
 
-use super::{EnvVar, flag, listen, number, overlay_env};
+use super::{EnvVar, flag, listen, number, overlay_env, within};
 use crate::reassign;
 
 /// Everything `ledger worker` needs.
@@ -126,9 +128,7 @@ impl WorkerConfig {
 
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        ra_ledger_cdc::infra::pg::config(&self.database_url, "check").map_err(|error| {
-            ConfigError::invalid("database_url", "<redacted>", error.to_string())
-        })?;
+        check_database_url(&self.database_url)?;
         for (field, value) in [
             ("brokers", &self.brokers),
             ("topic", &self.topic),
@@ -138,13 +138,7 @@ impl WorkerConfig {
                 return Err(ConfigError::invalid(field, value, "must not be empty"));
             }
         }
-        if !(1..=100).contains(&self.max_attempts) {
-            return Err(ConfigError::invalid(
-                "max_attempts",
-                self.max_attempts.to_string(),
-                "must be between 1 and 100",
-            ));
-        }
+        within("max_attempts", self.max_attempts, 1..=100)?;
         self.kafka_settings().validate()?;
         if self.retry_backoff_max_ms == 0 {
             return Err(ConfigError::invalid(
@@ -154,13 +148,7 @@ impl WorkerConfig {
             ));
         }
         // Past a minute the consumer would come close to librdkafka's max.poll.interval.ms.
-        if !(1..=60_000).contains(&self.continue_chain_ms) {
-            return Err(ConfigError::invalid(
-                "continue_chain_ms",
-                self.continue_chain_ms.to_string(),
-                "must be between 1 and 60000",
-            ));
-        }
+        within("continue_chain_ms", self.continue_chain_ms, 1..=60_000)?;
         Ok(())
     }
 

@@ -9,39 +9,10 @@ use std::time::{Duration, Instant};
 
 use ra_ledger_tests::metric;
 use ra_ledger_tests::relay::{
-    Collector, Received, RunningRelay, insert_backlog, on_private_broker, order_violations,
-    subscribe,
+    Collector, Received, RunningRelay, Tally, insert_backlog, on_private_broker, subscribe,
 };
 use rand::Rng;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-
-/// What a consumer got, against what the outbox holds.
-struct Tally {
-    events: usize,
-    lost: usize,
-    duplicates: usize,
-    order_violations: usize,
-}
-
-impl Tally {
-    fn of(name: &str, expected: &HashSet<String>, received: &[Received]) -> Self {
-        let distinct: HashSet<&str> = received.iter().map(Received::id).collect();
-        let tally = Self {
-            events: expected.len(),
-            lost: expected
-                .iter()
-                .filter(|id| !distinct.contains(id.as_str()))
-                .count(),
-            duplicates: received.len() - distinct.len(),
-            order_violations: order_violations(received),
-        };
-        println!(
-            "{name}: {} events, {} lost, {} duplicates, {} order violations",
-            tally.events, tally.lost, tally.duplicates, tally.order_violations
-        );
-        tally
-    }
-}
 
 // Longer than our usual function on purpose: one scenario, or one table of cases, read
 // top to bottom; split into pieces, the order of its steps would be harder to follow.

@@ -9,45 +9,14 @@ use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_tests::relay::{
-    Collector, Isolation, Received, RunningRelay, insert_backlog, on_private_broker,
-    order_violations, spawn_paced_writer,
+    Collector, Isolation, RunningRelay, Tally, insert_backlog, on_private_broker,
+    spawn_paced_writer,
 };
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rand::Rng;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 
 use crate::relay_faults::spawn_relay_with;
-
-/// What a consumer got, against what the outbox holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Tally {
-    lost: usize,
-    duplicates: usize,
-    order_violations: usize,
-}
-
-impl Tally {
-    fn of(name: &str, expected: &HashSet<String>, received: &[Received]) -> Self {
-        let distinct: HashSet<&str> = received.iter().map(Received::id).collect();
-        let tally = Self {
-            lost: expected
-                .iter()
-                .filter(|id| !distinct.contains(id.as_str()))
-                .count(),
-            duplicates: received.len() - distinct.len(),
-            order_violations: order_violations(received),
-        };
-        println!(
-            "{name}: {} events expected, {} received, {} lost, {} duplicates, {} order violations",
-            expected.len(),
-            received.len(),
-            tally.lost,
-            tally.duplicates,
-            tally.order_violations
-        );
-        tally
-    }
-}
 
 /// A TOML file of relay settings for a relay process (`LEDGER_RELAY_CONFIG`; the
 /// environment the harness passes applies over it), removed when dropped.

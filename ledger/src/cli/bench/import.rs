@@ -38,6 +38,8 @@ const TABLES: [(&str, &str); 3] = [
     ),
 ];
 
+/// `rounds` rounds of the import and its ceiling, each in fresh databases, then the median
+/// and lowest ratio of the two.
 pub async fn run(
     database_url: &str,
     rows: usize,
@@ -97,6 +99,8 @@ struct ImportFigures {
     ceiling: Duration,
 }
 
+/// One round: the ledger's import into `ledger_db`, then the raw COPY of the rows it wrote
+/// into `ceiling_db`.
 async fn measure(
     ledger_db: &ScratchDatabase,
     ceiling_db: &ScratchDatabase,
@@ -115,34 +119,69 @@ async fn measure(
     for code in JURISDICTIONS {
         testing::primary_contact(&ledger, code, &metadata).await?;
     }
+    let (file_bytes, import_rows, read) = generated_file(rows)?;
+    let client = db::connect(&ledger_db.url, "ledger-bench").await?;
+    client.batch_execute(SETTLE).await?;
+    let options = ImportOptions {
+        batch_size,
+        concurrency,
+        metadata,
+    };
+    let import = timed_import(&ledger, &import_rows, &options, rows).await?;
+    let tables = written_rows(&client, rows).await?;
+    copy_contacts(&client, ceiling_db).await?;
+    pool.close();
+    let ceiling = timed_ceiling(ceiling_db, &tables, rows, batch_size, concurrency).await?;
+    Ok(ImportFigures {
+        file_bytes,
+        read,
+        import,
+        ceiling,
+    })
+}
 
+/// Run after each database is filled and before it is timed: both start from fresh
+/// statistics and no dead tuples.
+const SETTLE: &str = "VACUUM ANALYZE events, outbox, assignments, contacts";
+
+/// A generated file of `rows` assignments, read and checked as `ledger import` does (the
+/// file removed after): its size, its rows and the time the reading took.
+fn generated_file(rows: usize) -> anyhow::Result<(u64, Vec<import::ImportRow>, Duration)> {
     let path = std::env::temp_dir().join(format!("ledger-bench-import-{}.csv", Uuid::new_v4()));
     let file_bytes = write_file(&path, rows)?;
     let began = Instant::now();
     let read = import::read(&path);
     let _ = std::fs::remove_file(&path);
     let import_rows = read?;
-    let read = began.elapsed();
+    Ok((file_bytes, import_rows, began.elapsed()))
+}
 
-    let client = db::connect(&ledger_db.url, "ledger-bench").await?;
-    let settle = "VACUUM ANALYZE events, outbox, assignments, contacts";
-    client.batch_execute(settle).await?;
+/// The ledger's import of `import_rows`, timed; every row must have started an assignment,
+/// or the rate printed would be of less work than claimed.
+async fn timed_import(
+    ledger: &Ledger,
+    import_rows: &[import::ImportRow],
+    options: &ImportOptions,
+    rows: usize,
+) -> anyhow::Result<Duration> {
     eprintln!("ledger import…");
-    let options = ImportOptions {
-        batch_size,
-        concurrency,
-        metadata,
-    };
     let began = Instant::now();
-    let progress = import::run(&ledger, &import_rows, &options, |_| {}).await?;
+    let progress = import::run(ledger, import_rows, options, |_| {}).await?;
     let import = began.elapsed();
     anyhow::ensure!(
         progress.started == rows as u64,
         "the import started {} of {rows}",
         progress.started
     );
+    Ok(import)
+}
 
-    // The ceiling copies what the import wrote: the same bytes, into the same tables.
+/// The rows the import wrote to each of [`TABLES`], as COPY text lines: the ceiling copies
+/// what the import wrote, the same bytes, into the same tables.
+async fn written_rows(
+    client: &tokio_postgres::Client,
+    rows: usize,
+) -> anyhow::Result<Vec<Vec<Vec<u8>>>> {
     let mut tables = Vec::new();
     for (table, columns) in TABLES {
         let filter = match table {
@@ -159,7 +198,15 @@ async fn measure(
         "the import wrote {:?} rows to {TABLES:?}, not {rows} each",
         tables.iter().map(Vec::len).collect::<Vec<_>>()
     );
-    // The ceiling's database holds the same contacts (the assignments' foreign keys).
+    Ok(tables)
+}
+
+/// The ledger database's contacts into the ceiling's database, untimed: the assignments'
+/// foreign keys need them there.
+async fn copy_contacts(
+    client: &tokio_postgres::Client,
+    ceiling_db: &ScratchDatabase,
+) -> anyhow::Result<()> {
     let contacts = client
         .copy_out("COPY contacts TO STDOUT")
         .await?
@@ -170,9 +217,19 @@ async fn measure(
     let tx = ceiling_client.transaction().await?;
     copy(&tx, "contacts", "", contacts).await?;
     tx.commit().await?;
-    ceiling_client.batch_execute(settle).await?;
-    pool.close();
+    ceiling_client.batch_execute(SETTLE).await?;
+    Ok(())
+}
 
+/// The ceiling, timed: `tables`' rows copied into `ceiling_db` in transactions of
+/// `batch_size` rows of each table, `concurrency` at a time, as the import ran.
+async fn timed_ceiling(
+    ceiling_db: &ScratchDatabase,
+    tables: &[Vec<Vec<u8>>],
+    rows: usize,
+    batch_size: usize,
+    concurrency: usize,
+) -> anyhow::Result<Duration> {
     eprintln!("raw COPY ceiling…");
     let ceiling_pool = db::pool(&ceiling_db.url, "ledger-bench", concurrency)?;
     let began = Instant::now();
@@ -199,12 +256,7 @@ async fn measure(
         .await?;
     let ceiling = began.elapsed();
     ceiling_pool.close();
-    Ok(ImportFigures {
-        file_bytes,
-        read,
-        import,
-        ceiling,
-    })
+    Ok(ceiling)
 }
 
 /// Writes an import file of `rows` assignments with fresh business ids, spread over the

@@ -108,44 +108,7 @@ pub enum BenchCommand {
     /// The relay and Debezium side by side, one at a time, with the same load and consumer:
     /// drain rate and CPU, steady-load latency, kill -9 under load (docs/peers.md). Run it
     /// with deploy/peers bench, which fetches Kafka Connect and Debezium.
-    Peers {
-        /// Outbox rows in the backlog each system drains.
-        #[arg(long, default_value_t = 1_000_000)]
-        rows: u64,
-        /// Rows per transaction of the backlog.
-        #[arg(long, default_value_t = 100)]
-        per_transaction: u64,
-        /// Rates of the steady phases, events/s.
-        #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
-        rates: Vec<u64>,
-        /// Seconds of each steady phase.
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-        /// Events/s while each system is killed with SIGKILL and restarted.
-        #[arg(long, default_value_t = 2_000)]
-        kill_rate: u64,
-        /// Seconds of the kill phase; the kill comes a third into it.
-        #[arg(long, default_value_t = 30)]
-        kill_seconds: u64,
-        /// Systems to run, one after the other.
-        #[arg(
-            long,
-            value_enum,
-            value_delimiter = ',',
-            default_value = "relay,debezium"
-        )]
-        systems: Vec<peers::System>,
-        /// deploy/peers, which `connect WORKER CONNECTOR` execs Kafka Connect.
-        #[arg(long, default_value = "deploy/peers")]
-        connect_command: std::path::PathBuf,
-        /// Folder for each system's logs, properties and offsets (default: a new one in the
-        /// temporary folder).
-        #[arg(long)]
-        work_dir: Option<std::path::PathBuf>,
-        /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
-        brokers: String,
-    },
+    Peers(peers::Arguments),
     /// Supersede a contact with many active assignments: chained pages vs one transaction.
     Reassign {
         /// Active assignments to move.
@@ -221,6 +184,7 @@ pub enum BenchCommand {
     },
 }
 
+/// Runs one benchmark: the command line's values turned into the benchmark's own options.
 pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<()> {
     match benchmark {
         BenchCommand::Write {
@@ -264,35 +228,8 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             delivery,
             brokers,
         } => latency::run(database_url, &brokers, rate, seconds, modes(delivery)).await,
-        BenchCommand::Peers {
-            rows,
-            per_transaction,
-            rates,
-            seconds,
-            kill_rate,
-            kill_seconds,
-            systems,
-            connect_command,
-            work_dir,
-            brokers,
-        } => {
-            let work_dir = work_dir.unwrap_or_else(|| {
-                std::env::temp_dir().join(format!(
-                    "ledger-bench-peers-{}",
-                    uuid::Uuid::new_v4().simple()
-                ))
-            });
-            let options = peers::Options {
-                rows,
-                per_transaction,
-                rates,
-                seconds,
-                kill_rate,
-                kill_seconds,
-                systems,
-                connect_command,
-                work_dir,
-            };
+        BenchCommand::Peers(arguments) => {
+            let (options, brokers) = arguments.into_options();
             peers::run(database_url, &brokers, options).await
         }
         BenchCommand::Reassign {
@@ -319,14 +256,8 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             seconds_before,
             pause_ratio,
         } => {
-            rebuild::run(
-                database_url,
-                events,
-                rate,
-                Duration::from_secs(seconds_before),
-                pause_ratio,
-            )
-            .await
+            let before = Duration::from_secs(seconds_before);
+            rebuild::run(database_url, events, rate, before, pause_ratio).await
         }
         BenchCommand::Replay {
             events,

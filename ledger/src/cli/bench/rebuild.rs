@@ -10,7 +10,7 @@ use prost::Message as _;
 use ra_ledger::commands::{Assign, Ledger};
 use ra_ledger::db;
 use ra_ledger::domain::{Jurisdiction, assignment_stream};
-use ra_ledger::rebuild::online::{OnlineOptions, rebuild_online};
+use ra_ledger::rebuild::online::{OnlineOptions, OnlineReport, rebuild_online};
 use ra_ledger::store::Metadata;
 use ra_ledger_proto::v1;
 use uuid::Uuid;
@@ -20,6 +20,8 @@ use super::{Latencies, scratch};
 /// Events inserted per statement while seeding.
 const SEED_CHUNK: usize = 10_000;
 
+/// Seeds `events` events, rebuilds them online under a writer at `rate` assignments/s, and
+/// prints the rebuild's figures, the writes' latencies and a verification of the result.
 pub async fn run(
     database_url: &str,
     events: usize,
@@ -37,9 +39,32 @@ pub async fn run(
     let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
     let ledger = Ledger::new(pool.clone());
     let (metadata, contact) = super::bench_contact(&ledger).await?;
+    seed_and_build(&pool, contact.contact_id, events).await?;
+    let writer = Writer {
+        ledger,
+        metadata,
+        rate,
+    };
+    let run = rebuild_under_writer(&pool, writer, before, pause_ratio).await?;
+    print_slowest_writes(&run);
+    print_rebuild_figures(&run, pause_ratio, rate);
+    print_verification(&pool).await?;
+    pool.close();
+    scratch.drop().await?;
+    Ok(())
+}
+
+/// Seeds `events` events and builds their projections once at full speed, then vacuums: the
+/// measured rebuild must start from a ledger in its steady state, not from a pile of fresh
+/// rows and dead tuples the writer's first transactions would pay for.
+async fn seed_and_build(
+    pool: &deadpool_postgres::Pool,
+    contact: Uuid,
+    events: usize,
+) -> anyhow::Result<()> {
     eprintln!("seeding {events} events…");
     let started = Instant::now();
-    seed(&pool, contact.contact_id, events).await?;
+    seed(pool, contact, events).await?;
     eprintln!(
         "seeded in {:.1} s; building the projections of them…",
         started.elapsed().as_secs_f64()
@@ -50,7 +75,7 @@ pub async fn run(
         pause_ratio: 0.0,
         ..Default::default()
     };
-    rebuild_online(&pool, full_speed, |_, _, _| {}).await?;
+    rebuild_online(pool, full_speed, |_, _, _| {}).await?;
     println!(
         "online rebuild over {events} events with no writer: {:.1} s",
         started.elapsed().as_secs_f64()
@@ -60,34 +85,80 @@ pub async fn run(
         .await?
         .batch_execute("VACUUM ANALYZE events, outbox, contacts, assignments")
         .await?;
+    Ok(())
+}
 
+/// The writer of the measured run: a ledger, the metadata its writes carry, and its rate of
+/// assignments per second.
+struct Writer {
+    ledger: Ledger,
+    metadata: Metadata,
+    rate: u64,
+}
+
+/// What the measured run saw: every write's start and latency, the rebuild's report, and
+/// when and how long the rebuild ran.
+struct UnderWriter {
+    writes: Vec<(Instant, Duration)>,
+    report: OnlineReport,
+    rebuild_started: Instant,
+    /// Wall-clock time too, to find a slow write's moment in the server's log.
+    rebuild_started_utc: chrono::DateTime<Utc>,
+    rebuild_took: Duration,
+}
+
+/// The measured run: the writer alone for `before`, then the online rebuild with the writer
+/// still going, then two more seconds so that writes just after the swap are counted too.
+async fn rebuild_under_writer(
+    pool: &deadpool_postgres::Pool,
+    writer: Writer,
+    before: Duration,
+    pause_ratio: f64,
+) -> anyhow::Result<UnderWriter> {
     // A writer at `rate` assignments/s throughout; each write's start and latency.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = tokio::spawn(write_at(
-        ledger.clone(),
-        metadata.clone(),
-        rate,
+    let writing = tokio::spawn(write_at(
+        writer.ledger,
+        writer.metadata,
+        writer.rate,
         stop.clone(),
     ));
     tokio::time::sleep(before).await;
     let rebuild_started = Instant::now();
-    // Wall-clock time too, to find a slow write's moment in the server's log.
     let rebuild_started_utc = Utc::now();
     let options = OnlineOptions {
         verify_only: false,
         pause_ratio,
         ..Default::default()
     };
-    let report = rebuild_online(&pool, options, |_, _, _| {}).await?;
+    let report = rebuild_online(pool, options, |_, _, _| {}).await?;
     let rebuild_took = rebuild_started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
-    let writes = writer.await??;
-    let (mut during, mut outside) = (Vec::new(), Vec::new());
+    let writes = writing.await??;
+    Ok(UnderWriter {
+        writes,
+        report,
+        rebuild_started,
+        rebuild_started_utc,
+        rebuild_took,
+    })
+}
+
+/// The slowest writes during the rebuild next to the rebuild's own milestones, so that a
+/// stall can be matched to the phase (bulk copy, a window's end, the swap) that caused it.
+fn print_slowest_writes(run: &UnderWriter) {
+    let UnderWriter {
+        writes,
+        report,
+        rebuild_started,
+        rebuild_started_utc,
+        ..
+    } = run;
     let mut slowest: Vec<(Duration, f64)> = writes
         .iter()
-        .filter(|(at, _)| *at >= rebuild_started)
-        .map(|(at, latency)| (*latency, (*at - rebuild_started).as_secs_f64()))
+        .filter(|(at, _)| at >= rebuild_started)
+        .map(|(at, latency)| (*latency, (*at - *rebuild_started).as_secs_f64()))
         .collect();
     slowest.sort_by_key(|(latency, _)| std::cmp::Reverse(*latency));
     println!(
@@ -112,19 +183,26 @@ pub async fn run(
             .join(", "),
         report.last_window_started.as_secs_f64()
     );
-    for (at, latency) in writes {
+}
+
+/// The rebuild's figures, then the write latencies before it and during it: the issue's
+/// target is the longest stall during.
+fn print_rebuild_figures(run: &UnderWriter, pause_ratio: f64, rate: u64) {
+    let (mut during, mut outside) = (Vec::new(), Vec::new());
+    for &(at, latency) in &run.writes {
         // A write overlapping the rebuild at all counts as during.
-        if at + latency >= rebuild_started && at <= rebuild_started + rebuild_took {
+        if at + latency >= run.rebuild_started && at <= run.rebuild_started + run.rebuild_took {
             during.push(latency);
-        } else if at < rebuild_started {
+        } else if at < run.rebuild_started {
             outside.push(latency);
         }
     }
     let before_figures = Latencies::from_samples(outside);
     let during_figures = Latencies::from_samples(during);
+    let report = &run.report;
     println!(
         "online rebuild (pause ratio {pause_ratio}) with a writer at {rate}/s: {:.1} s, {} events, {} catch-up window(s), {} events in the swapping transaction, locks held {:.1} ms, {} lock attempt(s) retried",
-        rebuild_took.as_secs_f64(),
+        run.rebuild_took.as_secs_f64(),
         report.events,
         report.catch_up_windows,
         report.last_window,
@@ -141,19 +219,22 @@ pub async fn run(
             figures.max.as_secs_f64() * 1e3
         );
     }
+}
+
+/// The rebuilt tables against a fresh rebuild of the same events: a rebuild under load that
+/// lost or doubled a write shows here as differing rows.
+async fn print_verification(pool: &deadpool_postgres::Pool) -> anyhow::Result<()> {
     let verify = OnlineOptions {
         verify_only: true,
         pause_ratio: 0.0,
         ..Default::default()
     };
-    let verified = rebuild_online(&pool, verify, |_, _, _| {}).await?;
+    let verified = rebuild_online(pool, verify, |_, _, _| {}).await?;
     let different: u64 = verified.differences.iter().map(|(_, n)| n).sum();
     println!(
         "rebuilt tables vs a fresh rebuild: {different} differing rows ({:?})",
         verified.differences
     );
-    pool.close();
-    scratch.drop().await?;
     Ok(())
 }
 

@@ -1,11 +1,16 @@
 //! A relay under test as a process of its own (`ledger relay`, or Connect's JVM), so its
-//! CPU is its own and a kill -9 is a real one.
+//! CPU is its own and a kill -9 is a real one: how each system is launched, and the running
+//! process.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use ra_ledger::testing::{ScratchDatabase, debezium};
+use ra_ledger_cdc::infra::pg::ReplicationTarget;
 use tokio::process::{Child, Command};
+
+use super::Options;
 
 /// How to start one relay under test, again after a kill.
 #[derive(Debug, Clone)]
@@ -150,6 +155,71 @@ fn clock_ticks_per_second() -> f64 {
             .and_then(|output| String::from_utf8(output.stdout).ok())
             .and_then(|text| text.trim().parse().ok())
             .unwrap_or(100.0)
+    })
+}
+
+/// `ledger relay`, this very binary, on the scratch database, its slot and its topic prefix.
+pub fn relay_launch(
+    scratch: &ScratchDatabase,
+    slot: &str,
+    prefix: &str,
+    brokers: &str,
+    dir: &Path,
+) -> anyhow::Result<Launch> {
+    Ok(Launch {
+        program: std::env::current_exe()?,
+        args: vec!["relay".into()],
+        env: vec![
+            ("LEDGER_DATABASE_URL".into(), scratch.url.clone()),
+            ("LEDGER_RELAY_SLOT".into(), slot.into()),
+            ("LEDGER_KAFKA_BROKERS".into(), brokers.into()),
+            ("LEDGER_TOPIC_PREFIX".into(), prefix.into()),
+            ("LEDGER_METRICS_LISTEN".into(), String::new()),
+        ],
+        removed: vec!["LEDGER_RELAY_CONFIG", "LEDGER_DATABASE_PASSWORD_FILE"],
+        log: dir.join("relay.log"),
+    })
+}
+
+/// Debezium's publication (insert-only, as the relay's) and properties files; its slot
+/// is `slot`, made before the backlog is written.
+pub async fn debezium_launch(
+    scratch: &ScratchDatabase,
+    client: &tokio_postgres::Client,
+    slot: &str,
+    prefix: &str,
+    brokers: &str,
+    dir: &Path,
+    options: &Options,
+) -> anyhow::Result<Launch> {
+    const PUBLICATION: &str = "peers_debezium";
+    debezium::create_publication(client, PUBLICATION).await?;
+    let settings = ra_ledger_cdc::infra::pg::config(&scratch.url, "ledger-bench")?;
+    let target = ReplicationTarget::of(&settings);
+    let rest_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let setup = debezium::ConnectSetup {
+        database: &target,
+        brokers,
+        name: "peers_debezium",
+        slot,
+        publication: PUBLICATION,
+        topic_prefix: prefix,
+        dir,
+        rest_port,
+    };
+    let (worker, connector) = setup.write()?;
+    Ok(Launch {
+        program: options.connect_command.clone(),
+        args: vec![
+            "connect".into(),
+            worker.display().to_string(),
+            connector.display().to_string(),
+        ],
+        env: Vec::new(),
+        removed: Vec::new(),
+        log: dir.join("connect.log"),
     })
 }
 

@@ -1,0 +1,79 @@
+//! What `ledger serve` runs with: the [`Service`] a [`super::ServeConfig`] validates into,
+//! every secret read and every value checked.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{CursorKey, Tokens};
+use crate::service::Limits;
+use crate::session_key::SessionKeys;
+
+/// A [`ServeConfig`] that passed validation: what the service runs with.
+#[derive(Clone)]
+pub struct Service {
+    /// The ledger database.
+    pub database_url: String,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// HTTPS, when configured.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Most pooled connections.
+    pub pool_size: usize,
+    /// Who may do what.
+    pub tokens: Tokens,
+    /// Signs history cursors.
+    pub cursor_key: CursorKey,
+    /// Whether the cursor key was configured (else it is random for this process).
+    pub cursor_key_configured: bool,
+    /// Signs the console's sessions (and the previous key while rotating).
+    pub session_keys: SessionKeys,
+    /// Whether the session key was configured (else it is random for this process).
+    pub session_key_configured: bool,
+    /// How long a command waits for a lock.
+    pub lock_timeout: Duration,
+    /// Outbox retention, unless turned off.
+    pub retention: Option<Retention>,
+    /// Signed digests, when a key is configured.
+    pub digests: Option<Digests>,
+    /// What one client may hold: the body-read timeout and the connection cap.
+    pub limits: Limits,
+    /// The relay's replication slot, whose lag the console shows.
+    pub relay_slot: String,
+}
+
+/// How `ledger serve` seals digests.
+#[derive(Debug, Clone)]
+pub struct Digests {
+    /// The signing key.
+    pub key: Arc<crate::digest::DigestKey>,
+    /// Time between digests (when something changed).
+    pub interval: Duration,
+}
+
+/// How `ledger serve` removes published outbox rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// The relay's slot.
+    pub slot: String,
+    /// Time between rounds.
+    pub interval: Duration,
+    /// Most rows per delete.
+    pub batch: i64,
+}
+
+impl std::fmt::Debug for Service {
+    // The URL carries a password: never print it (tokens and key print as counts).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("listen", &self.listen)
+            .field("tls", &self.tls.is_some())
+            .field("pool_size", &self.pool_size)
+            .field("tokens", &self.tokens)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("retention", &self.retention)
+            .field("digests", &self.digests)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
