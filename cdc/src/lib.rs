@@ -18,3 +18,4 @@ pub mod publish;
 pub mod relay;
 pub mod replay;
 pub mod runtime;
+pub mod value_format;
