@@ -1,0 +1,181 @@
+//! `value_formats`: a topic set to `json` carries the proto3 canonical JSON of the very
+//! envelope the ledger stored and hashed, in both delivery modes; the other topics and the
+//! hash chain are untouched, and a payload with no JSON rendering is parked.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use prost::Message as _;
+use ra_ledger_cdc::config::DeliveryMode;
+use ra_ledger_cdc::value_format::ValueFormat;
+use ra_ledger_proto::v1::Envelope;
+use ra_ledger_tests::api::TestApi;
+use ra_ledger_tests::relay::{Collector, Received, RunningRelay, test_config};
+use ra_ledger_tests::{TestDatabase, TestTopics};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// An event as the ledger stored it.
+struct Stored {
+    /// From its stream's name, `<aggregate type>-<id>`.
+    aggregate_type: String,
+    stream_version: i64,
+    payload: Vec<u8>,
+}
+
+async fn stored_events(client: &tokio_postgres::Client) -> anyhow::Result<HashMap<String, Stored>> {
+    let rows = client
+        .query(
+            "SELECT event_id::text, split_part(stream, '-', 1), stream_version, payload \
+             FROM events",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let stored = Stored {
+                aggregate_type: row.get(1),
+                stream_version: row.get(2),
+                payload: row.get(3),
+            };
+            (row.get(0), stored)
+        })
+        .collect())
+}
+
+/// Checks one JSON value by hand, as a consumer without a protobuf toolchain reads it.
+fn check_by_hand(message: &Received, stored: &Stored) {
+    let value: Value = serde_json::from_slice(&message.payload).expect("the value is JSON");
+    let object = value.as_object().expect("a JSON object");
+    assert_eq!(object["eventId"], json!(message.id()));
+    // int64 as a string, lowerCamelCase names.
+    assert_eq!(
+        object["streamVersion"],
+        json!(stored.stream_version.to_string())
+    );
+    assert!(object["recordedAtMicros"].is_string(), "{value}");
+    assert_eq!(object["schemaVersion"], json!(1));
+    assert!(
+        object.keys().all(|name| !name.contains('_')),
+        "snake_case name in {value}"
+    );
+    match message.headers["event_type"].as_str() {
+        "AssignmentStarted" => {
+            assert!(
+                object["assignmentStarted"]["businessId"].is_string(),
+                "{value}"
+            );
+        }
+        "AssignmentEnded" => {
+            // Enums by name.
+            assert_eq!(
+                object["assignmentEnded"]["reason"],
+                json!("END_REASON_CANCELLED"),
+                "{value}"
+            );
+        }
+        other => panic!("unexpected event type {other} on the assignment topic"),
+    }
+}
+
+/// The scenario, in one delivery mode: assignments on a JSON topic, contacts on a protobuf
+/// one, written through the ledger, with a raw outbox row between them that has no JSON.
+async fn json_topic_scenario(delivery: DeliveryMode) -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let mut config = test_config(&database, &mut topics).await?;
+    config.delivery = delivery;
+    config.value_formats = BTreeMap::from([("assignment".into(), ValueFormat::Json)]);
+    config.validate()?;
+    let relay = RunningRelay::start(config);
+
+    let api = TestApi::new(&database)?;
+    api.contact("TX", "First Office").await;
+    let mut assignments = Vec::new();
+    for _ in 0..3 {
+        assignments.push(api.assign(Uuid::now_v7()).await);
+    }
+    let client = database.connect().await?;
+    let garbage: String = client
+        .query_one(
+            "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (gen_random_uuid(), 'assignment', 'not-an-envelope', 'Garbage', '\\x00ff') \
+             RETURNING event_id::text",
+            &[],
+        )
+        .await?
+        .get(0);
+    // Written after the garbage row: its arrival shows the stream went on.
+    let ended = api
+        .post(
+            &format!("/v1/assignments/{}/end", assignments[0]),
+            json!({}),
+        )
+        .await;
+    assert!(ended.status.is_success(), "{:?}", ended.body);
+
+    let stored = stored_events(&client).await?;
+    let expected: HashSet<String> = stored.keys().cloned().collect();
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until_all(Duration::from_secs(120), &expected)
+            .await,
+        "got {:?} of {expected:?}",
+        collector.distinct_ids()
+    );
+    relay.stop().await?;
+
+    let json_topic = format!("{}.outbox.event.assignment", topics.prefix);
+    let (mut json_ids, mut protobuf_ids) = (HashSet::new(), HashSet::new());
+    for message in &collector.received {
+        let event = &stored[message.id()];
+        let from_ledger = Envelope::decode(event.payload.as_slice())?;
+        if event.aggregate_type == "assignment" {
+            assert_eq!(message.topic, json_topic);
+            // The canonical JSON parser (pbjson, strict: unknown fields are refused) reads
+            // back the envelope the ledger stored.
+            let from_json: Envelope = serde_json::from_slice(&message.payload)?;
+            assert_eq!(from_json, from_ledger);
+            check_by_hand(message, event);
+            json_ids.insert(message.id());
+        } else {
+            assert_eq!(message.payload, event.payload, "protobuf topics unchanged");
+            protobuf_ids.insert(message.id());
+        }
+        assert_eq!(message.headers["event_type"], from_ledger.event_type);
+    }
+    assert_eq!((json_ids.len(), protobuf_ids.len()), (4, 1));
+    assert!(
+        !collector.distinct_ids().contains(&garbage),
+        "the row without JSON was published"
+    );
+
+    let parked = ra_ledger_cdc::parking::list(&client, true).await?;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].event_id, garbage);
+    assert_eq!(parked[0].topic, json_topic);
+    assert!(
+        parked[0].error.contains("not a ra.ledger.v1.Envelope"),
+        "{}",
+        parked[0].error
+    );
+
+    // The chain covers the protobuf bytes; publishing JSON changed nothing stored.
+    let report = ra_ledger::verify::verify(&client, |_| {}).await?;
+    assert_eq!((report.events, report.broken), (5, None));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_topic_at_least_once_carries_the_canonical_json_of_the_stored_envelope()
+-> anyhow::Result<()> {
+    json_topic_scenario(DeliveryMode::AtLeastOnce).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_topic_exactly_once_carries_the_canonical_json_of_the_stored_envelope()
+-> anyhow::Result<()> {
+    json_topic_scenario(DeliveryMode::ExactlyOnce).await
+}
