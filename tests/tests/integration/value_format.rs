@@ -1,8 +1,9 @@
 //! `value_formats`: a topic set to `json` carries the proto3 canonical JSON of the very
-//! envelope the ledger stored and hashed, in both delivery modes; the other topics and the
-//! hash chain are untouched, and a payload with no JSON rendering is parked.
+//! envelope the ledger stored and hashed, in both delivery modes, as `docs/asyncapi.yaml`
+//! describes it; the other topics and the hash chain are untouched, and a payload with no
+//! JSON rendering is parked.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use prost::Message as _;
@@ -14,6 +15,8 @@ use ra_ledger_tests::relay::{Collector, Received, RunningRelay, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use serde_json::{Value, json};
 use uuid::Uuid;
+
+use crate::contracts::asyncapi::{Contract, Seen};
 
 /// An event as the ledger stored it.
 struct Stored {
@@ -61,6 +64,17 @@ fn check_by_hand(message: &Received, stored: &Stored) {
         "snake_case name in {value}"
     );
     match message.headers["event_type"].as_str() {
+        "ContactCreated" => {
+            let created = &object["contactCreated"];
+            assert_eq!(
+                created["status"],
+                json!("CONTACT_STATUS_PRIMARY"),
+                "{value}"
+            );
+            assert_eq!(created["address"]["postalCode"], json!("78701"), "{value}");
+            // The empty `supersedes` is a default: left out.
+            assert!(created.get("supersedes").is_none(), "{value}");
+        }
         "AssignmentStarted" => {
             assert!(
                 object["assignmentStarted"]["businessId"].is_string(),
@@ -75,18 +89,32 @@ fn check_by_hand(message: &Received, stored: &Stored) {
                 "{value}"
             );
         }
-        other => panic!("unexpected event type {other} on the assignment topic"),
+        other => panic!("unexpected event type {other} on a JSON topic"),
     }
 }
 
-/// The scenario, in one delivery mode: assignments on a JSON topic, contacts on a protobuf
-/// one, written through the ledger, with a raw outbox row between them that has no JSON.
-async fn json_topic_scenario(delivery: DeliveryMode) -> anyhow::Result<()> {
+/// `message` as the contract checker reads records: its topic without the test's prefix.
+fn seen(message: &Received, prefix: &str) -> Seen {
+    Seen {
+        topic: message.topic[prefix.len() + 1..].to_owned(),
+        partition: message.partition,
+        offset: message.offset,
+        key: Some(message.key.clone()),
+        headers: message.headers.clone().into_iter().collect(),
+        payload: message.payload.clone(),
+    }
+}
+
+/// The scenario, in one delivery mode, with one aggregate type's topic set to JSON (the
+/// other stays protobuf): a contact and assignments written through the ledger, and a raw
+/// outbox row of the JSON topic's type with no JSON rendering among them.
+async fn json_topic_scenario(delivery: DeliveryMode, json_aggregate: &str) -> anyhow::Result<()> {
+    let contract = Contract::load()?;
     let database = TestDatabase::new().await?;
     let mut topics = TestTopics::new();
     let mut config = test_config(&database, &mut topics).await?;
     config.delivery = delivery;
-    config.value_formats = BTreeMap::from([("assignment".into(), ValueFormat::Json)]);
+    config.value_formats = BTreeMap::from([(json_aggregate.into(), ValueFormat::Json)]);
     config.validate()?;
     let relay = RunningRelay::start(config);
 
@@ -100,9 +128,9 @@ async fn json_topic_scenario(delivery: DeliveryMode) -> anyhow::Result<()> {
     let garbage: String = client
         .query_one(
             "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES (gen_random_uuid(), 'assignment', 'not-an-envelope', 'Garbage', '\\x00ff') \
+             VALUES (gen_random_uuid(), $1, 'not-an-envelope', 'Garbage', '\\x00ff') \
              RETURNING event_id::text",
-            &[],
+            &[&json_aggregate],
         )
         .await?
         .get(0);
@@ -127,12 +155,18 @@ async fn json_topic_scenario(delivery: DeliveryMode) -> anyhow::Result<()> {
     );
     relay.stop().await?;
 
-    let json_topic = format!("{}.outbox.event.assignment", topics.prefix);
+    let json_topic = format!("{}.outbox.event.{json_aggregate}", topics.prefix);
     let (mut json_ids, mut protobuf_ids) = (HashSet::new(), HashSet::new());
+    let mut identified = BTreeSet::new();
     for message in &collector.received {
+        identified.insert(
+            contract
+                .identify(&seen(message, &topics.prefix))
+                .map_err(anyhow::Error::msg)?,
+        );
         let event = &stored[message.id()];
         let from_ledger = Envelope::decode(event.payload.as_slice())?;
-        if event.aggregate_type == "assignment" {
+        if event.aggregate_type == json_aggregate {
             assert_eq!(message.topic, json_topic);
             // The canonical JSON parser (pbjson, strict: unknown fields are refused) reads
             // back the envelope the ledger stored.
@@ -146,7 +180,26 @@ async fn json_topic_scenario(delivery: DeliveryMode) -> anyhow::Result<()> {
         }
         assert_eq!(message.headers["event_type"], from_ledger.event_type);
     }
-    assert_eq!((json_ids.len(), protobuf_ids.len()), (4, 1));
+    let (contacts, assignments) = (1, 4);
+    let expected_counts = if json_aggregate == "contact" {
+        (contacts, assignments)
+    } else {
+        (assignments, contacts)
+    };
+    assert_eq!((json_ids.len(), protobuf_ids.len()), expected_counts);
+    // The document's JSON message of that topic, and the protobuf one of the other.
+    let (json_message, protobuf_channel, protobuf_message) = if json_aggregate == "contact" {
+        ("ContactEventJson", "assignment", "AssignmentEvent")
+    } else {
+        ("AssignmentEventJson", "contact", "ContactEvent")
+    };
+    assert_eq!(
+        identified,
+        BTreeSet::from([
+            (json_aggregate.to_owned(), json_message.to_owned()),
+            (protobuf_channel.to_owned(), protobuf_message.to_owned()),
+        ])
+    );
     assert!(
         !collector.distinct_ids().contains(&garbage),
         "the row without JSON was published"
@@ -169,13 +222,13 @@ async fn json_topic_scenario(delivery: DeliveryMode) -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_topic_at_least_once_carries_the_canonical_json_of_the_stored_envelope()
+async fn json_assignment_topic_at_least_once_carries_the_canonical_json_of_the_stored_envelope()
 -> anyhow::Result<()> {
-    json_topic_scenario(DeliveryMode::AtLeastOnce).await
+    json_topic_scenario(DeliveryMode::AtLeastOnce, "assignment").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_topic_exactly_once_carries_the_canonical_json_of_the_stored_envelope()
+async fn json_contact_topic_exactly_once_carries_the_canonical_json_of_the_stored_envelope()
 -> anyhow::Result<()> {
-    json_topic_scenario(DeliveryMode::ExactlyOnce).await
+    json_topic_scenario(DeliveryMode::ExactlyOnce, "contact").await
 }
