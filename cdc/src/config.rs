@@ -116,8 +116,7 @@ pub struct RelayConfig {
     pub topics: BTreeMap<String, String>,
     /// The value format of an aggregate type's topic, `protobuf` (the default) or `json`
     /// (the proto3 canonical JSON of the same envelope), e.g. `{ assignment = "json" }`;
-    /// only for `contact` and `assignment` (`reassignment` is the worker's, and stays
-    /// protobuf; see [`crate::value_format`]).
+    /// for `contact`, `assignment` and `reassignment` (see [`crate::value_format`]).
     pub value_formats: BTreeMap<String, ValueFormat>,
     /// librdkafka settings passed through, e.g. `bootstrap.servers`, `linger.ms`,
     /// `security.protocol`, `ssl.ca.location`.

@@ -20,10 +20,6 @@ use crate::config::ConfigError;
 /// set for. Digests (`digest`) are already a JSON document.
 pub const ENVELOPE_AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignment"];
 
-/// The aggregate type whose topic is the reassignment worker's work queue: the worker
-/// decodes its page requests as protobuf, so the topic stays protobuf.
-pub const WORKER_AGGREGATE: &str = "reassignment";
-
 /// The encoding of a topic's message values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -77,16 +73,10 @@ impl ValueFormat {
 pub struct RenderError(String);
 
 /// Checks `value_formats`: its keys must be envelope aggregate types (a typo would leave a
-/// topic on protobuf without a word), and the worker's topic stays protobuf.
+/// topic on protobuf without a word). The reassignment worker reads either format
+/// ([`crate::consumer::decode`]), so its topic may be JSON too.
 pub fn validate(formats: &BTreeMap<String, ValueFormat>) -> Result<(), ConfigError> {
-    for (aggregate_type, format) in formats {
-        if aggregate_type == WORKER_AGGREGATE && *format != ValueFormat::Protobuf {
-            return Err(ConfigError::invalid(
-                &format!("value_formats.{aggregate_type}"),
-                format.as_str(),
-                "the reassignment worker reads this topic's page requests as protobuf; it stays protobuf",
-            ));
-        }
+    for aggregate_type in formats.keys() {
         if !ENVELOPE_AGGREGATES.contains(&aggregate_type.as_str()) {
             return Err(ConfigError::invalid(
                 "value_formats",
@@ -166,15 +156,7 @@ mod tests {
         let error = validate(&formats("asignment")).unwrap_err().to_string();
         assert!(error.contains("value_formats = \"asignment\""), "{error}");
         assert!(validate(&formats("digest")).is_err());
-        let error = validate(&formats("reassignment")).unwrap_err().to_string();
-        assert!(
-            error.starts_with(
-                "config: value_formats.reassignment = \"json\": the reassignment worker"
-            ),
-            "{error}"
-        );
-        let protobuf = BTreeMap::from([("reassignment".to_owned(), ValueFormat::Protobuf)]);
-        validate(&protobuf).unwrap();
+        validate(&formats("reassignment")).unwrap();
         assert_eq!(ValueFormat::parse(" JSON "), Some(ValueFormat::Json));
         assert_eq!(ValueFormat::parse("avro"), None);
     }

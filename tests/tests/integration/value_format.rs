@@ -6,12 +6,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use prost::Message as _;
+use ra_ledger::reassign::RunState;
 use ra_ledger_cdc::config::DeliveryMode;
 use ra_ledger_cdc::value_format::ValueFormat;
 use ra_ledger_proto::v1::Envelope;
-use ra_ledger_tests::api::TestApi;
+use ra_ledger_tests::api::{TestApi, contact_body};
 use ra_ledger_tests::relay::{Collector, Received, RunningRelay, test_config};
+use ra_ledger_tests::worker::{self, RunningWorker, wait_for_run};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -231,4 +234,91 @@ async fn json_assignment_topic_at_least_once_carries_the_canonical_json_of_the_s
 async fn json_contact_topic_exactly_once_carries_the_canonical_json_of_the_stored_envelope()
 -> anyhow::Result<()> {
     json_topic_scenario(DeliveryMode::ExactlyOnce, "contact").await
+}
+
+/// The reassignment topic in JSON: the worker reads its page requests as JSON and runs a
+/// supersede's chain to the end, and every run event on the topic is its canonical JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_reassignment_topic_still_drives_the_worker() -> anyhow::Result<()> {
+    let contract = Contract::load()?;
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let mut config = test_config(&database, &mut topics).await?;
+    config.value_formats = BTreeMap::from([("reassignment".into(), ValueFormat::Json)]);
+    let relay = RunningRelay::start(config);
+    let worker = RunningWorker::start(worker::test_config(&database, &topics));
+
+    let api = TestApi::new(&database)?;
+    let contact: Uuid = api.contact("TX", "First Office").await.parse()?;
+    for _ in 0..5 {
+        api.assign(Uuid::now_v7()).await;
+    }
+    let superseded = api
+        .post(
+            &format!("/v1/contacts/{contact}/supersede"),
+            json!({"name": "Second Office", "address": contact_body("TX", "x")["address"], "page_size": 2}),
+        )
+        .await;
+    assert_eq!(
+        superseded.status,
+        StatusCode::ACCEPTED,
+        "{:?}",
+        superseded.body
+    );
+    let run_id: Uuid = superseded.str("run_id").parse()?;
+    let run = wait_for_run(&database, run_id, Duration::from_secs(120), |status| {
+        status.status == RunState::Completed
+    })
+    .await?;
+    assert_eq!((run.replaced, run.failed), (5, 0), "{run:?}");
+
+    let client = database.connect().await?;
+    let stored = stored_events(&client).await?;
+    let expected: HashSet<String> = stored.keys().cloned().collect();
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until_all(Duration::from_secs(120), &expected)
+            .await,
+        "got {:?} of {expected:?}",
+        collector.distinct_ids()
+    );
+    worker.stop().await?;
+    relay.stop().await?;
+
+    let mut identified = BTreeSet::new();
+    let mut completed = None;
+    for message in &collector.received {
+        identified.insert(
+            contract
+                .identify(&seen(message, &topics.prefix))
+                .map_err(anyhow::Error::msg)?,
+        );
+        let event = &stored[message.id()];
+        if event.aggregate_type == "reassignment" {
+            let from_json: Envelope = serde_json::from_slice(&message.payload)?;
+            assert_eq!(from_json, Envelope::decode(event.payload.as_slice())?);
+            if message.headers["event_type"] == "ReassignmentCompleted" {
+                completed = Some(serde_json::from_slice::<Value>(&message.payload)?);
+            }
+        }
+    }
+    assert_eq!(
+        identified,
+        BTreeSet::from([
+            ("assignment".to_owned(), "AssignmentEvent".to_owned()),
+            ("contact".to_owned(), "ContactEvent".to_owned()),
+            (
+                "reassignment".to_owned(),
+                "ReassignmentEventJson".to_owned()
+            ),
+        ])
+    );
+    // uint64 as a string, uint32 as a number, zero left out.
+    let completed = completed.expect("the run's completion is on the topic");
+    let counts = &completed["reassignmentCompleted"];
+    assert_eq!(counts["replaced"], json!("5"), "{completed}");
+    assert_eq!(counts["pages"], json!(3), "{completed}");
+    assert!(counts.get("failed").is_none(), "{completed}");
+    Ok(())
 }
