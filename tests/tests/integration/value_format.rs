@@ -4,7 +4,12 @@
 //! JSON rendering is parked.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use base64::Engine as _;
 
 use axum::http::StatusCode;
 use prost::Message as _;
@@ -96,6 +101,35 @@ fn check_by_hand(message: &Received, stored: &Stored) {
     }
 }
 
+/// `tests/json_mapping.py`'s verdict (Google's protobuf library, a second implementation of
+/// the mapping) on (stored envelope, published JSON) pairs: whether all hold, and what it said.
+fn python_agrees(pairs: &[(&[u8], &[u8])]) -> anyhow::Result<(bool, String)> {
+    let python = std::env::var("LEDGER_PYTHON").map_err(|_| {
+        anyhow::anyhow!(
+            "LEDGER_PYTHON is not set: run this test through deploy/test, which makes the venv"
+        )
+    })?;
+    let mut child = Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("json_mapping.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().expect("piped");
+    for (protobuf, json) in pairs {
+        let line = json!({
+            "protobuf": base64::engine::general_purpose::STANDARD.encode(protobuf),
+            "json": std::str::from_utf8(json)?,
+        });
+        writeln!(stdin, "{line}")?;
+    }
+    drop(stdin);
+    let output = child.wait_with_output()?;
+    Ok((
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    ))
+}
+
 /// `message` as the contract checker reads records: its topic without the test's prefix.
 fn seen(message: &Received, prefix: &str) -> Seen {
     Seen {
@@ -160,6 +194,7 @@ async fn json_topic_scenario(delivery: DeliveryMode, json_aggregate: &str) -> an
 
     let json_topic = format!("{}.outbox.event.{json_aggregate}", topics.prefix);
     let (mut json_ids, mut protobuf_ids) = (HashSet::new(), HashSet::new());
+    let mut pairs = Vec::new();
     let mut identified = BTreeSet::new();
     for message in &collector.received {
         identified.insert(
@@ -176,6 +211,7 @@ async fn json_topic_scenario(delivery: DeliveryMode, json_aggregate: &str) -> an
             let from_json: Envelope = serde_json::from_slice(&message.payload)?;
             assert_eq!(from_json, from_ledger);
             check_by_hand(message, event);
+            pairs.push((event.payload.as_slice(), message.payload.as_slice()));
             json_ids.insert(message.id());
         } else {
             assert_eq!(message.payload, event.payload, "protobuf topics unchanged");
@@ -203,6 +239,9 @@ async fn json_topic_scenario(delivery: DeliveryMode, json_aggregate: &str) -> an
             (protobuf_channel.to_owned(), protobuf_message.to_owned()),
         ])
     );
+    let (holds, said) = python_agrees(&pairs)?;
+    assert!(holds, "{said}");
+    eprintln!("json_mapping.py: {}", said.trim());
     assert!(
         !collector.distinct_ids().contains(&garbage),
         "the row without JSON was published"
