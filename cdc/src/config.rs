@@ -12,6 +12,7 @@ use crate::infra::kafka::KafkaSettings;
 use crate::infra::settings::{
     ConfigError, env, identifier, listen_address, local, read_file, with_password_file,
 };
+use crate::value_format::ValueFormat;
 
 /// librdkafka settings the relay owns: changing them would break its guarantees.
 const FIXED_KAFKA_SETTINGS: [(&str, &str); 4] = [
@@ -90,6 +91,10 @@ pub struct RelayConfig {
     pub topic_prefix: String,
     /// Explicit topic per aggregate type, e.g. `{ contact = "ra.contacts" }`.
     pub topics: BTreeMap<String, String>,
+    /// The value format of an aggregate type's topic, `protobuf` (the default) or `json`
+    /// (the proto3 canonical JSON of the same envelope), e.g. `{ assignment = "json" }`;
+    /// for `contact`, `assignment` and `reassignment` (see [`crate::value_format`]).
+    pub value_formats: BTreeMap<String, ValueFormat>,
     /// librdkafka settings passed through, e.g. `bootstrap.servers`, `linger.ms`,
     /// `security.protocol`, `ssl.ca.location`.
     pub kafka: BTreeMap<String, String>,
@@ -133,6 +138,7 @@ impl Default for RelayConfig {
             publication: local::PUBLICATION.into(),
             topic_prefix: local::TOPIC_PREFIX.into(),
             topics: BTreeMap::new(),
+            value_formats: BTreeMap::new(),
             kafka: BTreeMap::from([("bootstrap.servers".into(), local::KAFKA_BROKERS.into())]),
             kafka_secret_files: BTreeMap::new(),
             heartbeat_interval_ms: 10_000,
@@ -160,6 +166,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("publication", &self.publication)
             .field("topic_prefix", &self.topic_prefix)
             .field("topics", &self.topics)
+            .field("value_formats", &self.value_formats)
             .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
             .field("kafka_secret_files", &self.kafka_secret_files)
             .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
@@ -271,6 +278,7 @@ impl RelayConfig {
             }
         }
         self.kafka_settings().validate()?;
+        crate::value_format::validate(&self.value_formats)?;
         for (field, value) in [
             ("max_in_flight", self.max_in_flight as u64),
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
@@ -295,6 +303,14 @@ impl RelayConfig {
             .get(aggregate_type)
             .cloned()
             .unwrap_or_else(|| format!("{}{aggregate_type}", self.topic_prefix))
+    }
+
+    /// The value format of an aggregate type's topic.
+    pub fn value_format(&self, aggregate_type: &str) -> ValueFormat {
+        self.value_formats
+            .get(aggregate_type)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// The librdkafka settings of the producer: the pass-through ones, then the fixed ones.
@@ -429,6 +445,40 @@ mod tests {
         );
         let debug = format!("{:?}", RelayConfig::default());
         assert!(!debug.contains("ledger:ledger"), "{debug}");
+    }
+
+    #[test]
+    fn value_formats_name_envelope_topics_and_known_formats() {
+        let config: RelayConfig = toml::from_str(
+            r#"
+            value_formats = { assignment = "json", contact = "protobuf" }
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.value_format("assignment"), ValueFormat::Json);
+        assert_eq!(config.value_format("contact"), ValueFormat::Protobuf);
+        assert_eq!(config.value_format("reassignment"), ValueFormat::Protobuf);
+        let unknown_topic: RelayConfig =
+            toml::from_str(r#"value_formats = { assignments = "json" }"#).unwrap();
+        let error = unknown_topic.validate().unwrap_err().to_string();
+        assert!(
+            error.starts_with("config: value_formats = \"assignments\": not an aggregate type"),
+            "{error}"
+        );
+        let unknown_format =
+            toml::from_str::<RelayConfig>(r#"value_formats = { contact = "avro" }"#)
+                .err()
+                .map(|error| error.to_string())
+                .unwrap_or_default();
+        assert!(
+            unknown_format.contains("unknown variant `avro`"),
+            "{unknown_format}"
+        );
+        assert!(
+            unknown_format.contains("expected `protobuf` or `json`"),
+            "{unknown_format}"
+        );
     }
 
     #[test]

@@ -22,3 +22,4 @@ pub mod position;
 pub mod publish;
 pub mod relay;
 pub mod replay;
+pub mod value_format;

@@ -40,8 +40,9 @@ pub struct ParkedMessage {
     pub republished_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// Parks a message durably. Parking the same event twice (after a crash and a replay) keeps
-/// the first row.
+/// Parks a message durably, with the value it would have carried (in its topic's format,
+/// so a republish sends that). Parking the same event twice (after a crash and a replay)
+/// keeps the first row.
 pub async fn park(
     client: &Client,
     message: &OutgoingMessage,
@@ -62,7 +63,7 @@ pub async fn park(
                 &message.row.aggregate_id,
                 &message.row.event_type,
                 &message.topic,
-                &message.row.payload.as_ref(),
+                &message.value.as_ref(),
                 &serde_json::Value::Object(headers),
                 &format_lsn(commit_lsn),
                 &error,

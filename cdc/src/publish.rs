@@ -1,11 +1,13 @@
 //! Turning outbox rows into Kafka messages, and deciding what a delivery error means.
 
+use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureProducer;
 
 use crate::config::RelayConfig;
 use crate::outbox::OutboxRow;
+use crate::value_format::RenderError;
 
 /// Header names, as consumers see them. `id` matches Debezium's EventRouter.
 pub mod header {
@@ -45,21 +47,54 @@ pub struct OutgoingMessage {
     pub row: OutboxRow,
     /// Headers as (name, value) pairs.
     pub headers: Vec<(&'static str, String)>,
+    /// The value: the row's payload in its topic's format (the payload itself for
+    /// protobuf, the default).
+    pub value: Bytes,
+}
+
+/// A row whose payload has no rendering in its topic's format: the message, with the
+/// stored payload as its value, to park; and why.
+#[derive(Debug)]
+pub struct Unrenderable {
+    /// The message.
+    pub message: Box<OutgoingMessage>,
+    /// Why.
+    pub error: RenderError,
 }
 
 impl OutgoingMessage {
-    /// Builds the message of `row`, the `ordinal`-th of its transaction.
-    pub fn new(config: &RelayConfig, row: OutboxRow, commit: &CommitInfo, ordinal: usize) -> Self {
+    /// Builds the message of `row`, the `ordinal`-th of its transaction, its value in the
+    /// format `value_formats` sets for the row's aggregate type.
+    pub fn new(
+        config: &RelayConfig,
+        row: OutboxRow,
+        commit: &CommitInfo,
+        ordinal: usize,
+    ) -> Result<Self, Unrenderable> {
         let headers = event_headers(
             &row.event_id,
             &row.event_type,
             row.traceparent.as_deref(),
             Origin::Wal { commit, ordinal },
         );
-        Self {
+        let rendered = config
+            .value_format(&row.aggregate_type)
+            .render(&row.payload);
+        let mut message = Self {
             topic: config.topic(&row.aggregate_type),
+            value: row.payload.clone(),
             row,
             headers,
+        };
+        match rendered {
+            Ok(value) => {
+                message.value = value;
+                Ok(message)
+            }
+            Err(error) => Err(Unrenderable {
+                message: Box::new(message),
+                error,
+            }),
         }
     }
 
@@ -203,9 +238,13 @@ pub fn transactional_producer(config: &RelayConfig) -> Result<FutureProducer, Ka
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
+    use std::collections::BTreeMap;
+
+    use prost::Message as _;
+    use ra_ledger_proto::v1::Envelope;
 
     use super::*;
+    use crate::value_format::ValueFormat;
 
     #[test]
     fn builds_topic_key_and_headers() {
@@ -223,8 +262,9 @@ mod tests {
             xid: 742,
             commit_time_micros: 1_767_225_600_000_001,
         };
-        let message = OutgoingMessage::new(&RelayConfig::default(), row, &commit, 3);
+        let message = OutgoingMessage::new(&RelayConfig::default(), row, &commit, 3).unwrap();
         assert_eq!(message.topic, "outbox.event.contact");
+        assert_eq!(message.value, Bytes::from_static(b"p"));
         assert_eq!(
             message.headers,
             vec![
@@ -236,6 +276,47 @@ mod tests {
                 ("ordinal", "3".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn a_json_topic_gets_the_json_of_the_stored_envelope_and_the_same_headers() {
+        let envelope = Envelope {
+            event_id: "e-1".into(),
+            stream_version: 2,
+            event_type: "ContactCreated".into(),
+            ..Envelope::default()
+        };
+        let row = |payload: Vec<u8>| OutboxRow {
+            id: 1,
+            event_id: "e-1".into(),
+            aggregate_type: "contact".into(),
+            aggregate_id: "c-1".into(),
+            event_type: "ContactCreated".into(),
+            payload: Bytes::from(payload),
+            traceparent: None,
+        };
+        let commit = CommitInfo {
+            commit_lsn: 1,
+            xid: 1,
+            commit_time_micros: 0,
+        };
+        let json = RelayConfig {
+            value_formats: BTreeMap::from([("contact".into(), ValueFormat::Json)]),
+            ..RelayConfig::default()
+        };
+        let protobuf = RelayConfig::default();
+        let stored = envelope.encode_to_vec();
+        let as_json = OutgoingMessage::new(&json, row(stored.clone()), &commit, 0).unwrap();
+        let as_protobuf = OutgoingMessage::new(&protobuf, row(stored.clone()), &commit, 0).unwrap();
+        assert_eq!(
+            as_json.value.as_ref(),
+            br#"{"eventId":"e-1","streamVersion":"2","eventType":"ContactCreated"}"#
+        );
+        assert_eq!(as_json.row.payload.as_ref(), stored.as_slice());
+        assert_eq!(as_json.headers, as_protobuf.headers);
+        assert_eq!(as_json.topic, as_protobuf.topic);
+        let garbage = OutgoingMessage::new(&json, row(vec![0xff; 3]), &commit, 0).unwrap_err();
+        assert_eq!(garbage.message.value.as_ref(), &[0xff; 3]);
     }
 
     #[test]

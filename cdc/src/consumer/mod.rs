@@ -43,6 +43,9 @@ pub enum ConsumeError {
     /// The value is not a `ra.ledger.v1.Envelope`.
     #[error("message value is not a ra.ledger.v1.Envelope: {0}")]
     Decode(#[from] prost::DecodeError),
+    /// The value is JSON, but not the canonical JSON of a `ra.ledger.v1.Envelope`.
+    #[error("message value is not the JSON of a ra.ledger.v1.Envelope: {0}")]
+    DecodeJson(#[from] serde_json::Error),
     /// The envelope has no event id to deduplicate on.
     #[error("envelope carries no event_id")]
     MissingEventId,
@@ -51,11 +54,40 @@ pub enum ConsumeError {
     Database(#[from] tokio_postgres::Error),
 }
 
-/// Decodes a Kafka message value.
+/// Decodes a Kafka message value: the protobuf envelope, or its canonical JSON (a topic the
+/// relay's `value_formats` sets to `json`), told apart by the first byte: a JSON object
+/// starts with `{`, an envelope's encoding with field 1's tag (`0x0A`).
 pub fn decode(payload: &[u8]) -> Result<Envelope, ConsumeError> {
-    let envelope = Envelope::decode(payload)?;
+    let envelope = match payload.first() {
+        Some(b'{') => serde_json::from_slice(payload)?,
+        _ => Envelope::decode(payload)?,
+    };
     if envelope.event_id.is_empty() {
         return Err(ConsumeError::MissingEventId);
     }
     Ok(envelope)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_either_value_format_to_the_same_envelope() {
+        let envelope = Envelope {
+            event_id: "e-1".into(),
+            stream_version: 3,
+            ..Envelope::default()
+        };
+        let protobuf = envelope.encode_to_vec();
+        let json = serde_json::to_vec(&envelope).unwrap();
+        assert_eq!(decode(&protobuf).unwrap(), envelope);
+        assert_eq!(decode(&json).unwrap(), envelope);
+        let error = decode(br#"{"eventId":"e-1","stream_versoin":"3"}"#).unwrap_err();
+        assert!(matches!(error, ConsumeError::DecodeJson(_)), "{error}");
+        assert!(matches!(
+            decode(&[0xff; 3]).unwrap_err(),
+            ConsumeError::Decode(_)
+        ));
+    }
 }

@@ -333,6 +333,23 @@ impl Session<'_> {
         let message =
             OutgoingMessage::new(self.config, row, &transaction.commit, transaction.ordinal);
         transaction.ordinal += 1;
+        let message = match message {
+            Ok(message) => message,
+            Err(unrenderable) if self.parked.contains(&unrenderable.message.row.event_id) => {
+                return Ok(());
+            }
+            Err(unrenderable) => {
+                // Never sent: the Kafka transaction is untouched.
+                let commit_lsn = transaction.commit.commit_lsn;
+                return self
+                    .park(
+                        &unrenderable.message,
+                        commit_lsn,
+                        &unrenderable.error.to_string(),
+                    )
+                    .await;
+            }
+        };
         if self.parked.contains(&message.row.event_id) {
             return Ok(());
         }
@@ -342,7 +359,7 @@ impl Session<'_> {
             self.producer.begin_transaction()?;
             self.in_kafka_transaction = true;
         }
-        self.group.sent(message.row.payload.len(), Instant::now());
+        self.group.sent(message.value.len(), Instant::now());
         match send(&self.producer, message, commit_lsn) {
             Ok(delivery) => self.deliveries.push(delivery),
             Err(refused) => {
@@ -351,7 +368,7 @@ impl Session<'_> {
                     return Err(error.into());
                 }
                 // Refused before it was sent: the Kafka transaction is untouched.
-                self.park(&message, commit_lsn, &error).await?;
+                self.park(&message, commit_lsn, &error.to_string()).await?;
             }
         }
         Ok(())
@@ -404,7 +421,7 @@ impl Session<'_> {
         error: KafkaError,
     ) -> RelayError {
         if publish::classify(&error) == DeliveryFailure::Permanent {
-            if let Err(parking) = self.park(message, commit_lsn, &error).await {
+            if let Err(parking) = self.park(message, commit_lsn, &error.to_string()).await {
                 return parking;
             }
             warn!(
@@ -414,20 +431,22 @@ impl Session<'_> {
         error.into()
     }
 
+    /// Parks a message Kafka would never take as it is: refused for good, or with no
+    /// rendering in its topic's format.
     async fn park(
         &mut self,
         message: &OutgoingMessage,
         commit_lsn: u64,
-        error: &KafkaError,
+        error: &str,
     ) -> Result<(), RelayError> {
         error!(
             event_id = %message.row.event_id,
             topic = %message.topic,
-            payload_bytes = message.row.payload.len(),
+            value_bytes = message.value.len(),
             %error,
-            "Kafka refused a message for good; parking it in outbox_parked (see `ledger relay parked list`)"
+            "a message Kafka will never take as it is; parking it in outbox_parked (see `ledger relay parked list`)"
         );
-        parking::park(&self.sql, message, commit_lsn, &error.to_string()).await?;
+        parking::park(&self.sql, message, commit_lsn, error).await?;
         self.metrics.parked();
         self.parked.insert(message.row.event_id.clone());
         Ok(())
@@ -562,7 +581,7 @@ fn send(
 ) -> Result<BoxFuture<'static, Delivery>, Box<(OutgoingMessage, KafkaError)>> {
     let record = FutureRecord::to(&message.topic)
         .key(message.row.aggregate_id.as_bytes())
-        .payload(message.row.payload.as_ref())
+        .payload(message.value.as_ref())
         .headers(message.kafka_headers());
     match producer.send_result(record) {
         Ok(future) => Ok(Box::pin(async move {

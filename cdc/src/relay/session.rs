@@ -198,6 +198,19 @@ impl Session<'_> {
         transaction.ordinal += 1;
         let (seq, commit_lsn) = (transaction.seq, transaction.commit.commit_lsn);
         self.tracker.sent(seq);
+        let message = match message {
+            Ok(message) => message,
+            Err(unrenderable) => {
+                return self
+                    .park(
+                        seq,
+                        &unrenderable.message,
+                        commit_lsn,
+                        &unrenderable.error.to_string(),
+                    )
+                    .await;
+            }
+        };
         match send(&self.producer, seq, message, commit_lsn) {
             Ok(delivery) => self.deliveries.push(delivery),
             Err(refused) => {
@@ -224,16 +237,9 @@ impl Session<'_> {
         match result {
             Ok(()) => self.tracker.delivered(seq),
             Err(error) if publish::classify(&error) == DeliveryFailure::Permanent => {
-                error!(
-                    event_id = %message.row.event_id,
-                    topic = %message.topic,
-                    payload_bytes = message.row.payload.len(),
-                    %error,
-                    "Kafka refused a message for good; parking it in outbox_parked (see `ledger relay parked list`)"
-                );
-                parking::park(&self.sql, &message, commit_lsn, &error.to_string()).await?;
-                self.metrics.parked();
-                self.tracker.delivered(seq);
+                return self
+                    .park(seq, &message, commit_lsn, &error.to_string())
+                    .await;
             }
             Err(error) => {
                 if matches!(
@@ -250,6 +256,29 @@ impl Session<'_> {
                 return Err(error.into());
             }
         }
+        self.metrics.set_in_flight(self.tracker.in_flight());
+        Ok(())
+    }
+
+    /// Parks a message Kafka would never take as it is (refused for good, or with no
+    /// rendering in its topic's format) durably, then books it as settled.
+    async fn park(
+        &mut self,
+        seq: TransactionSeq,
+        message: &OutgoingMessage,
+        commit_lsn: u64,
+        error: &str,
+    ) -> Result<(), RelayError> {
+        error!(
+            event_id = %message.row.event_id,
+            topic = %message.topic,
+            value_bytes = message.value.len(),
+            %error,
+            "a message Kafka will never take as it is; parking it in outbox_parked (see `ledger relay parked list`)"
+        );
+        parking::park(&self.sql, message, commit_lsn, error).await?;
+        self.metrics.parked();
+        self.tracker.delivered(seq);
         self.metrics.set_in_flight(self.tracker.in_flight());
         Ok(())
     }
@@ -354,7 +383,7 @@ fn send(
 ) -> Result<BoxFuture<'static, Delivery>, Box<(OutgoingMessage, KafkaError)>> {
     let record = FutureRecord::to(&message.topic)
         .key(message.row.aggregate_id.as_bytes())
-        .payload(message.row.payload.as_ref())
+        .payload(message.value.as_ref())
         .headers(message.kafka_headers());
     match producer.send_result(record) {
         Ok(future) => Ok(Box::pin(async move {

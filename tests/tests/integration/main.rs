@@ -33,3 +33,4 @@ mod slow_clients;
 mod smoke;
 mod tls;
 mod topics;
+mod value_format;

@@ -23,6 +23,7 @@ use ra_ledger::testing::ScratchDatabase;
 use ra_ledger_cdc::config::DeliveryMode;
 use ra_ledger_cdc::infra::settings::local;
 use ra_ledger_cdc::metrics::{RelayMetrics, TRANSACTION_COMMIT, TRANSACTION_MESSAGES};
+use ra_ledger_cdc::value_format::ValueFormat;
 
 /// Prefix of the scratch databases' names.
 const SCRATCH_PREFIX: &str = "ledger_bench";
@@ -86,6 +87,9 @@ pub enum BenchCommand {
         /// The relay's delivery mode; both, one after the other, when not given.
         #[arg(long, value_parser = crate::cli::relay::parse_delivery)]
         delivery: Option<DeliveryMode>,
+        /// The value format of the backlog's topic (`value_formats`): protobuf or json.
+        #[arg(long, default_value = "protobuf", value_parser = relay::parse_value_format)]
+        value_format: ValueFormat,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -211,16 +215,15 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             rows,
             per_transaction,
             delivery,
+            value_format,
             brokers,
         } => {
-            relay::run(
-                database_url,
-                &brokers,
+            let backlog = relay::Backlog {
                 rows,
                 per_transaction,
-                modes(delivery),
-            )
-            .await
+                value_format,
+            };
+            relay::run(database_url, &brokers, backlog, modes(delivery)).await
         }
         BenchCommand::Latency {
             rate,

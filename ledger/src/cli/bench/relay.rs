@@ -1,33 +1,57 @@
 //! `ledger bench relay`: the relay draining an outbox backlog, against the two ceilings it
 //! sits between: PostgreSQL's own `pg_recvlogical` reading the slot, and rdkafka alone
-//! producing the same messages.
+//! producing the same messages. Every row's payload is one real `AssignmentStarted`
+//! envelope, so `--value-format json` measures the rendering of a real event.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use prost::Message as _;
 use ra_ledger::db;
 use ra_ledger::testing::{self, ScratchDatabase};
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, position_topic};
 use ra_ledger_cdc::infra::pg::ReplicationTarget;
 use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::value_format::ValueFormat;
+use ra_ledger_proto::v1;
 use uuid::Uuid;
 
 use super::scratch;
 
+/// The backlog to drain, and the format of its topic.
+#[derive(Debug, Clone, Copy)]
+pub struct Backlog {
+    /// Outbox rows.
+    pub rows: u64,
+    /// Rows per transaction.
+    pub per_transaction: u64,
+    /// The value format of the topic (`value_formats = { assignment = ... }`).
+    pub value_format: ValueFormat,
+}
+
+/// Parses `--value-format`.
+pub(super) fn parse_value_format(text: &str) -> Result<ValueFormat, String> {
+    ValueFormat::parse(text).ok_or_else(|| format!("{text:?}: expected protobuf or json"))
+}
+
 pub async fn run(
     database_url: &str,
     brokers: &str,
-    rows: u64,
-    per_transaction: u64,
+    backlog: Backlog,
     modes: Vec<DeliveryMode>,
 ) -> anyhow::Result<()> {
-    if rows == 0 || per_transaction == 0 {
+    if backlog.rows == 0 || backlog.per_transaction == 0 {
         anyhow::bail!("--rows and --per-transaction must be at least 1");
     }
-    let figures = measure(database_url, brokers, rows, per_transaction, &modes).await?;
+    let figures = measure(database_url, brokers, backlog, &modes).await?;
     let ceiling = figures.slot_ceiling.min(figures.broker_ceiling);
     println!(
-        "backlog: {} outbox rows, {per_transaction} per transaction",
-        figures.rows
+        "backlog: {} outbox rows, {} per transaction, {}-byte envelopes, topic value format {} ({} bytes a value)",
+        figures.rows,
+        backlog.per_transaction,
+        figures.payload_bytes,
+        backlog.value_format.as_str(),
+        figures.value_bytes,
     );
     println!(
         "slot ceiling   (pg_recvlogical to /dev/null): {:.0} rows/s",
@@ -82,17 +106,22 @@ struct RelayFigures {
     broker_ceiling: f64,
     /// The relay draining the backlog to the broker, in each mode.
     relays: Vec<RelayRun>,
+    /// Size of each row's payload (the protobuf envelope).
+    payload_bytes: usize,
+    /// Size of each published value, in the topic's format.
+    value_bytes: usize,
 }
 
-/// Drains a backlog of `rows` outbox rows (`per_transaction` per transaction) through
-/// rdkafka alone, through the relay and through `pg_recvlogical`, in one run.
+/// Drains `backlog` through rdkafka alone, through the relay and through `pg_recvlogical`,
+/// in one run.
 async fn measure(
     url: &str,
     brokers: &str,
-    rows: u64,
-    per_transaction: u64,
+    backlog: Backlog,
     modes: &[DeliveryMode],
 ) -> anyhow::Result<RelayFigures> {
+    let payload = bytes::Bytes::from(sample_envelope().encode_to_vec());
+    let value = backlog.value_format.render(&payload)?;
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let recvlogical_slot = scratch.create_slot(&client, "recvlogical").await?;
@@ -111,17 +140,21 @@ async fn measure(
         testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1).await?;
         configs.push(RelayConfig {
             delivery: *delivery,
+            value_formats: BTreeMap::from([("assignment".into(), backlog.value_format)]),
             ..scratch.relay_config(slot, topic_prefix, brokers)
         });
     }
-    let backlog = backlog(&client, rows, per_transaction).await?;
+    let per_transaction = backlog.per_transaction;
+    let backlog = insert_backlog(&client, backlog, &payload).await?;
     let raw_topic = format!("{prefix}raw.assignment");
     testing::create_topics(brokers, std::slice::from_ref(&raw_topic), 3).await?;
     let baseline = configs
         .first()
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no delivery mode to measure"))?;
-    let broker_ceiling = rdkafka_alone(&client, &baseline, &raw_topic, per_transaction).await?;
+    // The ceiling produces the values the relay publishes, in the topic's format.
+    let broker_ceiling =
+        rdkafka_alone(&client, &baseline, &raw_topic, per_transaction, &value).await?;
     let mut relays = Vec::new();
     for config in configs {
         let delivery = config.delivery;
@@ -142,26 +175,57 @@ async fn measure(
         slot_ceiling,
         broker_ceiling,
         relays,
+        payload_bytes: payload.len(),
+        value_bytes: value.len(),
     })
 }
 
-/// The backlog: how many rows, and the WAL position just after them.
-struct Backlog {
+/// An `AssignmentStarted` envelope as the ledger writes one: UUIDs in text form, a business
+/// and jurisdiction key, a correlation and a causation.
+fn sample_envelope() -> v1::Envelope {
+    let (business, assignment) = (Uuid::now_v7(), Uuid::now_v7());
+    let micros = chrono::Utc::now().timestamp_micros();
+    v1::Envelope {
+        event_id: Uuid::now_v7().to_string(),
+        stream: format!("assignment-{business}-TX"),
+        stream_version: 1,
+        event_type: "AssignmentStarted".into(),
+        schema_version: 1,
+        recorded_at_micros: micros,
+        effective_at_micros: micros,
+        actor: "bench".into(),
+        correlation_id: Uuid::now_v7().to_string(),
+        causation_id: Uuid::now_v7().to_string(),
+        event: Some(v1::envelope::Event::AssignmentStarted(
+            v1::AssignmentStarted {
+                assignment_id: assignment.to_string(),
+                business_id: business.to_string(),
+                jurisdiction: "TX".into(),
+                contact_id: Uuid::now_v7().to_string(),
+                replaces: String::new(),
+            },
+        )),
+    }
+}
+
+/// The inserted backlog: how many rows, and the WAL position just after them.
+struct Inserted {
     rows: u64,
     end_lsn: String,
 }
 
-async fn backlog(
+async fn insert_backlog(
     client: &tokio_postgres::Client,
-    rows: u64,
-    per_transaction: u64,
-) -> anyhow::Result<Backlog> {
+    backlog: Backlog,
+    payload: &[u8],
+) -> anyhow::Result<Inserted> {
+    let (rows, per_transaction) = (backlog.rows, backlog.per_transaction);
     eprintln!("inserting {rows} outbox rows, {per_transaction} per transaction…");
     for _ in 0..rows.div_ceil(per_transaction) {
         client
             .execute(
-                include_str!("../../sql/bench/outbox_rows.sql"),
-                &[&(per_transaction as i32), &"AssignmentStarted"],
+                include_str!("../../sql/bench/outbox_envelopes.sql"),
+                &[&(per_transaction as i32), &"AssignmentStarted", &payload],
             )
             .await?;
     }
@@ -173,19 +237,20 @@ async fn backlog(
         .query_one("SELECT count(*) FROM outbox", &[])
         .await?
         .get(0);
-    Ok(Backlog {
+    Ok(Inserted {
         rows: total as u64,
         end_lsn,
     })
 }
 
-/// The broker's ceiling: the same messages produced by rdkafka alone, with the relay's
-/// producer settings and in-flight bound. Rows/s.
+/// The broker's ceiling: the same messages (`value` each) produced by rdkafka alone, with
+/// the relay's producer settings and in-flight bound. Rows/s.
 pub(super) async fn rdkafka_alone(
     client: &tokio_postgres::Client,
     relay_config: &RelayConfig,
     topic: &str,
     per_transaction: u64,
+    value: &[u8],
 ) -> anyhow::Result<f64> {
     use futures::StreamExt;
     use rdkafka::message::{Header, OwnedHeaders};
@@ -196,7 +261,6 @@ pub(super) async fn rdkafka_alone(
         .map(|row| (row.get(0), row.get(1)))
         .collect();
     let producer = ra_ledger_cdc::publish::producer(relay_config)?;
-    let payload = vec![b'x'; 120];
     let started = Instant::now();
     let mut pending = futures::stream::FuturesUnordered::new();
     for (index, (event_id, key)) in keys.iter().enumerate() {
@@ -221,7 +285,7 @@ pub(super) async fn rdkafka_alone(
             });
         let record = rdkafka::producer::FutureRecord::to(topic)
             .key(key.as_bytes())
-            .payload(&payload)
+            .payload(value)
             .headers(headers);
         pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
         // Same bound as the relay's max_in_flight.
@@ -263,7 +327,7 @@ async fn relay_drain(
 async fn recvlogical_drain(
     scratch: &ScratchDatabase,
     slot: &str,
-    backlog: &Backlog,
+    backlog: &Inserted,
 ) -> anyhow::Result<f64> {
     let settings = ra_ledger_cdc::infra::pg::config(&scratch.url, "ledger-bench")?;
     let target = ReplicationTarget::of(&settings);

@@ -6,7 +6,9 @@
 //! `const`, `enum`, `pattern`, `minimum`, `required`, `properties`, `additionalProperties`,
 //! `propertyNames`, `allOf`, local `$ref`); any other keyword is an error, so the document
 //! cannot promise something this check silently ignores. Protobuf payloads are decoded as
-//! the message the document names (`x-protobuf-message`), from the `.proto` it references.
+//! the message the document names (`x-protobuf-message`), from the `.proto` it references;
+//! a JSON payload of a message that names one (its canonical JSON, `x-relay-value-format:
+//! json`) is also read back as that message by the canonical JSON parser (pbjson).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -188,7 +190,12 @@ impl Contract {
                 self.protobuf_payload(message, payload, seen, &mut problems)
             }
             Ok(payload) => match serde_json::from_slice::<Value>(&seen.payload) {
-                Ok(value) => self.validate(payload, &value, "payload", &mut problems),
+                Ok(value) => {
+                    self.validate(payload, &value, "payload", &mut problems);
+                    if message.get("x-protobuf-message").is_some() {
+                        json_envelope(message, seen, &mut problems);
+                    }
+                }
                 Err(error) => problems.push(format!("payload is not JSON: {error}")),
             },
             Err(problem) => problems.push(problem),
@@ -226,36 +233,9 @@ impl Contract {
             problems.push(format!("this test cannot decode {name}"));
             return;
         }
-        let envelope = match Envelope::decode(seen.payload.as_slice()) {
-            Ok(envelope) => envelope,
-            Err(error) => {
-                problems.push(format!("payload is not an {name}: {error}"));
-                return;
-            }
-        };
-        if envelope.event.is_none() {
-            problems.push("the envelope carries no event".into());
-        }
-        let header = |name: &str| seen.headers.get(name).map(String::as_str);
-        if header("id") != Some(envelope.event_id.as_str()) {
-            problems.push(format!(
-                "id header is not the envelope's event_id {}",
-                envelope.event_id
-            ));
-        }
-        if header("event_type") != Some(envelope.event_type.as_str()) {
-            problems.push(format!(
-                "event_type header is not the envelope's {}",
-                envelope.event_type
-            ));
-        }
-        // Every key schema of an envelope says: the stream without its aggregate prefix.
-        let aggregate_id = envelope.stream.split_once('-').map(|(_, id)| id);
-        if seen.key.as_deref() != aggregate_id {
-            problems.push(format!(
-                "key {:?} is not the aggregate id of stream {}",
-                seen.key, envelope.stream
-            ));
+        match Envelope::decode(seen.payload.as_slice()) {
+            Ok(envelope) => envelope_agrees(&envelope, seen, problems),
+            Err(error) => problems.push(format!("payload is not an {name}: {error}")),
         }
     }
 
@@ -368,18 +348,68 @@ impl Contract {
         }
     }
 
+    /// Whether message `name` is a JSON rendering of a protobuf one (`x-relay-value-format:
+    /// json`): seen only from a relay configured so (`value_format.rs` checks those).
+    pub fn is_json_rendering(&self, name: &str) -> bool {
+        self.document["components"]["messages"][name]["x-relay-value-format"] == "json"
+    }
+
     /// What a whole run's records leave out: channels none of them was on, and messages of
-    /// a channel none of them was.
+    /// a channel none of them was, but for JSON renderings.
     pub fn unseen(&self, identified: &BTreeSet<(String, String)>) -> Result<Vec<String>, String> {
         let mut unseen = Vec::new();
         for channel in self.channels()? {
             for message in &channel.messages {
+                if self.is_json_rendering(message) {
+                    continue;
+                }
                 if !identified.contains(&(channel.id.clone(), message.clone())) {
                     unseen.push(format!("channel {}: no {message} seen", channel.id));
                 }
             }
         }
         Ok(unseen)
+    }
+}
+
+/// The envelope agrees with the headers and the key the document ties to it.
+fn envelope_agrees(envelope: &Envelope, seen: &Seen, problems: &mut Vec<String>) {
+    if envelope.event.is_none() {
+        problems.push("the envelope carries no event".into());
+    }
+    let header = |name: &str| seen.headers.get(name).map(String::as_str);
+    if header("id") != Some(envelope.event_id.as_str()) {
+        problems.push(format!(
+            "id header is not the envelope's event_id {}",
+            envelope.event_id
+        ));
+    }
+    if header("event_type") != Some(envelope.event_type.as_str()) {
+        problems.push(format!(
+            "event_type header is not the envelope's {}",
+            envelope.event_type
+        ));
+    }
+    // Every key schema of an envelope says: the stream without its aggregate prefix.
+    let aggregate_id = envelope.stream.split_once('-').map(|(_, id)| id);
+    if seen.key.as_deref() != aggregate_id {
+        problems.push(format!(
+            "key {:?} is not the aggregate id of stream {}",
+            seen.key, envelope.stream
+        ));
+    }
+}
+
+/// A JSON payload of a message naming a protobuf message: the canonical JSON parser reads
+/// it as that message (strictly: an unknown field fails), which agrees with headers and key.
+fn json_envelope(message: &Value, seen: &Seen, problems: &mut Vec<String>) {
+    let name = message["x-protobuf-message"].as_str().unwrap_or_default();
+    if name != "ra.ledger.v1.Envelope" {
+        return problems.push(format!("this test cannot read {name} from JSON"));
+    }
+    match serde_json::from_slice::<Envelope>(&seen.payload) {
+        Ok(envelope) => envelope_agrees(&envelope, seen, problems),
+        Err(error) => problems.push(format!("payload is not the JSON of an {name}: {error}")),
     }
 }
 
@@ -534,6 +564,59 @@ mod tests {
             !unseen.iter().any(|u| u.starts_with("channel contact:")),
             "{unseen:?}"
         );
+    }
+
+    #[test]
+    fn the_canonical_json_of_an_envelope_is_a_message_of_its_own() {
+        let contract = Contract::load().unwrap();
+        let mut seen = live_contact_event();
+        let envelope = Envelope {
+            recorded_at_micros: 1_767_225_600_000_001,
+            effective_at_micros: 1_767_225_600_000_001,
+            ..Envelope::decode(seen.payload.as_slice()).unwrap()
+        };
+        seen.payload = serde_json::to_vec(&envelope).unwrap();
+        assert_eq!(
+            identify(&contract, &seen).unwrap(),
+            ("contact".to_owned(), "ContactEventJson".to_owned())
+        );
+        let json: Value = serde_json::from_slice(&seen.payload).unwrap();
+        let reshaped = |change: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+            let mut json = json.clone();
+            change(json.as_object_mut().unwrap());
+            Seen {
+                payload: serde_json::to_vec(&json).unwrap(),
+                ..seen.clone()
+            }
+        };
+        // Proto field names, and an int64 as a JSON number, are not the canonical mapping.
+        let snake_case = reshaped(&|json| {
+            let version = json.remove("streamVersion").unwrap();
+            json.insert("stream_version".into(), version);
+        });
+        let error = identify(&contract, &snake_case).unwrap_err();
+        assert!(
+            error.contains("stream_version is not documented"),
+            "{error}"
+        );
+        let number = reshaped(&|json| {
+            json.insert("streamVersion".into(), Value::from(1));
+        });
+        let error = identify(&contract, &number).unwrap_err();
+        assert!(error.contains("payload.streamVersion"), "{error}");
+        // The JSON must be of the very envelope the headers describe.
+        let other = reshaped(&|json| {
+            json.insert("eventId".into(), Value::from(CONTACT));
+        });
+        let error = identify(&contract, &other).unwrap_err();
+        assert!(
+            error.contains("id header is not the envelope's event_id"),
+            "{error}"
+        );
+        // A run of a protobuf-only relay leaves the JSON renderings out of what it must see.
+        let protobuf_run = BTreeSet::from([("contact".to_owned(), "ContactEvent".to_owned())]);
+        let unseen = contract.unseen(&protobuf_run).unwrap();
+        assert!(!unseen.iter().any(|u| u.contains("Json")), "{unseen:?}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Kafka ([`asyncapi`]); a consumer in Python written from the `.proto` and that document
 //! alone ([`python_consumer`]).
 
-mod asyncapi;
+pub(crate) mod asyncapi;
 mod python_consumer;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

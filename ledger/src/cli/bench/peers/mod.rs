@@ -174,8 +174,15 @@ async fn ceiling(url: &str, brokers: &str, options: &Options) -> anyhow::Result<
     let topic = format!("bench{}.raw", Uuid::new_v4().simple());
     testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
     let config = scratch.relay_config(String::new(), String::new(), brokers);
-    let produce =
-        super::relay::rdkafka_alone(&client, &config, &topic, options.per_transaction).await?;
+    // 120-byte values, as the backlog's payloads are.
+    let produce = super::relay::rdkafka_alone(
+        &client,
+        &config,
+        &topic,
+        options.per_transaction,
+        &[b'x'; 120],
+    )
+    .await?;
     let consumer = super::latency::assigned_consumer(brokers, &topic)?;
     let delivery = consume_all(consumer, options.rows).await;
     let (Some(first), Some(last)) = (delivery.first, delivery.last_new) else {

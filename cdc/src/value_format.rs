@@ -1,0 +1,163 @@
+//! What the relay publishes as a message's value: the outbox payload as stored (protobuf,
+//! the default), or its proto3 canonical JSON mapping, per aggregate type's topic
+//! (`value_formats` in the relay's config), for teams without protobuf tooling.
+//!
+//! Only the published value changes: the ledger stores, hashes and seals the protobuf
+//! bytes, and a JSON value is rendered from exactly those bytes, so both formats decode to
+//! the same `ra.ledger.v1.Envelope`. The key and the headers are the same in both.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use prost::Message as _;
+use ra_ledger_proto::v1::Envelope;
+use serde::Deserialize;
+
+use crate::infra::settings::ConfigError;
+
+/// The aggregate types whose outbox payload is a `ra.ledger.v1.Envelope` (what the ledger
+/// writes for contacts, assignments and reassignment runs), the only ones a format may be
+/// set for. Digests (`digest`) are already a JSON document.
+pub const ENVELOPE_AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignment"];
+
+/// The encoding of a topic's message values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueFormat {
+    /// The envelope's protobuf bytes, as the ledger stored them (`application/x-protobuf`).
+    #[default]
+    Protobuf,
+    /// The envelope in the proto3 canonical JSON mapping (`application/json`):
+    /// lowerCamelCase names, 64-bit integers as strings, enums by name, default values left
+    /// out, the `event` oneof as its case's field (e.g. `"contactCreated": {...}`).
+    Json,
+}
+
+impl ValueFormat {
+    /// Parses `protobuf` or `json`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "protobuf" => Some(Self::Protobuf),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+
+    /// The name configuration files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Protobuf => "protobuf",
+            Self::Json => "json",
+        }
+    }
+
+    /// The value to publish for the stored `payload`.
+    pub fn render(self, payload: &Bytes) -> Result<Bytes, RenderError> {
+        match self {
+            Self::Protobuf => Ok(payload.clone()),
+            Self::Json => {
+                let envelope = Envelope::decode(payload.as_ref())
+                    .map_err(|error| RenderError(error.to_string()))?;
+                serde_json::to_vec(&envelope)
+                    .map(Bytes::from)
+                    .map_err(|error| RenderError(error.to_string()))
+            }
+        }
+    }
+}
+
+/// A payload that cannot be rendered in its topic's format: it is not an envelope. Kafka
+/// would never get it as configured, so the relay parks it like a message Kafka refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the payload is not a ra.ledger.v1.Envelope, so it has no JSON rendering: {0}")]
+pub struct RenderError(String);
+
+/// Checks `value_formats`: its keys must be envelope aggregate types (a typo would leave a
+/// topic on protobuf without a word). The reassignment worker reads either format
+/// ([`crate::consumer::decode`]), so its topic may be JSON too.
+pub fn validate(formats: &BTreeMap<String, ValueFormat>) -> Result<(), ConfigError> {
+    for aggregate_type in formats.keys() {
+        if !ENVELOPE_AGGREGATES.contains(&aggregate_type.as_str()) {
+            return Err(ConfigError::invalid(
+                "value_formats",
+                aggregate_type,
+                format!(
+                    "not an aggregate type whose topic carries envelopes; expected one of {}",
+                    ENVELOPE_AGGREGATES.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use ra_ledger_proto::v1::envelope::Event;
+    use ra_ledger_proto::v1::{AssignmentEnded, EndReason};
+
+    use super::*;
+
+    fn envelope() -> Envelope {
+        Envelope {
+            event_id: "0192f0c4-0000-7000-8000-000000000001".into(),
+            stream: "assignment-b-1-TX".into(),
+            stream_version: 9_007_199_254_740_993,
+            event_type: "AssignmentEnded".into(),
+            schema_version: 1,
+            recorded_at_micros: 1_767_225_600_000_001,
+            effective_at_micros: 1_767_225_600_000_001,
+            actor: "ops".into(),
+            correlation_id: String::new(),
+            causation_id: String::new(),
+            event: Some(Event::AssignmentEnded(AssignmentEnded {
+                assignment_id: "a-1".into(),
+                business_id: "b-1".into(),
+                jurisdiction: "TX".into(),
+                contact_id: "c-1".into(),
+                reason: EndReason::Replaced as i32,
+                replaced_by: "a-2".into(),
+            })),
+        }
+    }
+
+    #[test]
+    fn json_is_the_canonical_mapping_of_the_stored_bytes() {
+        let stored = Bytes::from(envelope().encode_to_vec());
+        let json = ValueFormat::Json.render(&stored).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        // 2^53 + 1: a JSON number would lose it, so 64-bit integers are strings.
+        assert_eq!(value["streamVersion"], "9007199254740993");
+        assert_eq!(value["recordedAtMicros"], "1767225600000001");
+        assert_eq!(value["schemaVersion"], 1);
+        assert_eq!(value["assignmentEnded"]["reason"], "END_REASON_REPLACED");
+        assert_eq!(value["assignmentEnded"]["replacedBy"], "a-2");
+        // Defaults are left out, and no snake_case name appears.
+        assert!(value.get("correlationId").is_none(), "{value}");
+        assert!(value.get("stream_version").is_none(), "{value}");
+        assert_eq!(
+            serde_json::from_slice::<Envelope>(&json).unwrap(),
+            envelope()
+        );
+        assert_eq!(ValueFormat::Protobuf.render(&stored).unwrap(), stored);
+    }
+
+    #[test]
+    fn a_payload_that_is_no_envelope_has_no_json() {
+        let digest = Bytes::from_static(br#"{"format":"ra-ledger digest v1"}"#);
+        let error = ValueFormat::Json.render(&digest).unwrap_err().to_string();
+        assert!(error.contains("not a ra.ledger.v1.Envelope"), "{error}");
+    }
+
+    #[test]
+    fn formats_are_set_for_envelope_topics_only() {
+        let formats = |key: &str| BTreeMap::from([(key.to_owned(), ValueFormat::Json)]);
+        validate(&formats("assignment")).unwrap();
+        let error = validate(&formats("asignment")).unwrap_err().to_string();
+        assert!(error.contains("value_formats = \"asignment\""), "{error}");
+        assert!(validate(&formats("digest")).is_err());
+        validate(&formats("reassignment")).unwrap();
+        assert_eq!(ValueFormat::parse(" JSON "), Some(ValueFormat::Json));
+        assert_eq!(ValueFormat::parse("avro"), None);
+    }
+}
