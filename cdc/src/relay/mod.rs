@@ -27,8 +27,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use pgwire_replication::PgWireError;
 use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -36,6 +38,7 @@ use crate::config::{DeliveryMode, RelayConfig};
 use crate::metrics::RelayMetrics;
 use crate::outbox::{OutboxError, OutboxLayout};
 use crate::pgoutput::{DecodeError, Relation};
+use crate::publish::OutgoingMessage;
 
 /// Prefix of the relay's heartbeat messages in the WAL.
 pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
@@ -228,6 +231,37 @@ fn learn_relation(
     }
     layouts.insert(relation.oid, OutboxLayout::from_relation(relation)?);
     Ok(())
+}
+
+/// A message Kafka acknowledged or refused, with the tag the session sent it with.
+type Delivered<T> = (T, OutgoingMessage, Result<(), KafkaError>);
+
+/// A message librdkafka would not queue, with why.
+type NotQueued = Box<(OutgoingMessage, KafkaError)>;
+
+/// Hands one message to librdkafka, for both delivery modes: the future resolves with the
+/// message and `tag` (what the session needs back with it) once Kafka acknowledged or
+/// refused it. A message librdkafka would not even queue comes back at once.
+fn produce<T: Send + 'static>(
+    producer: &FutureProducer,
+    message: OutgoingMessage,
+    tag: T,
+) -> Result<BoxFuture<'static, Delivered<T>>, NotQueued> {
+    let record = FutureRecord::to(&message.topic)
+        .key(message.row.aggregate_id.as_bytes())
+        .payload(message.value.as_ref())
+        .headers(message.kafka_headers());
+    match producer.send_result(record) {
+        Ok(future) => Ok(Box::pin(async move {
+            let result = match future.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err((error, _))) => Err(error),
+                Err(_canceled) => Err(KafkaError::Canceled),
+            };
+            (tag, message, result)
+        })),
+        Err((error, _record)) => Err(Box::new((message, error))),
+    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::FutureProducer;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -28,7 +28,7 @@ use crate::pgoutput::{self, DecodeError, LogicalMessage};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
 /// A message handed to librdkafka, and what became of it.
-type Delivery = (TransactionSeq, OutgoingMessage, u64, Result<(), KafkaError>);
+type Delivery = super::Delivered<(TransactionSeq, u64)>;
 
 /// The transaction being streamed: its tracker entry, what its headers need, and how many
 /// rows it carried so far (the next row's ordinal).
@@ -211,11 +211,11 @@ impl Session<'_> {
                     .await;
             }
         };
-        match send(&self.producer, seq, message, commit_lsn) {
+        match super::produce(&self.producer, message, (seq, commit_lsn)) {
             Ok(delivery) => self.deliveries.push(delivery),
             Err(refused) => {
                 let (message, error) = *refused;
-                self.on_delivery((seq, message, commit_lsn, Err(error)))
+                self.on_delivery(((seq, commit_lsn), message, Err(error)))
                     .await?;
             }
         }
@@ -233,7 +233,7 @@ impl Session<'_> {
     /// Books one delivery outcome: success, or a permanent refusal parked durably first. A
     /// transient failure ends the session; the next one republishes from the slot.
     async fn on_delivery(&mut self, delivery: Delivery) -> Result<(), RelayError> {
-        let (seq, message, commit_lsn, result) = delivery;
+        let ((seq, commit_lsn), message, result) = delivery;
         match result {
             Ok(()) => self.tracker.delivered(seq),
             Err(error) if publish::classify(&error) == DeliveryFailure::Permanent => {
@@ -372,30 +372,6 @@ pub(super) async fn wait_for_confirmation(sql: &Client, config: &RelayConfig, co
     warn!(
         "PostgreSQL did not report the final position in time; the next relay may republish a little"
     );
-}
-
-/// Hands one message to librdkafka; the future resolves when Kafka acknowledged or refused it.
-fn send(
-    producer: &FutureProducer,
-    seq: TransactionSeq,
-    message: OutgoingMessage,
-    commit_lsn: u64,
-) -> Result<BoxFuture<'static, Delivery>, Box<(OutgoingMessage, KafkaError)>> {
-    let record = FutureRecord::to(&message.topic)
-        .key(message.row.aggregate_id.as_bytes())
-        .payload(message.value.as_ref())
-        .headers(message.kafka_headers());
-    match producer.send_result(record) {
-        Ok(future) => Ok(Box::pin(async move {
-            let result = match future.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((error, _))) => Err(error),
-                Err(_canceled) => Err(KafkaError::Canceled),
-            };
-            (seq, message, commit_lsn, result)
-        })),
-        Err((error, _record)) => Err(Box::new((message, error))),
-    }
 }
 
 fn protocol(what: &str) -> RelayError {

@@ -152,29 +152,6 @@ impl Session<'_> {
     }
 }
 
-/// Hands one message to librdkafka, inside the open Kafka transaction.
-pub(super) fn send(
-    producer: &FutureProducer,
-    message: OutgoingMessage,
-    commit_lsn: u64,
-) -> Result<BoxFuture<'static, Delivery>, Box<(OutgoingMessage, KafkaError)>> {
-    let record = FutureRecord::to(&message.topic)
-        .key(message.row.aggregate_id.as_bytes())
-        .payload(message.value.as_ref())
-        .headers(message.kafka_headers());
-    match producer.send_result(record) {
-        Ok(future) => Ok(Box::pin(async move {
-            let result = match future.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((error, _))) => Err(error),
-                Err(_canceled) => Err(KafkaError::Canceled),
-            };
-            (message, commit_lsn, result)
-        })),
-        Err((error, _record)) => Err(Box::new((message, error))),
-    }
-}
-
 /// Why a group could not be committed.
 pub(super) enum Unsettled {
     /// A message's delivery failed: the message, its commit LSN and the error.
@@ -192,7 +169,7 @@ pub(super) async fn settle(
     position: DeliveryFuture,
 ) -> Result<(), Unsettled> {
     blocking(producer, flush).await.map_err(Unsettled::Kafka)?;
-    while let Some((message, commit_lsn, result)) = deliveries.next().await {
+    while let Some((commit_lsn, message, result)) = deliveries.next().await {
         if let Err(error) = result {
             return Err(Unsettled::Refused(Box::new(message), commit_lsn, error));
         }

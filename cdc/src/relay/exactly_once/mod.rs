@@ -74,10 +74,9 @@ use crate::parking;
 use crate::pgoutput::{self, DecodeError, LogicalMessage};
 use crate::position::{self, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
-use commit::send;
 
 /// A message handed to librdkafka, and what became of it.
-pub(super) type Delivery = (OutgoingMessage, u64, Result<(), KafkaError>);
+pub(super) type Delivery = super::Delivered<u64>;
 
 /// The PostgreSQL transaction being streamed.
 struct OpenTransaction {
@@ -363,7 +362,7 @@ impl Session<'_> {
             self.in_kafka_transaction = true;
         }
         self.group.sent(message.value.len(), Instant::now());
-        match send(&self.producer, message, commit_lsn) {
+        match super::produce(&self.producer, message, commit_lsn) {
             Ok(delivery) => self.deliveries.push(delivery),
             Err(refused) => {
                 let (message, error) = *refused;
@@ -408,7 +407,7 @@ impl Session<'_> {
     /// Books a delivery outcome. Any failure ends the session (the caller aborts); a
     /// refusal for good is parked first, so the next session leaves it out.
     async fn on_delivery(&mut self, delivery: Delivery) -> Result<(), RelayError> {
-        let (message, commit_lsn, result) = delivery;
+        let (commit_lsn, message, result) = delivery;
         match result {
             Ok(()) => Ok(()),
             Err(error) => Err(self.refused(&message, commit_lsn, error).await),
