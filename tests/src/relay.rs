@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_cdc::metrics::RelayMetrics;
+use rdkafka::Message as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers;
 
@@ -185,10 +186,20 @@ pub fn subscribe_with(
 }
 
 /// Reads every message of `topics` from the beginning.
+///
+/// A record read a second time at the same (topic, partition, offset) is left out: it is
+/// the consumer reading again, not the relay publishing again. That happens when a broker
+/// killed with -9 comes back: the collector's group rejoins with no committed offset and
+/// starts again from the earliest. A record the relay sent twice has two offsets and counts
+/// twice.
 pub struct Collector {
     consumer: StreamConsumer,
     /// Everything received so far, in arrival order.
     pub received: Vec<Received>,
+    /// Where each received record was, to tell a re-read from a second record.
+    read: HashSet<(String, i32, i64)>,
+    /// Records read again at an offset already received.
+    pub rereads: u64,
 }
 
 impl std::fmt::Debug for Collector {
@@ -218,6 +229,8 @@ impl Collector {
         Ok(Self {
             consumer: subscribe_with(topics, brokers, &group, isolation)?,
             received: Vec::new(),
+            read: HashSet::new(),
+            rereads: 0,
         })
     }
 
@@ -236,7 +249,18 @@ impl Collector {
             match tokio::time::timeout(left.min(Duration::from_millis(500)), self.consumer.recv())
                 .await
             {
-                Ok(Ok(message)) => self.received.push(Received::from(&message)),
+                Ok(Ok(message)) => {
+                    let at = (
+                        message.topic().to_owned(),
+                        message.partition(),
+                        message.offset(),
+                    );
+                    if self.read.insert(at) {
+                        self.received.push(Received::from(&message));
+                    } else {
+                        self.rereads += 1;
+                    }
+                }
                 Ok(Err(error)) => eprintln!("consumer error (continuing): {error}"),
                 Err(_) => {}
             }

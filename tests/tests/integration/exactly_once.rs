@@ -401,9 +401,12 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
         &uncommitted.received,
     );
     println!(
-        "relay: {} sessions, {} Kafka transactions aborted",
+        "relay: {} sessions, {} Kafka transactions aborted; consumers read {} and {} records \
+         again after a broker restart (left out)",
         ra_ledger_tests::metric(&metrics, "ra_relay_sessions_total"),
-        ra_ledger_tests::metric(&metrics, "ra_relay_kafka_transactions_aborted_total")
+        ra_ledger_tests::metric(&metrics, "ra_relay_kafka_transactions_aborted_total"),
+        committed.rereads,
+        uncommitted.rereads
     );
     assert!(all_committed && all_uncommitted, "not every event arrived");
     assert_eq!(
