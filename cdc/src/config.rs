@@ -10,7 +10,8 @@ use serde::Deserialize;
 
 use crate::infra::kafka::KafkaSettings;
 use crate::infra::settings::{
-    ConfigError, env, identifier, listen_address, local, read_file, with_password_file,
+    ConfigError, check_database_url, check_identifier, env, listen_address, local, read_file,
+    with_password_file,
 };
 use crate::value_format::ValueFormat;
 
@@ -238,23 +239,9 @@ impl RelayConfig {
 
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        crate::infra::pg::config(&self.database_url, "check").map_err(|error| {
-            ConfigError::invalid("database_url", "<redacted>", error.to_string())
-        })?;
-        if !identifier(&self.slot) {
-            return Err(ConfigError::invalid(
-                "slot",
-                &self.slot,
-                "a slot name is 1-63 characters of a-z, 0-9 and _",
-            ));
-        }
-        if !identifier(&self.publication) {
-            return Err(ConfigError::invalid(
-                "publication",
-                &self.publication,
-                "a publication name is 1-63 characters of a-z, 0-9 and _",
-            ));
-        }
+        check_database_url(&self.database_url)?;
+        check_identifier("slot", "slot", &self.slot)?;
+        check_identifier("publication", "publication", &self.publication)?;
         if self
             .kafka
             .get("bootstrap.servers")

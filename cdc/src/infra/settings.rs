@@ -143,6 +143,19 @@ pub fn identifier(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
+/// Checks `name` of `field` is an [`identifier`]; the error says what a `kind` (slot,
+/// publication) name may be.
+pub fn check_identifier(field: &str, kind: &str, name: &str) -> Result<(), ConfigError> {
+    if identifier(name) {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(
+        field,
+        name,
+        format!("a {kind} name is 1-63 characters of a-z, 0-9 and _"),
+    ))
+}
+
 /// The value of environment variable `name`, when set.
 pub fn env(name: &str) -> Option<String> {
     std::env::var(name).ok()

@@ -370,13 +370,7 @@ impl ServeConfig {
             self.outbox_retention_batch,
             1..=1_000_000,
         )?;
-        if !ra_ledger_cdc::infra::settings::identifier(&self.relay_slot) {
-            return Err(ConfigError::invalid(
-                "relay_slot",
-                &self.relay_slot,
-                "a slot name is 1-63 characters of a-z, 0-9 and _",
-            ));
-        }
+        ra_ledger_cdc::infra::settings::check_identifier("relay_slot", "slot", &self.relay_slot)?;
         Ok(Some(Retention {
             slot: self.relay_slot.clone(),
             interval: Duration::from_millis(self.outbox_retention_interval_ms),
