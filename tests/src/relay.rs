@@ -11,8 +11,8 @@ use rdkafka::message::Headers;
 
 use crate::{Background, TestDatabase, TestTopics};
 
-/// Aggregate types the relay tests publish.
-pub const AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignment"];
+/// Aggregate types the relay tests publish: the ledger's.
+pub use ra_ledger::replay::AGGREGATES;
 
 /// A relay configuration for one test: its own slot, its topics (on their broker), fast
 /// heartbeats.

@@ -289,6 +289,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_replayable_aggregates_are_the_ones_the_relay_may_render_as_json() {
+        assert_eq!(AGGREGATES, ra_ledger_cdc::value_format::ENVELOPE_AGGREGATES);
+    }
+
+    #[test]
     fn defaults_and_every_refusal_names_its_field() {
         let selection = ReplayRequest::default().validate().unwrap();
         assert_eq!(selection.aggregate_types, ["assignment", "contact"]);
