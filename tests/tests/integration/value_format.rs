@@ -34,6 +34,25 @@ struct Stored {
     payload: Vec<u8>,
 }
 
+/// The events table, and a collector that has read every one of its events from the
+/// topics (or the test fails after two minutes).
+async fn every_stored_event_on_kafka(
+    client: &tokio_postgres::Client,
+    topics: &TestTopics,
+) -> anyhow::Result<(HashMap<String, Stored>, Collector)> {
+    let stored = stored_events(client).await?;
+    let expected: HashSet<String> = stored.keys().cloned().collect();
+    let mut collector = Collector::new(topics)?;
+    assert!(
+        collector
+            .until_all(Duration::from_secs(120), &expected)
+            .await,
+        "got {:?} of {expected:?}",
+        collector.distinct_ids()
+    );
+    Ok((stored, collector))
+}
+
 async fn stored_events(client: &tokio_postgres::Client) -> anyhow::Result<HashMap<String, Stored>> {
     let rows = client
         .query(
@@ -180,16 +199,7 @@ async fn json_topic_scenario(delivery: DeliveryMode, json_aggregate: &str) -> an
         .await;
     assert!(ended.status.is_success(), "{:?}", ended.body);
 
-    let stored = stored_events(&client).await?;
-    let expected: HashSet<String> = stored.keys().cloned().collect();
-    let mut collector = Collector::new(&topics)?;
-    assert!(
-        collector
-            .until_all(Duration::from_secs(120), &expected)
-            .await,
-        "got {:?} of {expected:?}",
-        collector.distinct_ids()
-    );
+    let (stored, collector) = every_stored_event_on_kafka(&client, &topics).await?;
     relay.stop().await?;
 
     let json_topic = format!("{}.outbox.event.{json_aggregate}", topics.prefix);
@@ -312,16 +322,7 @@ async fn json_reassignment_topic_still_drives_the_worker() -> anyhow::Result<()>
     assert_eq!((run.replaced, run.failed), (5, 0), "{run:?}");
 
     let client = database.connect().await?;
-    let stored = stored_events(&client).await?;
-    let expected: HashSet<String> = stored.keys().cloned().collect();
-    let mut collector = Collector::new(&topics)?;
-    assert!(
-        collector
-            .until_all(Duration::from_secs(120), &expected)
-            .await,
-        "got {:?} of {expected:?}",
-        collector.distinct_ids()
-    );
+    let (stored, collector) = every_stored_event_on_kafka(&client, &topics).await?;
     worker.stop().await?;
     relay.stop().await?;
 
