@@ -249,3 +249,88 @@ async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> any
         .await?;
     Ok(())
 }
+
+/// Retention picked its mark by the text of the LSN: once the WAL position grew a digit
+/// ('F/FF000028' sorts above '10/0'), the same old mark won every round and nothing was
+/// removed again. A cluster of its own whose WAL starts just below 10/0 crosses that line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_goes_on_when_the_wal_position_grows_a_digit() -> anyhow::Result<()> {
+    let server = ra_ledger_tests::stack::unstarted_postgres()?;
+    start_wal_at(&server, "000000010000000F000000FF")?;
+    server.start()?;
+    let database = TestDatabase::on(&server.admin_url()).await?;
+    let client = database.connect().await?;
+    let slot = format!("digit_{}", ra_ledger_tests::random_suffix());
+    client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await?;
+    let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
+    let confirm_all = async || -> anyhow::Result<String> {
+        // What a relay does once Kafka acknowledged everything.
+        Ok(client
+            .query_one(
+                "SELECT end_lsn::text FROM pg_replication_slot_advance($1, pg_current_wal_lsn())",
+                &[&slot],
+            )
+            .await?
+            .get(0))
+    };
+    // Prunes, confirming everything between rounds, until the outbox is empty.
+    let drain = async |phase: &str| -> anyhow::Result<()> {
+        for _ in 0..50 {
+            retention::prune(&pool, &slot, 500).await?;
+            confirm_all().await?;
+            if outbox_rows(&client).await? == 0 {
+                return Ok(());
+            }
+        }
+        let status = retention::status(&pool).await?;
+        anyhow::bail!(
+            "{phase}: {} outbox rows left after 50 rounds, the slot at {}, oldest mark {:?}",
+            status.rows,
+            confirm_all().await?,
+            status.oldest_mark
+        )
+    };
+    insert_backlog(&client, 2, 10, 8).await?;
+    let before = confirm_all().await?;
+    assert!(before.starts_with("F/FF"), "the WAL starts at {before}");
+    drain("below 10/0").await?;
+    client.execute("SELECT pg_switch_wal()", &[]).await?;
+    insert_backlog(&client, 2, 10, 8).await?;
+    let after = confirm_all().await?;
+    assert!(after.starts_with("10/"), "the WAL crossed to {after}");
+    drain("past 10/0").await?;
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await?;
+    Ok(())
+}
+
+/// Makes the unstarted cluster's WAL begin at segment `wal_file` (`pg_resetwal -l`), as the
+/// owner of its data folder.
+fn start_wal_at(
+    server: &ra_ledger_tests::stack::PostgresServer,
+    wal_file: &str,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let owner = std::fs::metadata(&server.data_dir)?;
+    let output = std::process::Command::new("setpriv")
+        .arg(format!("--reuid={}", owner.uid()))
+        .arg(format!("--regid={}", owner.gid()))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(server.bindir.join("pg_resetwal"))
+        .args(["-l", wal_file])
+        .arg(&server.data_dir)
+        .output()?;
+    anyhow::ensure!(
+        output.status.success(),
+        "pg_resetwal failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
