@@ -128,6 +128,16 @@ pub struct RelayConfig {
     /// Exactly once: the compacted one-partition topic of the relay's position; default
     /// `<topic_prefix>relay-position`.
     pub position_topic: Option<String>,
+    /// PostgreSQL 17 and later: the slot is a failover slot, synchronized to the standbys
+    /// that run `sync_replication_slots`, so that it survives a promotion. The relay creates
+    /// the slot with `FAILOVER` (or turns it on for an existing slot), and refuses to start
+    /// unless the primary's `synchronized_standby_slots` names a physical slot: without that
+    /// gate the relay could publish what a promoted standby never had (docs/operators.md,
+    /// "Failover").
+    pub slot_failover: bool,
+    /// How often the relay checks what holds decoding back (the standby gate) and whether
+    /// the standbys of a multi-host URL have the slot ready to take over.
+    pub health_check_interval_ms: u64,
 }
 
 impl Default for RelayConfig {
@@ -153,6 +163,8 @@ impl Default for RelayConfig {
             transaction_max_bytes: 32 * 1024 * 1024,
             transaction_max_ms: 250,
             position_topic: None,
+            slot_failover: false,
+            health_check_interval_ms: 5_000,
         }
     }
 }
@@ -179,6 +191,8 @@ impl std::fmt::Debug for RelayConfig {
             .field("transaction_max_bytes", &self.transaction_max_bytes)
             .field("transaction_max_ms", &self.transaction_max_ms)
             .field("position_topic", &self.position_topic)
+            .field("slot_failover", &self.slot_failover)
+            .field("health_check_interval_ms", &self.health_check_interval_ms)
             .finish()
     }
 }
@@ -276,6 +290,7 @@ impl RelayConfig {
             ),
             ("transaction_max_bytes", self.transaction_max_bytes as u64),
             ("transaction_max_ms", self.transaction_max_ms),
+            ("health_check_interval_ms", self.health_check_interval_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::invalid(field, "0", "must be at least 1"));
@@ -320,15 +335,15 @@ impl RelayConfig {
         settings
     }
 
-    /// The transactional producer's settings (exactly once): the producer's, with
-    /// `transactional.id = ra-ledger-relay-<slot>` (one per slot: a new instance fences the
-    /// older one), and messages that time out with the transaction rather than never (a
-    /// message stuck past it fails, the transaction aborts, and the next session resends).
-    pub fn transactional_producer_settings(&self) -> KafkaSettings {
+    /// The transactional producer's settings (exactly once) for the relay reading the
+    /// cluster `system_id`: the producer's, with its [`RelayConfig::transactional_id`], and
+    /// messages that time out with the transaction rather than never (a message stuck past
+    /// it fails, the transaction aborts, and the next session resends).
+    pub fn transactional_producer_settings(&self, system_id: &str) -> KafkaSettings {
         let mut settings = self.kafka_settings();
         let timeout = TRANSACTION_TIMEOUT.as_millis().to_string();
         for (key, value) in [
-            ("transactional.id", self.transactional_id()),
+            ("transactional.id", self.transactional_id(system_id)),
             ("transaction.timeout.ms", timeout.clone()),
             ("message.timeout.ms", timeout),
         ] {
@@ -345,9 +360,14 @@ impl RelayConfig {
         settings
     }
 
-    /// `ra-ledger-relay-<slot>`: the transactional id of the relay reading `slot`.
-    pub fn transactional_id(&self) -> String {
-        format!("ra-ledger-relay-{}", self.slot)
+    /// `ra-ledger-relay-<system id>-<slot>`: the transactional id of the relay reading
+    /// `slot` on the cluster `system_id` (`IDENTIFY_SYSTEM`'s). One per slot of a cluster,
+    /// so a new instance fences the older one, also after a failover (a standby has its
+    /// primary's system identifier); and two clusters whose slots share a name (two
+    /// deployments of the same template on one Kafka) never fence each other. A slot name
+    /// is unique within a cluster, so the database need not be in it.
+    pub fn transactional_id(&self, system_id: &str) -> String {
+        format!("ra-ledger-relay-{system_id}-{}", self.slot)
     }
 
     /// The topic of the relay's position (exactly once).
@@ -481,8 +501,8 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.delivery, DeliveryMode::ExactlyOnce);
         assert_eq!(RelayConfig::default().delivery, DeliveryMode::AtLeastOnce);
-        let settings = config.transactional_producer_settings().properties;
-        assert_eq!(settings["transactional.id"], "ra-ledger-relay-orders");
+        let settings = config.transactional_producer_settings("7321").properties;
+        assert_eq!(settings["transactional.id"], "ra-ledger-relay-7321-orders");
         assert_eq!(settings["enable.idempotence"], "true");
         assert_eq!(
             settings["message.timeout.ms"],

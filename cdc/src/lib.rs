@@ -2,7 +2,8 @@
 //!
 //! - the relay: decoding the outbox from PostgreSQL's logical replication stream
 //!   ([`pgoutput`], [`outbox`]), publishing it to Kafka in commit order ([`publish`],
-//!   [`relay`], [`position`], [`parking`], [`replay`]), and confirming the slot only behind
+//!   [`relay`], [`position`] and the history it must belong to ([`history`]),
+//!   [`parking`], [`replay`]), and confirming the slot only behind
 //!   Kafka's acknowledgements ([`ack`]); its configuration ([`config`]) and metrics
 //!   ([`metrics`]);
 //! - [`infra`]: what every process of the project shares (settings, PostgreSQL and TLS,
@@ -13,6 +14,7 @@
 pub mod ack;
 pub mod config;
 pub mod consumer;
+pub mod history;
 pub mod infra;
 pub mod metrics;
 pub mod outbox;

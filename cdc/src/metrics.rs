@@ -76,6 +76,35 @@ pub const TRANSACTIONS_SKIPPED: Metric = Metric::counter(
     "PostgreSQL transactions resent by the slot at or below the Kafka position, skipped (exactly once).",
 );
 
+/// 1 while the relay's walsender waits for the standbys of `synchronized_standby_slots`
+/// (PostgreSQL's `WaitForStandbyConfirmation`): decoding is held by the standby gate.
+pub const STANDBY_GATE_WAITING: Metric = Metric::gauge(
+    "ra_relay_standby_gate_waiting",
+    "1 while the relay's walsender waits for the standbys of synchronized_standby_slots.",
+);
+/// Slots `synchronized_standby_slots` names that the primary does not have: while above 0,
+/// PostgreSQL holds decoding of a failover slot for ever.
+pub const STANDBY_GATE_MISSING_SLOTS: Metric = Metric::gauge(
+    "ra_relay_standby_gate_missing_slots",
+    "Slots synchronized_standby_slots names that the primary does not have as physical slots.",
+);
+/// Standbys (the other hosts of a multi-host database URL) the relay checks.
+pub const STANDBYS: Metric = Metric::gauge(
+    "ra_relay_standbys",
+    "Standbys (other hosts of the database URL) the relay checks for its slot.",
+);
+/// Standbys whose copy of the slot is ready to take over (`synced AND NOT temporary AND
+/// invalidation_reason IS NULL`): below `ra_relay_standbys`, a promotion now loses the slot.
+pub const STANDBY_SLOTS_READY: Metric = Metric::gauge(
+    "ra_relay_standby_slots_ready",
+    "Standbys whose synced copy of the slot would survive a promotion.",
+);
+/// The timeline of the server the relay streams from.
+pub const SERVER_TIMELINE: Metric = Metric::gauge(
+    "ra_relay_server_timeline",
+    "Timeline of the PostgreSQL server the relay streams from.",
+);
+
 /// The relay's metrics; cheap to update from any task.
 #[derive(Debug)]
 pub struct RelayMetrics {
@@ -94,6 +123,11 @@ pub struct RelayMetrics {
     transaction_messages: Histogram,
     transactions_aborted: AtomicU64,
     transactions_skipped: AtomicU64,
+    gate_waiting: AtomicU64,
+    gate_missing: AtomicU64,
+    standbys: AtomicU64,
+    standby_slots_ready: AtomicU64,
+    timeline: AtomicU64,
 }
 
 /// Microseconds since the Unix epoch, now.
@@ -123,6 +157,11 @@ impl Default for RelayMetrics {
             transaction_messages: Histogram::of_counts(),
             transactions_aborted: AtomicU64::new(0),
             transactions_skipped: AtomicU64::new(0),
+            gate_waiting: AtomicU64::new(0),
+            gate_missing: AtomicU64::new(0),
+            standbys: AtomicU64::new(0),
+            standby_slots_ready: AtomicU64::new(0),
+            timeline: AtomicU64::new(0),
         }
     }
 }
@@ -209,6 +248,26 @@ impl RelayMetrics {
             .store(u64::from(streaming), Ordering::Relaxed);
     }
 
+    /// What the standby gate looks like: whether the walsender waits on it, and how many of
+    /// the slots it names the primary lacks.
+    pub fn set_gate(&self, waiting: bool, missing: usize) {
+        self.gate_waiting
+            .store(u64::from(waiting), Ordering::Relaxed);
+        self.gate_missing.store(missing as u64, Ordering::Relaxed);
+    }
+
+    /// Of `standbys` checked, `ready` have the slot ready to take over.
+    pub fn set_standbys(&self, standbys: usize, ready: usize) {
+        self.standbys.store(standbys as u64, Ordering::Relaxed);
+        self.standby_slots_ready
+            .store(ready as u64, Ordering::Relaxed);
+    }
+
+    /// The timeline of the server streamed from.
+    pub fn set_timeline(&self, timeline: u32) {
+        self.timeline.store(u64::from(timeline), Ordering::Relaxed);
+    }
+
     /// Events acknowledged so far.
     pub fn events_published(&self) -> u64 {
         self.events_published.load(Ordering::Relaxed)
@@ -248,6 +307,11 @@ impl RelayMetrics {
         STREAMING.render(&mut out, load(&self.streaming));
         TRANSACTIONS_ABORTED.render(&mut out, load(&self.transactions_aborted));
         TRANSACTIONS_SKIPPED.render(&mut out, load(&self.transactions_skipped));
+        STANDBY_GATE_WAITING.render(&mut out, load(&self.gate_waiting));
+        STANDBY_GATE_MISSING_SLOTS.render(&mut out, load(&self.gate_missing));
+        STANDBYS.render(&mut out, load(&self.standbys));
+        STANDBY_SLOTS_READY.render(&mut out, load(&self.standby_slots_ready));
+        SERVER_TIMELINE.render(&mut out, load(&self.timeline));
         self.commit_to_ack.render(&mut out, &COMMIT_TO_ACK);
         self.transaction_commit
             .render(&mut out, &TRANSACTION_COMMIT);
@@ -262,7 +326,7 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 13] = [
+    const ALL: [Metric; 18] = [
         REPLICATION_LAG_BYTES,
         NEWEST_PUBLISHED_COMMIT_AGE,
         OLDEST_UNCONFIRMED_COMMIT_AGE,
@@ -276,6 +340,11 @@ mod tests {
         TRANSACTION_MESSAGES,
         TRANSACTIONS_ABORTED,
         TRANSACTIONS_SKIPPED,
+        STANDBY_GATE_WAITING,
+        STANDBY_GATE_MISSING_SLOTS,
+        STANDBYS,
+        STANDBY_SLOTS_READY,
+        SERVER_TIMELINE,
     ];
 
     /// Each declaration shows once under its own help and type, and nothing else shows.

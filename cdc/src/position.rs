@@ -7,6 +7,12 @@
 //! whole, and nothing above it is visible to a `read_committed` reader. At start the relay
 //! reads it back ([`read_committed`]) and skips what the slot resends at or below it.
 //!
+//! An LSN alone names a place in one server's history only, so the record also names the
+//! server it was read from (system identifier, timeline, database) and the newest event it
+//! covers; [`crate::history`] decides from them whether it still describes the server the
+//! relay reached. A record without them (written before they existed, or by anything but
+//! the relay) is not trusted: the relay skips nothing on its account.
+//!
 //! Encoding ([`Position::encode`], [`Position::decode`]) is pure; reading is blocking
 //! librdkafka work, for `spawn_blocking`.
 
@@ -19,6 +25,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
+use crate::history::{Identity, Stored};
 use crate::publish::format_lsn;
 
 /// The position record's value.
@@ -30,16 +37,64 @@ pub struct Position {
     pub commit_lsn: String,
     /// Its end LSN, `X/Y`: where the slot is confirmed once the Kafka commit succeeded.
     pub end_lsn: String,
+    /// The server's system identifier; absent in records of older relays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+    /// The server's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
+    /// The database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// The newest event Kafka holds from this slot, in this or an earlier transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event: Option<LastEvent>,
+}
+
+/// The newest event a position covers: at start, an event above the slot's confirmed
+/// position must still be in the outbox (retention never removes what the slot has not
+/// confirmed), or the database is not the one Kafka heard from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastEvent {
+    /// Its event id.
+    pub id: String,
+    /// The commit LSN of its transaction, `X/Y`.
+    pub commit_lsn: String,
+}
+
+impl LastEvent {
+    /// `id`, committed at `commit_lsn`.
+    pub fn new(id: &str, commit_lsn: u64) -> Self {
+        Self {
+            id: id.to_owned(),
+            commit_lsn: format_lsn(commit_lsn),
+        }
+    }
+
+    /// The commit LSN as a number.
+    pub fn commit_lsn(&self) -> u64 {
+        parse_lsn(&self.commit_lsn).unwrap_or(0)
+    }
 }
 
 impl Position {
     /// The position after the transaction that committed at `commit_lsn` and ended at
-    /// `end_lsn`.
-    pub fn new(slot: &str, commit_lsn: u64, end_lsn: u64) -> Self {
+    /// `end_lsn`, on the server `identity`, `slot` its slot.
+    pub fn new(
+        slot: &str,
+        identity: &Identity,
+        commit_lsn: u64,
+        end_lsn: u64,
+        last_event: Option<LastEvent>,
+    ) -> Self {
         Self {
             slot: slot.to_owned(),
             commit_lsn: format_lsn(commit_lsn),
             end_lsn: format_lsn(end_lsn),
+            system_id: Some(identity.system_id.clone()),
+            timeline: Some(identity.timeline),
+            database: Some(identity.database.clone()),
+            last_event,
         }
     }
 
@@ -54,12 +109,33 @@ impl Position {
         let position: Self = serde_json::from_slice(value).ok()?;
         parse_lsn(&position.commit_lsn)?;
         parse_lsn(&position.end_lsn)?;
+        if let Some(event) = &position.last_event {
+            parse_lsn(&event.commit_lsn)?;
+        }
         Some(position)
     }
 
     /// The commit LSN as a number.
     pub fn commit_lsn(&self) -> u64 {
         parse_lsn(&self.commit_lsn).unwrap_or(0)
+    }
+
+    /// The end LSN as a number.
+    pub fn end_lsn(&self) -> u64 {
+        parse_lsn(&self.end_lsn).unwrap_or(0)
+    }
+
+    /// What the position says of the server it came from; `None` for a record without an
+    /// identity, which the relay does not trust.
+    pub fn stored(&self) -> Option<Stored> {
+        Some(Stored {
+            identity: Identity {
+                system_id: self.system_id.clone()?,
+                timeline: self.timeline?,
+                database: self.database.clone()?,
+            },
+            end_lsn: self.end_lsn(),
+        })
     }
 }
 
@@ -205,11 +281,29 @@ mod tests {
 
     #[test]
     fn a_position_round_trips_and_garbage_is_not_one() {
-        let position = Position::new("relay_a", 0x1_0000_00A0, 0x1_0000_00F0);
+        let identity = Identity {
+            system_id: "7321".into(),
+            timeline: 2,
+            database: "ledger".into(),
+        };
+        let position = Position::new(
+            "relay_a",
+            &identity,
+            0x1_0000_00A0,
+            0x1_0000_00F0,
+            Some(LastEvent::new("e1", 0x1_0000_0010)),
+        );
         assert_eq!(position.commit_lsn, "1/A0");
         let decoded = Position::decode(&position.encode()).unwrap();
         assert_eq!(decoded, position);
         assert_eq!(decoded.commit_lsn(), 0x1_0000_00A0);
+        assert_eq!(
+            decoded.stored(),
+            Some(Stored {
+                identity,
+                end_lsn: 0x1_0000_00F0
+            })
+        );
         assert_eq!(Position::decode(b"not json"), None);
         assert_eq!(
             Position::decode(br#"{"slot":"s","commit_lsn":"zz","end_lsn":"0/1"}"#),
@@ -217,5 +311,20 @@ mod tests {
         );
         assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
         assert_eq!(parse_lsn("1"), None);
+    }
+
+    #[test]
+    fn a_record_without_an_identity_is_not_trusted() {
+        // What relays wrote before positions named their server, or anything else that
+        // writes to the topic.
+        let legacy =
+            Position::decode(br#"{"slot":"s","commit_lsn":"4/0","end_lsn":"4/10"}"#).unwrap();
+        assert_eq!(legacy.end_lsn(), 0x4_0000_0010);
+        assert_eq!(legacy.stored(), None);
+        let partial = Position::decode(
+            br#"{"slot":"s","commit_lsn":"4/0","end_lsn":"4/10","system_id":"1"}"#,
+        )
+        .unwrap();
+        assert_eq!(partial.stored(), None);
     }
 }

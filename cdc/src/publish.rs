@@ -71,11 +71,21 @@ impl OutgoingMessage {
         commit: &CommitInfo,
         ordinal: usize,
     ) -> Result<Self, Unrenderable> {
+        Self::with_origin(config, row, Origin::Wal { commit, ordinal })
+    }
+
+    /// Builds the message of `row`, its headers from what `origin` knows: the relay's
+    /// recovery reads rows from a snapshot, which knows no commit LSN or ordinal.
+    pub fn with_origin(
+        config: &RelayConfig,
+        row: OutboxRow,
+        origin: Origin<'_>,
+    ) -> Result<Self, Unrenderable> {
         let headers = event_headers(
             &row.event_id,
             &row.event_type,
             row.traceparent.as_deref(),
-            Origin::Wal { commit, ordinal },
+            origin,
         );
         let rendered = config
             .value_format(&row.aggregate_type)
@@ -226,11 +236,14 @@ pub fn producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
         .create()
 }
 
-/// The exactly-once relay's transactional producer (`transactional.id` of its slot). Call
-/// `init_transactions` before using it.
-pub fn transactional_producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
+/// The exactly-once relay's transactional producer (the `transactional.id` of its slot on
+/// the cluster `system_id`). Call `init_transactions` before using it.
+pub fn transactional_producer(
+    config: &RelayConfig,
+    system_id: &str,
+) -> Result<FutureProducer, KafkaError> {
     config
-        .transactional_producer_settings()
+        .transactional_producer_settings(system_id)
         .client_config()
         .map_err(|error| KafkaError::ClientCreation(error.to_string()))?
         .create()

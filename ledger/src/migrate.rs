@@ -248,7 +248,22 @@ pub async fn ensure_relay_slot(client: &Client, slot: &str) -> Result<bool, toki
         )
         .await
     {
-        Ok(_) => Ok(true),
+        Ok(_) => {
+            // Remembered, so that the relay sees it lost if it ever goes missing (V12). A
+            // role that may not write the table leaves it to the relay, which registers
+            // the slot the first time it streams.
+            let registered = client
+                .execute(
+                    "INSERT INTO relay_slots (slot_name, registered_by) VALUES ($1, 'migrate') \
+                     ON CONFLICT (slot_name) DO NOTHING",
+                    &[&slot],
+                )
+                .await;
+            if let Err(error) = registered {
+                tracing::debug!(error = %crate::db::describe(&error), "the relay will register its slot");
+            }
+            Ok(true)
+        }
         // Another process created it a moment ago.
         Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
             Ok(false)
@@ -265,7 +280,8 @@ pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_p
     client
         .batch_execute(&format!(
             "GRANT SELECT ON outbox TO {role}; \
-             GRANT SELECT, INSERT, UPDATE ON outbox_parked TO {role};"
+             GRANT SELECT, INSERT, UPDATE ON outbox_parked TO {role}; \
+             GRANT SELECT, INSERT ON relay_slots TO {role};"
         ))
         .await
 }

@@ -46,6 +46,48 @@ impl Settings {
         self.connector.clone()
     }
 
+    /// One settings per host of a multi-host URL (`host=a,b` or `postgres://a:1,b:2/db`), in
+    /// the URL's order, each with everything else of the URL: what a client that must know
+    /// which host it reached (the relay's replication stream goes to the same server as its
+    /// SQL connection) connects with. A single-host URL gives itself.
+    pub fn hosts(&self) -> Vec<Settings> {
+        let hosts = self.sql.get_hosts();
+        if hosts.len() <= 1 {
+            return vec![self.clone()];
+        }
+        let ports = self.sql.get_ports();
+        let addresses = self.sql.get_hostaddrs();
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(index, host)| {
+                let mut sql = single_host_base(&self.sql);
+                match host {
+                    Host::Tcp(name) => sql.host(name),
+                    Host::Unix(path) => sql.host_path(path),
+                };
+                if let Some(address) = addresses
+                    .get(index)
+                    .filter(|_| addresses.len() == hosts.len())
+                {
+                    sql.hostaddr(*address);
+                }
+                // libpq: one port for every host, or one per host.
+                let port = match ports.len() {
+                    0 => 5432,
+                    1 => ports[0],
+                    _ => ports.get(index).copied().unwrap_or(5432),
+                };
+                sql.port(port);
+                Settings {
+                    sql,
+                    tls: self.tls.clone(),
+                    connector: self.connector.clone(),
+                }
+            })
+            .collect()
+    }
+
     /// Why these settings leave a remote server's connections open to a man in the middle,
     /// if they do: a non-loopback host with a mode weaker than `verify-full`.
     pub fn weakness(&self) -> Option<String> {
@@ -219,6 +261,44 @@ fn percent_decode(text: &str) -> Result<String, UrlError> {
         }
     }
     String::from_utf8(out).map_err(|_| UrlError(format!("{text:?} is not UTF-8")))
+}
+
+/// `config` without its hosts, ports and host choice: everything else a connection uses.
+fn single_host_base(config: &Config) -> Config {
+    let mut sql = Config::new();
+    if let Some(user) = config.get_user() {
+        sql.user(user);
+    }
+    if let Some(password) = config.get_password() {
+        sql.password(password);
+    }
+    if let Some(dbname) = config.get_dbname() {
+        sql.dbname(dbname);
+    }
+    if let Some(options) = config.get_options() {
+        sql.options(options);
+    }
+    if let Some(name) = config.get_application_name() {
+        sql.application_name(name);
+    }
+    if let Some(timeout) = config.get_connect_timeout() {
+        sql.connect_timeout(*timeout);
+    }
+    if let Some(timeout) = config.get_tcp_user_timeout() {
+        sql.tcp_user_timeout(*timeout);
+    }
+    sql.ssl_mode(config.get_ssl_mode())
+        .ssl_negotiation(config.get_ssl_negotiation())
+        .keepalives(config.get_keepalives())
+        .keepalives_idle(config.get_keepalives_idle())
+        .channel_binding(config.get_channel_binding());
+    if let Some(interval) = config.get_keepalives_interval() {
+        sql.keepalives_interval(interval);
+    }
+    if let Some(retries) = config.get_keepalives_retries() {
+        sql.keepalives_retries(retries);
+    }
+    sql
 }
 
 /// Whether every host is this machine: a loopback address, `localhost` or a Unix socket.
@@ -464,6 +544,37 @@ mod tests {
             with_database("postgres://u@h/db?sslmode=disable", "t_1"),
             "postgres://u@h/t_1?sslmode=disable"
         );
+    }
+
+    #[test]
+    fn a_multi_host_url_splits_into_one_settings_per_host() {
+        let multi = config(
+            "postgres://role:secret@127.0.0.1:5001,127.0.0.1:5002/ledger?target_session_attrs=read-write&connect_timeout=7",
+            "relay",
+        )
+        .unwrap();
+        let hosts = multi.hosts();
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(target(&hosts[0]), "127.0.0.1:5001/ledger");
+        assert_eq!(target(&hosts[1]), "127.0.0.1:5002/ledger");
+        for host in &hosts {
+            assert_eq!(host.sql.get_password(), Some(&b"secret"[..]));
+            assert_eq!(host.sql.get_application_name(), Some("relay"));
+            assert_eq!(
+                host.sql.get_connect_timeout(),
+                Some(&std::time::Duration::from_secs(7))
+            );
+            assert_eq!(ReplicationTarget::of(host).user, "role");
+        }
+        let shared_port = config("host=a,b port=6000 user=u dbname=d", "t").unwrap();
+        let ports: Vec<u16> = shared_port
+            .hosts()
+            .iter()
+            .map(|host| ReplicationTarget::of(host).port)
+            .collect();
+        assert_eq!(ports, vec![6000, 6000]);
+        let single = config("postgres://u@h:1/d", "t").unwrap();
+        assert_eq!(single.hosts().len(), 1);
     }
 
     #[test]

@@ -16,12 +16,21 @@
 //! their own producers, outside the relay's transactions; their consumers keep
 //! deduplicating on the event id (docs/exactly-once.md).
 //!
-//! [`run`] reconnects with backoff; each connection is a session, set up by [`setup`].
+//! [`run`] reconnects with backoff; each connection is a session, set up by [`setup`] the
+//! same way for both modes: on the primary, its identity read, the slot checked
+//! ([`slot`], [`gate`]); while it streams, [`health`] watches what could stall it in
+//! silence. What ends a session is retried unless it needs an operator
+//! ([`should_retry`]): a lost slot, a position from another history, a configuration that
+//! cannot work.
 
 mod exactly_once;
+pub mod gate;
 mod group;
+mod health;
+pub mod recover;
 mod session;
 mod setup;
+pub mod slot;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::{DeliveryMode, RelayConfig};
+use crate::history::{HistoryError, Identity};
 use crate::metrics::RelayMetrics;
 use crate::outbox::{OutboxError, OutboxLayout};
 use crate::pgoutput::{DecodeError, Relation};
@@ -52,9 +62,34 @@ pub enum RelayError {
     /// The replication connection failed.
     #[error("replication stream: {0}")]
     Replication(#[from] PgWireError),
-    /// Another relay holds the slot.
-    #[error("slot {0} is held by another relay; waiting to take over")]
-    SlotBusy(String),
+    /// Another session holds the slot (its process id from `pg_replication_slots`).
+    #[error("slot {slot} is held by process {pid} (another relay?); waiting to take over")]
+    SlotBusy {
+        /// The slot.
+        slot: String,
+        /// The holder.
+        pid: i32,
+    },
+    /// No host of the URL is a read-write primary.
+    #[error(
+        "no read-write primary to stream from ({target}); waiting for a promotion. List every server in the URL (postgres://u@a,b/db) so the relay finds the primary itself"
+    )]
+    NotPrimary {
+        /// What each host was.
+        target: String,
+    },
+    /// The slot cannot be streamed from.
+    #[error("{0}")]
+    Slot(#[from] slot::SlotError),
+    /// The standby gate is off or names missing slots.
+    #[error("{0}")]
+    Gate(#[from] gate::GateError),
+    /// The stored position does not describe this server's past.
+    #[error("{0}")]
+    History(#[from] HistoryError),
+    /// The server's catalog or history answered what the relay cannot read.
+    #[error("{0}; this is a bug or an unsupported server, stopping so nothing is skipped")]
+    Catalog(String),
     /// Kafka failed in a way that may pass.
     #[error("Kafka: {0}")]
     Kafka(#[from] KafkaError),
@@ -85,6 +120,11 @@ pub enum RelayError {
 }
 
 /// Whether to reconnect after an error or stop and tell the operator. Pure.
+///
+/// Waiting for the cluster is retried: a busy slot, no primary yet, a standby gate that
+/// names a slot the new standby will bring. What only an operator can mend stops the
+/// relay: resuming on a lost slot or from a position of another history would skip
+/// transactions in silence.
 pub fn should_retry(error: &RelayError) -> bool {
     !matches!(
         error,
@@ -92,6 +132,10 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::Outbox(_)
             | RelayError::ForeignTable { .. }
             | RelayError::Url(_)
+            | RelayError::Slot(_)
+            | RelayError::History(_)
+            | RelayError::Gate(gate::GateError::Off)
+            | RelayError::Catalog(_)
             // librdkafka refuses its configuration (a TLS file that is not a certificate,
             // an unknown property): no retry will change that.
             | RelayError::Kafka(KafkaError::ClientCreation(_))
@@ -109,16 +153,16 @@ pub async fn run(
     async move {
         let mut backoff = Duration::from_millis(100);
         let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
+        // The server the sessions of this process streamed from: a reconnect that reaches
+        // an older timeline (an old primary back) or another cluster is refused.
+        let mut known: Option<Identity> = None;
         loop {
             metrics.session_started();
             let started = Instant::now();
             // Beside the stream: the parked messages writers asked to publish again.
             let requests = shutdown.child_token();
             let republisher = tokio::spawn(republish_requests(config.clone(), requests.clone()));
-            let outcome = match config.delivery {
-                DeliveryMode::AtLeastOnce => session::run(&config, &metrics, &shutdown).await,
-                DeliveryMode::ExactlyOnce => exactly_once::run(&config, &metrics, &shutdown).await,
-            };
+            let outcome = session(&config, &metrics, &shutdown, &mut known, &requests).await;
             requests.cancel();
             let _ = republisher.await;
             metrics.set_streaming(false);
@@ -128,9 +172,7 @@ pub async fn run(
                     error!(%error, "relay stopped");
                     return Err(error);
                 }
-                Err(RelayError::SlotBusy(slot)) => {
-                    info!(%slot, "slot busy; another relay is active, waiting")
-                }
+                Err(error @ RelayError::SlotBusy { .. }) => info!(%error, "slot busy"),
                 Err(error) => {
                     warn!(%error, retry_in = ?backoff, "relay session ended; reconnecting")
                 }
@@ -148,6 +190,35 @@ pub async fn run(
     }
     .instrument(span)
     .await
+}
+
+/// One session: set up on the primary, watched by [`health`] while it streams in the
+/// configured mode.
+async fn session(
+    config: &RelayConfig,
+    metrics: &Arc<RelayMetrics>,
+    shutdown: &CancellationToken,
+    known: &mut Option<Identity>,
+    stop_watch: &CancellationToken,
+) -> Result<(), RelayError> {
+    let application_name = format!("ledger-relay:{}", config.slot);
+    let opened = setup::open(config, &application_name).await?;
+    if let Some(earlier) = known.as_ref() {
+        crate::history::follows(earlier, &opened.server.identity)?;
+    }
+    *known = Some(opened.server.identity.clone());
+    metrics.set_timeline(opened.server.identity.timeline);
+    tokio::spawn(health::watch(
+        config.clone(),
+        opened.primary.clone(),
+        opened.standbys.clone(),
+        metrics.clone(),
+        stop_watch.clone(),
+    ));
+    match config.delivery {
+        DeliveryMode::AtLeastOnce => session::run(config, metrics, shutdown, opened).await,
+        DeliveryMode::ExactlyOnce => exactly_once::run(config, metrics, shutdown, opened).await,
+    }
 }
 
 /// How often the relay looks for parked messages a writer asked to publish again.
@@ -274,7 +345,22 @@ mod tests {
             RelayError::Kafka(KafkaError::ClientCreation("ssl.ca.location failed".into()));
         assert!(!should_retry(&refused_config));
         assert!(!should_retry(&RelayError::Url("bad".into())));
-        assert!(should_retry(&RelayError::SlotBusy("s".into())));
+        assert!(should_retry(&RelayError::SlotBusy {
+            slot: "s".into(),
+            pid: 7
+        }));
+        assert!(should_retry(&RelayError::NotPrimary { target: "h".into() }));
+        assert!(should_retry(&RelayError::Gate(gate::GateError::Missing {
+            missing: vec!["standby".into()]
+        })));
+        assert!(!should_retry(&RelayError::Gate(gate::GateError::Off)));
+        assert!(!should_retry(&RelayError::Slot(slot::SlotError::Lost {
+            slot: "s".into()
+        })));
+        assert!(!should_retry(&RelayError::History(HistoryError::Ahead {
+            position: 2,
+            wal_flush: 1
+        })));
         assert!(should_retry(&RelayError::Kafka(KafkaError::Flush(
             rdkafka::types::RDKafkaErrorCode::AllBrokersDown
         ))));

@@ -18,7 +18,8 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::{HEARTBEAT_PREFIX, RelayError, setup};
+use super::setup::Opened;
+use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::ack::{AckTracker, TransactionSeq};
 use crate::config::RelayConfig;
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
@@ -51,27 +52,19 @@ pub(super) struct Session<'a> {
     confirmed: u64,
 }
 
-/// Runs one session until `shutdown` or an error.
+/// Runs one session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
     config: &RelayConfig,
     metrics: &RelayMetrics,
     shutdown: &CancellationToken,
+    opened: Opened,
 ) -> Result<(), RelayError> {
-    let application_name = format!("ledger-relay:{}", config.slot);
-    let sql = setup::connect_sql(config, &application_name).await?;
-    setup::ensure_publication_and_slot(&sql, config).await?;
+    let Opened {
+        sql,
+        mut replication,
+        ..
+    } = opened;
     let producer = publish::producer(config)?;
-    let mut replication =
-        ReplicationClient::connect(setup::replication_config(config, &application_name)?).await?;
-    if let Err(error) = replication.wait_started().await {
-        let text = error.to_string();
-        return Err(if text.contains("is active for PID") {
-            RelayError::SlotBusy(config.slot.clone())
-        } else {
-            error.into()
-        });
-    }
-    info!("streaming from the slot");
     metrics.set_streaming(true);
     let mut session = Session {
         config,

@@ -1,28 +1,201 @@
-//! What a session needs before it streams: the SQL connection, the publication and the
-//! slot (created when missing), the producer and the replication stream's settings.
+//! What a session needs before it streams, the same for both delivery modes:
+//!
+//! 1. **The primary.** Of the URL's hosts, the first that is not in recovery (as libpq's
+//!    `target_session_attrs=read-write`); the others are the standbys [`super::health`]
+//!    watches. The SQL connection and the replication stream go to that one host.
+//! 2. **Its identity.** A replication session held before `START_REPLICATION` (gated)
+//!    answers `IDENTIFY_SYSTEM` (system identifier, timeline, WAL position) and, past
+//!    timeline 1, `TIMELINE_HISTORY`: what [`crate::history`] checks a stored position
+//!    against. It asks `pg_is_in_recovery()` on the same session, so a server promoted or
+//!    demoted between the two connections is seen.
+//! 3. **The publication and the slot** ([`super::slot`]): created the first time, refused
+//!    when lost; with `slot_failover`, a failover slot behind a set standby gate
+//!    ([`super::gate`]).
+//! 4. **The stream**, started on the same session: the slot is held from then on. Who else
+//!    holds it is read from `pg_replication_slots.active_pid`.
 
 use std::time::Duration;
 
-use pgwire_replication::{Lsn, ReplicationConfig};
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
-use super::RelayError;
+use super::{RelayError, gate, slot};
 use crate::config::RelayConfig;
-use crate::infra::pg::{self, ReplicationTarget};
+use crate::history::{self, Identity, Server};
+use crate::infra::pg::{self, ReplicationTarget, Settings};
 
-/// The relay's SQL connection (parking, heartbeats, checks), named for `pg_stat_activity`.
+/// How long one host of the URL may take to answer before the next is tried.
+const HOST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A session's connections, on the primary, with the slot held.
+pub(super) struct Opened {
+    /// The SQL connection (parking, heartbeats, checks).
+    pub sql: Client,
+    /// The replication stream, started.
+    pub replication: ReplicationClient,
+    /// The server: identity, WAL position, history, and the slot's confirmed position
+    /// once the stream started.
+    pub server: Server,
+    /// The primary's settings, for the health checks.
+    pub primary: Settings,
+    /// The other hosts of the URL, for the health checks.
+    pub standbys: Vec<Settings>,
+}
+
+/// Connects to the primary, checks its identity and the slot, and starts the stream.
+pub(super) async fn open(
+    config: &RelayConfig,
+    application_name: &str,
+) -> Result<Opened, RelayError> {
+    let (primary, sql, standbys) = find_primary(config, application_name).await?;
+    ensure_publication(&sql, config).await?;
+    let (database, version): (String, i32) = {
+        let row = sql
+            .query_one(
+                "SELECT current_database(), current_setting('server_version_num')::int",
+                &[],
+            )
+            .await?;
+        (row.get(0), row.get(1))
+    };
+    let mut replication =
+        ReplicationClient::connect_gated(replication_config(config, &primary, application_name))
+            .await?;
+    let identity = replication.identify_system().await?;
+    if in_recovery(&mut replication).await? {
+        return Err(RelayError::NotPrimary {
+            target: pg::target(&primary),
+        });
+    }
+    let history = if identity.timeline > 1 {
+        let file = replication.timeline_history(identity.timeline).await?;
+        history::parse_history(&String::from_utf8_lossy(&file.content)).ok_or_else(|| {
+            RelayError::Catalog(format!("timeline history {} does not parse", file.filename))
+        })?
+    } else {
+        Vec::new()
+    };
+    slot::prepare(&sql, &mut replication, config, &database, version).await?;
+    if config.slot_failover {
+        gate::check(&sql).await?;
+    }
+    replication.start().await?;
+    if let Err(error) = replication.wait_started().await {
+        // Another session took the slot between the check and the start.
+        if let Some(pid) = slot::holder(&sql, &config.slot).await? {
+            return Err(RelayError::SlotBusy {
+                slot: config.slot.clone(),
+                pid,
+            });
+        }
+        return Err(error.into());
+    }
+    // Read once the slot is held: nothing else can move it now.
+    let confirmed = slot::inspect(&sql, &config.slot)
+        .await?
+        .map_or(0, |state| state.confirmed());
+    info!(
+        server = %pg::target(&primary),
+        system_id = %identity.system_id,
+        timeline = identity.timeline,
+        slot_confirmed = %crate::publish::format_lsn(confirmed),
+        standbys = standbys.len(),
+        "streaming from the slot"
+    );
+    Ok(Opened {
+        sql,
+        replication,
+        server: Server {
+            identity: Identity {
+                system_id: identity.system_id,
+                timeline: identity.timeline,
+                database,
+            },
+            wal_flush: identity.xlogpos.as_u64(),
+            history,
+            slot_confirmed: confirmed,
+        },
+        primary,
+        standbys,
+    })
+}
+
+/// The first host of the URL that is not in recovery, its SQL connection, and the other
+/// hosts (the standbys).
+pub(super) async fn find_primary(
+    config: &RelayConfig,
+    application_name: &str,
+) -> Result<(Settings, Client, Vec<Settings>), RelayError> {
+    let settings = pg::config(&config.database_url, application_name)
+        .map_err(|error| RelayError::Url(error.to_string()))?;
+    let hosts = settings.hosts();
+    let mut failures = Vec::new();
+    for (index, host) in hosts.iter().enumerate() {
+        let connected = tokio::time::timeout(HOST_TIMEOUT, pg::connect(host)).await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) if hosts.len() == 1 => return Err(error.into()),
+            Ok(Err(error)) => {
+                failures.push(format!("{}: {}", pg::target(host), pg::explain(&error)));
+                continue;
+            }
+            Err(_) => {
+                failures.push(format!(
+                    "{}: no answer in {HOST_TIMEOUT:?}",
+                    pg::target(host)
+                ));
+                continue;
+            }
+        };
+        let recovering: bool = client
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await?
+            .get(0);
+        if recovering {
+            failures.push(format!("{}: a standby (in recovery)", pg::target(host)));
+            continue;
+        }
+        let standbys = hosts
+            .iter()
+            .enumerate()
+            .filter(|(other, _)| *other != index)
+            .map(|(_, host)| host.clone())
+            .collect();
+        return Ok((host.clone(), client, standbys));
+    }
+    if hosts.len() > 1 {
+        warn!(hosts = %failures.join("; "), "no host of the database URL is a read-write primary");
+    }
+    Err(RelayError::NotPrimary {
+        target: failures.join("; "),
+    })
+}
+
+/// Whether the server of a gated replication session is in recovery (a standby).
+async fn in_recovery(replication: &mut ReplicationClient) -> Result<bool, RelayError> {
+    let rows = replication
+        .simple_query("SELECT pg_is_in_recovery()")
+        .await?;
+    let value = rows
+        .first()
+        .and_then(|row| row.first())
+        .and_then(|value| value.as_deref());
+    Ok(value == Some(b"t".as_slice()))
+}
+
+/// The relay's SQL connection to the URL's first host (the republisher's, which needs no
+/// primary check: it only reads and updates `outbox_parked`).
 pub(super) async fn connect_sql(
     config: &RelayConfig,
     application_name: &str,
 ) -> Result<Client, RelayError> {
-    let settings = pg::config(&config.database_url, application_name)
-        .map_err(|error| RelayError::Url(error.to_string()))?;
-    Ok(pg::connect(&settings).await?)
+    let (_, client, _) = find_primary(config, application_name).await?;
+    Ok(client)
 }
 
-/// Creates the insert-only publication and the pgoutput slot when missing.
-pub(super) async fn ensure_publication_and_slot(
+/// Creates the insert-only publication when missing.
+pub(super) async fn ensure_publication(
     sql: &Client,
     config: &RelayConfig,
 ) -> Result<(), RelayError> {
@@ -41,57 +214,27 @@ pub(super) async fn ensure_publication_and_slot(
                 config.publication
             ))
             .await;
-        ignore_duplicate(created)?;
-    }
-    let slot_exists = sql
-        .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-            &[&config.slot],
-        )
-        .await?
-        .is_some();
-    if !slot_exists {
-        warn!(
-            slot = %config.slot,
-            "the replication slot is missing; creating it. Outbox rows committed before now are not in it: \
-             `ledger migrate` creates the slot up front so this does not happen"
-        );
-        let created = sql
-            .query_opt(
-                "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-                &[&config.slot],
-            )
-            .await
-            .map(|_| ());
-        ignore_duplicate(created)?;
+        match created {
+            // Another relay created it at the same moment.
+            Err(error)
+                if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+            other => other?,
+        }
     }
     Ok(())
 }
 
-/// Another relay creating the same object at the same moment is fine.
-fn ignore_duplicate(
-    result: Result<(), tokio_postgres::Error>,
-) -> Result<(), tokio_postgres::Error> {
-    match result {
-        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
-            Ok(())
-        }
-        other => other,
-    }
-}
-
-/// The replication stream's settings, from the same URL as the SQL connection.
+/// The replication stream's settings, to the same host as the SQL connection.
 pub(super) fn replication_config(
     config: &RelayConfig,
+    primary: &Settings,
     application_name: &str,
-) -> Result<ReplicationConfig, RelayError> {
-    let settings = pg::config(&config.database_url, application_name)
-        .map_err(|error| RelayError::Url(error.to_string()))?;
-    Ok(ReplicationTarget::of(&settings)
+) -> ReplicationConfig {
+    ReplicationTarget::of(primary)
         .stream(config.slot.clone(), &config.publication)
         // Zero: start where the slot confirmed, so nothing unacknowledged is skipped.
         .with_start_lsn(Lsn::ZERO)
         .with_status_interval(Duration::from_millis(config.status_interval_ms))
         .with_wakeup_interval(Duration::from_secs(1))
-        .with_application_name(application_name))
+        .with_application_name(application_name)
 }

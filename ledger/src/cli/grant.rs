@@ -43,7 +43,9 @@ pub async fn run(database_url: &str, command: GrantCommand) -> anyhow::Result<()
             migrate::grant_relay_role(&client, &role)
                 .await
                 .map_err(describe)?;
-            println!("granted {role}: SELECT on outbox; SELECT, INSERT, UPDATE on outbox_parked");
+            println!(
+                "granted {role}: SELECT on outbox; SELECT, INSERT, UPDATE on outbox_parked; SELECT, INSERT on relay_slots"
+            );
         }
     }
     Ok(())

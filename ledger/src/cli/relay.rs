@@ -27,6 +27,16 @@ pub enum RelayCommand {
         /// The role the relay connects as.
         role: String,
     },
+    /// After the relay stopped on a lost, invalidated or disagreeing slot (a failover
+    /// without failover slots, a restore, a drop): create the slot anew and publish the
+    /// outbox rows still kept, at least once, before the relay resumes from the new slot
+    /// (docs/operators.md, "Failover"). Stop the relay first.
+    Recover {
+        /// Also publish the ledger's events recorded at or after this time (RFC 3339) that
+        /// retention already removed from the outbox (needs SELECT on events).
+        #[arg(long, value_parser = parse_time)]
+        events_since: Option<chrono::DateTime<chrono::Utc>>,
+    },
     /// Messages Kafka refused for good, parked by the relay.
     Parked {
         #[command(subcommand)]
@@ -62,13 +72,46 @@ pub async fn run(database: &DatabaseUrl, args: RelayArgs) -> anyhow::Result<()> 
     match args.command {
         None => Ok(ra_ledger_cdc::relay::run_process(config).await?),
         Some(RelayCommand::Parked { command }) => parked(&config, command).await,
+        Some(RelayCommand::Recover { events_since }) => {
+            let options = ra_ledger_cdc::relay::recover::RecoverOptions { events_since };
+            let recovered = ra_ledger_cdc::relay::recover::recover(&config, &options).await?;
+            println!(
+                "slot {} created at {}{}; published again, at least once: {} outbox rows, {} events; parked {}{}",
+                config.slot,
+                recovered.consistent_point,
+                if recovered.dropped_slot {
+                    " (the old slot was dropped)"
+                } else {
+                    ""
+                },
+                recovered.outbox_rows,
+                recovered.events,
+                recovered.parked,
+                if recovered.position {
+                    "; exactly-once position committed there"
+                } else {
+                    ""
+                },
+            );
+            println!("start the relay: it streams from the new slot");
+            Ok(())
+        }
         Some(RelayCommand::Grant { role }) => {
             let client = db::connect(&database.url, "ledger-grant").await?;
             migrate::grant_relay_role(&client, &role).await?;
-            println!("granted {role} SELECT on outbox and SELECT, INSERT, UPDATE on outbox_parked");
+            println!(
+                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked and SELECT, INSERT on relay_slots"
+            );
             Ok(())
         }
     }
+}
+
+/// `--events-since`'s values.
+fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|time| time.to_utc())
+        .map_err(|error| format!("expected an RFC 3339 time such as 2026-03-01T00:00:00Z: {error}"))
 }
 
 /// `--delivery`'s values.

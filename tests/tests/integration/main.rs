@@ -24,6 +24,7 @@ mod reassignment;
 mod rebuild_online;
 mod relay;
 mod relay_faults;
+mod relay_history;
 mod replay;
 mod retention;
 mod roles;

@@ -21,8 +21,12 @@ use crate::relay::group::Group;
 
 impl Session<'_> {
     /// Commits the group: the position record, then `commit_transaction`, then (only on
-    /// success) the slot. A group without messages has nothing to commit in Kafka: its
-    /// transactions carried no events, so the slot may pass them at once.
+    /// success) the slot.
+    ///
+    /// A group without messages (heartbeats, transactions of other tables) still commits a
+    /// Kafka transaction of its position record alone before the slot passes it: the slot
+    /// is never confirmed past the newest committed position, so at start a slot ahead of
+    /// the position can only mean something else moved it ([`crate::history`]'s gap).
     ///
     /// While Kafka acknowledges and commits, the session goes on reading what the server
     /// sends (up to the group's byte bound) without handling it: the server keeps decoding
@@ -32,14 +36,20 @@ impl Session<'_> {
         replication: &mut ReplicationClient,
     ) -> Result<(), RelayError> {
         if !self.in_kafka_transaction {
-            let group = std::mem::take(&mut self.group);
-            self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
-            return Ok(());
+            if self.group.last_end_lsn <= self.position_end {
+                let group = std::mem::take(&mut self.group);
+                self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
+                return Ok(());
+            }
+            self.producer.begin_transaction()?;
+            self.in_kafka_transaction = true;
         }
         let record = Position::new(
             &self.config.slot,
+            &self.identity,
             self.group.last_commit_lsn,
             self.group.last_end_lsn,
+            self.last_event.clone(),
         );
         let value = record.encode();
         let position = self
@@ -92,6 +102,7 @@ impl Session<'_> {
                 .commit_to_ack((now - committed).max(0) as f64 / 1e6);
         }
         self.position = group.last_commit_lsn;
+        self.position_end = group.last_end_lsn;
         self.confirm(replication, group.last_end_lsn, group.last_commit_micros);
         // The group is committed and confirmed; a read that failed meanwhile ends the
         // session now (what was read before it is resent by the next one).

@@ -66,13 +66,15 @@ use tracing::{error, info, warn};
 mod commit;
 
 use super::group::{Bounds, Group};
-use super::{HEARTBEAT_PREFIX, RelayError, setup};
+use super::setup::Opened;
+use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
+use crate::history::{self, HistoryError, Identity, Server};
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics};
 use crate::outbox::OutboxLayout;
 use crate::parking;
 use crate::pgoutput::{self, DecodeError, LogicalMessage};
-use crate::position::{self, Position};
+use crate::position::{self, LastEvent, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
 /// A message handed to librdkafka, and what became of it.
@@ -95,8 +97,15 @@ struct Session<'a> {
     producer: FutureProducer,
     bounds: Bounds,
     position_topic: String,
+    /// The server streamed from: what every position record names.
+    identity: Identity,
     /// Commit LSN of the newest transaction Kafka holds (read at start, then committed).
     position: u64,
+    /// Its end LSN: the slot is never confirmed past it (a group without messages commits
+    /// a position of its own before the slot passes it).
+    position_end: u64,
+    /// The newest event Kafka holds, carried into every position.
+    last_event: Option<LastEvent>,
     /// Event ids parked above the position: not sent again.
     parked: HashSet<String>,
     deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
@@ -113,41 +122,35 @@ struct Session<'a> {
     confirmed: u64,
 }
 
-/// Runs one exactly-once session until `shutdown` or an error.
+/// Runs one exactly-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
     config: &RelayConfig,
     metrics: &RelayMetrics,
     shutdown: &CancellationToken,
+    opened: Opened,
 ) -> Result<(), RelayError> {
-    let application_name = format!("ledger-relay:{}", config.slot);
-    let sql = setup::connect_sql(config, &application_name).await?;
-    setup::ensure_publication_and_slot(&sql, config).await?;
-    // The slot first: it is the lock. Fencing before holding it would let two relays
-    // waiting for the same slot fence each other in turn.
-    let mut replication =
-        ReplicationClient::connect(setup::replication_config(config, &application_name)?).await?;
-    if let Err(error) = replication.wait_started().await {
-        let text = error.to_string();
-        return Err(if text.contains("is active for PID") {
-            RelayError::SlotBusy(config.slot.clone())
-        } else {
-            error.into()
-        });
-    }
-    let producer = publish::transactional_producer(config)?;
+    // The slot first (`opened` holds it): it is the lock. Fencing before holding it would
+    // let two relays waiting for the same slot fence each other in turn.
+    let Opened {
+        sql,
+        mut replication,
+        server,
+        ..
+    } = opened;
+    let producer = publish::transactional_producer(config, &server.identity.system_id)?;
     blocking(&producer, |producer| {
         producer.init_transactions(TRANSACTION_TIMEOUT)
     })
     .await?;
     let reader = config.clone();
-    let position = tokio::task::spawn_blocking(move || position::read_committed(&reader))
+    let stored = tokio::task::spawn_blocking(move || position::read_committed(&reader))
         .await
         .map_err(|_| RelayError::Kafka(KafkaError::Canceled))??;
-    let position_lsn = position.as_ref().map_or(0, Position::commit_lsn);
-    let parked = parked_above(&sql, position_lsn).await?;
+    let resume = resume_from(&sql, &server, stored).await?;
+    let parked = parked_above(&sql, resume.commit_lsn).await?;
     info!(
-        position = %publish::format_lsn(position_lsn),
-        transactional_id = %config.transactional_id(),
+        position = %publish::format_lsn(resume.commit_lsn),
+        transactional_id = %config.transactional_id(&server.identity.system_id),
         parked = parked.len(),
         "streaming from the slot, exactly once"
     );
@@ -163,7 +166,10 @@ pub(super) async fn run(
             age: Duration::from_millis(config.transaction_max_ms),
         },
         position_topic: config.position_topic(),
-        position: position_lsn,
+        identity: server.identity,
+        position: resume.commit_lsn,
+        position_end: resume.end_lsn,
+        last_event: resume.last_event,
         parked,
         deliveries: FuturesUnordered::new(),
         layouts: HashMap::new(),
@@ -198,6 +204,62 @@ async fn blocking(
     tokio::task::spawn_blocking(move || call(&producer))
         .await
         .unwrap_or(Err(KafkaError::Canceled))
+}
+
+/// Where a session resumes: what Kafka holds, as far as the stored position can be trusted.
+#[derive(Debug, Default)]
+struct Resume {
+    /// Transactions committed at or below it are in Kafka: skipped when the slot resends.
+    commit_lsn: u64,
+    /// The end of the last of them.
+    end_lsn: u64,
+    /// The newest event Kafka holds.
+    last_event: Option<LastEvent>,
+}
+
+/// Checks the stored position against the server (see [`crate::history`]) and the outbox:
+/// the position resumes only if it names a point of this server's past. A position
+/// without an identity (an older relay's, or anything but the relay's) skips nothing.
+async fn resume_from(
+    sql: &Client,
+    server: &Server,
+    stored: Option<Position>,
+) -> Result<Resume, RelayError> {
+    let Some(position) = stored else {
+        return Ok(Resume::default());
+    };
+    let Some(origin) = position.stored() else {
+        warn!(
+            position = %position.end_lsn,
+            "the position record names no server (written by an older relay, or not by a relay): it is not trusted, and the transactions the slot resends are published again (read_committed consumers may see them twice)"
+        );
+        return Ok(Resume::default());
+    };
+    history::resume(&origin, server)?;
+    if let Some(event) = &position.last_event
+        && event.commit_lsn() > server.slot_confirmed
+    {
+        // Above the slot's position, retention cannot have removed its row.
+        let present = sql
+            .query_opt(
+                "SELECT 1 FROM outbox WHERE event_id = $1::text::uuid",
+                &[&event.id],
+            )
+            .await?
+            .is_some();
+        if !present {
+            return Err(HistoryError::Rewound {
+                event_id: event.id.clone(),
+                commit_lsn: event.commit_lsn(),
+            }
+            .into());
+        }
+    }
+    Ok(Resume {
+        commit_lsn: position.commit_lsn(),
+        end_lsn: position.end_lsn(),
+        last_event: position.last_event,
+    })
 }
 
 /// Event ids parked above `position`: their transactions are not in Kafka yet, and a
@@ -362,6 +424,7 @@ impl Session<'_> {
             self.in_kafka_transaction = true;
         }
         self.group.sent(message.value.len(), Instant::now());
+        self.last_event = Some(LastEvent::new(&message.row.event_id, commit_lsn));
         match super::produce(&self.producer, message, commit_lsn) {
             Ok(delivery) => self.deliveries.push(delivery),
             Err(refused) => {

@@ -1,0 +1,377 @@
+//! `ledger relay recover`: what to do when the slot is gone, invalidated, or no longer
+//! agrees with what Kafka holds (after a failover without failover slots, a restore, a
+//! drop). The relay refuses to go on in those cases rather than skip in silence; this is
+//! the way on.
+//!
+//! # What it does, and why it loses nothing
+//!
+//! 1. Drops the slot if it is still there (a relay must not hold it), and creates it anew
+//!    with an exported snapshot (`CREATE_REPLICATION_SLOT … (SNAPSHOT 'export')`). The
+//!    snapshot sees exactly the transactions committed before the slot's consistent point;
+//!    the slot streams every one committed after it.
+//! 2. Reads, in that snapshot, every outbox row still kept: retention removes a row only
+//!    once a slot confirmed it, so every row Kafka may lack is among them (and, with
+//!    `--events-since`, the ledger's events recorded since then, for rows retention
+//!    removed: deduplicated by event id).
+//! 3. Holds the new slot (`START_REPLICATION` on the same session) while it publishes them
+//!    in per-aggregate order and waits for Kafka's acknowledgement: a relay that starts
+//!    meanwhile waits for the slot, so nothing newer overtakes them.
+//! 4. In exactly-once mode, commits a position at the slot's consistent point under the
+//!    relay's transactional id (fencing any relay still running), so the relay resumes
+//!    there; registers the slot; lets the slot go without confirming anything.
+//!
+//! It is **at least once** in its window: rows Kafka already had are published again
+//! (consumers deduplicate on the event id), and they carry no `commit_lsn`, `commit_timestamp`
+//! or `ordinal` header (the snapshot does not know them; see [`crate::publish::Origin`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use pgwire_replication::ReplicationClient;
+use rdkafka::producer::Producer as _;
+use tokio_postgres::{Client, IsolationLevel};
+use tracing::{info, warn};
+
+use super::{RelayError, setup, slot};
+use crate::config::{DeliveryMode, RelayConfig, TRANSACTION_TIMEOUT};
+use crate::history::Identity;
+use crate::outbox::OutboxRow;
+use crate::parking;
+use crate::position::{Position, parse_lsn};
+use crate::publish::{self, Origin, OutgoingMessage, format_lsn};
+use crate::value_format::ENVELOPE_AGGREGATES;
+
+/// Rows read per round trip from the snapshot.
+const BATCH: i32 = 5_000;
+
+/// What to republish besides the outbox.
+#[derive(Debug, Clone, Default)]
+pub struct RecoverOptions {
+    /// Also the ledger's events recorded at or after this time that are no longer in the
+    /// outbox (the role needs SELECT on `events`).
+    pub events_since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// What a recovery did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The new slot's consistent point: the relay streams what committed after it.
+    pub consistent_point: String,
+    /// Whether an old slot was dropped.
+    pub dropped_slot: bool,
+    /// Outbox rows published again.
+    pub outbox_rows: u64,
+    /// Events from `events` published again (not in the outbox any more).
+    pub events: u64,
+    /// Rows parked (no rendering in their topic's format).
+    pub parked: u64,
+    /// Whether an exactly-once position was committed.
+    pub position: bool,
+}
+
+/// Recovers the slot of `config` (see the module doc). The relay must not be streaming.
+pub async fn recover(
+    config: &RelayConfig,
+    options: &RecoverOptions,
+) -> Result<Recovered, RelayError> {
+    let application_name = format!("ledger-relay-recover:{}", config.slot);
+    let (primary, sql, _) = setup::find_primary(config, &application_name).await?;
+    // Parking and registering write; the snapshot's transaction only reads.
+    let writer = crate::infra::pg::connect(&primary).await?;
+    setup::ensure_publication(&sql, config).await?;
+    let dropped_slot = drop_old_slot(&sql, &config.slot).await?;
+    let mut replication = ReplicationClient::connect_gated(setup::replication_config(
+        config,
+        &primary,
+        &application_name,
+    ))
+    .await?;
+    let identify = replication.identify_system().await?;
+    let database: String = sql
+        .query_one("SELECT current_database()", &[])
+        .await?
+        .get(0);
+    let identity = Identity {
+        system_id: identify.system_id,
+        timeline: identify.timeline,
+        database,
+    };
+    let (consistent_point, snapshot) = create_slot(&mut replication, config).await?;
+    let mut sql = sql;
+    let reading = sql
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    reading
+        .batch_execute(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))
+        .await?;
+    // The snapshot is imported: the slot may now be held (the exporting session's next
+    // command ends its export).
+    replication.start().await?;
+    replication.wait_started().await?;
+    slot::register_as(&writer, &config.slot, "recover").await?;
+    let producer = publish::producer(config)?;
+    let mut published = Publisher::new(config, &producer, &writer, consistent_point);
+    if let Some(since) = options.events_since {
+        let aggregates: Vec<&str> = ENVELOPE_AGGREGATES.to_vec();
+        let portal = reading
+            .bind(
+                include_str!("../sql/recover_events.sql"),
+                &[&since, &aggregates],
+            )
+            .await?;
+        loop {
+            let rows = reading.query_portal(&portal, BATCH).await?;
+            for row in &rows {
+                published.events += 1;
+                published.send(event_row(row)).await?;
+            }
+            if rows.len() < BATCH as usize {
+                break;
+            }
+        }
+    }
+    let portal = reading
+        .bind(include_str!("../sql/recover_outbox.sql"), &[])
+        .await?;
+    loop {
+        let rows = reading.query_portal(&portal, BATCH).await?;
+        for row in &rows {
+            published.outbox_rows += 1;
+            published.send(outbox_row(row)).await?;
+        }
+        if rows.len() < BATCH as usize {
+            break;
+        }
+    }
+    published.settle().await?;
+    reading.commit().await?;
+    let position = config.delivery == DeliveryMode::ExactlyOnce;
+    if position {
+        commit_position(config, &identity, consistent_point).await?;
+    }
+    // Let the slot go without confirming anything: the relay streams from its start.
+    replication.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
+    let recovered = Recovered {
+        consistent_point: format_lsn(consistent_point),
+        dropped_slot,
+        outbox_rows: published.outbox_rows,
+        events: published.events,
+        parked: published.parked,
+        position,
+    };
+    info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
+    Ok(recovered)
+}
+
+/// Drops the slot if it exists and no session holds it. Returns whether it did.
+async fn drop_old_slot(sql: &Client, slot: &str) -> Result<bool, RelayError> {
+    let Some(state) = slot::inspect(sql, slot).await? else {
+        return Ok(false);
+    };
+    if let Some(pid) = state.active_pid {
+        return Err(RelayError::SlotBusy {
+            slot: slot.to_owned(),
+            pid,
+        });
+    }
+    warn!(
+        %slot,
+        confirmed = state.confirmed_flush_lsn.as_deref().unwrap_or("none"),
+        "dropping the old slot; the outbox rows it had not confirmed are published again"
+    );
+    sql.execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await?;
+    Ok(true)
+}
+
+/// Creates the slot with an exported snapshot on a gated session; returns its consistent
+/// point and the snapshot's name.
+async fn create_slot(
+    replication: &mut ReplicationClient,
+    config: &RelayConfig,
+) -> Result<(u64, String), RelayError> {
+    let failover = if config.slot_failover {
+        ", FAILOVER true"
+    } else {
+        ""
+    };
+    let rows = replication
+        .simple_query(&format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export'{failover})",
+            config.slot
+        ))
+        .await?;
+    let column = |index: usize| -> Option<String> {
+        rows.first()?
+            .get(index)?
+            .as_deref()
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+    };
+    let point = column(1).and_then(|text| parse_lsn(&text));
+    match (point, column(2)) {
+        (Some(point), Some(snapshot)) => Ok((point, snapshot)),
+        _ => Err(RelayError::Catalog(
+            "CREATE_REPLICATION_SLOT answered no consistent point or snapshot".into(),
+        )),
+    }
+}
+
+/// An outbox row of `recover_outbox.sql`.
+fn outbox_row(row: &tokio_postgres::Row) -> (OutboxRow, Option<u32>) {
+    (
+        OutboxRow {
+            id: row.get(0),
+            event_id: row.get(1),
+            aggregate_type: row.get(2),
+            aggregate_id: row.get(3),
+            event_type: row.get(4),
+            payload: Bytes::from(row.get::<_, Vec<u8>>(5)),
+            traceparent: row.get(6),
+        },
+        row.get::<_, Option<i64>>(7).map(|xid| xid as u32),
+    )
+}
+
+/// An event of `recover_events.sql`, as the outbox row it was written with: the stream
+/// `<aggregate type>-<aggregate id>`, as a replay reads it.
+fn event_row(row: &tokio_postgres::Row) -> (OutboxRow, Option<u32>) {
+    let stream: String = row.get(2);
+    let (aggregate_type, aggregate_id) = stream.split_once('-').unwrap_or((&stream, ""));
+    (
+        OutboxRow {
+            id: row.get(0),
+            event_id: row.get(1),
+            aggregate_type: aggregate_type.to_owned(),
+            aggregate_id: aggregate_id.to_owned(),
+            event_type: row.get(3),
+            payload: Bytes::from(row.get::<_, Vec<u8>>(4)),
+            traceparent: row.get(5),
+        },
+        row.get::<_, Option<i64>>(6).map(|xid| xid as u32),
+    )
+}
+
+/// Publishes rows with the relay's idempotent producer, at most `max_in_flight` at once;
+/// parks what Kafka refuses for good, as the relay does.
+struct Publisher<'a> {
+    config: &'a RelayConfig,
+    producer: &'a rdkafka::producer::FutureProducer,
+    writer: &'a Client,
+    consistent_point: u64,
+    deliveries: FuturesUnordered<futures::future::BoxFuture<'static, super::Delivered<()>>>,
+    outbox_rows: u64,
+    events: u64,
+    parked: u64,
+}
+
+impl<'a> Publisher<'a> {
+    fn new(
+        config: &'a RelayConfig,
+        producer: &'a rdkafka::producer::FutureProducer,
+        writer: &'a Client,
+        consistent_point: u64,
+    ) -> Self {
+        Self {
+            config,
+            producer,
+            writer,
+            consistent_point,
+            deliveries: FuturesUnordered::new(),
+            outbox_rows: 0,
+            events: 0,
+            parked: 0,
+        }
+    }
+
+    async fn send(&mut self, (row, xid): (OutboxRow, Option<u32>)) -> Result<(), RelayError> {
+        while self.deliveries.len() >= self.config.max_in_flight {
+            self.settle_one().await?;
+        }
+        let message = match OutgoingMessage::with_origin(self.config, row, Origin::Events { xid }) {
+            Ok(message) => message,
+            Err(unrenderable) => {
+                return self
+                    .park(&unrenderable.message, &unrenderable.error.to_string())
+                    .await;
+            }
+        };
+        match super::produce(self.producer, message, ()) {
+            Ok(delivery) => self.deliveries.push(delivery),
+            Err(refused) => {
+                let (message, error) = *refused;
+                self.refused(&message, error).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn settle_one(&mut self) -> Result<(), RelayError> {
+        if let Some(((), message, result)) = self.deliveries.next().await
+            && let Err(error) = result
+        {
+            self.refused(&message, error).await?;
+        }
+        Ok(())
+    }
+
+    async fn settle(&mut self) -> Result<(), RelayError> {
+        while !self.deliveries.is_empty() {
+            self.settle_one().await?;
+        }
+        Ok(())
+    }
+
+    /// A refusal for good is parked; any other failure ends the recovery (run it again).
+    async fn refused(
+        &mut self,
+        message: &OutgoingMessage,
+        error: rdkafka::error::KafkaError,
+    ) -> Result<(), RelayError> {
+        if publish::classify(&error) == publish::DeliveryFailure::Permanent {
+            return self.park(message, &error.to_string()).await;
+        }
+        Err(error.into())
+    }
+
+    async fn park(&mut self, message: &OutgoingMessage, error: &str) -> Result<(), RelayError> {
+        warn!(event_id = %message.row.event_id, %error, "parking a message Kafka will not take");
+        parking::park(self.writer, message, self.consistent_point, error).await?;
+        self.parked += 1;
+        Ok(())
+    }
+}
+
+/// Commits a position at `point` under the relay's transactional id: the relay resumes
+/// there, and any instance still running is fenced.
+async fn commit_position(
+    config: &RelayConfig,
+    identity: &Identity,
+    point: u64,
+) -> Result<(), RelayError> {
+    let producer = publish::transactional_producer(config, &identity.system_id)?;
+    let record = Position::new(&config.slot, identity, point, point, None).encode();
+    let topic = config.position_topic();
+    let slot = config.slot.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), rdkafka::error::KafkaError> {
+        producer.init_transactions(TRANSACTION_TIMEOUT)?;
+        producer.begin_transaction()?;
+        producer
+            .send_result(
+                rdkafka::producer::FutureRecord::to(&topic)
+                    .partition(0)
+                    .key(slot.as_bytes())
+                    .payload(&record),
+            )
+            .map_err(|(error, _)| error)?;
+        producer.commit_transaction(TRANSACTION_TIMEOUT)
+    })
+    .await
+    .map_err(|_| RelayError::Kafka(rdkafka::error::KafkaError::Canceled))??;
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! The relay's replication slot as PostgreSQL's catalog describes it, and what the relay
+//! does about it before it streams.
+//!
+//! A slot is where the relay's progress lives: PostgreSQL keeps the WAL after its confirmed
+//! position and resends from there. A slot created now starts now, so whatever was committed
+//! between the old slot's position and now would never reach Kafka. Hence:
+//!
+//! - the first slot of a database is created automatically, and registered in
+//!   `relay_slots` (migration V12; `ledger migrate` registers the slot it creates too);
+//! - a slot that is missing although it was registered was lost (a promotion without a
+//!   failover slot, a restore, a drop): the relay stops and names the recovery, `ledger relay
+//!   recover`, which publishes the outbox rows still kept and creates the slot. It never
+//!   re-creates a slot in silence;
+//! - an invalidated slot (its WAL removed) or one of another kind, plugin or database is
+//!   refused the same way;
+//! - who holds the slot is read from `pg_replication_slots.active_pid`, not from the text
+//!   of an error.
+//!
+//! The catalog's columns differ between versions (`failover`, `synced` and
+//! `invalidation_reason` are 17's): the row is read as JSON, so one query fits all.
+
+use pgwire_replication::ReplicationClient;
+use serde::Deserialize;
+use tokio_postgres::Client;
+use tracing::{info, warn};
+
+use super::RelayError;
+use crate::config::RelayConfig;
+use crate::position::parse_lsn;
+
+/// The first PostgreSQL version with failover slots.
+pub const FAILOVER_VERSION: i32 = 170_000;
+
+/// One row of `pg_replication_slots`, the columns the relay reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct SlotState {
+    /// `logical` or `physical`.
+    pub slot_type: String,
+    /// The output plugin.
+    pub plugin: Option<String>,
+    /// The slot's database.
+    pub database: Option<String>,
+    /// Whether a session holds it now.
+    #[serde(default)]
+    pub active: bool,
+    /// The holder's process id.
+    pub active_pid: Option<i32>,
+    /// Where the slot resends from, `X/Y`.
+    pub confirmed_flush_lsn: Option<String>,
+    /// `reserved`, `extended`, `unreserved` or `lost` (WAL gone).
+    pub wal_status: Option<String>,
+    /// Why PostgreSQL invalidated it (17+).
+    pub invalidation_reason: Option<String>,
+    /// A failover slot (17+).
+    #[serde(default)]
+    pub failover: bool,
+    /// Whether it lives only as long as its session.
+    #[serde(default)]
+    pub temporary: bool,
+}
+
+impl SlotState {
+    /// The confirmed position; 0 when it has none yet.
+    pub fn confirmed(&self) -> u64 {
+        self.confirmed_flush_lsn
+            .as_deref()
+            .and_then(parse_lsn)
+            .unwrap_or(0)
+    }
+}
+
+/// Why the relay will not stream from its slot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotError {
+    /// The slot was lost.
+    #[error(
+        "the replication slot {slot} is missing, though the relay streamed from it before (it is in relay_slots): it was lost in a failover without a failover slot, a restore, or a drop. A new slot would start now and skip what was committed since the old one's position, so the relay does not create one. Run `ledger relay recover` (docs/operators.md, \"Failover\")"
+    )]
+    Lost {
+        /// The slot.
+        slot: String,
+    },
+    /// No slot, and outbox rows a new one would never carry.
+    #[error(
+        "the replication slot {slot} is missing and the outbox holds rows committed before it would exist: a new slot would never carry them. Run `ledger relay recover` to publish them and create the slot (docs/operators.md, \"Failover\")"
+    )]
+    MissingWithRows {
+        /// The slot.
+        slot: String,
+    },
+    /// PostgreSQL invalidated the slot.
+    #[error(
+        "the replication slot {slot} is invalidated ({reason}): PostgreSQL removed WAL it still needed, so what was committed since its position is no longer in the WAL. Run `ledger relay recover` (docs/operators.md, \"Failover\")"
+    )]
+    Invalidated {
+        /// The slot.
+        slot: String,
+        /// PostgreSQL's reason.
+        reason: String,
+    },
+    /// A slot of that name that is not the relay's kind.
+    #[error(
+        "the replication slot {slot} is not a pgoutput logical slot of this database ({found}): choose another `slot` name, or drop it if it is nobody's"
+    )]
+    Foreign {
+        /// The slot.
+        slot: String,
+        /// What it is.
+        found: String,
+    },
+    /// Failover slots asked for on a server without them.
+    #[error(
+        "slot_failover needs PostgreSQL 17 or later, and this server is version {version}: turn slot_failover off and follow the runbook for PostgreSQL 15 and 16 (docs/operators.md, \"Failover\")"
+    )]
+    FailoverUnsupported {
+        /// `server_version_num`.
+        version: i32,
+    },
+}
+
+/// The slot `slot`'s row, or `None` when there is no such slot.
+pub async fn inspect(sql: &Client, slot: &str) -> Result<Option<SlotState>, RelayError> {
+    let row = sql
+        .query_opt(include_str!("../sql/slot_state.sql"), &[&slot])
+        .await?;
+    match row {
+        None => Ok(None),
+        Some(row) => {
+            let json: String = row.get(0);
+            serde_json::from_str(&json)
+                .map(Some)
+                .map_err(|error| RelayError::Url(format!("pg_replication_slots: {error}")))
+        }
+    }
+}
+
+/// Whether the relay may stream from `state` in database `database`: the right kind, and
+/// not invalidated. Pure.
+pub fn check(slot: &str, database: &str, state: &SlotState) -> Result<(), SlotError> {
+    let foreign = |found: String| SlotError::Foreign {
+        slot: slot.to_owned(),
+        found,
+    };
+    if state.slot_type != "logical" {
+        return Err(foreign(format!("a {} slot", state.slot_type)));
+    }
+    if state.plugin.as_deref() != Some("pgoutput") {
+        return Err(foreign(format!(
+            "plugin {}",
+            state.plugin.as_deref().unwrap_or("none")
+        )));
+    }
+    if state.database.as_deref() != Some(database) {
+        return Err(foreign(format!(
+            "database {}",
+            state.database.as_deref().unwrap_or("none")
+        )));
+    }
+    let reason = state.invalidation_reason.clone().or_else(|| {
+        (state.wal_status.as_deref() == Some("lost")).then(|| "wal_status lost".to_owned())
+    });
+    if let Some(reason) = reason {
+        return Err(SlotError::Invalidated {
+            slot: slot.to_owned(),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+/// Makes the slot ready before streaming: creates the first one (with `FAILOVER` when
+/// configured), refuses a lost or foreign one, turns failover on for an existing slot, and
+/// registers it. Returns its state. `replication` is the gated session, not yet started.
+pub async fn prepare(
+    sql: &Client,
+    replication: &mut ReplicationClient,
+    config: &RelayConfig,
+    database: &str,
+    version: i32,
+) -> Result<SlotState, RelayError> {
+    if config.slot_failover && version < FAILOVER_VERSION {
+        return Err(SlotError::FailoverUnsupported { version }.into());
+    }
+    let slot = &config.slot;
+    let state = match inspect(sql, slot).await? {
+        Some(state) => state,
+        None => create_first(sql, config, version).await?,
+    };
+    check(slot, database, &state)?;
+    if let Some(pid) = state.active_pid {
+        return Err(RelayError::SlotBusy {
+            slot: slot.clone(),
+            pid,
+        });
+    }
+    register(sql, slot).await?;
+    if config.slot_failover && !state.failover {
+        // Only a slot no session holds can be altered: checked just above.
+        info!(%slot, "turning failover on for the existing slot");
+        replication
+            .simple_query(&format!("ALTER_REPLICATION_SLOT {slot} ( FAILOVER true )"))
+            .await?;
+        return Ok(inspect(sql, slot).await?.unwrap_or(state));
+    }
+    if !config.slot_failover && state.failover {
+        warn!(%slot, "the slot is a failover slot but slot_failover is off: the standby gate is not checked");
+    }
+    Ok(state)
+}
+
+/// The slot is missing: created when this database never had one (registered or implied by
+/// outbox rows), refused otherwise.
+async fn create_first(
+    sql: &Client,
+    config: &RelayConfig,
+    version: i32,
+) -> Result<SlotState, RelayError> {
+    let slot = &config.slot;
+    let row = sql
+        .query_one(include_str!("../sql/slot_history.sql"), &[slot])
+        .await?;
+    let (registered, rows): (bool, bool) = (row.get(0), row.get(1));
+    if registered {
+        return Err(SlotError::Lost { slot: slot.clone() }.into());
+    }
+    if rows {
+        return Err(SlotError::MissingWithRows { slot: slot.clone() }.into());
+    }
+    info!(%slot, failover = config.slot_failover, "creating the relay's first replication slot");
+    let created = if version >= FAILOVER_VERSION {
+        sql.query_one(
+            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, $2)",
+            &[slot, &config.slot_failover],
+        )
+        .await
+    } else {
+        sql.query_one(
+            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[slot],
+        )
+        .await
+    };
+    match created {
+        Ok(_) => {}
+        // Another relay created it a moment ago.
+        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+        Err(error) => return Err(error.into()),
+    }
+    register(sql, slot).await?;
+    inspect(sql, slot).await?.ok_or_else(|| {
+        RelayError::Url(format!(
+            "the slot {slot} was created but is not in pg_replication_slots"
+        ))
+    })
+}
+
+/// Records that the relay has a slot of this name, so that its loss is seen later.
+pub async fn register(sql: &Client, slot: &str) -> Result<(), RelayError> {
+    register_as(sql, slot, "relay").await
+}
+
+/// [`register`], naming who saw the slot first (`relay`, `recover`).
+pub async fn register_as(sql: &Client, slot: &str, by: &str) -> Result<(), RelayError> {
+    sql.execute(include_str!("../sql/register_slot.sql"), &[&slot, &by])
+        .await?;
+    Ok(())
+}
+
+/// The process holding `slot`, if any.
+pub async fn holder(sql: &Client, slot: &str) -> Result<Option<i32>, RelayError> {
+    Ok(inspect(sql, slot).await?.and_then(|state| state.active_pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours() -> SlotState {
+        SlotState {
+            slot_type: "logical".into(),
+            plugin: Some("pgoutput".into()),
+            database: Some("ledger".into()),
+            confirmed_flush_lsn: Some("1/A0".into()),
+            wal_status: Some("reserved".into()),
+            ..SlotState::default()
+        }
+    }
+
+    #[test]
+    fn a_slot_row_reads_from_any_version_as_json() {
+        // PostgreSQL 15: no failover, synced or invalidation_reason.
+        let v15: SlotState = serde_json::from_str(
+            r#"{"slot_name":"s","plugin":"pgoutput","slot_type":"logical","datoid":5,"database":"ledger","temporary":false,"active":true,"active_pid":42,"xmin":null,"catalog_xmin":"740","restart_lsn":"0/1","confirmed_flush_lsn":"0/15D6A40","wal_status":"reserved","safe_wal_size":null,"two_phase":false}"#,
+        )
+        .unwrap();
+        assert_eq!(v15.active_pid, Some(42));
+        assert_eq!(v15.confirmed(), 0x15D_6A40);
+        assert!(!v15.failover);
+        let v18: SlotState = serde_json::from_str(
+            r#"{"slot_type":"logical","plugin":"pgoutput","database":"ledger","active":false,"active_pid":null,"confirmed_flush_lsn":null,"wal_status":"lost","invalidation_reason":"wal_removed","failover":true,"synced":true,"temporary":false}"#,
+        )
+        .unwrap();
+        assert!(v18.failover);
+        assert_eq!(v18.confirmed(), 0);
+    }
+
+    #[test]
+    fn only_an_intact_pgoutput_slot_of_this_database_streams() {
+        assert_eq!(check("s", "ledger", &ours()), Ok(()));
+        let physical = SlotState {
+            slot_type: "physical".into(),
+            ..ours()
+        };
+        assert!(matches!(
+            check("s", "ledger", &physical),
+            Err(SlotError::Foreign { .. })
+        ));
+        let other_database = check("s", "staging", &ours()).unwrap_err().to_string();
+        assert!(
+            other_database.contains("database ledger"),
+            "{other_database}"
+        );
+        let wal2json = SlotState {
+            plugin: Some("wal2json".into()),
+            ..ours()
+        };
+        assert!(check("s", "ledger", &wal2json).is_err());
+        let lost = SlotState {
+            wal_status: Some("lost".into()),
+            ..ours()
+        };
+        assert!(matches!(
+            check("s", "ledger", &lost),
+            Err(SlotError::Invalidated { .. })
+        ));
+        let invalidated = SlotState {
+            invalidation_reason: Some("rows_removed".into()),
+            ..ours()
+        };
+        let text = check("s", "ledger", &invalidated).unwrap_err().to_string();
+        assert!(
+            text.contains("rows_removed") && text.contains("ledger relay recover"),
+            "{text}"
+        );
+    }
+}
