@@ -18,6 +18,7 @@ pub mod projections;
 pub mod queries;
 pub mod reassign;
 pub mod rebuild;
+pub mod reconcile;
 pub mod replay;
 pub mod retention;
 pub mod service;

@@ -185,6 +185,92 @@ impl ReplayMetrics {
     }
 }
 
+/// `ledger reconcile --every`: events confirmed by the relay and missing from Kafka, in the
+/// last run.
+pub const RECONCILE_LOST: Metric = Metric::gauge(
+    "ra_reconcile_lost_events",
+    "Events the relay confirmed that the last reconcile run did not find on Kafka.",
+);
+/// Records whose event id the ledger does not have, in the last run.
+pub const RECONCILE_PHANTOM: Metric = Metric::gauge(
+    "ra_reconcile_phantom_records",
+    "Records on Kafka whose event id is not in the ledger, in the last reconcile run.",
+);
+/// Copies beyond the first of an event id, in the last run.
+pub const RECONCILE_DUPLICATES: Metric = Metric::gauge(
+    "ra_reconcile_duplicate_records",
+    "Copies beyond the first of an event id on Kafka, in the last reconcile run.",
+);
+/// Per-key order inversions, in the last run.
+pub const RECONCILE_INVERSIONS: Metric = Metric::gauge(
+    "ra_reconcile_order_inversions",
+    "First copies out of their key's order (commit position or stream version), in the last reconcile run.",
+);
+/// Events not readable yet (the relay had not confirmed past them), in the last run.
+pub const RECONCILE_UNSEEN: Metric = Metric::gauge(
+    "ra_reconcile_unseen_events",
+    "Events committed but not readable on Kafka yet, in the last reconcile run.",
+);
+/// Events of the last run's range.
+pub const RECONCILE_EVENTS: Metric = Metric::gauge(
+    "ra_reconcile_events",
+    "Events of the ledger in the last reconcile run's range.",
+);
+/// When the last run ended.
+pub const RECONCILE_LAST_RUN: Metric = Metric::gauge(
+    "ra_reconcile_last_run_timestamp_seconds",
+    "Unix time at which the last reconcile run ended.",
+);
+/// Runs that could not finish.
+pub const RECONCILE_FAILURES: Metric = Metric::counter(
+    "ra_reconcile_failures_total",
+    "Reconcile runs that could not finish (database or Kafka errors).",
+);
+
+/// `ledger reconcile --every`'s metrics: the last run's findings.
+#[derive(Debug, Default)]
+pub struct ReconcileMetrics {
+    last: std::sync::Mutex<Option<(crate::reconcile::Report, i64)>>,
+    failures: AtomicU64,
+}
+
+impl ReconcileMetrics {
+    /// A run ended with `report`.
+    pub fn finished(&self, report: &crate::reconcile::Report) {
+        let now = chrono::Utc::now().timestamp();
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some((report.clone(), now));
+    }
+
+    /// A run failed.
+    pub fn failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text format; the gauges only once a run ended.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone();
+        if let Some((report, at)) = last {
+            RECONCILE_LOST.render(&mut out, report.lost);
+            RECONCILE_PHANTOM.render(&mut out, report.phantom);
+            RECONCILE_DUPLICATES.render(&mut out, report.duplicates);
+            RECONCILE_INVERSIONS.render(&mut out, report.inversions());
+            RECONCILE_UNSEEN.render(&mut out, report.unseen);
+            RECONCILE_EVENTS.render(&mut out, report.events);
+            RECONCILE_LAST_RUN.render(&mut out, at);
+        }
+        RECONCILE_FAILURES.render(&mut out, self.failures.load(Ordering::Relaxed));
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@ mod migrate;
 mod outbox;
 mod projections;
 mod proof;
+mod reconcile;
 mod relay;
 mod replay;
 mod runs;
@@ -56,6 +57,9 @@ enum Command {
     },
     /// Run the CDC relay: outbox rows from the WAL to Kafka, in commit order.
     Relay(relay::RelayArgs),
+    /// Whether the live topics equal the ledger's events: lost, phantom, duplicates, order,
+    /// unseen; exits 1 on a loss or a phantom. --every runs it continuously with metrics.
+    Reconcile(reconcile::ReconcileArgs),
     /// Republish past events to replay topics, ending with the handoff to the live topics.
     Replay {
         #[command(subcommand)]
@@ -155,6 +159,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Verify(args) => verify::run(url, args).await,
         Command::Projections { command } => projections::run(url, command).await,
         Command::Relay(args) => relay::run(&database, args).await,
+        Command::Reconcile(args) => reconcile::run(url, args).await,
         Command::Replay { command } => replay::run(url, command).await,
         Command::Import(args) => import::run(url, args).await,
         Command::Worker(args) => worker::run(&database, args).await,

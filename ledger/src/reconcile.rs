@@ -1,0 +1,492 @@
+//! `ledger reconcile`: whether the live event topics equal the ledger's `events`, as a
+//! `read_committed` consumer sees them.
+//!
+//! # How one run decides
+//!
+//! 1. **The ledger's side.** In one snapshot: every event of the range (all, or recorded
+//!    since a time), and `W`, the WAL insert position after the snapshot: every event the
+//!    snapshot sees committed before `W`.
+//! 2. **The relay's word.** It waits (up to `settle`) until the relay's slot is confirmed
+//!    at or past `W`. The relay confirms a transaction only once Kafka acknowledged all of
+//!    it (and, exactly once, committed it), so from then on every event of the snapshot
+//!    must be readable. Until then a missing event is *unseen*, not lost.
+//! 3. **Kafka's side.** Every partition of the event topics, from the range's first offset
+//!    (`offsets_for_times`: a record's timestamp is taken after its event was recorded) to
+//!    the end it has once the relay caught up, with `read_committed`.
+//! 4. **The verdict.**
+//!    - *lost*: in the snapshot, confirmed, not parked, not on Kafka;
+//!    - *phantom*: on Kafka, not in `events` (asked again at the end, so that an event
+//!      committed during the run is not one);
+//!    - *duplicates*: copies beyond the first of an event id, and the largest number of
+//!      copies of one;
+//!    - *order*: per key and partition, first copies whose `(commit_lsn, ordinal)`, or whose
+//!      stream version, is not after the previous one's;
+//!    - *unseen*: in the snapshot, not on Kafka, and the relay had not confirmed past it;
+//!    - *parked*: in the snapshot and in `outbox_parked`: Kafka refused them, an operator
+//!      decides.
+//!
+//! # Memory and speed
+//!
+//! The events of the range are held as 16-byte ids with a copy count (about 40 bytes each
+//! with the table's overhead: 40 MB for a million), the keys as their last position: the
+//! records themselves are never kept. Records are decoded as they are polled (headers, and
+//! the envelope's stream version), so a run goes as fast as the consumer reads.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::position::parse_lsn;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Headers as _;
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+use tokio_postgres::IsolationLevel;
+
+use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE};
+
+/// The aggregate types whose topics carry the ledger's events.
+pub const EVENT_AGGREGATES: [&str; 2] = [CONTACT_AGGREGATE, ASSIGNMENT_AGGREGATE];
+
+/// Lost and phantom ids shown in a report (the counts are whole).
+const SAMPLE: usize = 20;
+
+/// What a run covers.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only events recorded at or after this time, and records from then on (topics whose
+    /// retention removed older records can be checked this way).
+    pub since: Option<DateTime<Utc>>,
+    /// How long to wait for the relay to confirm past the ledger's snapshot.
+    pub settle: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            since: None,
+            settle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One run's findings.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Report {
+    /// Events of the range in the ledger.
+    pub events: u64,
+    /// Records read from Kafka.
+    pub records: u64,
+    /// Events confirmed by the relay and missing from Kafka.
+    pub lost: u64,
+    /// Some of them.
+    pub lost_sample: Vec<String>,
+    /// Records whose event id is not in the ledger.
+    pub phantom: u64,
+    /// Some of them.
+    pub phantom_sample: Vec<String>,
+    /// Copies beyond the first of an event id.
+    pub duplicates: u64,
+    /// The most copies of one event id.
+    pub max_copies: u32,
+    /// First copies not after the previous one of their key by `(commit_lsn, ordinal)`.
+    pub lsn_inversions: u64,
+    /// First copies not after the previous one of their key by stream version.
+    pub version_inversions: u64,
+    /// Events not on Kafka yet, the relay not having confirmed past them.
+    pub unseen: u64,
+    /// Events Kafka refused for good (in `outbox_parked`).
+    pub parked: u64,
+    /// Whether the relay confirmed past the ledger's snapshot within `settle`.
+    pub caught_up: bool,
+    /// How long the run took.
+    pub seconds: f64,
+}
+
+impl Report {
+    /// No loss and no phantom: what `ledger reconcile` exits 0 on.
+    pub fn clean(&self) -> bool {
+        self.lost == 0 && self.phantom == 0
+    }
+
+    /// Order inversions of either kind.
+    pub fn inversions(&self) -> u64 {
+        self.lsn_inversions + self.version_inversions
+    }
+}
+
+/// Why a run could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The ledger database failed.
+    #[error("ledger database: {}", crate::db::describe(.0))]
+    Database(#[from] tokio_postgres::Error),
+    /// No connection.
+    #[error("cannot connect to the ledger database: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// Kafka failed.
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    /// The consumer's settings.
+    #[error("{0}")]
+    Settings(#[from] ra_ledger_cdc::infra::settings::ConfigError),
+    /// A topic has no partitions (missing).
+    #[error("topic {0} does not exist; is topic_prefix right?")]
+    MissingTopic(String),
+}
+
+/// One run: the ledger's events against the relay's live topics.
+pub async fn run(
+    pool: &Pool,
+    relay: &RelayConfig,
+    options: &Options,
+) -> Result<Report, ReconcileError> {
+    let started = Instant::now();
+    let (mut expected, wal) = snapshot(pool, options.since).await?;
+    let caught_up = wait_for_slot(pool, &relay.slot, &wal, options.settle).await?;
+    let topics: Vec<String> = EVENT_AGGREGATES
+        .iter()
+        .map(|aggregate| relay.topic(aggregate))
+        .collect();
+    let consumer_config = relay.consumer_settings().client_config()?;
+    let since = options.since;
+    let read = tokio::task::spawn_blocking(move || {
+        read_topics(consumer_config, &topics, since, &mut expected).map(|kafka| (kafka, expected))
+    })
+    .await
+    .map_err(|_| ReconcileError::Kafka(KafkaError::Canceled))??;
+    let (kafka, expected) = read;
+    let mut report = Report {
+        events: expected.len() as u64,
+        records: kafka.records,
+        duplicates: kafka.duplicates,
+        max_copies: kafka.max_copies,
+        lsn_inversions: kafka.lsn_inversions,
+        version_inversions: kafka.version_inversions,
+        caught_up,
+        ..Report::default()
+    };
+    let missing: Vec<u128> = expected
+        .iter()
+        .filter(|(_, copies)| **copies == 0)
+        .map(|(id, _)| *id)
+        .collect();
+    let parked = parked_among(pool, &missing).await?;
+    for id in missing {
+        if parked.contains(&id) {
+            report.parked += 1;
+        } else if caught_up {
+            report.lost += 1;
+            if report.lost_sample.len() < SAMPLE {
+                report.lost_sample.push(uuid_text(id));
+            }
+        } else {
+            report.unseen += 1;
+        }
+    }
+    let known = present_among(pool, &kafka.unexpected).await?;
+    for id in &kafka.unexpected {
+        if !known.contains(id) {
+            report.phantom += 1;
+            if report.phantom_sample.len() < SAMPLE {
+                report.phantom_sample.push(uuid_text(*id));
+            }
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The events of the range, as ids with no copy seen yet, and the WAL insert position
+/// after the snapshot that saw them.
+async fn snapshot(
+    pool: &Pool,
+    since: Option<DateTime<Utc>>,
+) -> Result<(HashMap<u128, u32>, String), ReconcileError> {
+    let mut client = pool.get().await?;
+    let transaction = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    // The first statement takes the snapshot; the position is read after it.
+    let wal: String = transaction
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await?
+        .get(0);
+    let aggregates: Vec<&str> = EVENT_AGGREGATES.to_vec();
+    let portal = transaction
+        .bind(
+            include_str!("sql/reconcile/events.sql"),
+            &[&since, &aggregates],
+        )
+        .await?;
+    let mut expected = HashMap::new();
+    loop {
+        let rows = transaction.query_portal(&portal, 10_000).await?;
+        for row in &rows {
+            let id: uuid::Uuid = row.get(0);
+            expected.insert(id.as_u128(), 0);
+        }
+        if rows.len() < 10_000 {
+            break;
+        }
+    }
+    transaction.commit().await?;
+    Ok((expected, wal))
+}
+
+/// Waits until `slot` is confirmed at or past `wal`; whether it was within `settle`.
+async fn wait_for_slot(
+    pool: &Pool,
+    slot: &str,
+    wal: &str,
+    settle: Duration,
+) -> Result<bool, ReconcileError> {
+    let client = pool.get().await?;
+    let deadline = Instant::now() + settle;
+    loop {
+        let passed: bool = client
+            .query_opt(
+                "SELECT confirmed_flush_lsn >= $2::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot, &wal],
+            )
+            .await?
+            .and_then(|row| row.get(0))
+            .unwrap_or(false);
+        if passed {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the topics hold, counted against `expected` (whose counts it raises).
+#[derive(Debug, Default)]
+struct Kafka {
+    records: u64,
+    duplicates: u64,
+    max_copies: u32,
+    lsn_inversions: u64,
+    version_inversions: u64,
+    /// Ids read that are not in `expected`: phantoms, unless the ledger has them.
+    unexpected: Vec<u128>,
+}
+
+/// The last first copy of a key on its partition.
+#[derive(Debug, Clone, Copy, Default)]
+struct Last {
+    lsn: Option<(u64, u64)>,
+    version: Option<i64>,
+}
+
+/// Reads every partition of `topics` from `since` (or the beginning) to its end, with
+/// `read_committed`. Blocking.
+fn read_topics(
+    mut config: rdkafka::ClientConfig,
+    topics: &[String],
+    since: Option<DateTime<Utc>>,
+    expected: &mut HashMap<u128, u32>,
+) -> Result<Kafka, ReconcileError> {
+    let consumer: BaseConsumer = config
+        .set("group.id", "ra-ledger-reconcile")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let timeout = Duration::from_secs(30);
+    let mut start = TopicPartitionList::new();
+    let mut ends: HashMap<(String, i32), i64> = HashMap::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if partitions.is_empty() {
+            return Err(ReconcileError::MissingTopic(topic.clone()));
+        }
+        for partition in partitions {
+            // With read_committed, the end is the last stable offset.
+            let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+            if high > low {
+                ends.insert((topic.clone(), partition), high);
+            }
+            let offset = match since {
+                Some(time) => Offset::Offset(time.timestamp_millis()),
+                None => Offset::Beginning,
+            };
+            start.add_partition_offset(topic, partition, offset)?;
+        }
+    }
+    if since.is_some() {
+        start = consumer.offsets_for_times(start, timeout)?;
+    }
+    // A partition whose start is at or past its end (nothing since then) is done.
+    for element in start.elements() {
+        if let Offset::Offset(offset) = element.offset() {
+            let key = (element.topic().to_owned(), element.partition());
+            if ends.get(&key).is_some_and(|end| offset >= *end) {
+                ends.remove(&key);
+            }
+        } else if matches!(element.offset(), Offset::End) {
+            ends.remove(&(element.topic().to_owned(), element.partition()));
+        }
+    }
+    let mut kafka = Kafka::default();
+    if ends.is_empty() {
+        return Ok(kafka);
+    }
+    consumer.assign(&start)?;
+    let mut last: HashMap<(i32, Vec<u8>), Last> = HashMap::new();
+    let mut extra: HashMap<u128, u32> = HashMap::new();
+    let mut idle_since = Instant::now();
+    while !ends.is_empty() {
+        let message = match consumer.poll(Duration::from_millis(500)) {
+            None => {
+                if idle_since.elapsed() > Duration::from_secs(60) {
+                    return Err(KafkaError::Canceled.into());
+                }
+                continue;
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                // It names the partition, not the topic; and a transaction's commit marker
+                // takes an offset no record shows. So ask where each partition stands.
+                let positions = consumer.position()?;
+                for element in positions.elements() {
+                    if let Offset::Offset(offset) = element.offset() {
+                        let key = (element.topic().to_owned(), element.partition());
+                        if ends.get(&key).is_some_and(|end| offset >= *end) {
+                            ends.remove(&key);
+                        }
+                    }
+                }
+                continue;
+            }
+            Some(Err(error)) => return Err(error.into()),
+            Some(Ok(message)) => message,
+        };
+        idle_since = Instant::now();
+        let key = (message.topic().to_owned(), message.partition());
+        if ends
+            .get(&key)
+            .is_some_and(|end| message.offset() + 1 >= *end)
+        {
+            ends.remove(&key);
+        }
+        kafka.records += 1;
+        let headers = message.headers();
+        let header = |name: &str| -> Option<String> {
+            headers.and_then(|headers| {
+                headers
+                    .iter()
+                    .find(|header| header.key == name)
+                    .and_then(|header| header.value)
+                    .map(|value| String::from_utf8_lossy(value).into_owned())
+            })
+        };
+        let Some(id) = header("id").and_then(|id| uuid::Uuid::parse_str(&id).ok()) else {
+            kafka.unexpected.push(0);
+            continue;
+        };
+        let id = id.as_u128();
+        let copies = match expected.get_mut(&id) {
+            Some(copies) => copies,
+            None => extra.entry(id).or_insert(0),
+        };
+        *copies += 1;
+        kafka.max_copies = kafka.max_copies.max(*copies);
+        if *copies > 1 {
+            kafka.duplicates += 1;
+            continue;
+        }
+        // A first copy: in order after the previous first copy of its key?
+        let lsn = header("commit_lsn")
+            .and_then(|lsn| parse_lsn(&lsn))
+            .zip(header("ordinal").and_then(|ordinal| ordinal.parse().ok()));
+        let version = message
+            .payload()
+            .and_then(|payload| ra_ledger_cdc::consumer::decode(payload).ok())
+            .map(|envelope| envelope.stream_version);
+        let entry = last
+            .entry((message.partition(), {
+                let mut topic_key = message.topic().as_bytes().to_vec();
+                topic_key.push(0);
+                topic_key.extend_from_slice(message.key().unwrap_or_default());
+                topic_key
+            }))
+            .or_default();
+        if let (Some(previous), Some(now)) = (entry.lsn, lsn)
+            && previous >= now
+        {
+            kafka.lsn_inversions += 1;
+        }
+        if let (Some(previous), Some(now)) = (entry.version, version)
+            && previous >= now
+        {
+            kafka.version_inversions += 1;
+        }
+        if lsn.is_some() {
+            entry.lsn = lsn;
+        }
+        if version.is_some() {
+            entry.version = version;
+        }
+    }
+    kafka.unexpected.extend(extra.keys());
+    Ok(kafka)
+}
+
+/// Which of `ids` are parked.
+async fn parked_among(
+    pool: &Pool,
+    ids: &[u128],
+) -> Result<std::collections::HashSet<u128>, ReconcileError> {
+    among(
+        pool,
+        ids,
+        "SELECT event_id FROM outbox_parked WHERE event_id = ANY($1)",
+    )
+    .await
+}
+
+/// Which of `ids` are in `events`.
+async fn present_among(
+    pool: &Pool,
+    ids: &[u128],
+) -> Result<std::collections::HashSet<u128>, ReconcileError> {
+    among(
+        pool,
+        ids,
+        "SELECT event_id FROM events WHERE event_id = ANY($1)",
+    )
+    .await
+}
+
+async fn among(
+    pool: &Pool,
+    ids: &[u128],
+    query: &str,
+) -> Result<std::collections::HashSet<u128>, ReconcileError> {
+    let client = pool.get().await?;
+    let mut found = std::collections::HashSet::new();
+    for chunk in ids.chunks(10_000) {
+        let uuids: Vec<uuid::Uuid> = chunk.iter().map(|id| uuid::Uuid::from_u128(*id)).collect();
+        for row in client.query(query, &[&uuids]).await? {
+            let id: uuid::Uuid = row.get(0);
+            found.insert(id.as_u128());
+        }
+    }
+    Ok(found)
+}
+
+fn uuid_text(id: u128) -> String {
+    uuid::Uuid::from_u128(id).to_string()
+}
