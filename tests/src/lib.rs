@@ -7,6 +7,7 @@ pub mod broker;
 pub mod browser;
 pub mod database;
 pub mod kafka;
+pub mod postgres;
 pub mod process;
 pub mod relay;
 pub mod runs;
