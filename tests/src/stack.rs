@@ -97,6 +97,17 @@ pub fn unstarted_postgres() -> anyhow::Result<PostgresServer> {
     PostgresServer::init(&run_dir().join(format!("postgres-{}", crate::random_suffix())))
 }
 
+/// Like [`unstarted_postgres`], on binaries built with OpenSSL
+/// ([`crate::postgres::bindir::tls_bindir`]), for tests of TLS: the run's PostgreSQL 18 has
+/// none, so this is Debian's then.
+pub fn unstarted_tls_postgres() -> anyhow::Result<PostgresServer> {
+    stack();
+    PostgresServer::init_in(
+        &run_dir().join(format!("postgres-tls-{}", crate::random_suffix())),
+        crate::postgres::bindir::tls_bindir()?,
+    )
+}
+
 /// A plaintext broker of its own, for tests that pause, kill or restart it.
 pub fn private_broker() -> anyhow::Result<BrokerServer> {
     private_broker_with(Security::Plaintext)
