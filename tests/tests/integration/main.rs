@@ -34,3 +34,4 @@ mod smoke;
 mod tls;
 mod topics;
 mod value_format;
+mod wal_boundary;
