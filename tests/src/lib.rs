@@ -10,6 +10,7 @@ pub mod kafka;
 pub mod postgres;
 pub mod process;
 pub mod relay;
+pub mod replicated;
 pub mod runs;
 pub mod stack;
 pub mod tls;
