@@ -57,7 +57,7 @@ pub fn failover_bindir() -> anyhow::Result<PathBuf> {
     let debian = debian_bindirs()
         .into_iter()
         .rev()
-        .map(|(_, bin)| ("/usr/lib/postgresql".to_owned(), bin));
+        .map(|(_, bin)| ("Debian's".to_owned(), bin));
     for (source, bin) in from_env.chain(debian) {
         match major_version(&bin) {
             Ok(major) if major >= FAILOVER_SLOTS_SINCE => {
@@ -74,14 +74,14 @@ pub fn failover_bindir() -> anyhow::Result<PathBuf> {
                     missing.join(", ")
                 ));
             }
-            Ok(major) => tried.push(format!("{source}={} is {major}", bin.display())),
-            Err(error) => tried.push(format!("{source}={}: {error:#}", bin.display())),
+            Ok(major) => tried.push(format!("{} ({source}) is {major}", bin.display())),
+            Err(error) => tried.push(format!("{} ({source}): {error:#}", bin.display())),
         }
     }
     bail!(
         "failover tests need PostgreSQL {FAILOVER_SLOTS_SINCE} or later, and found none ({}); \
-         run deploy/test, which fetches 18, or `source deploy/lib.sh && ensure_postgres18` and \
-         run the tests with LEDGER_PG18_BINDIR=\"$LEDGER_PG18_BINDIR\"",
+         run deploy/test, which fetches 18, or `source deploy/lib.sh && ensure_postgres18` \
+         before cargo test (it exports LEDGER_PG18_BINDIR)",
         if tried.is_empty() {
             "LEDGER_PG18_BINDIR is unset".to_owned()
         } else {
