@@ -202,7 +202,16 @@ async fn session(
     stop_watch: &CancellationToken,
 ) -> Result<(), RelayError> {
     let application_name = format!("ledger-relay:{}", config.slot);
-    let opened = setup::open(config, &application_name).await?;
+    let opened = match setup::open(config, &application_name).await {
+        Ok(opened) => opened,
+        Err(error) => {
+            if let RelayError::Gate(gate::GateError::Missing { missing }) = &error {
+                // No session, so no health check: the gauges say it here.
+                metrics.set_gate(true, missing.len());
+            }
+            return Err(error);
+        }
+    };
     if let Some(earlier) = known.as_ref() {
         crate::history::follows(earlier, &opened.server.identity)?;
     }

@@ -13,6 +13,7 @@ mod digest;
 mod digest_published;
 mod disclosure;
 mod exactly_once;
+mod failover;
 mod failover_harness;
 mod import;
 mod layout;

@@ -256,7 +256,7 @@ async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> any
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_goes_on_when_the_wal_position_grows_a_digit() -> anyhow::Result<()> {
     let server = ra_ledger_tests::stack::unstarted_postgres()?;
-    start_wal_at(&server, "000000010000000F000000FF")?;
+    server.start_wal_at("000000010000000F000000FF")?;
     server.start()?;
     let database = TestDatabase::on(&server.admin_url()).await?;
     let client = database.connect().await?;
@@ -307,30 +307,5 @@ async fn retention_goes_on_when_the_wal_position_grows_a_digit() -> anyhow::Resu
     client
         .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await?;
-    Ok(())
-}
-
-/// Makes the unstarted cluster's WAL begin at segment `wal_file` (`pg_resetwal -l`), as the
-/// owner of its data folder.
-fn start_wal_at(
-    server: &ra_ledger_tests::stack::PostgresServer,
-    wal_file: &str,
-) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt as _;
-    let owner = std::fs::metadata(&server.data_dir)?;
-    let output = std::process::Command::new("setpriv")
-        .arg(format!("--reuid={}", owner.uid()))
-        .arg(format!("--regid={}", owner.gid()))
-        .arg("--clear-groups")
-        .arg("--")
-        .arg(server.bindir.join("pg_resetwal"))
-        .args(["-l", wal_file])
-        .arg(&server.data_dir)
-        .output()?;
-    anyhow::ensure!(
-        output.status.success(),
-        "pg_resetwal failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     Ok(())
 }
