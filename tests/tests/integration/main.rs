@@ -24,6 +24,7 @@ mod peers;
 mod races;
 mod reassignment;
 mod rebuild_online;
+mod reconcile;
 mod relay;
 mod relay_faults;
 mod relay_history;

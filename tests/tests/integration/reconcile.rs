@@ -1,0 +1,154 @@
+//! `ledger reconcile` against a real relay, broker and ledger: clean when the topics equal
+//! the ledger, and each kind of disagreement found and counted when one is made on purpose
+//! (an event the relay never saw, a record the ledger never had, a second copy, a record
+//! out of its stream's order). A relay that is stopped makes new events unseen, not lost.
+
+use std::time::Duration;
+
+use prost::Message as _;
+use ra_ledger::commands::Ledger;
+use ra_ledger::reconcile::{self, Options, Report};
+use ra_ledger_proto::v1::Envelope;
+use ra_ledger_tests::relay::{Collector, RunningRelay, test_config};
+use ra_ledger_tests::{TestDatabase, TestTopics};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+fn metadata() -> ra_ledger::store::Metadata {
+    ra_ledger::store::Metadata {
+        actor: "reconcile-test".into(),
+        correlation_id: uuid::Uuid::now_v7(),
+        causation_id: None,
+        traceparent: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_is_clean_on_equal_topics_and_counts_each_disagreement() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let pool = ra_ledger::db::pool(&database.url, "reconcile-test", 4)?;
+    let ledger = Ledger::new(pool.clone());
+    let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
+    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata()).await?;
+    ra_ledger::testing::seed_assignments(&pool, texas, contact, 300, 30, |_| {}).await?;
+    let relay = RunningRelay::start(config.clone());
+    let options = Options {
+        since: None,
+        settle: Duration::from_secs(60),
+    };
+    let clean = reconcile::run(&pool, &config, &options).await?;
+    println!("reconcile, equal: {clean:?}");
+    assert_eq!(
+        (
+            clean.events,
+            clean.lost,
+            clean.phantom,
+            clean.duplicates,
+            clean.inversions(),
+            clean.unseen
+        ),
+        (301, 0, 0, 0, 0, 0),
+        "{clean:?}"
+    );
+    assert!(clean.clean() && clean.caught_up, "{clean:?}");
+
+    // A record read back from Kafka, to copy and to bend.
+    let mut collector = Collector::new(&topics)?;
+    assert!(
+        collector
+            .until(Duration::from_secs(30), |r| r
+                .iter()
+                .any(|m| m.topic.ends_with("assignment")))
+            .await
+    );
+    let original = collector
+        .received
+        .iter()
+        .find(|m| m.topic.ends_with("assignment"))
+        .cloned()
+        .expect("an assignment record");
+    let producer: FutureProducer = topics.client_config().create()?;
+    let send = async |id: &str, payload: &[u8]| -> anyhow::Result<()> {
+        let mut headers = OwnedHeaders::new();
+        for (key, value) in &original.headers {
+            let value = if key == "id" { id } else { value.as_str() };
+            headers = headers.insert(Header {
+                key,
+                value: Some(value),
+            });
+        }
+        producer
+            .send(
+                FutureRecord::to(&original.topic)
+                    .key(&original.key)
+                    .payload(payload)
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| error)?;
+        Ok(())
+    };
+    // A second copy of an event.
+    send(original.id(), &original.payload).await?;
+    // A record of an event the ledger never had, behind its key's later version: a phantom
+    // and an inversion by stream version.
+    let mut envelope = Envelope::decode(original.payload.as_slice())?;
+    let phantom_id = uuid::Uuid::now_v7().to_string();
+    envelope.event_id = phantom_id.clone();
+    envelope.stream_version = 0;
+    send(&phantom_id, &envelope.encode_to_vec()).await?;
+    // An event in the ledger that never went through the outbox: the relay confirms past
+    // it (its heartbeats move the slot) and it never reaches Kafka.
+    let lost_id = uuid::Uuid::now_v7();
+    database
+        .connect()
+        .await?
+        .execute(
+            "INSERT INTO events (event_id, stream, stream_version, event_type, schema_version, \
+             payload, recorded_at, effective_at, actor, correlation_id, hash) \
+             VALUES ($1, 'assignment-' || gen_random_uuid() || '-TX', 1, 'AssignmentStarted', 1, \
+                     '\\x00', now(), now(), 'test', gen_random_uuid(), '\\x00')",
+            &[&lost_id],
+        )
+        .await?;
+    let found = reconcile::run(&pool, &config, &options).await?;
+    println!("reconcile, bent: {found:?}");
+    assert_eq!(found.lost, 1, "{found:?}");
+    assert_eq!(found.lost_sample, vec![lost_id.to_string()]);
+    assert_eq!(found.phantom, 1, "{found:?}");
+    assert_eq!(found.phantom_sample, vec![phantom_id]);
+    assert_eq!((found.duplicates, found.max_copies), (1, 2), "{found:?}");
+    assert_eq!(found.version_inversions, 1, "{found:?}");
+    assert!(!found.clean());
+
+    // A stopped relay: new events are unseen, not lost; since a time, only they count.
+    relay.stop().await?;
+    let since = chrono::Utc::now();
+    ra_ledger::testing::seed_assignments(&pool, texas, contact, 5, 5, |_| {}).await?;
+    let stuck = reconcile::run(
+        &pool,
+        &config,
+        &Options {
+            since: Some(since),
+            settle: Duration::from_secs(2),
+        },
+    )
+    .await?;
+    println!("reconcile, relay stopped: {stuck:?}");
+    assert_eq!(
+        (
+            stuck.events,
+            stuck.unseen,
+            stuck.lost,
+            stuck.phantom,
+            stuck.caught_up
+        ),
+        (5, 5, 0, 0, false),
+        "{stuck:?}"
+    );
+    let _: &Report = &stuck;
+    Ok(())
+}
