@@ -236,5 +236,6 @@ pub(super) fn replication_config(
         .with_start_lsn(Lsn::ZERO)
         .with_status_interval(Duration::from_millis(config.status_interval_ms))
         .with_wakeup_interval(Duration::from_secs(1))
+        .with_binary(config.pgoutput_binary)
         .with_application_name(application_name)
 }

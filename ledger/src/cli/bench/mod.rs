@@ -90,6 +90,10 @@ pub enum BenchCommand {
         /// The value format of the backlog's topic (`value_formats`): protobuf or json.
         #[arg(long, default_value = "protobuf", value_parser = relay::parse_value_format)]
         value_format: ValueFormat,
+        /// How pgoutput sends the columns (`pgoutput_binary`): text, binary, or both, one
+        /// after the other, each with its own ceiling.
+        #[arg(long, default_value = "binary", value_parser = relay::parse_pgoutput)]
+        pgoutput: std::vec::Vec<relay::Pgoutput>,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -216,6 +220,7 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             per_transaction,
             delivery,
             value_format,
+            pgoutput,
             brokers,
         } => {
             let backlog = relay::Backlog {
@@ -223,7 +228,7 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
                 per_transaction,
                 value_format,
             };
-            relay::run(database_url, &brokers, backlog, modes(delivery)).await
+            relay::run(database_url, &brokers, backlog, modes(delivery), pgoutput).await
         }
         BenchCommand::Latency {
             rate,

@@ -29,6 +29,38 @@ pub struct Backlog {
     pub value_format: ValueFormat,
 }
 
+/// How pgoutput sends the columns: its `binary` option, or text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pgoutput {
+    /// Each type's text output (a `bytea` as `\x` and two hex digits a byte).
+    Text,
+    /// Each type's binary send function.
+    Binary,
+}
+
+impl Pgoutput {
+    fn binary(self) -> bool {
+        self == Self::Binary
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Binary => "binary",
+        }
+    }
+}
+
+/// Parses `--pgoutput`: `text`, `binary` or `both`.
+pub(super) fn parse_pgoutput(text: &str) -> Result<Vec<Pgoutput>, String> {
+    match text {
+        "text" => Ok(vec![Pgoutput::Text]),
+        "binary" => Ok(vec![Pgoutput::Binary]),
+        "both" => Ok(vec![Pgoutput::Text, Pgoutput::Binary]),
+        _ => Err(format!("{text:?}: expected text, binary or both")),
+    }
+}
+
 /// Parses `--value-format`.
 pub(super) fn parse_value_format(text: &str) -> Result<ValueFormat, String> {
     ValueFormat::parse(text).ok_or_else(|| format!("{text:?}: expected protobuf or json"))
@@ -39,12 +71,12 @@ pub async fn run(
     brokers: &str,
     backlog: Backlog,
     modes: Vec<DeliveryMode>,
+    formats: Vec<Pgoutput>,
 ) -> anyhow::Result<()> {
     if backlog.rows == 0 || backlog.per_transaction == 0 {
         anyhow::bail!("--rows and --per-transaction must be at least 1");
     }
-    let figures = measure(database_url, brokers, backlog, &modes).await?;
-    let ceiling = figures.slot_ceiling.min(figures.broker_ceiling);
+    let figures = measure(database_url, brokers, backlog, &modes, &formats).await?;
     println!(
         "backlog: {} outbox rows, {} per transaction, {}-byte envelopes, topic value format {} ({} bytes a value)",
         figures.rows,
@@ -54,33 +86,58 @@ pub async fn run(
         figures.value_bytes,
     );
     println!(
-        "slot ceiling   (pg_recvlogical to /dev/null): {:.0} rows/s",
-        figures.slot_ceiling
-    );
-    println!(
         "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
         figures.broker_ceiling
     );
-    for run in &figures.relays {
+    for ceiling in &figures.slot_ceilings {
         println!(
-            "relay {:<13} (slot -> Kafka, {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90)",
+            "slot ceiling   (pg_recvlogical to /dev/null, pgoutput {}): {:.0} rows/s; walsender {}",
+            ceiling.format.as_str(),
+            ceiling.rate,
+            ceiling.walsender
+        );
+    }
+    for run in &figures.relays {
+        let slot_ceiling = figures
+            .slot_ceilings
+            .iter()
+            .find(|ceiling| ceiling.format == run.format)
+            .map_or(f64::INFINITY, |ceiling| ceiling.rate);
+        let ceiling = slot_ceiling.min(figures.broker_ceiling);
+        println!(
+            "relay {:<13} (slot -> Kafka, {}, pgoutput {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90); walsender {}",
             run.delivery.as_str(),
             match run.delivery {
                 DeliveryMode::AtLeastOnce => "acknowledged",
                 DeliveryMode::ExactlyOnce => "committed",
             },
+            run.format.as_str(),
             run.rate,
-            run.rate / ceiling
+            run.rate / ceiling,
+            run.walsender,
         );
         if let Some(summary) = &run.transactions {
             println!("  {summary}");
         }
     }
-    if let [at_least_once, exactly_once] = &figures.relays[..] {
-        println!(
-            "exactly_once / at_least_once throughput = {:.2} (exactly once becomes the default at >= 0.80)",
-            exactly_once.rate / at_least_once.rate
-        );
+    for format in &formats {
+        let rate = |mode| {
+            figures
+                .relays
+                .iter()
+                .find(|run| run.delivery == mode && run.format == *format)
+                .map(|run| run.rate)
+        };
+        if let (Some(at_least_once), Some(exactly_once)) = (
+            rate(DeliveryMode::AtLeastOnce),
+            rate(DeliveryMode::ExactlyOnce),
+        ) {
+            println!(
+                "pgoutput {}: exactly_once / at_least_once throughput = {:.2} (exactly once becomes the default at >= 0.80)",
+                format.as_str(),
+                exactly_once / at_least_once
+            );
+        }
     }
     Ok(())
 }
@@ -89,10 +146,22 @@ pub async fn run(
 #[derive(Debug, Clone)]
 struct RelayRun {
     delivery: DeliveryMode,
+    format: Pgoutput,
     /// Rows/s.
     rate: f64,
     /// Exactly once: its Kafka transactions.
     transactions: Option<String>,
+    /// The walsender's CPU during the drain.
+    walsender: WalsenderCpu,
+}
+
+/// `pg_recvlogical` draining the slot: PostgreSQL's own ceiling for one format.
+#[derive(Debug, Clone)]
+struct SlotCeiling {
+    format: Pgoutput,
+    /// Rows/s.
+    rate: f64,
+    walsender: WalsenderCpu,
 }
 
 /// Figures of the relay benchmark.
@@ -100,8 +169,8 @@ struct RelayRun {
 struct RelayFigures {
     /// Outbox rows in the backlog.
     rows: u64,
-    /// `pg_recvlogical` draining the backlog to /dev/null: the slot's ceiling, rows/s.
-    slot_ceiling: f64,
+    /// `pg_recvlogical` draining the backlog to /dev/null: the slot's ceiling, per format.
+    slot_ceilings: Vec<SlotCeiling>,
     /// rdkafka alone producing the same messages: the broker's ceiling, rows/s.
     broker_ceiling: f64,
     /// The relay draining the backlog to the broker, in each mode.
@@ -112,37 +181,51 @@ struct RelayFigures {
     value_bytes: usize,
 }
 
-/// Drains `backlog` through rdkafka alone, through the relay and through `pg_recvlogical`,
-/// in one run.
+/// Drains `backlog` through rdkafka alone, through the relay (each mode in each pgoutput
+/// format) and through `pg_recvlogical` (each format), in one run.
 async fn measure(
     url: &str,
     brokers: &str,
     backlog: Backlog,
     modes: &[DeliveryMode],
+    formats: &[Pgoutput],
 ) -> anyhow::Result<RelayFigures> {
     let payload = bytes::Bytes::from(sample_envelope().encode_to_vec());
     let value = backlog.value_format.render(&payload)?;
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
-    let recvlogical_slot = scratch.create_slot(&client, "recvlogical").await?;
+    let mut recvlogical_slots = Vec::new();
+    for format in formats {
+        let purpose = format!("recv_{}", format.as_str());
+        recvlogical_slots.push((*format, scratch.create_slot(&client, &purpose).await?));
+    }
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
-    // A slot and topics per mode, all made before the backlog so each slot holds it all.
+    // A slot and topics per mode and format, all made before the backlog so each slot
+    // holds it all.
     let mut configs = Vec::new();
-    for delivery in modes {
-        // Short: a slot name has at most 63 characters, the scratch name takes 45.
-        let purpose = match delivery {
-            DeliveryMode::AtLeastOnce => "relay_alo",
-            DeliveryMode::ExactlyOnce => "relay_eos",
-        };
-        let slot = scratch.create_slot(&client, purpose).await?;
-        let topic_prefix = format!("{prefix}{}.", delivery.as_str());
-        testing::create_topics(brokers, &[format!("{topic_prefix}assignment")], 3).await?;
-        testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1).await?;
-        configs.push(RelayConfig {
-            delivery: *delivery,
-            value_formats: BTreeMap::from([("assignment".into(), backlog.value_format)]),
-            ..scratch.relay_config(slot, topic_prefix, brokers)
-        });
+    for format in formats {
+        for delivery in modes {
+            // Short: a slot name has at most 63 characters, the scratch name takes 45.
+            let purpose = match (delivery, format) {
+                (DeliveryMode::AtLeastOnce, Pgoutput::Text) => "alo_text",
+                (DeliveryMode::AtLeastOnce, Pgoutput::Binary) => "alo_bin",
+                (DeliveryMode::ExactlyOnce, Pgoutput::Text) => "eos_text",
+                (DeliveryMode::ExactlyOnce, Pgoutput::Binary) => "eos_bin",
+            };
+            let slot = scratch.create_slot(&client, purpose).await?;
+            let topic_prefix = format!("{prefix}{purpose}.");
+            testing::create_topics(brokers, &[format!("{topic_prefix}assignment")], 3).await?;
+            testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1).await?;
+            configs.push((
+                *format,
+                RelayConfig {
+                    delivery: *delivery,
+                    pgoutput_binary: format.binary(),
+                    value_formats: BTreeMap::from([("assignment".into(), backlog.value_format)]),
+                    ..scratch.relay_config(slot, topic_prefix, brokers)
+                },
+            ));
+        }
     }
     let per_transaction = backlog.per_transaction;
     let backlog = insert_backlog(&client, backlog, &payload).await?;
@@ -150,34 +233,130 @@ async fn measure(
     testing::create_topics(brokers, std::slice::from_ref(&raw_topic), 3).await?;
     let baseline = configs
         .first()
-        .cloned()
+        .map(|(_, config)| config.clone())
         .ok_or_else(|| anyhow::anyhow!("no delivery mode to measure"))?;
     // The ceiling produces the values the relay publishes, in the topic's format.
     let broker_ceiling =
         rdkafka_alone(&client, &baseline, &raw_topic, per_transaction, &value).await?;
     let mut relays = Vec::new();
-    for config in configs {
+    for (format, config) in configs {
         let delivery = config.delivery;
+        let slot = config.slot.clone();
+        let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
         let (rate, transactions) = relay_drain(config, backlog.rows).await?;
         relays.push(RelayRun {
             delivery,
+            format,
             rate,
             transactions,
+            walsender: sampler.finish().await,
         });
     }
     // The slot itself, read by PostgreSQL's own client. It runs last, so the relay, not
     // this ceiling, pays for any cold start of decoding.
-    let slot_ceiling = recvlogical_drain(&scratch, &recvlogical_slot, &backlog).await?;
+    let mut slot_ceilings = Vec::new();
+    for (format, slot) in recvlogical_slots {
+        let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
+        let rate = recvlogical_drain(&scratch, &slot, &backlog, format).await?;
+        slot_ceilings.push(SlotCeiling {
+            format,
+            rate,
+            walsender: sampler.finish().await,
+        });
+    }
     drop(client);
     scratch.drop().await?;
     Ok(RelayFigures {
         rows: backlog.rows,
-        slot_ceiling,
+        slot_ceilings,
         broker_ceiling,
         relays,
         payload_bytes: payload.len(),
         value_bytes: value.len(),
     })
+}
+
+/// The walsender's CPU over a drain, from `/proc/<pid>/stat` (the bench runs beside the
+/// stack's PostgreSQL): one full core means the slot's reader is PostgreSQL itself.
+#[derive(Debug, Clone, Copy, Default)]
+struct WalsenderCpu {
+    /// CPU seconds per wall second; `None` when the walsender could not be read.
+    cores: Option<f64>,
+}
+
+impl std::fmt::Display for WalsenderCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cores {
+            Some(cores) if cores >= 0.9 => write!(
+                f,
+                "{cores:.2} cores (at one core: this ceiling is PostgreSQL's walsender)"
+            ),
+            Some(cores) => write!(f, "{cores:.2} cores"),
+            None => write!(f, "CPU not read (is PostgreSQL on this machine?)"),
+        }
+    }
+}
+
+/// Samples the walsender of a slot: it finds its pid once a client holds the slot, then
+/// reads its CPU ticks when first seen and at the end.
+struct WalsenderSampler {
+    task: tokio::task::JoinHandle<Option<(u32, u64, Instant)>>,
+}
+
+impl WalsenderSampler {
+    async fn start(url: &str, slot: &str) -> anyhow::Result<Self> {
+        let client = db::connect(url, "ledger-bench-walsender").await?;
+        let slot = slot.to_owned();
+        let task = tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                let pid: Option<i32> = client
+                    .query_opt(
+                        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                        &[&slot],
+                    )
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|row| row.get(0));
+                if let Some(pid) = pid.and_then(|pid| u32::try_from(pid).ok())
+                    && let Some(ticks) = cpu_ticks(pid)
+                {
+                    return Some((pid, ticks, Instant::now()));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            None
+        });
+        Ok(Self { task })
+    }
+
+    /// The walsender's cores from its first sight until now. Call right after the drain,
+    /// while the walsender still runs (a drain's client exits when it is done: its last
+    /// ticks are then read from its final sample, which is close enough).
+    async fn finish(self) -> WalsenderCpu {
+        let Ok(Some((pid, first, seen))) = self.task.await else {
+            return WalsenderCpu::default();
+        };
+        let Some(last) = cpu_ticks(pid) else {
+            return WalsenderCpu::default();
+        };
+        // /proc counts in USER_HZ, 100 a second on Linux.
+        let seconds = seen.elapsed().as_secs_f64();
+        WalsenderCpu {
+            cores: (seconds > 0.0).then(|| (last - first) as f64 / 100.0 / seconds),
+        }
+    }
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command may hold spaces: fields count from after its closing parenthesis.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// An `AssignmentStarted` envelope as the ledger writes one: UUIDs in text form, a business
@@ -328,6 +507,7 @@ async fn recvlogical_drain(
     scratch: &ScratchDatabase,
     slot: &str,
     backlog: &Inserted,
+    format: Pgoutput,
 ) -> anyhow::Result<f64> {
     let settings = ra_ledger_cdc::infra::pg::config(&scratch.url, "ledger-bench")?;
     let target = ReplicationTarget::of(&settings);
@@ -339,6 +519,7 @@ async fn recvlogical_drain(
         .args(["-E", &backlog.end_lsn])
         .args(["-o", "proto_version=1", "-o"])
         .arg(format!("publication_names={}", local::PUBLICATION))
+        .args(["-o", &format!("binary={}", format.binary())])
         .env("PGPASSWORD", &target.password)
         .status()
         .await?;
