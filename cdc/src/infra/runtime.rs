@@ -99,7 +99,7 @@ impl axum::serve::Listener for WriteStallListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         let (stream, address) = axum::serve::Listener::accept(&mut self.listener).await;
-        (WriteStall::new(stream, self.limit), address)
+        (WriteStall::over_tcp(stream, self.limit), address)
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {

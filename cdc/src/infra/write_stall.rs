@@ -9,6 +9,16 @@
 //! that has been waiting for [`WriteStall::new`]'s `limit` without the socket taking a
 //! single byte. hyper then closes the connection.
 //!
+//! What counts as a byte taken is what the kernel reports: a socket becomes writable again
+//! only once enough of its queue drained. On its own, Linux lets a socket queue up to
+//! `tcp_wmem`'s maximum (4 MiB) of unsent answers and wakes the writer when about half of
+//! that is free. So a client reading a steady megabyte a second could look stalled for two
+//! seconds, and a client that reads nothing pins 4 MiB of kernel memory.
+//! [`WriteStall::over_tcp`] therefore sets `TCP_NOTSENT_LOWAT` to [`UNSENT_LOW_WATER`]: at
+//! most that much waits unsent (bytes in flight to a client that reads are not limited, so
+//! a fast link is as fast), and the writer wakes each time half of it went out. A client
+//! then counts as reading if it takes 64 KiB within the timeout.
+//!
 //! Why no progress, not a total: a large answer (a proof, the OpenAPI document) over a slow
 //! link may take minutes and is fine as long as the client reads. Every write the socket
 //! accepts starts the clock again, as nginx's `send_timeout` does ("between two successive
@@ -28,6 +38,9 @@ use tokio::time::{Instant, Sleep};
 /// Default write-stall timeout of the project's servers.
 pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Most unsent bytes a served connection queues in the kernel (`TCP_NOTSENT_LOWAT`).
+pub const UNSENT_LOW_WATER: u32 = 128 * 1024;
+
 /// What a write that waited past its limit fails with.
 #[derive(Debug, thiserror::Error)]
 #[error("the client read nothing for {} ms; connection closed", .0.as_millis())]
@@ -44,6 +57,19 @@ pub struct WriteStall<Io> {
     waiting: bool,
 }
 
+impl WriteStall<tokio::net::TcpStream> {
+    /// Wraps an accepted TCP connection, its unsent queue bounded to [`UNSENT_LOW_WATER`]
+    /// so that the writer sees a reading client's progress (see the module's doc).
+    pub fn over_tcp(stream: tokio::net::TcpStream, limit: Duration) -> Self {
+        if let Err(error) = socket2::SockRef::from(&stream).set_tcp_notsent_lowat(UNSENT_LOW_WATER)
+        {
+            // Still bounded, only more coarsely: the kernel's own wake-ups.
+            tracing::debug!(%error, "cannot set TCP_NOTSENT_LOWAT on a connection");
+        }
+        Self::new(stream, limit)
+    }
+}
+
 impl<Io> WriteStall<Io> {
     /// Wraps `inner`: its writes may wait at most `limit` without progress.
     pub fn new(inner: Io, limit: Duration) -> Self {
@@ -53,11 +79,6 @@ impl<Io> WriteStall<Io> {
             stall: None,
             waiting: false,
         }
-    }
-
-    /// The wrapped connection.
-    pub fn get_ref(&self) -> &Io {
-        &self.inner
     }
 
     /// A write that took bytes: the clock stops.
