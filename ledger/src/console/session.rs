@@ -14,7 +14,13 @@
 //!   page the session loads signs the cookie again with a new `seen` (at most once every
 //!   [`REFRESH_SECONDS`]); the run page's progress feed does not, so a page left open does
 //!   not keep a session alive.
-//! - `expiry` ends every session [`SESSION_HOURS`] after sign-in, used or not.
+//! - `expiry` ends every session [`SESSION_HOURS`] after sign-in, used or not. A cookie
+//!   whose `expiry` is further away than that (and [`CLOCK_SKEW_SECONDS`]) was not made by
+//!   a sign-in and is refused, whoever signed it.
+//! - A session the previous key signed is signed again with the current key on its next
+//!   request (so nobody active is signed out by a rotation), with its `expiry` brought
+//!   forward to the previous key's `until` if that comes first. A cookie forged with a
+//!   leaked old key therefore ends with the old key, however it was refreshed.
 //!
 //! Nothing is stored on the server: signing out removes the cookie from the browser; a
 //! copied cookie stays valid until it is idle, expires, or its token is removed. The CSRF
@@ -40,6 +46,9 @@ pub const COOKIE: &str = "ra_session";
 pub const SESSION_HOURS: i64 = 8;
 /// How long a session may go unused before it is over.
 pub const IDLE_MINUTES: i64 = 30;
+/// How far another instance's clock may run ahead of this one's: a cookie it signed may
+/// say `expiry` and `seen` that much later than this clock allows.
+pub const CLOCK_SKEW_SECONDS: i64 = 60;
 /// How often a used session's cookie is signed again with a new `seen`.
 pub const REFRESH_SECONDS: i64 = 60;
 
@@ -134,10 +143,10 @@ pub fn start(state: &AppState, token_digest: &[u8; 32]) -> String {
 
 /// The `Set-Cookie` value of `session` used at `now`: the same session, signed again with
 /// the current key.
-fn refreshed(state: &AppState, session: &Session, now: i64) -> String {
+fn refreshed(keys: &SessionKeys, secure: bool, session: &Session, now: i64) -> String {
     signed_cookie(
-        &state.session_keys,
-        state.secure_cookies,
+        keys,
+        secure,
         &Fields {
             expires: session.expires,
             seen: now,
@@ -219,19 +228,31 @@ pub fn read_at(
         .find_map(|(index, purposes)| {
             let cookie = jar.signed(&purposes.cookie).get(COOKIE)?;
             let mut session = parse(purposes, tokens, cookie.value(), now.timestamp())?;
-            session.signed_by_previous = index > 0;
+            if index > 0 {
+                // The old key's sessions end with it, refreshed or not (see the module's doc).
+                session.signed_by_previous = true;
+                if let Some(until) = keys.previous_until() {
+                    session.expires = session.expires.min(until.timestamp());
+                }
+            }
             Some(session)
         })
 }
 
-/// A verified cookie value: still current, and its entry resolved in `tokens`.
+/// A verified cookie value: still current, of a lifetime a sign-in gives, and its entry
+/// resolved in `tokens`.
 fn parse(purposes: &Purposes, tokens: &Tokens, value: &str, now: i64) -> Option<Session> {
     let mut parts = value.splitn(4, '.');
     let expires: i64 = parts.next()?.parse().ok()?;
     let seen: i64 = parts.next()?.parse().ok()?;
     let nonce = parts.next()?.to_owned();
     let entry = parts.next()?;
-    if expires <= now || now - seen > IDLE_MINUTES * 60 {
+    let expired = expires <= now;
+    let idle = now - seen > IDLE_MINUTES * 60;
+    // No sign-in makes these: a signing key in the wrong hands, or a clock far off.
+    let too_long = expires > now + SESSION_HOURS * 3600 + CLOCK_SKEW_SECONDS;
+    let seen_later = seen > now + CLOCK_SKEW_SECONDS;
+    if expired || idle || too_long || seen_later {
         return None;
     }
     let (token_digest, principal) = resolve(purposes, tokens, entry)?;
@@ -280,7 +301,8 @@ pub async fn keep_alive(
     let now = Utc::now().timestamp();
     if let Some(session) = session.filter(|session| session.refresh_due(now))
         && !response.headers().contains_key(header::SET_COOKIE)
-        && let Ok(cookie) = refreshed(&state, &session, now).parse()
+        && let Ok(cookie) =
+            refreshed(&state.session_keys, state.secure_cookies, &session, now).parse()
     {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
@@ -433,5 +455,82 @@ mod tests {
         let current = browser(&rotated, "token-a", NOW, NOW + 60);
         let session = read_at(&without, &configured, &current, at(NOW + 120)).unwrap();
         assert!(!session.signed_by_previous);
+    }
+
+    /// The headers of a browser holding a cookie with any `expires` and `seen`, signed
+    /// with `keys`: what whoever holds a key can forge.
+    fn forged(keys: &SessionKeys, token: &str, expires: i64, seen: i64) -> HeaderMap {
+        let digest = *tokens(&[(Role::Writer, "any", token)])
+            .find_entry(token)
+            .unwrap()
+            .0;
+        let fields = Fields {
+            expires,
+            seen,
+            nonce: "forged",
+            token_digest: &digest,
+        };
+        let set_cookie = signed_cookie(keys, false, &fields, seen);
+        let mut headers = HeaderMap::new();
+        let pair = set_cookie.split(';').next().unwrap().to_owned();
+        headers.insert(header::COOKIE, pair.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_cookie_that_outlives_any_sign_in_is_refused() {
+        let keys = SessionKeys::new(&[3u8; 32]).unwrap();
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let longest = SESSION_HOURS * 3600;
+        let year = forged(&keys, "token-a", NOW + 365 * 24 * 3600, NOW);
+        assert!(read_at(&keys, &configured, &year, at(NOW)).is_none());
+        let just_over = forged(
+            &keys,
+            "token-a",
+            NOW + longest + CLOCK_SKEW_SECONDS + 1,
+            NOW,
+        );
+        assert!(read_at(&keys, &configured, &just_over, at(NOW)).is_none());
+        // Another instance's clock a little ahead: still a session.
+        let ahead = forged(&keys, "token-a", NOW + 30 + longest, NOW + 30);
+        assert!(read_at(&keys, &configured, &ahead, at(NOW)).is_some());
+        // A `seen` from the future keeps an idle session alive: refused too.
+        let future_seen = forged(&keys, "token-a", NOW + 3600, NOW + 3000);
+        assert!(read_at(&keys, &configured, &future_seen, at(NOW)).is_none());
+    }
+
+    /// Issue 35, item 7: a cookie forged with a leaked old key, during the rotation, was
+    /// signed again with the new key keeping its `expires`, and lived on after `until`.
+    #[test]
+    fn a_session_of_the_previous_key_ends_at_its_until_however_it_is_refreshed() {
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let old = SessionKeys::new(&[1u8; 32]).unwrap();
+        let until = NOW + 600;
+        let rotated = SessionKeys::new(&[2u8; 32])
+            .unwrap()
+            .with_previous(&[1u8; 32], at(until))
+            .unwrap();
+        // Forged with the old key a minute into the rotation, for the longest lifetime.
+        let forged_at = NOW + 60;
+        let headers = forged(&old, "token-a", forged_at + SESSION_HOURS * 3600, forged_at);
+        let session = read_at(&rotated, &configured, &headers, at(forged_at)).unwrap();
+        assert_eq!(
+            session.expires, until,
+            "the old key's session ends with the old key"
+        );
+
+        // The keep-alive signs it again with the new key: the refreshed cookie carries the
+        // earlier end, and is no session past `until` even once the old key is gone.
+        let cookie = refreshed(&rotated, false, &session, forged_at);
+        let mut resigned = HeaderMap::new();
+        resigned.insert(
+            header::COOKIE,
+            cookie.split(';').next().unwrap().parse().unwrap(),
+        );
+        let current_only = SessionKeys::new(&[2u8; 32]).unwrap();
+        let renewed = read_at(&current_only, &configured, &resigned, at(until - 1)).unwrap();
+        assert!(!renewed.signed_by_previous);
+        assert!(read_at(&current_only, &configured, &resigned, at(until)).is_none());
+        assert!(read_at(&current_only, &configured, &resigned, at(until + 3600)).is_none());
     }
 }
