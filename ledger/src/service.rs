@@ -101,7 +101,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             .digests
             .as_ref()
             .map(|digests| digests.key.public_pem()),
-        secure_cookies: service.tls.is_some(),
+        secure_cookies: service.secure_cookies,
         relay_slot: service.relay_slot,
     };
     let mut tasks = Vec::new();

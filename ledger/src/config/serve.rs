@@ -10,7 +10,7 @@ use ra_ledger_cdc::infra::settings::{
 use serde::Deserialize;
 
 use super::service::{Digests, Retention, Service};
-use super::{EnvVar, non_empty, number, overlay_env, within};
+use super::{EnvVar, flag, non_empty, number, overlay_env, within};
 use crate::api::{CursorKey, Tokens};
 use crate::retention;
 use crate::service::{
@@ -85,6 +85,11 @@ pub struct ServeConfig {
     /// the connection is closed (`LEDGER_WRITE_STALL_TIMEOUT_MS`). Counted from the last
     /// byte the client took, so a slow reader of a large answer is never cut off.
     pub write_stall_timeout_ms: u64,
+    /// Browsers reach the console over HTTPS through a TLS terminator in front
+    /// (`LEDGER_SECURE_COOKIES`): the session cookie is then `Secure` and named
+    /// `__Host-ra_session`, as with `tls_cert_file`. Leave it off when browsers use plain
+    /// HTTP: they would drop the cookie and nobody could sign in.
+    pub secure_cookies: bool,
     /// Most connections open at once; more wait in the listen backlog until one closes
     /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor limit.
     pub max_connections: usize,
@@ -115,6 +120,7 @@ impl Default for ServeConfig {
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT.as_millis() as u64,
             write_stall_timeout_ms: DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            secure_cookies: false,
         }
     }
 }
@@ -148,6 +154,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("body_read_timeout_ms", &self.body_read_timeout_ms)
             .field("write_stall_timeout_ms", &self.write_stall_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("secure_cookies", &self.secure_cookies)
             .finish_non_exhaustive()
     }
 }
@@ -215,6 +222,7 @@ impl ServeConfig {
         let limits = self.limits()?;
         Ok(Service {
             limits,
+            secure_cookies: self.secure_cookies || tls.is_some(),
             session_key_configured: self.session_key_file.is_some(),
             session_keys,
             tls,
@@ -481,6 +489,10 @@ pub const SERVE_ENV: &[EnvVar<ServeConfig>] = &[
         c.write_stall_timeout_ms = number(v)?;
         Ok(())
     }),
+    ("LEDGER_SECURE_COOKIES", |c, v| {
+        c.secure_cookies = flag(v)?;
+        Ok(())
+    }),
     ("LEDGER_MAX_CONNECTIONS", |c, v| {
         c.max_connections = number(v)?;
         Ok(())
@@ -579,6 +591,31 @@ mod tests {
             let error = bad.validate().unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
+    }
+
+    #[test]
+    fn secure_cookies_is_a_key_of_the_file_and_of_the_environment_and_off_by_default() {
+        let config = ServeConfig {
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+            ..ServeConfig::default()
+        };
+        assert!(
+            !config.validate().unwrap().secure_cookies,
+            "plain HTTP by default"
+        );
+        let set: ServeConfig = toml::from_str("secure_cookies = true").unwrap();
+        assert!(set.secure_cookies);
+        let mut from_env = config.clone();
+        let (_, apply) = SERVE_ENV
+            .iter()
+            .find(|(name, _)| *name == "LEDGER_SECURE_COOKIES")
+            .unwrap();
+        apply(&mut from_env, "true").unwrap();
+        assert!(from_env.validate().unwrap().secure_cookies);
+        assert_eq!(
+            apply(&mut from_env, "yes").unwrap_err(),
+            "expected true or false"
+        );
     }
 
     #[test]
