@@ -465,6 +465,56 @@ async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Resul
     Ok(())
 }
 
+/// Issue 35, item 10: a table of the operator's with a foreign key to `contacts`, `ON
+/// DELETE CASCADE`. The offline rebuild swapped with DELETE and had no check: it went
+/// through and the cascade took the table's rows with it. Both rebuilds now refuse, name
+/// the key, and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_rebuilds_refuse_projections_that_other_tables_reference() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (contact_id, _, _) = one_assignment(&api).await;
+    let client = database.connect().await?;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE crm_notes (contact_id uuid REFERENCES contacts ON DELETE CASCADE, \
+                                     note text); \
+             INSERT INTO crm_notes VALUES ('{contact_id}', 'call back on Monday')"
+        ))
+        .await?;
+    let before = counts(&database).await?;
+
+    let pool = ra_ledger::db::pool(&database.url, "rebuild-test", 2)?;
+    let mut work = pool.get().await?;
+    let offline = ra_ledger::rebuild::rebuild(&mut work, false, |_, _| {}).await;
+    drop(work);
+    let online = ra_ledger::rebuild::online::rebuild_online(
+        &pool,
+        ra_ledger::rebuild::online::OnlineOptions {
+            verify_only: false,
+            chunk: 100,
+            pause_ratio: 0.0,
+        },
+        |_, _, _| {},
+    )
+    .await;
+    for (how, outcome) in [("offline", offline.err()), ("online", online.err())] {
+        match outcome {
+            Some(ra_ledger::rebuild::RebuildError::Referenced(keys)) => {
+                assert_eq!(keys, "crm_notes_contact_id_fkey on crm_notes", "{how}")
+            }
+            other => panic!("{how}: {other:?}"),
+        }
+    }
+    let notes: i64 = client
+        .query_one("SELECT count(*) FROM crm_notes", &[])
+        .await?
+        .get(0);
+    assert_eq!(notes, 1, "the cascade took the operator's rows");
+    assert_eq!(counts(&database).await?, before);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_operation_is_routed() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
