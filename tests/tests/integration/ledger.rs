@@ -123,7 +123,7 @@ async fn two_writers_on_the_same_stream_version_get_exactly_one_conflict() -> an
 
 /// Log lines written while the guard lives, on this thread.
 #[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for CapturedLog {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -137,7 +137,7 @@ impl std::io::Write for CapturedLog {
 }
 
 impl CapturedLog {
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("the log")).into_owned()
     }
 }
