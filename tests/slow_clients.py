@@ -123,9 +123,12 @@ def still_open(sockets):
     return open_count
 
 
-def measure(address, host, count, request, probe_timeout, recheck_after, receive_buffer):
+def measure(address, host, count, request, probe_timeout, recheck_after, receive_buffer, settle):
     started = time.monotonic()
     sockets, connected, waiting, refused = open_slow(address, count, request, receive_buffer)
+    # Past the listen backlog, some handshakes finish only on the kernel's retry (1 s, 3 s):
+    # a probe sent at once could overtake them and find a place that is theirs.
+    time.sleep(settle)
     answered = healthz(address, host, probe_timeout)
     line = (
         f"N={count:>5}: sent {connected:>5}, still connecting {waiting:>5}, refused {refused:>5}; "
@@ -160,6 +163,12 @@ def main():
     parser.add_argument("--token-file", help="file holding a writer token for the slow POSTs")
     parser.add_argument("--probe-timeout", type=float, default=5.0, help="seconds healthz may take")
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=4.0,
+        help="seconds between opening the slow connections and the first healthz",
+    )
+    parser.add_argument(
         "--recheck-after",
         type=float,
         default=35.0,
@@ -182,6 +191,7 @@ def main():
             args.probe_timeout,
             args.recheck_after,
             8192 if args.mode == "never-read" else None,
+            args.settle,
         )
 
 
