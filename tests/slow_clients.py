@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""How many slow clients it takes to starve `ledger serve` (issue 25, item 8).
+"""How many slow clients it takes to starve `ledger serve` (issue 25, item 8; issue 35, item 2).
 
 For each N it opens N connections, each sending a request head with `Content-Length: 100`
-and then 6 bytes of the body, never the rest. Holding them open, it asks `GET /healthz` on a
+and then 6 bytes of the body, never the rest (`--mode slow-body`, the default), or each
+pipelining 100 unauthenticated `GET /openapi.json` and reading nothing (`--mode
+never-read`). Holding them open, it asks `GET /healthz` on a
 fresh connection and says whether it answered within 5 s. When it did not, it asks again
 after the body-read timeout should have cut the slow clients off (35 s by default) and says
 whether the service recovered. It prints figures; it asserts nothing. Python 3, stdlib only.
@@ -16,6 +18,8 @@ Each slow connection is a file descriptor on both sides, so raise the limits fir
 Run the service against a scratch database, then:
 
     python3 tests/slow_clients.py --target 127.0.0.1:18099 --token-file token
+    python3 tests/slow_clients.py --target 127.0.0.1:18099 --mode never-read \
+        --counts 1024 --recheck-after 78
 
 The slow requests POST /v1/contacts with the token (so the handler waits for the body);
 `--path /sign-in` without a token does the same with no credentials at all.
@@ -39,13 +43,22 @@ def slow_request(host, path, token):
     return head.encode() + BODY_START
 
 
-def open_slow(address, count, request):
+def never_read_request(host):
+    """100 pipelined GETs of the OpenAPI document, none of whose answers is ever read."""
+    one = f"GET /openapi.json HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    return (one * 100).encode()
+
+
+def open_slow(address, count, request, receive_buffer=None):
     """Starts `count` connections at once; sends the slow request on each that connects
     within CONNECT_WAIT. Returns (sockets, connected, not connected, refused)."""
     selector = selectors.DefaultSelector()
     sockets, refused = [], 0
     for _ in range(count):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:
+            # A client that reads nothing needs no room for what it does not read.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         sock.setblocking(False)
         error = sock.connect_ex(address)
         if error not in (0, 115):  # EINPROGRESS
@@ -95,27 +108,27 @@ def healthz(address, host, timeout):
 
 
 def still_open(sockets):
-    """How many of the slow connections the service has not closed."""
+    """How many of the slow connections the service has not closed. Each is read until the
+    service has nothing more for now (open), or until its end or a reset (closed): an
+    answer in the buffer (a 408, or the GETs' answers) says nothing either way."""
     open_count = 0
     for sock in sockets:
         try:
-            data = sock.recv(4096, socket.MSG_PEEK)
-            if data == b"":
-                continue
-            # An answer (the 408) arrived: the service closes right after it.
-            if data.startswith(b"HTTP/1.1 "):
-                continue
-            open_count += 1
+            while sock.recv(1 << 20):
+                pass
         except BlockingIOError:
             open_count += 1
         except OSError:
-            continue
+            pass
     return open_count
 
 
-def measure(address, host, count, request, probe_timeout, recheck_after):
+def measure(address, host, count, request, probe_timeout, recheck_after, receive_buffer, settle):
     started = time.monotonic()
-    sockets, connected, waiting, refused = open_slow(address, count, request)
+    sockets, connected, waiting, refused = open_slow(address, count, request, receive_buffer)
+    # Past the listen backlog, some handshakes finish only on the kernel's retry (1 s, 3 s):
+    # a probe sent at once could overtake them and find a place that is theirs.
+    time.sleep(settle)
     answered = healthz(address, host, probe_timeout)
     line = (
         f"N={count:>5}: sent {connected:>5}, still connecting {waiting:>5}, refused {refused:>5}; "
@@ -140,9 +153,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="127.0.0.1:18080", help="host:port of ledger serve")
     parser.add_argument("--counts", default="10,100,1000,5000", help="values of N, comma-separated")
+    parser.add_argument(
+        "--mode",
+        choices=["slow-body", "never-read"],
+        default="slow-body",
+        help="slow-body: a POST whose body never arrives; never-read: 100 GETs, no read",
+    )
     parser.add_argument("--path", default="/v1/contacts", help="where the slow POSTs go")
     parser.add_argument("--token-file", help="file holding a writer token for the slow POSTs")
     parser.add_argument("--probe-timeout", type=float, default=5.0, help="seconds healthz may take")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=4.0,
+        help="seconds between opening the slow connections and the first healthz",
+    )
     parser.add_argument(
         "--recheck-after",
         type=float,
@@ -153,9 +178,21 @@ def main():
     host, port = args.target.rsplit(":", 1)
     address = (host, int(port))
     token = open(args.token_file).read().strip() if args.token_file else None
-    request = slow_request(host, args.path, token)
+    if args.mode == "never-read":
+        request = never_read_request(host)
+    else:
+        request = slow_request(host, args.path, token)
     for count in (int(n) for n in args.counts.split(",")):
-        measure(address, host, count, request, args.probe_timeout, args.recheck_after)
+        measure(
+            address,
+            host,
+            count,
+            request,
+            args.probe_timeout,
+            args.recheck_after,
+            8192 if args.mode == "never-read" else None,
+            args.settle,
+        )
 
 
 if __name__ == "__main__":

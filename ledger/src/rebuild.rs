@@ -68,9 +68,13 @@ pub enum RebuildError {
         "an online rebuild creates the new tables: run it as the projections' owner {0} (as ledger migrate runs)"
     )]
     NotOwner(String),
-    /// Other tables point at the projections; moving them would break those keys.
+    /// Other tables point at the projections; replacing their rows would break those keys,
+    /// or delete the rows that hold them (`ON DELETE CASCADE`).
     #[error(
-        "foreign keys of other tables reference the projections ({0}); an online rebuild would break them"
+        "foreign keys of other tables reference the projections ({0}); a rebuild replaces \
+         every projection row, which would break those keys or, with ON DELETE CASCADE, \
+         delete the rows holding them. Nothing was changed: drop those keys (or point them \
+         elsewhere), then rebuild"
     )]
     Referenced(String),
     /// Writers held the tables for every attempt.
@@ -106,6 +110,8 @@ async fn replay(
         .await?;
     if !verify_only {
         take_locks(&tx).await?;
+        // Under the EXCLUSIVE lock: no key can be added to the projections until commit.
+        refuse_outside_references(&tx).await?;
     }
     for table in TABLES {
         // Temporary tables shadow the live ones for unqualified names in this session.
@@ -151,6 +157,23 @@ async fn replay(
         tx.commit().await?;
     }
     Ok(report)
+}
+
+/// Refuses, before anything is built, a rebuild of projections that other tables'
+/// foreign keys reference (both rebuilds, offline and online, replace every row).
+pub(crate) async fn refuse_outside_references(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<(), RebuildError> {
+    let outside: Vec<String> = client
+        .query(include_str!("sql/tools/outside_references.sql"), &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    if !outside.is_empty() {
+        return Err(RebuildError::Referenced(outside.join(", ")));
+    }
+    Ok(())
 }
 
 /// Takes the rebuild's locks in `tx`, before its snapshot: EXCLUSIVE on the projections,

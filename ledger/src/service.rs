@@ -4,7 +4,8 @@
 //!
 //! The serve loop is `axum::serve` with the bounds it does not expose. The server bounds
 //! what slow clients can hold ([`Limits`]): a head must arrive within 30 s, a body within
-//! the body-read timeout (answered 408, see [`deadline`]), and at most so many connections
+//! the body-read timeout (answered 408, see [`deadline`]), an answer the client reads none
+//! of within the write-stall timeout closes the connection, and at most so many connections
 //! are open at once. A head over [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`] lines is refused by
 //! hyper with a bare `431`, and a head it cannot parse with a bare `400`; both close the
 //! connection before any handler runs. They are the one exception to the API's JSON error
@@ -20,6 +21,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use ra_ledger_cdc::infra::write_stall::WriteStall;
+
 use crate::api::AppState;
 use crate::commands::Ledger;
 use crate::config::Service;
@@ -32,7 +35,10 @@ mod deadline;
 mod limits;
 
 use limits::ConnectionSlots;
-pub use limits::{ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
+pub use limits::{
+    ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_WRITE_STALL_TIMEOUT, Limits,
+};
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -95,7 +101,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             .digests
             .as_ref()
             .map(|digests| digests.key.public_pem()),
-        secure_cookies: service.tls.is_some(),
+        secure_cookies: service.secure_cookies,
         relay_slot: service.relay_slot,
     };
     let mut tasks = Vec::new();
@@ -125,6 +131,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
     let limits = service.limits;
     tracing::info!(
         body_read_timeout_ms = limits.body_read_timeout.as_millis() as u64,
+        write_stall_timeout_ms = limits.write_stall_timeout.as_millis() as u64,
         max_connections = limits.max_connections,
         "slow clients are bounded"
     );
@@ -213,8 +220,11 @@ fn spawn_digests(
 /// This is `axum::serve` with settings it does not expose: half-closed connections are
 /// allowed, so a client that shuts its side down after its request still gets the answer;
 /// request heads must arrive within [`HEADER_READ_TIMEOUT`] and fit in [`MAX_HEAD_BYTES`]
-/// and [`MAX_HEADERS`]; bodies must arrive within [`Limits::body_read_timeout`]; and at
-/// most [`Limits::max_connections`] are open at once.
+/// and [`MAX_HEADERS`]; bodies must arrive within [`Limits::body_read_timeout`]; a
+/// connection whose writes make no progress for [`Limits::write_stall_timeout`] is closed
+/// (hyper has no write timeout: the bound wraps the socket, under TLS, so it counts what
+/// the client reads, not what rustls buffers); and at most [`Limits::max_connections`] are
+/// open at once.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -260,6 +270,7 @@ pub async fn serve(
         };
         // Small JSON answers: send them now rather than wait for more.
         let _ = stream.set_nodelay(true);
+        let stream = WriteStall::over_tcp(stream, limits.write_stall_timeout);
         let service = hyper_util::service::TowerToHyperService::new(service.clone());
         match &tls {
             None => {

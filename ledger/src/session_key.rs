@@ -9,7 +9,9 @@
 //!
 //! Rotation: the key that signed a session may be the previous one, which is accepted
 //! until a stated instant (`session_key_previous_until`). A session it signed is signed
-//! again with the current key on its next request, so nobody active is signed out.
+//! again with the current key on its next request, so nobody active is signed out, but it
+//! ends at that instant at the latest: whoever holds the old key (the reason to rotate)
+//! can forge such sessions until then, and none of them outlives the old key.
 
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
@@ -126,6 +128,11 @@ impl SessionKeys {
     /// The keys new sessions are signed with.
     pub fn current(&self) -> &Purposes {
         &self.current
+    }
+
+    /// When the previous key stops being accepted, if there is one.
+    pub fn previous_until(&self) -> Option<DateTime<Utc>> {
+        self.previous.as_ref().map(|(_, until)| *until)
     }
 
     /// The keys a session presented at `now` may be signed with: the current one first,

@@ -6,6 +6,8 @@
 //! - [`kafka`]: librdkafka settings and their security checks.
 //! - [`runtime`]: `/metrics`, signals and periodic ticks of a long-running process.
 //! - [`prometheus`]: the text exposition format of counters, gauges and histograms.
+//! - [`write_stall`]: the write timeout of every HTTP server: a connection whose client
+//!   reads nothing of its answers is closed.
 //!
 //! Nothing here depends on the relay or the consumer library; within, `settings` uses `pg`
 //! (a password put into a URL) and `kafka` uses `settings` (its errors and secret files),
@@ -16,3 +18,4 @@ pub mod pg;
 pub mod prometheus;
 pub mod runtime;
 pub mod settings;
+pub mod write_stall;

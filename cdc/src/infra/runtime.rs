@@ -3,9 +3,12 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use super::write_stall::{DEFAULT_WRITE_STALL_TIMEOUT, WriteStall};
 
 /// Runs `work` as a process does: `/metrics` (rendered by `render`) on `metrics_listen`
 /// when set, and SIGTERM or Ctrl-C cancelling the token `work` is given, which must then
@@ -50,18 +53,57 @@ pub fn cancel_on_signal(token: CancellationToken) {
 }
 
 /// Serves `router` on `address` until `shutdown`; logs and carries on without it when the
-/// address is taken.
+/// address is taken. A client's connection is closed once the answers it asked for have
+/// waited [`DEFAULT_WRITE_STALL_TIMEOUT`] without it reading a byte (see
+/// [`super::write_stall`]).
 pub async fn serve(address: SocketAddr, router: axum::Router, shutdown: CancellationToken) {
     match tokio::net::TcpListener::bind(address).await {
         Ok(listener) => {
             info!(%address, "serving /metrics");
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, router)
-                    .with_graceful_shutdown(shutdown.cancelled_owned())
-                    .await;
-            });
+            tokio::spawn(serve_on(
+                listener,
+                router,
+                DEFAULT_WRITE_STALL_TIMEOUT,
+                shutdown,
+            ));
         }
         Err(error) => warn!(%address, %error, "cannot serve /metrics; continuing without it"),
+    }
+}
+
+/// `axum::serve` on `listener`, each connection's writes bounded by `write_stall`.
+async fn serve_on(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    write_stall: Duration,
+    shutdown: CancellationToken,
+) {
+    let listener = WriteStallListener {
+        listener,
+        limit: write_stall,
+    };
+    let _ = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await;
+}
+
+/// A TCP listener whose connections are [`WriteStall`]s.
+struct WriteStallListener {
+    listener: tokio::net::TcpListener,
+    limit: Duration,
+}
+
+impl axum::serve::Listener for WriteStallListener {
+    type Io = WriteStall<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (stream, address) = axum::serve::Listener::accept(&mut self.listener).await;
+        (WriteStall::over_tcp(stream, self.limit), address)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
     }
 }
 
@@ -109,5 +151,53 @@ impl Every {
             () = self.shutdown.cancelled() => false,
             _ = self.ticks.tick() => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// 40 pipelined `GET /metrics` of 256 KiB each (10 MiB, more than loopback's socket
+    /// buffers hold) from a client that reads nothing: once the server's writes have waited
+    /// the limit, it closes the connection. Read afterwards, the connection ends (a reset,
+    /// or the end of what was sent before the close) short of the 40 answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_metrics_client_that_reads_nothing_is_cut_off_after_the_write_stall_timeout() {
+        const ANSWER: usize = 256 * 1024;
+        const REQUESTS: usize = 40;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let limit = Duration::from_millis(500);
+        tokio::spawn(serve_on(
+            listener,
+            text_router(|| "x".repeat(ANSWER)),
+            limit,
+            shutdown.clone(),
+        ));
+        let mut client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let request = "GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n".repeat(REQUESTS);
+        client.write_all(request.as_bytes()).await.unwrap();
+        tokio::time::sleep(limit * 4).await;
+        let mut received = Vec::new();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut received))
+                .await
+                .expect("the server still holds the connection 10 s after the write-stall timeout");
+        assert!(
+            ended.is_ok()
+                || ended
+                    .as_ref()
+                    .is_err_and(|error| error.kind() == std::io::ErrorKind::ConnectionReset),
+            "{ended:?}"
+        );
+        assert!(
+            received.len() < ANSWER * REQUESTS,
+            "all {} bytes arrived: nothing was cut off",
+            received.len()
+        );
+        shutdown.cancel();
     }
 }

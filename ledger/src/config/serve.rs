@@ -10,10 +10,12 @@ use ra_ledger_cdc::infra::settings::{
 use serde::Deserialize;
 
 use super::service::{Digests, Retention, Service};
-use super::{EnvVar, non_empty, number, overlay_env, within};
+use super::{EnvVar, flag, non_empty, number, overlay_env, within};
 use crate::api::{CursorKey, Tokens};
 use crate::retention;
-use crate::service::{DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, Limits};
+use crate::service::{
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WRITE_STALL_TIMEOUT, Limits,
+};
 use crate::session_key::SessionKeys;
 
 /// Everything `ledger serve` needs.
@@ -79,6 +81,15 @@ pub struct ServeConfig {
     /// (`LEDGER_BODY_READ_TIMEOUT_MS`). A slow client cannot hold a connection with a body
     /// that never arrives.
     pub body_read_timeout_ms: u64,
+    /// Longest an answer may wait for the client to read any of it, in milliseconds; then
+    /// the connection is closed (`LEDGER_WRITE_STALL_TIMEOUT_MS`). Counted from the last
+    /// byte the client took, so a slow reader of a large answer is never cut off.
+    pub write_stall_timeout_ms: u64,
+    /// Browsers reach the console over HTTPS through a TLS terminator in front
+    /// (`LEDGER_SECURE_COOKIES`): the session cookie is then `Secure` and named
+    /// `__Host-ra_session`, as with `tls_cert_file`. Leave it off when browsers use plain
+    /// HTTP: they would drop the cookie and nobody could sign in.
+    pub secure_cookies: bool,
     /// Most connections open at once; more wait in the listen backlog until one closes
     /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor limit.
     pub max_connections: usize,
@@ -107,7 +118,9 @@ impl Default for ServeConfig {
             digest_key_file: None,
             digest_interval_ms: 60_000,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT.as_millis() as u64,
+            write_stall_timeout_ms: DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            secure_cookies: false,
         }
     }
 }
@@ -139,7 +152,9 @@ impl std::fmt::Debug for ServeConfig {
             .field("digest_key_file", &self.digest_key_file)
             .field("digest_interval_ms", &self.digest_interval_ms)
             .field("body_read_timeout_ms", &self.body_read_timeout_ms)
+            .field("write_stall_timeout_ms", &self.write_stall_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("secure_cookies", &self.secure_cookies)
             .finish_non_exhaustive()
     }
 }
@@ -207,6 +222,7 @@ impl ServeConfig {
         let limits = self.limits()?;
         Ok(Service {
             limits,
+            secure_cookies: self.secure_cookies || tls.is_some(),
             session_key_configured: self.session_key_file.is_some(),
             session_keys,
             tls,
@@ -285,9 +301,15 @@ impl ServeConfig {
             self.body_read_timeout_ms,
             100..=600_000,
         )?;
+        within(
+            "write_stall_timeout_ms",
+            self.write_stall_timeout_ms,
+            100..=600_000,
+        )?;
         within("max_connections", self.max_connections, 1..=100_000)?;
         Ok(Limits {
             body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            write_stall_timeout: Duration::from_millis(self.write_stall_timeout_ms),
             max_connections: self.max_connections,
         })
     }
@@ -463,6 +485,14 @@ pub const SERVE_ENV: &[EnvVar<ServeConfig>] = &[
         c.body_read_timeout_ms = number(v)?;
         Ok(())
     }),
+    ("LEDGER_WRITE_STALL_TIMEOUT_MS", |c, v| {
+        c.write_stall_timeout_ms = number(v)?;
+        Ok(())
+    }),
+    ("LEDGER_SECURE_COOKIES", |c, v| {
+        c.secure_cookies = flag(v)?;
+        Ok(())
+    }),
     ("LEDGER_MAX_CONNECTIONS", |c, v| {
         c.max_connections = number(v)?;
         Ok(())
@@ -515,19 +545,25 @@ mod tests {
     }
 
     #[test]
-    fn the_body_read_timeout_and_the_connection_cap_default_and_are_bounded() {
+    fn the_body_read_and_write_stall_timeouts_and_the_connection_cap_default_and_are_bounded() {
         let config = ServeConfig {
             tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
             ..ServeConfig::default()
         };
         assert_eq!(config.validate().unwrap().limits, Limits::default());
-        let set: ServeConfig =
-            toml::from_str("tokens = \"x\"\nbody_read_timeout_ms = 1000\nmax_connections = 4")
-                .unwrap();
+        let set: ServeConfig = toml::from_str(
+            "tokens = \"x\"\nbody_read_timeout_ms = 1000\nwrite_stall_timeout_ms = 2000\n\
+                 max_connections = 4",
+        )
+        .unwrap();
         assert_eq!(
-            (set.body_read_timeout_ms, set.max_connections),
-            (1000, 4),
-            "both are keys of the file"
+            (
+                set.body_read_timeout_ms,
+                set.write_stall_timeout_ms,
+                set.max_connections
+            ),
+            (1000, 2000, 4),
+            "all three are keys of the file"
         );
         for (bad, field) in [
             (
@@ -536,6 +572,13 @@ mod tests {
                     ..config.clone()
                 },
                 "body_read_timeout_ms",
+            ),
+            (
+                ServeConfig {
+                    write_stall_timeout_ms: 50,
+                    ..config.clone()
+                },
+                "write_stall_timeout_ms",
             ),
             (
                 ServeConfig {
@@ -548,6 +591,31 @@ mod tests {
             let error = bad.validate().unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
+    }
+
+    #[test]
+    fn secure_cookies_is_a_key_of_the_file_and_of_the_environment_and_off_by_default() {
+        let config = ServeConfig {
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+            ..ServeConfig::default()
+        };
+        assert!(
+            !config.validate().unwrap().secure_cookies,
+            "plain HTTP by default"
+        );
+        let set: ServeConfig = toml::from_str("secure_cookies = true").unwrap();
+        assert!(set.secure_cookies);
+        let mut from_env = config.clone();
+        let (_, apply) = SERVE_ENV
+            .iter()
+            .find(|(name, _)| *name == "LEDGER_SECURE_COOKIES")
+            .unwrap();
+        apply(&mut from_env, "true").unwrap();
+        assert!(from_env.validate().unwrap().secure_cookies);
+        assert_eq!(
+            apply(&mut from_env, "yes").unwrap_err(),
+            "expected true or false"
+        );
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Service {
     pub digests: Option<Digests>,
     /// What one client may hold: the body-read timeout and the connection cap.
     pub limits: Limits,
+    /// Whether browsers reach the console over HTTPS (own TLS or a terminator in front):
+    /// the session cookie is then `Secure` and `__Host-` prefixed.
+    pub secure_cookies: bool,
     /// The relay's replication slot, whose lag the console shows.
     pub relay_slot: String,
 }

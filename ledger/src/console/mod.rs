@@ -31,7 +31,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-pub use session::{COOKIE, IDLE_MINUTES, SESSION_HOURS};
+pub use session::{COOKIE, IDLE_MINUTES, SECURE_COOKIE, SESSION_HOURS};
 
 use crate::api::AppState;
 

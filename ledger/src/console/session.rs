@@ -3,7 +3,11 @@
 //!
 //! The cookie holds `expiry.seen.nonce.entry`, signed with HMAC-SHA256 by the `cookie`
 //! crate under a key derived from the session key ([`crate::session_key`], never the cursor
-//! key), `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when the service speaks TLS.
+//! key), `HttpOnly`, `SameSite=Strict`, `Path=/`. When browsers reach the console over
+//! HTTPS (the service's own TLS, or `secure_cookies` behind a TLS terminator) it is also
+//! `Secure` and named [`SECURE_COOKIE`]: the `__Host-` prefix makes a browser refuse the
+//! name from plain HTTP, from a subdomain or with a `Domain`, so nobody on the network or a
+//! sibling site can plant a session of their own. Plain-HTTP cookies are then ignored.
 //!
 //! - `entry` names the configured token entry the session was made with (a keyed hash of
 //!   the token's digest, so the cookie does not carry the digest itself), not its role or
@@ -14,7 +18,13 @@
 //!   page the session loads signs the cookie again with a new `seen` (at most once every
 //!   [`REFRESH_SECONDS`]); the run page's progress feed does not, so a page left open does
 //!   not keep a session alive.
-//! - `expiry` ends every session [`SESSION_HOURS`] after sign-in, used or not.
+//! - `expiry` ends every session [`SESSION_HOURS`] after sign-in, used or not. A cookie
+//!   whose `expiry` is further away than that (and [`CLOCK_SKEW_SECONDS`]) was not made by
+//!   a sign-in and is refused, whoever signed it.
+//! - A session the previous key signed is signed again with the current key on its next
+//!   request (so nobody active is signed out by a rotation), with its `expiry` brought
+//!   forward to the previous key's `until` if that comes first. A cookie forged with a
+//!   leaked old key therefore ends with the old key, however it was refreshed.
 //!
 //! Nothing is stored on the server: signing out removes the cookie from the browser; a
 //! copied cookie stays valid until it is idle, expires, or its token is removed. The CSRF
@@ -34,12 +44,22 @@ use subtle::ConstantTimeEq;
 use crate::api::{AppState, Principal, Role, Tokens};
 use crate::session_key::{self, Purposes, SessionKeys};
 
-/// The session cookie's name.
+/// The session cookie's name over plain HTTP.
 pub const COOKIE: &str = "ra_session";
+/// The session cookie's name when browsers reach the console over HTTPS.
+pub const SECURE_COOKIE: &str = "__Host-ra_session";
+
+/// The session cookie's name: [`SECURE_COOKIE`] over HTTPS, else [`COOKIE`].
+fn cookie_name(secure: bool) -> &'static str {
+    if secure { SECURE_COOKIE } else { COOKIE }
+}
 /// How long a session lasts at most.
 pub const SESSION_HOURS: i64 = 8;
 /// How long a session may go unused before it is over.
 pub const IDLE_MINUTES: i64 = 30;
+/// How far another instance's clock may run ahead of this one's: a cookie it signed may
+/// say `expiry` and `seen` that much later than this clock allows.
+pub const CLOCK_SKEW_SECONDS: i64 = 60;
 /// How often a used session's cookie is signed again with a new `seen`.
 pub const REFRESH_SECONDS: i64 = 60;
 
@@ -134,10 +154,10 @@ pub fn start(state: &AppState, token_digest: &[u8; 32]) -> String {
 
 /// The `Set-Cookie` value of `session` used at `now`: the same session, signed again with
 /// the current key.
-fn refreshed(state: &AppState, session: &Session, now: i64) -> String {
+fn refreshed(keys: &SessionKeys, secure: bool, session: &Session, now: i64) -> String {
     signed_cookie(
-        &state.session_keys,
-        state.secure_cookies,
+        keys,
+        secure,
         &Fields {
             expires: session.expires,
             seen: now,
@@ -169,7 +189,7 @@ fn signed_cookie(keys: &SessionKeys, secure: bool, fields: &Fields<'_>, now: i64
     jar.signed_mut(&current.cookie)
         .add(base_cookie(secure, value));
     let mut cookie = jar
-        .get(COOKIE)
+        .get(cookie_name(secure))
         .cloned()
         .unwrap_or_else(|| base_cookie(secure, String::new()));
     cookie.set_max_age(cookie::time::Duration::seconds(fields.expires - now));
@@ -184,7 +204,7 @@ pub fn end(state: &AppState) -> String {
 }
 
 fn base_cookie(secure: bool, value: String) -> Cookie<'static> {
-    Cookie::build((COOKIE, value))
+    Cookie::build((cookie_name(secure), value))
         .http_only(true)
         .same_site(SameSite::Strict)
         .secure(secure)
@@ -194,22 +214,31 @@ fn base_cookie(secure: bool, value: String) -> Cookie<'static> {
 
 /// The session the request's cookie holds, if it is valid now.
 pub fn read(state: &AppState, headers: &HeaderMap) -> Option<Session> {
-    read_at(&state.session_keys, &state.tokens, headers, Utc::now())
+    read_at(
+        &state.session_keys,
+        &state.tokens,
+        state.secure_cookies,
+        headers,
+        Utc::now(),
+    )
 }
 
-/// The session the request's cookie holds at `now`: signed by an accepted key, neither
-/// expired nor idle, and of a token entry configured now, with that entry's name and role.
+/// The session the request's cookie holds at `now`: under the name of the scheme
+/// (`secure`), signed by an accepted key, neither expired nor idle, and of a token entry
+/// configured now, with that entry's name and role.
 pub fn read_at(
     keys: &SessionKeys,
     tokens: &Tokens,
+    secure: bool,
     headers: &HeaderMap,
     now: DateTime<Utc>,
 ) -> Option<Session> {
+    let name = cookie_name(secure);
     let mut jar = CookieJar::new();
     for value in headers.get_all(header::COOKIE) {
         let Ok(value) = value.to_str() else { continue };
         for cookie in Cookie::split_parse_encoded(value.to_owned()).flatten() {
-            if cookie.name() == COOKIE {
+            if cookie.name() == name {
                 jar.add_original(cookie.into_owned());
             }
         }
@@ -217,21 +246,33 @@ pub fn read_at(
     keys.accepted(now)
         .enumerate()
         .find_map(|(index, purposes)| {
-            let cookie = jar.signed(&purposes.cookie).get(COOKIE)?;
+            let cookie = jar.signed(&purposes.cookie).get(name)?;
             let mut session = parse(purposes, tokens, cookie.value(), now.timestamp())?;
-            session.signed_by_previous = index > 0;
+            if index > 0 {
+                // The old key's sessions end with it, refreshed or not (see the module's doc).
+                session.signed_by_previous = true;
+                if let Some(until) = keys.previous_until() {
+                    session.expires = session.expires.min(until.timestamp());
+                }
+            }
             Some(session)
         })
 }
 
-/// A verified cookie value: still current, and its entry resolved in `tokens`.
+/// A verified cookie value: still current, of a lifetime a sign-in gives, and its entry
+/// resolved in `tokens`.
 fn parse(purposes: &Purposes, tokens: &Tokens, value: &str, now: i64) -> Option<Session> {
     let mut parts = value.splitn(4, '.');
     let expires: i64 = parts.next()?.parse().ok()?;
     let seen: i64 = parts.next()?.parse().ok()?;
     let nonce = parts.next()?.to_owned();
     let entry = parts.next()?;
-    if expires <= now || now - seen > IDLE_MINUTES * 60 {
+    let expired = expires <= now;
+    let idle = now - seen > IDLE_MINUTES * 60;
+    // No sign-in makes these: a signing key in the wrong hands, or a clock far off.
+    let too_long = expires > now + SESSION_HOURS * 3600 + CLOCK_SKEW_SECONDS;
+    let seen_later = seen > now + CLOCK_SKEW_SECONDS;
+    if expired || idle || too_long || seen_later {
         return None;
     }
     let (token_digest, principal) = resolve(purposes, tokens, entry)?;
@@ -280,7 +321,8 @@ pub async fn keep_alive(
     let now = Utc::now().timestamp();
     if let Some(session) = session.filter(|session| session.refresh_due(now))
         && !response.headers().contains_key(header::SET_COOKIE)
-        && let Ok(cookie) = refreshed(&state, &session, now).parse()
+        && let Ok(cookie) =
+            refreshed(&state.session_keys, state.secure_cookies, &session, now).parse()
     {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
@@ -375,7 +417,7 @@ mod tests {
         let keys = SessionKeys::new(&[3u8; 32]).unwrap();
         let headers = browser(&keys, "token-a", NOW, NOW);
         let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
-        let session = read_at(&keys, &configured, &headers, at(NOW + 1)).unwrap();
+        let session = read_at(&keys, &configured, false, &headers, at(NOW + 1)).unwrap();
         assert_eq!(
             (session.name.as_str(), session.role),
             ("cs-tool", Role::Writer)
@@ -384,7 +426,7 @@ mod tests {
         // Moved to auditor (and renamed) in the configuration: the same cookie is now an
         // auditor's session under the new name.
         let downgraded = tokens(&[(Role::Auditor, "cs-readonly", "token-a")]);
-        let session = read_at(&keys, &downgraded, &headers, at(NOW + 1)).unwrap();
+        let session = read_at(&keys, &downgraded, false, &headers, at(NOW + 1)).unwrap();
         assert_eq!(
             (session.name.as_str(), session.role),
             ("cs-readonly", Role::Auditor)
@@ -393,7 +435,7 @@ mod tests {
 
         // Removed: no session, whatever else is configured.
         let removed = tokens(&[(Role::Writer, "cs-tool", "token-b")]);
-        assert!(read_at(&keys, &removed, &headers, at(NOW + 1)).is_none());
+        assert!(read_at(&keys, &removed, false, &headers, at(NOW + 1)).is_none());
     }
 
     #[test]
@@ -402,16 +444,16 @@ mod tests {
         let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
         let idle = IDLE_MINUTES * 60;
         let headers = browser(&keys, "token-a", NOW, NOW);
-        assert!(read_at(&keys, &configured, &headers, at(NOW + idle)).is_some());
-        assert!(read_at(&keys, &configured, &headers, at(NOW + idle + 1)).is_none());
+        assert!(read_at(&keys, &configured, false, &headers, at(NOW + idle)).is_some());
+        assert!(read_at(&keys, &configured, false, &headers, at(NOW + idle + 1)).is_none());
         // Used a minute before going idle: refreshed, it lasts another idle period...
         let refreshed = browser(&keys, "token-a", NOW, NOW + idle - 60);
-        assert!(read_at(&keys, &configured, &refreshed, at(NOW + idle + 1)).is_some());
+        assert!(read_at(&keys, &configured, false, &refreshed, at(NOW + idle + 1)).is_some());
         // ...but never past the sign-in's expiry.
         let end = NOW + SESSION_HOURS * 3600;
         let late = browser(&keys, "token-a", NOW, end - 10);
-        assert!(read_at(&keys, &configured, &late, at(end - 1)).is_some());
-        assert!(read_at(&keys, &configured, &late, at(end)).is_none());
+        assert!(read_at(&keys, &configured, false, &late, at(end - 1)).is_some());
+        assert!(read_at(&keys, &configured, false, &late, at(end)).is_none());
     }
 
     #[test]
@@ -424,14 +466,138 @@ mod tests {
             .unwrap()
             .with_previous(&[1u8; 32], until)
             .unwrap();
-        let session = read_at(&rotated, &configured, &headers, at(NOW + 60)).unwrap();
+        let session = read_at(&rotated, &configured, false, &headers, at(NOW + 60)).unwrap();
         assert!(session.signed_by_previous && session.refresh_due(NOW + 60));
-        assert!(read_at(&rotated, &configured, &headers, until).is_none());
+        assert!(read_at(&rotated, &configured, false, &headers, until).is_none());
         let without = SessionKeys::new(&[2u8; 32]).unwrap();
-        assert!(read_at(&without, &configured, &headers, at(NOW + 60)).is_none());
+        assert!(read_at(&without, &configured, false, &headers, at(NOW + 60)).is_none());
         // Signed again with the current key, the session no longer needs the previous one.
         let current = browser(&rotated, "token-a", NOW, NOW + 60);
-        let session = read_at(&without, &configured, &current, at(NOW + 120)).unwrap();
+        let session = read_at(&without, &configured, false, &current, at(NOW + 120)).unwrap();
         assert!(!session.signed_by_previous);
+    }
+
+    /// The headers of a browser holding a cookie with any `expires` and `seen`, signed
+    /// with `keys`: what whoever holds a key can forge.
+    fn forged(keys: &SessionKeys, token: &str, expires: i64, seen: i64) -> HeaderMap {
+        let digest = *tokens(&[(Role::Writer, "any", token)])
+            .find_entry(token)
+            .unwrap()
+            .0;
+        let fields = Fields {
+            expires,
+            seen,
+            nonce: "forged",
+            token_digest: &digest,
+        };
+        let set_cookie = signed_cookie(keys, false, &fields, seen);
+        let mut headers = HeaderMap::new();
+        let pair = set_cookie.split(';').next().unwrap().to_owned();
+        headers.insert(header::COOKIE, pair.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_cookie_that_outlives_any_sign_in_is_refused() {
+        let keys = SessionKeys::new(&[3u8; 32]).unwrap();
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let longest = SESSION_HOURS * 3600;
+        let year = forged(&keys, "token-a", NOW + 365 * 24 * 3600, NOW);
+        assert!(read_at(&keys, &configured, false, &year, at(NOW)).is_none());
+        let just_over = forged(
+            &keys,
+            "token-a",
+            NOW + longest + CLOCK_SKEW_SECONDS + 1,
+            NOW,
+        );
+        assert!(read_at(&keys, &configured, false, &just_over, at(NOW)).is_none());
+        // Another instance's clock a little ahead: still a session.
+        let ahead = forged(&keys, "token-a", NOW + 30 + longest, NOW + 30);
+        assert!(read_at(&keys, &configured, false, &ahead, at(NOW)).is_some());
+        // A `seen` from the future keeps an idle session alive: refused too.
+        let future_seen = forged(&keys, "token-a", NOW + 3600, NOW + 3000);
+        assert!(read_at(&keys, &configured, false, &future_seen, at(NOW)).is_none());
+    }
+
+    /// Issue 35, item 7: a cookie forged with a leaked old key, during the rotation, was
+    /// signed again with the new key keeping its `expires`, and lived on after `until`.
+    #[test]
+    fn a_session_of_the_previous_key_ends_at_its_until_however_it_is_refreshed() {
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let old = SessionKeys::new(&[1u8; 32]).unwrap();
+        let until = NOW + 600;
+        let rotated = SessionKeys::new(&[2u8; 32])
+            .unwrap()
+            .with_previous(&[1u8; 32], at(until))
+            .unwrap();
+        // Forged with the old key a minute into the rotation, for the longest lifetime.
+        let forged_at = NOW + 60;
+        let headers = forged(&old, "token-a", forged_at + SESSION_HOURS * 3600, forged_at);
+        let session = read_at(&rotated, &configured, false, &headers, at(forged_at)).unwrap();
+        assert_eq!(
+            session.expires, until,
+            "the old key's session ends with the old key"
+        );
+
+        // The keep-alive signs it again with the new key: the refreshed cookie carries the
+        // earlier end, and is no session past `until` even once the old key is gone.
+        let cookie = refreshed(&rotated, false, &session, forged_at);
+        let mut resigned = HeaderMap::new();
+        resigned.insert(
+            header::COOKIE,
+            cookie.split(';').next().unwrap().parse().unwrap(),
+        );
+        let current_only = SessionKeys::new(&[2u8; 32]).unwrap();
+        let renewed = read_at(&current_only, &configured, false, &resigned, at(until - 1)).unwrap();
+        assert!(!renewed.signed_by_previous);
+        assert!(read_at(&current_only, &configured, false, &resigned, at(until)).is_none());
+        assert!(
+            read_at(
+                &current_only,
+                &configured,
+                false,
+                &resigned,
+                at(until + 3600)
+            )
+            .is_none()
+        );
+    }
+
+    /// Issue 35, item 10: behind a TLS terminator the cookie had neither `Secure` nor the
+    /// `__Host-` prefix. With `secure` (the service's TLS, or `secure_cookies`) it has both,
+    /// and a cookie under the plain name (planted over HTTP, or by a sibling site) is no
+    /// session.
+    #[test]
+    fn over_https_the_cookie_is_secure_and_host_prefixed_and_the_plain_name_is_ignored() {
+        let keys = SessionKeys::new(&[3u8; 32]).unwrap();
+        let configured = tokens(&[(Role::Writer, "cs-tool", "token-a")]);
+        let digest = *configured.find_entry("token-a").unwrap().0;
+        let fields = Fields {
+            expires: NOW + 3600,
+            seen: NOW,
+            nonce: "nonce",
+            token_digest: &digest,
+        };
+        let secure = signed_cookie(&keys, true, &fields, NOW);
+        assert!(secure.starts_with("__Host-ra_session="), "{secure}");
+        for attribute in ["Secure", "HttpOnly", "SameSite=Strict", "Path=/"] {
+            assert!(secure.contains(attribute), "{attribute}: {secure}");
+        }
+        assert!(!secure.contains("Domain"), "{secure}");
+        let plain = signed_cookie(&keys, false, &fields, NOW);
+        assert!(
+            plain.starts_with("ra_session=") && !plain.contains("Secure"),
+            "{plain}"
+        );
+
+        let presented = |set_cookie: &str| {
+            let mut headers = HeaderMap::new();
+            let pair = set_cookie.split(';').next().unwrap().to_owned();
+            headers.insert(header::COOKIE, pair.parse().unwrap());
+            headers
+        };
+        assert!(read_at(&keys, &configured, true, &presented(&secure), at(NOW)).is_some());
+        assert!(read_at(&keys, &configured, true, &presented(&plain), at(NOW)).is_none());
+        assert!(read_at(&keys, &configured, false, &presented(&plain), at(NOW)).is_some());
     }
 }

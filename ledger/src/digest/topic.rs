@@ -4,8 +4,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// Why a topic could not be read to its end.
@@ -49,6 +50,28 @@ pub enum TopicError {
     },
 }
 
+/// The reader's librdkafka context. rdkafka hands every error event to its context before
+/// the consumer sees it, and the default context logs each at `error`, the end of a
+/// partition included. That end is what `enable.partition.eof` asks for and how the read
+/// knows it is done (issue 35, item 10: an `ERROR librdkafka: Partition EOF` line ended
+/// every `ledger verify --digests`), so it is logged at `debug`; every other error as the
+/// default context does.
+#[derive(Debug, Clone, Copy)]
+struct TopicReader;
+
+impl ClientContext for TopicReader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error {
+            KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {
+                tracing::debug!(reason, "reached the end of a partition")
+            }
+            error => tracing::error!("librdkafka: {error}: {reason}"),
+        }
+    }
+}
+
+impl ConsumerContext for TopicReader {}
+
 /// Every message of `topic`, read from the beginning up to each partition's end (no
 /// consumer group is joined, nothing is committed). Blocking.
 ///
@@ -69,7 +92,7 @@ pub fn read_blocking(
     topic: &str,
     timeout: Duration,
 ) -> Result<Vec<(String, Vec<u8>)>, TopicError> {
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer<TopicReader> = config
         .set(
             "group.id",
             format!("ledger-verify-{}", uuid::Uuid::new_v4().simple()),
@@ -77,7 +100,7 @@ pub fn read_blocking(
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create()
+        .create_with_context(TopicReader)
         .map_err(TopicError::Client)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -134,7 +157,11 @@ pub fn read_blocking(
 
 /// `partitions` of `topic` with the consumer's position in each, e.g. `1 (at offset 4), 2
 /// (nothing read)`, for an operator to see how far the read came.
-fn positions(consumer: &BaseConsumer, topic: &str, partitions: &BTreeSet<i32>) -> String {
+fn positions(
+    consumer: &BaseConsumer<TopicReader>,
+    topic: &str,
+    partitions: &BTreeSet<i32>,
+) -> String {
     let known = consumer.position().ok();
     partitions
         .iter()

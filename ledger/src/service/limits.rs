@@ -1,12 +1,16 @@
 //! What one client may hold of the service: how long a request body may take to arrive,
-//! and how many connections are open at once.
+//! how long an answer may wait for the client to read it, and how many connections are
+//! open at once.
 //!
 //! Each bound covers a way a slow client could hold resources without end. A head has its
 //! own 30 s limit in hyper, which also closes a connection idle between requests. A body
 //! gets [`Limits::body_read_timeout`] (see [`super::deadline`]). Those two bound how long any
-//! one connection can be held without sending a complete request. The connection cap
-//! bounds how many such connections exist at once, so the file descriptors and memory a
-//! crowd of slow clients can take are bounded too.
+//! one connection can be held without sending a complete request. An answer the client
+//! does not read gets [`Limits::write_stall_timeout`] (see
+//! [`ra_ledger_cdc::infra::write_stall`]): without it, a client that asks and never reads
+//! holds its connection for good, since hyper has no write timeout. The connection cap
+//! bounds how many connections exist at once, so the file descriptors and memory a crowd
+//! of slow clients can take are bounded too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +20,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Default of [`Limits::body_read_timeout`].
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`Limits::write_stall_timeout`].
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration =
+    ra_ledger_cdc::infra::write_stall::DEFAULT_WRITE_STALL_TIMEOUT;
 /// Default of [`Limits::max_connections`]: far below the serve unit's `LimitNOFILE=65536`,
 /// far above what the pool of 16 database connections can keep busy.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1_024;
@@ -29,6 +36,10 @@ pub struct Limits {
     /// request is then answered 408 and its connection closed. A total bound, not an idle
     /// one: a client that sends a byte now and then is cut off as well.
     pub body_read_timeout: Duration,
+    /// Longest the connection's writes may wait for the client to read, without a byte
+    /// taken, before the connection is closed. An idle bound, not a total one: a large
+    /// answer over a slow link takes as long as it takes while the client reads.
+    pub write_stall_timeout: Duration,
     /// Most connections open at once (TLS handshakes included). When all are taken, the
     /// service stops accepting; new connections wait in the kernel's listen backlog and are
     /// taken in order as connections close.
@@ -36,7 +47,8 @@ pub struct Limits {
     /// Why wait rather than answer 503: accepting a connection only to refuse it spends the
     /// descriptor and a write that the cap is there to save, and a client that is refused has
     /// to retry on its own. A waiting client is served as soon as a place frees. A place
-    /// frees within the head and body timeouts, however slow the clients holding it. A full
+    /// frees within the head, body and write-stall timeouts, however slow the clients holding
+    /// it (unless a client reads its answer just fast enough, and then it is served). A full
     /// backlog makes the kernel drop new SYNs, and clients retry them.
     pub max_connections: usize,
 }
@@ -45,6 +57,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            write_stall_timeout: DEFAULT_WRITE_STALL_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }

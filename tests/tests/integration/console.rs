@@ -26,10 +26,15 @@ pub(crate) fn http() -> reqwest::Client {
         .expect("an HTTP client")
 }
 
+/// A POST to `/sign-in` as a browser's form sends it: with this site's `Origin`.
+pub(crate) fn sign_in_post(web: &reqwest::Client, base: &str) -> reqwest::RequestBuilder {
+    web.post(format!("{base}/sign-in"))
+        .header(header::ORIGIN, base)
+}
+
 /// Signs in over plain HTTP; returns the `name=value` of the session cookie.
 pub(crate) async fn session_cookie(base: &str, token: &str) -> String {
-    let reply = http()
-        .post(format!("{base}/sign-in"))
+    let reply = sign_in_post(&http(), base)
         .form(&[("token", token), ("next", "/search")])
         .send()
         .await
@@ -87,8 +92,7 @@ async fn the_console_refuses_forged_writes_bad_input_and_foreign_sites() -> anyh
 
     // Sign-in: an unknown token is 401; a form from another site is refused; a next that
     // leaves the site is replaced by the start page.
-    let reply = web
-        .post(format!("{base}/sign-in"))
+    let reply = sign_in_post(&web, &base)
         .form(&[("token", "not-a-token")])
         .send()
         .await?;
@@ -107,15 +111,13 @@ async fn the_console_refuses_forged_writes_bad_input_and_foreign_sites() -> anyh
         "https://evil.example/",
         "/\\evil.example",
     ] {
-        let reply = web
-            .post(format!("{base}/sign-in"))
+        let reply = sign_in_post(&web, &base)
             .form(&[("token", WRITER), ("next", next)])
             .send()
             .await?;
         assert_eq!(reply.headers()[header::LOCATION], "/", "next {next:?}");
     }
-    let reply = web
-        .post(format!("{base}/sign-in"))
+    let reply = sign_in_post(&web, &base)
         .form(&[("token", WRITER)])
         .send()
         .await?;

@@ -266,3 +266,50 @@ async fn digests_on_kafka_catch_a_rewritten_a_deleted_and_a_truncated_history() 
     relay.stop().await?;
     Ok(())
 }
+
+/// Issue 35, item 10: reading the digest topic to its end logged librdkafka's
+/// `Partition EOF` as an ERROR line on every run. Reaching the end is how the read knows it
+/// is done: two messages on two partitions are read, and nothing is logged as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_topic_to_its_end_logs_no_error() -> anyhow::Result<()> {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    use crate::ledger::CapturedLog;
+
+    let mut topics = TestTopics::new();
+    let topic = topics.create_with_partitions("digests", 2).await?;
+    let producer: FutureProducer = topics.client_config().create()?;
+    for partition in 0..2 {
+        producer
+            .send(
+                FutureRecord::<(), _>::to(&topic)
+                    .partition(partition)
+                    .payload("digest"),
+                Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(error, _)| error)?;
+    }
+    let config = topics.client_config();
+    let read_topic = topic.clone();
+    // rdkafka logs through `log`: bridged into tracing, as `ledger`'s own subscriber does.
+    let _ = tracing_log::LogTracer::init();
+    let (messages, log) = tokio::task::spawn_blocking(move || {
+        let log = CapturedLog::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let messages = tracing::subscriber::with_default(subscriber, || {
+            ra_ledger::digest::topic::read_blocking(config, &read_topic, Duration::from_secs(60))
+        });
+        (messages, log.text())
+    })
+    .await?;
+    assert_eq!(messages?.len(), 2, "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+    assert!(log.contains("reached the end of a partition"), "{log}");
+    Ok(())
+}

@@ -123,7 +123,7 @@ async fn two_writers_on_the_same_stream_version_get_exactly_one_conflict() -> an
 
 /// Log lines written while the guard lives, on this thread.
 #[derive(Clone, Default)]
-struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub(crate) struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for CapturedLog {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -137,7 +137,7 @@ impl std::io::Write for CapturedLog {
 }
 
 impl CapturedLog {
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("the log")).into_owned()
     }
 }
@@ -462,6 +462,56 @@ async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Resul
     assert_eq!(broken.stream_version, 2);
     assert!(broken.stream.starts_with("assignment-"), "{broken}");
     assert!(broken.problem.contains("altered"), "{broken}");
+    Ok(())
+}
+
+/// Issue 35, item 10: a table of the operator's with a foreign key to `contacts`, `ON
+/// DELETE CASCADE`. The offline rebuild swapped with DELETE and had no check: it went
+/// through and the cascade took the table's rows with it. Both rebuilds now refuse, name
+/// the key, and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_rebuilds_refuse_projections_that_other_tables_reference() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let (contact_id, _, _) = one_assignment(&api).await;
+    let client = database.connect().await?;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE crm_notes (contact_id uuid REFERENCES contacts ON DELETE CASCADE, \
+                                     note text); \
+             INSERT INTO crm_notes VALUES ('{contact_id}', 'call back on Monday')"
+        ))
+        .await?;
+    let before = counts(&database).await?;
+
+    let pool = ra_ledger::db::pool(&database.url, "rebuild-test", 2)?;
+    let mut work = pool.get().await?;
+    let offline = ra_ledger::rebuild::rebuild(&mut work, false, |_, _| {}).await;
+    drop(work);
+    let online = ra_ledger::rebuild::online::rebuild_online(
+        &pool,
+        ra_ledger::rebuild::online::OnlineOptions {
+            verify_only: false,
+            chunk: 100,
+            pause_ratio: 0.0,
+        },
+        |_, _, _| {},
+    )
+    .await;
+    for (how, outcome) in [("offline", offline.err()), ("online", online.err())] {
+        match outcome {
+            Some(ra_ledger::rebuild::RebuildError::Referenced(keys)) => {
+                assert_eq!(keys, "crm_notes_contact_id_fkey on crm_notes", "{how}")
+            }
+            other => panic!("{how}: {other:?}"),
+        }
+    }
+    let notes: i64 = client
+        .query_one("SELECT count(*) FROM crm_notes", &[])
+        .await?
+        .get(0);
+    assert_eq!(notes, 1, "the cascade took the operator's rows");
+    assert_eq!(counts(&database).await?, before);
     Ok(())
 }
 

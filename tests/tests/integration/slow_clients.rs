@@ -1,7 +1,8 @@
 //! Slow clients over real TCP: a body that never arrives, or arrives a byte at a time, is
-//! answered 408 within the body-read timeout and its connection closed; with the
-//! connection cap full of such clients, the next client waits only until they are cut off,
-//! and the cap is counted.
+//! answered 408 within the body-read timeout and its connection closed; a client that never
+//! reads its answers is closed after the write-stall timeout, while one that reads slowly
+//! gets every byte; with the connection cap full of such clients, the next client waits
+//! only until they are cut off, and the cap is counted.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use tokio::net::TcpStream;
 
 /// The body-read timeout these tests serve with.
 const BODY_TIMEOUT: Duration = Duration::from_secs(1);
+/// The write-stall timeout these tests serve with.
+const WRITE_STALL: Duration = Duration::from_secs(1);
 /// Generous bound for anything the timeout should end: ten times it, and more.
 const CUT_OFF_WITHIN: Duration = Duration::from_secs(15);
 
@@ -36,6 +39,7 @@ async fn serve(
     let stats = Arc::new(ConnectionStats::default());
     let limits = Limits {
         body_read_timeout: BODY_TIMEOUT,
+        write_stall_timeout: WRITE_STALL,
         max_connections,
     };
     let address = api.serve_limited(limits, stats.clone()).await?;
@@ -170,4 +174,131 @@ async fn five_slow_clients_cannot_starve_a_sixth_with_the_cap_at_four() -> anyho
     }
     assert!(stats.open() <= 4, "open {}", stats.open());
     Ok(())
+}
+
+/// `GET /openapi.json` 100 times in one write, the last asking to close: about 7 MiB of
+/// answers, more than loopback's socket buffers hold, so the server's writes wait for the
+/// client.
+fn pipelined_openapi() -> Vec<u8> {
+    let mut requests = "GET /openapi.json HTTP/1.1\r\nHost: ledger\r\n\r\n".repeat(99);
+    requests.push_str("GET /openapi.json HTTP/1.1\r\nHost: ledger\r\nConnection: close\r\n\r\n");
+    requests.into_bytes()
+}
+
+/// With the cap at 4, four unauthenticated clients each pipeline 100 `GET /openapi.json`
+/// and read nothing (issue 35, item 2: before, they held their connections for good and
+/// a fifth client was never served). Once their answers have waited the write-stall
+/// timeout they are closed, short of their answers, and a fifth client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_their_answers_are_closed_and_free_the_cap() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let (address, stats) = serve(&database, 4).await?;
+
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(address).await?;
+        stream.write_all(&pipelined_openapi()).await?;
+        silent.push(stream);
+    }
+    let mut fifth = TcpStream::connect(address).await?;
+    fifth
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: ledger\r\nConnection: close\r\n\r\n")
+        .await?;
+    let (status, head, body) = until_closed(&mut fifth).await?;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &Value::from("ok")),
+        "{head}"
+    );
+    assert!(stats.cap_reached() > 0, "the fifth waited for a place");
+
+    // Read now, each silent connection ends (a reset, or the end of what was sent before
+    // the close) with fewer than its 100 answers.
+    for (n, stream) in silent.iter_mut().enumerate() {
+        let mut received = Vec::new();
+        let ended = tokio::time::timeout(CUT_OFF_WITHIN, stream.read_to_end(&mut received))
+            .await
+            .map_err(|_| anyhow::anyhow!("silent client {n} is still open"))?;
+        assert!(
+            ended.is_ok()
+                || ended
+                    .as_ref()
+                    .is_err_and(|error| error.kind() == std::io::ErrorKind::ConnectionReset),
+            "silent client {n}: {ended:?}"
+        );
+        let answers = count_answers(&received);
+        assert!(answers < 100, "silent client {n} got all {answers} answers");
+    }
+    Ok(())
+}
+
+/// A client that reads its 7 MiB of answers in bursts of 1 MiB with a pause of 60 % of the
+/// write-stall timeout after each (a proof download over a slow link): the server's
+/// writes wait during every pause, the whole takes several times the timeout, and every
+/// answer arrives, since each byte read restarts the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_that_keeps_reading_gets_every_answer() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let (address, _) = serve(&database, 4).await?;
+
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    // A small receive window, so the server's writes wait on this reader, not on buffers.
+    socket.set_recv_buffer_size(16 * 1024)?;
+    let mut stream = socket.connect(address).await?;
+    stream.write_all(&pipelined_openapi()).await?;
+    let started = std::time::Instant::now();
+    let mut received = Vec::new();
+    let mut chunk = vec![0; 64 * 1024];
+    let mut since_pause = 0;
+    loop {
+        let read = tokio::time::timeout(CUT_OFF_WITHIN, stream.read(&mut chunk)).await??;
+        if read == 0 {
+            break;
+        }
+        received.extend_from_slice(&chunk[..read]);
+        since_pause += read;
+        if since_pause >= 1024 * 1024 {
+            since_pause = 0;
+            tokio::time::sleep(WRITE_STALL * 6 / 10).await;
+        }
+    }
+    let took = started.elapsed();
+    assert_eq!(
+        count_answers(&received),
+        100,
+        "{} bytes in {took:?}",
+        received.len()
+    );
+    assert!(
+        took > WRITE_STALL * 2,
+        "took {took:?}: the pauses did not make the download slower than the timeout"
+    );
+    Ok(())
+}
+
+/// How many complete `200` answers `bytes` holds.
+fn count_answers(bytes: &[u8]) -> usize {
+    let text = String::from_utf8_lossy(bytes);
+    let mut complete = 0;
+    let mut rest = text.as_ref();
+    while let Some(start) = rest.find("HTTP/1.1 200 OK\r\n") {
+        rest = &rest[start..];
+        let Some((head, body)) = rest.split_once("\r\n\r\n") else {
+            break;
+        };
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(usize::MAX);
+        if body.len() < length {
+            break;
+        }
+        complete += 1;
+        rest = &body[length..];
+    }
+    complete
 }

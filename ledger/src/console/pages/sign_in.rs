@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 
 use crate::api::AppState;
-use crate::console::guard::{checked_csrf, cross_site};
+use crate::console::guard::{checked_csrf, cross_site, said_this_site};
 use crate::console::html::{Page, forbidden};
 use crate::console::layout::layout;
 use crate::console::next;
@@ -62,6 +62,12 @@ pub(in crate::console) async fn sign_in(
 ) -> Response {
     if cross_site(&headers) {
         return forbidden("Sign-in from another site is refused.");
+    }
+    if !said_this_site(&headers) {
+        return forbidden(
+            "Sign-in is accepted only from this site's sign-in page, in a browser that sends \
+             Origin or Sec-Fetch-Site with the form. Open /sign-in and sign in there.",
+        );
     }
     let next = form.get("next").map(String::as_str);
     let token = form

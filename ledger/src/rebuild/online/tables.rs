@@ -4,7 +4,7 @@
 use deadpool_postgres::Object;
 
 use super::{RETIRED, SCHEMA, quote_ident};
-use crate::rebuild::{RebuildError, TABLES};
+use crate::rebuild::{RebuildError, TABLES, refuse_outside_references};
 
 /// A foreign key added to the new tables only in the swapping transaction: (table, name,
 /// ADD statement).
@@ -81,27 +81,6 @@ async fn owner_we_may_act_as(work: &Object) -> Result<String, RebuildError> {
         return Err(RebuildError::NotOwner(owner));
     }
     Ok(owner)
-}
-
-/// A foreign key from another table to the projections would point at the retired tables
-/// after the swap: refused before anything is built.
-async fn refuse_outside_references(work: &Object) -> Result<(), RebuildError> {
-    let outside: Vec<String> = work
-        .query(
-            "SELECT conname || ' on ' || conrelid::regclass FROM pg_constraint \
-             WHERE contype = 'f' \
-               AND confrelid IN ('public.contacts'::regclass, 'public.assignments'::regclass) \
-               AND conrelid NOT IN ('public.contacts'::regclass, 'public.assignments'::regclass)",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    if !outside.is_empty() {
-        return Err(RebuildError::Referenced(outside.join(", ")));
-    }
-    Ok(())
 }
 
 /// The live `table`'s foreign keys, as statements on the new one.
