@@ -142,6 +142,11 @@ pub struct RelayConfig {
     /// `bytea` payload travels as its bytes, not as twice as many hex digits, and a uuid as
     /// 16 bytes. `false` asks for text (docs/benchmarks.md has both measured).
     pub pgoutput_binary: bool,
+    /// At least once: when the relay has read all the server sent, it flushes the producer
+    /// (librdkafka's flush sends at once what lingers), so a quiet stream's last messages
+    /// do not wait out `linger.ms`; a busy stream never goes idle and keeps its batches.
+    /// Exactly once always commits, and so flushes, when idle.
+    pub flush_when_idle: bool,
 }
 
 impl Default for RelayConfig {
@@ -170,6 +175,7 @@ impl Default for RelayConfig {
             slot_failover: false,
             health_check_interval_ms: 5_000,
             pgoutput_binary: true,
+            flush_when_idle: true,
         }
     }
 }
@@ -199,6 +205,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("slot_failover", &self.slot_failover)
             .field("health_check_interval_ms", &self.health_check_interval_ms)
             .field("pgoutput_binary", &self.pgoutput_binary)
+            .field("flush_when_idle", &self.flush_when_idle)
             .finish()
     }
 }
@@ -398,6 +405,14 @@ impl RelayConfig {
             properties: self.producer_settings(),
             secret_files: self.kafka_secret_files.clone(),
         }
+    }
+
+    /// The producer's `linger.ms`, as set or defaulted.
+    pub fn linger_ms(&self) -> u64 {
+        self.producer_settings()
+            .get("linger.ms")
+            .and_then(|linger| linger.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Heartbeat interval.

@@ -2,10 +2,10 @@
 //! commit order, and confirms the slot's position only once Kafka has everything before
 //! it. Two delivery modes (`delivery` in [`RelayConfig`]):
 //!
-//! - `at_least_once` (the default), a [`session`]: an idempotent producer, the slot
+//! - `at_least_once` (the default), an [`at_least_once`] delivery: an idempotent producer, the slot
 //!   confirmed behind Kafka's acknowledgements. After any crash it resumes from the slot:
 //!   duplicates are possible, loss is not; consumers deduplicate on the event id.
-//! - `exactly_once`, an [`exactly_once`] session: a transactional producer per slot, whole
+//! - `exactly_once`, an [`exactly_once`] delivery: a transactional producer per slot, whole
 //!   PostgreSQL transactions grouped into Kafka transactions ([`group`]) that also carry
 //!   the relay's position ([`crate::position`]), the slot confirmed after each commit. A
 //!   `read_committed` consumer sees each event once, each PostgreSQL transaction whole.
@@ -23,12 +23,13 @@
 //! ([`should_retry`]): a lost slot, a position from another history, a configuration that
 //! cannot work.
 
+mod at_least_once;
 mod exactly_once;
 pub mod gate;
 mod group;
 mod health;
+mod reader;
 pub mod recover;
-mod session;
 mod setup;
 pub mod slot;
 
@@ -225,7 +226,7 @@ async fn session(
         stop_watch.clone(),
     ));
     match config.delivery {
-        DeliveryMode::AtLeastOnce => session::run(config, metrics, shutdown, opened).await,
+        DeliveryMode::AtLeastOnce => at_least_once::run(config, metrics, shutdown, opened).await,
         DeliveryMode::ExactlyOnce => exactly_once::run(config, metrics, shutdown, opened).await,
     }
 }
@@ -313,6 +314,27 @@ fn learn_relation(
     Ok(())
 }
 
+/// Parks a message Kafka would never take as it is (refused for good, or with no rendering
+/// in its topic's format) durably in `outbox_parked`, and counts it; both modes do.
+async fn park(
+    sql: &tokio_postgres::Client,
+    metrics: &RelayMetrics,
+    message: &OutgoingMessage,
+    commit_lsn: u64,
+    error: &str,
+) -> Result<(), RelayError> {
+    error!(
+        event_id = %message.row.event_id,
+        topic = %message.topic,
+        value_bytes = message.value.len(),
+        %error,
+        "a message Kafka will never take as it is; parking it in outbox_parked (see `ledger relay parked list`)"
+    );
+    crate::parking::park(sql, message, commit_lsn, error).await?;
+    metrics.parked();
+    Ok(())
+}
+
 /// A message Kafka acknowledged or refused, with the tag the session sent it with.
 type Delivered<T> = (T, OutgoingMessage, Result<(), KafkaError>);
 
@@ -341,6 +363,27 @@ fn produce<T: Send + 'static>(
             (tag, message, result)
         })),
         Err((error, _record)) => Err(Box::new((message, error))),
+    }
+}
+
+/// librdkafka's own `rd_kafka_flush`: while it runs, the producer sends without lingering,
+/// and it returns once every message's delivery report was served (by rdkafka's polling
+/// thread: the producer hands reports out as events), or after `timeout`. Blocking.
+///
+/// Not rdkafka's `Producer::flush`, which `commit_transaction` also calls: it polls in
+/// 100 ms steps, so it made every commit take at least 100 ms. After this flush the one in
+/// `commit_transaction` finds nothing left and returns at once.
+#[allow(unsafe_code)]
+pub(crate) fn kafka_flush(producer: &FutureProducer, timeout: Duration) -> Result<(), KafkaError> {
+    use rdkafka::producer::Producer as _;
+    let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the pointer is the producer's live librdkafka handle (`producer` holds it for
+    // the whole call), and rd_kafka_flush may be called from any thread.
+    let code =
+        unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
+    match code {
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
+        code => Err(KafkaError::Flush(code.into())),
     }
 }
 

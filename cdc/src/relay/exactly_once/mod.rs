@@ -50,77 +50,32 @@
 //! - `commit_transaction` blocks; it runs on a blocking thread, and the session reads
 //!   nothing while it runs (a new Kafka transaction cannot begin before it ends anyway).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer as _};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 mod commit;
 
+use super::RelayError;
 use super::group::{Bounds, Group};
+use super::reader::{Delivery, Reader, Rendered};
 use super::setup::Opened;
-use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
 use crate::history::{self, HistoryError, Identity, Server};
-use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics};
-use crate::outbox::OutboxLayout;
-use crate::parking;
-use crate::pgoutput::{self, DecodeError, LogicalMessage};
+use crate::metrics::RelayMetrics;
 use crate::position::{self, LastEvent, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
 /// A message handed to librdkafka, and what became of it.
-pub(super) type Delivery = super::Delivered<u64>;
-
-/// The PostgreSQL transaction being streamed.
-struct OpenTransaction {
-    commit: CommitInfo,
-    ordinal: usize,
-    messages: usize,
-    /// At or below the position: Kafka holds it already.
-    skipped: bool,
-}
-
-/// A session's state between events.
-struct Session<'a> {
-    config: &'a RelayConfig,
-    metrics: &'a RelayMetrics,
-    sql: Client,
-    producer: FutureProducer,
-    bounds: Bounds,
-    position_topic: String,
-    /// The server streamed from: what every position record names.
-    identity: Identity,
-    /// Commit LSN of the newest transaction Kafka holds (read at start, then committed).
-    position: u64,
-    /// Its end LSN: the slot is never confirmed past it (a group without messages commits
-    /// a position of its own before the slot passes it).
-    position_end: u64,
-    /// The newest event Kafka holds, carried into every position.
-    last_event: Option<LastEvent>,
-    /// Event ids parked above the position: not sent again.
-    parked: HashSet<String>,
-    deliveries: FuturesUnordered<BoxFuture<'static, Delivery>>,
-    layouts: HashMap<u32, OutboxLayout>,
-    transaction: Option<OpenTransaction>,
-    group: Group,
-    /// Whether a Kafka transaction is open (begun at the group's first message).
-    in_kafka_transaction: bool,
-    /// What the server sent while a group committed, read so that the server keeps
-    /// decoding meanwhile; handled, in order, before anything newer is read.
-    read_ahead: VecDeque<ReplicationEvent>,
-    /// Its size in bytes (bounded by the group's byte bound).
-    read_ahead_bytes: usize,
-    confirmed: u64,
-}
+pub(super) type Outcome = super::Delivered<u64>;
 
 /// Runs one exactly-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -155,10 +110,10 @@ pub(super) async fn run(
         "streaming from the slot, exactly once"
     );
     metrics.set_streaming(true);
-    let mut session = Session {
+    let delivery = ExactlyOnce {
         config,
         metrics,
-        sql,
+        sql: &sql,
         producer,
         bounds: Bounds {
             messages: config.transaction_max_messages,
@@ -172,25 +127,17 @@ pub(super) async fn run(
         last_event: resume.last_event,
         parked,
         deliveries: FuturesUnordered::new(),
-        layouts: HashMap::new(),
-        transaction: None,
+        open: None,
         group: Group::default(),
         in_kafka_transaction: false,
-        read_ahead: VecDeque::new(),
-        read_ahead_bytes: 0,
-        confirmed: 0,
+        confirm_to: None,
     };
-    let outcome = match session.stream(&mut replication, shutdown).await {
-        Ok(()) => session.finish(&mut replication).await,
-        Err(error) => Err(error),
-    };
-    if let Err(error) = outcome {
-        session.abort().await;
-        return Err(error);
-    }
+    let confirmed = Reader::new(config, metrics, &sql, delivery)
+        .run(&mut replication, shutdown)
+        .await?;
     replication.stop();
     let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    info!(confirmed = %publish::format_lsn(session.confirmed), "relay stopped cleanly");
+    info!(confirmed = %publish::format_lsn(confirmed), "relay stopped cleanly");
     Ok(())
 }
 
@@ -274,129 +221,58 @@ async fn parked_above(sql: &Client, position: u64) -> Result<HashSet<String>, Re
     Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
-impl Session<'_> {
-    /// Streams until `shutdown`.
-    async fn stream(
-        &mut self,
-        replication: &mut ReplicationClient,
-        shutdown: &CancellationToken,
-    ) -> Result<(), RelayError> {
-        let mut heartbeat = tokio::time::interval(self.config.heartbeat_interval());
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let can_read = self.deliveries.len() < self.config.max_in_flight;
-            if can_read && let Some(event) = self.read_ahead.pop_front() {
-                self.read_ahead_bytes -= event_bytes(&event);
-                self.on_event(event, replication).await?;
-                continue;
-            }
-            let between = self.transaction.is_none();
-            // Caught up means the server has sent nothing more, not that the relay stopped
-            // reading for want of capacity: then it waits for deliveries instead.
-            let due_if_caught_up = between && can_read && self.group.has_closed_transactions();
-            tokio::select! {
-                // Priority: shutdown first, then delivery outcomes (a refusal must end the
-                // group before more joins it), then heartbeats, then new WAL; last, when
-                // nothing else is ready, the relay has read all the server sent: commit.
-                biased;
-                () = shutdown.cancelled() => return Ok(()),
-                Some(delivery) = self.deliveries.next(), if !self.deliveries.is_empty() => {
-                    self.on_delivery(delivery).await?;
-                }
-                _ = heartbeat.tick() => {
-                    self.sql
-                        .execute("SELECT pg_logical_emit_message(true, $1, '')", &[&HEARTBEAT_PREFIX])
-                        .await?;
-                }
-                event = replication.recv(), if can_read => {
-                    let Some(event) = event? else {
-                        return Err(protocol("the server ended the stream"));
-                    };
-                    self.on_event(event, replication).await?;
-                }
-                () = std::future::ready(()), if due_if_caught_up => {
-                    self.commit(replication).await?;
-                }
-            }
-        }
-    }
+/// The PostgreSQL transaction being streamed, as the delivery counts it.
+struct OpenTransaction {
+    commit: CommitInfo,
+    messages: usize,
+    /// At or below the position: Kafka holds it already.
+    skipped: bool,
+}
 
-    async fn on_event(
-        &mut self,
-        event: ReplicationEvent,
-        replication: &mut ReplicationClient,
-    ) -> Result<(), RelayError> {
-        match event {
-            ReplicationEvent::Begin {
-                final_lsn,
-                xid,
-                commit_time_micros,
-            } => self.on_begin(final_lsn, xid, commit_time_micros)?,
-            ReplicationEvent::XLogData { data, wal_end, .. } => {
-                self.metrics.observe_wal_end(wal_end.as_u64());
-                match pgoutput::decode(&data)? {
-                    LogicalMessage::Relation(relation) => {
-                        super::learn_relation(self.config, &mut self.layouts, &relation)?;
-                    }
-                    LogicalMessage::Insert { relation_oid, new } => {
-                        self.on_row(relation_oid, &new).await?;
-                    }
-                    _ => {}
-                }
-            }
-            ReplicationEvent::Commit { end_lsn, .. } => {
-                self.on_commit(end_lsn, replication).await?
-            }
-            ReplicationEvent::KeepAlive { wal_end, .. } => {
-                self.metrics.observe_wal_end(wal_end.as_u64())
-            }
-            ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
-        }
-        Ok(())
-    }
+/// The exactly-once delivery's state.
+struct ExactlyOnce<'a> {
+    config: &'a RelayConfig,
+    metrics: &'a RelayMetrics,
+    sql: &'a Client,
+    producer: FutureProducer,
+    bounds: Bounds,
+    position_topic: String,
+    /// The server streamed from: what every position record names.
+    identity: Identity,
+    /// Commit LSN of the newest transaction Kafka holds (read at start, then committed).
+    position: u64,
+    /// Its end LSN: the slot is never confirmed past it (a group without messages commits
+    /// a position of its own before the slot passes it).
+    position_end: u64,
+    /// The newest event Kafka holds, carried into every position.
+    last_event: Option<LastEvent>,
+    /// Event ids parked above the position: not sent again.
+    parked: HashSet<String>,
+    deliveries: FuturesUnordered<BoxFuture<'static, Outcome>>,
+    open: Option<OpenTransaction>,
+    group: Group,
+    /// Whether a Kafka transaction is open (begun at the group's first message).
+    in_kafka_transaction: bool,
+    /// Where the slot may be confirmed, once known (after a commit, or past a skipped
+    /// transaction), with the commit time.
+    confirm_to: Option<(u64, i64)>,
+}
 
-    fn on_begin(&mut self, final_lsn: Lsn, xid: u32, commit_time: i64) -> Result<(), RelayError> {
-        if self.transaction.is_some() {
-            return Err(protocol("a Begin inside a transaction"));
-        }
-        let commit = CommitInfo {
-            commit_lsn: final_lsn.as_u64(),
-            xid,
-            commit_time_micros: commit_time + PG_EPOCH_MICROS,
-        };
+impl Delivery for ExactlyOnce<'_> {
+    type Outcome = Outcome;
+
+    fn begin(&mut self, commit: &CommitInfo) -> bool {
         let skipped = commit.commit_lsn <= self.position;
-        if !skipped {
-            self.metrics.began(commit.commit_time_micros);
-        }
-        self.transaction = Some(OpenTransaction {
-            commit,
-            ordinal: 0,
+        self.open = Some(OpenTransaction {
+            commit: *commit,
             messages: 0,
             skipped,
         });
-        Ok(())
+        !skipped
     }
 
-    /// One outbox row: sent in the open Kafka transaction (begun at the group's first).
-    async fn on_row(
-        &mut self,
-        relation_oid: u32,
-        new: &pgoutput::TupleData,
-    ) -> Result<(), RelayError> {
-        let layout = self
-            .layouts
-            .get(&relation_oid)
-            .ok_or(RelayError::Decode(DecodeError::UnknownTag(b'I')))?;
-        let Some(transaction) = self.transaction.as_mut() else {
-            return Err(protocol("an insert outside a transaction"));
-        };
-        if transaction.skipped {
-            return Ok(());
-        }
-        let row = layout.row(new)?;
-        let message =
-            OutgoingMessage::new(self.config, row, &transaction.commit, transaction.ordinal);
-        transaction.ordinal += 1;
+    /// One message: sent in the open Kafka transaction (begun at the group's first).
+    async fn send(&mut self, message: Rendered, commit: &CommitInfo) -> Result<(), RelayError> {
         let message = match message {
             Ok(message) => message,
             Err(unrenderable) if self.parked.contains(&unrenderable.message.row.event_id) => {
@@ -404,28 +280,25 @@ impl Session<'_> {
             }
             Err(unrenderable) => {
                 // Never sent: the Kafka transaction is untouched.
-                let commit_lsn = transaction.commit.commit_lsn;
+                let error = unrenderable.error.to_string();
                 return self
-                    .park(
-                        &unrenderable.message,
-                        commit_lsn,
-                        &unrenderable.error.to_string(),
-                    )
+                    .park(&unrenderable.message, commit.commit_lsn, &error)
                     .await;
             }
         };
         if self.parked.contains(&message.row.event_id) {
             return Ok(());
         }
-        transaction.messages += 1;
-        let commit_lsn = transaction.commit.commit_lsn;
+        if let Some(open) = self.open.as_mut() {
+            open.messages += 1;
+        }
         if !self.in_kafka_transaction {
             self.producer.begin_transaction()?;
             self.in_kafka_transaction = true;
         }
         self.group.sent(message.value.len(), Instant::now());
-        self.last_event = Some(LastEvent::new(&message.row.event_id, commit_lsn));
-        match super::produce(&self.producer, message, commit_lsn) {
+        self.last_event = Some(LastEvent::new(&message.row.event_id, commit.commit_lsn));
+        match super::produce(&self.producer, message, commit.commit_lsn) {
             Ok(delivery) => self.deliveries.push(delivery),
             Err(refused) => {
                 let (message, error) = *refused;
@@ -433,50 +306,90 @@ impl Session<'_> {
                     return Err(error.into());
                 }
                 // Refused before it was sent: the Kafka transaction is untouched.
-                self.park(&message, commit_lsn, &error.to_string()).await?;
+                self.park(&message, commit.commit_lsn, &error.to_string())
+                    .await?;
             }
         }
         Ok(())
     }
 
-    /// A PostgreSQL transaction ends whole: it joins the group, which commits when due.
-    async fn on_commit(
-        &mut self,
-        end_lsn: Lsn,
-        replication: &mut ReplicationClient,
-    ) -> Result<(), RelayError> {
-        self.metrics.observe_wal_end(end_lsn.as_u64());
-        let Some(transaction) = self.transaction.take() else {
-            return Ok(());
+    /// A PostgreSQL transaction ends whole: it joins the group, which is flushed when due.
+    fn close(&mut self, end_lsn: u64, _wanted: bool) -> bool {
+        let Some(transaction) = self.open.take() else {
+            return false;
         };
         if transaction.skipped {
             // Kafka holds it (it is at or below the position): the slot may pass it.
             self.metrics.transaction_skipped();
-            self.confirm(replication, end_lsn.as_u64(), 0);
-            return Ok(());
+            self.confirm_to = Some((end_lsn, 0));
+            return false;
         }
         self.group.closed(
             transaction.commit.commit_lsn,
-            end_lsn.as_u64(),
+            end_lsn,
             transaction.commit.commit_time_micros,
             transaction.messages > 0,
         );
-        if self.group.due(&self.bounds, false, Instant::now()) {
-            self.commit(replication).await?;
-        }
-        Ok(())
+        self.group.due(&self.bounds, false, Instant::now())
     }
 
-    /// Books a delivery outcome. Any failure ends the session (the caller aborts); a
-    /// refusal for good is parked first, so the next session leaves it out.
-    async fn on_delivery(&mut self, delivery: Delivery) -> Result<(), RelayError> {
-        let (commit_lsn, message, result) = delivery;
+    fn can_read(&self) -> bool {
+        self.deliveries.len() < self.config.max_in_flight
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.deliveries.is_empty()
+    }
+
+    async fn next_outcome(&mut self) -> Option<Outcome> {
+        self.deliveries.next().await
+    }
+
+    /// Books an outcome. Any failure ends the session (the reader aborts); a refusal for
+    /// good is parked first, so the next session leaves it out.
+    async fn on_outcome(&mut self, outcome: Outcome) -> Result<(), RelayError> {
+        let (commit_lsn, message, result) = outcome;
         match result {
             Ok(()) => Ok(()),
             Err(error) => Err(self.refused(&message, commit_lsn, error).await),
         }
     }
 
+    fn due_when_caught_up(&self) -> bool {
+        self.group.has_closed_transactions()
+    }
+
+    async fn flush(&mut self) -> Result<(), RelayError> {
+        self.commit().await
+    }
+
+    fn confirmable(&mut self) -> Option<(u64, i64)> {
+        self.confirm_to.take()
+    }
+
+    fn oldest_unconfirmed(&self) -> Option<i64> {
+        None
+    }
+
+    /// Shutdown: commits the group when it holds whole transactions only, aborts it when a
+    /// PostgreSQL transaction is half read.
+    async fn finish(&mut self, in_transaction: bool) -> Result<(), RelayError> {
+        if in_transaction {
+            info!(
+                "stopping inside a PostgreSQL transaction: its Kafka transaction is aborted and resent by the next relay"
+            );
+            self.abort().await;
+            return Ok(());
+        }
+        self.commit().await
+    }
+
+    async fn abort(&mut self) {
+        self.abort_transaction().await;
+    }
+}
+
+impl ExactlyOnce<'_> {
     /// A failed delivery: parked first when Kafka refused it for good. Returns the error
     /// that ends the session (its Kafka transaction is aborted).
     async fn refused(
@@ -504,28 +417,8 @@ impl Session<'_> {
         commit_lsn: u64,
         error: &str,
     ) -> Result<(), RelayError> {
-        error!(
-            event_id = %message.row.event_id,
-            topic = %message.topic,
-            value_bytes = message.value.len(),
-            %error,
-            "a message Kafka will never take as it is; parking it in outbox_parked (see `ledger relay parked list`)"
-        );
-        parking::park(&self.sql, message, commit_lsn, error).await?;
-        self.metrics.parked();
+        super::park(self.sql, self.metrics, message, commit_lsn, error).await?;
         self.parked.insert(message.row.event_id.clone());
         Ok(())
     }
-}
-
-/// What a read-ahead event counts against the byte bound.
-fn event_bytes(event: &ReplicationEvent) -> usize {
-    match event {
-        ReplicationEvent::XLogData { data, .. } => data.len() + 64,
-        _ => 64,
-    }
-}
-
-fn protocol(what: &str) -> RelayError {
-    RelayError::Replication(PgWireError::Protocol(what.into()))
 }

@@ -109,6 +109,13 @@ pub enum BenchCommand {
         /// The relay's delivery mode; both, one after the other, when not given.
         #[arg(long, value_parser = crate::cli::relay::parse_delivery)]
         delivery: Option<DeliveryMode>,
+        /// `linger.ms` values to measure, e.g. 0,1,2,5,10; the relay's default when not
+        /// given.
+        #[arg(long, value_parser = latency::parse_lingers)]
+        linger_ms: Option<std::vec::Vec<u64>>,
+        /// At least once's `flush_when_idle`: on, off, or both; the default when not given.
+        #[arg(long, value_parser = latency::parse_flush)]
+        flush_when_idle: Option<std::vec::Vec<bool>>,
         /// Kafka bootstrap servers.
         #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -234,8 +241,30 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             rate,
             seconds,
             delivery,
+            linger_ms,
+            flush_when_idle,
             brokers,
-        } => latency::run(database_url, &brokers, rate, seconds, modes(delivery)).await,
+        } => {
+            let lingers: Vec<Option<u64>> = linger_ms.map_or(vec![None], |lingers| {
+                lingers.into_iter().map(Some).collect()
+            });
+            let flushes: Vec<Option<bool>> = flush_when_idle.map_or(vec![None], |flushes| {
+                flushes.into_iter().map(Some).collect()
+            });
+            let mut variants = Vec::new();
+            for delivery in modes(delivery) {
+                for linger_ms in &lingers {
+                    for flush_when_idle in &flushes {
+                        variants.push(latency::Variant {
+                            delivery,
+                            linger_ms: *linger_ms,
+                            flush_when_idle: *flush_when_idle,
+                        });
+                    }
+                }
+            }
+            latency::run(database_url, &brokers, rate, seconds, variants).await
+        }
         BenchCommand::Peers(arguments) => {
             let (options, brokers) = arguments.into_options();
             peers::run(database_url, &brokers, options).await

@@ -62,7 +62,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         brokers,
         options.latency_rate,
         options.seconds,
-        ra_ledger_cdc::config::DeliveryMode::AtLeastOnce,
+        latency::Variant::of(ra_ledger_cdc::config::DeliveryMode::AtLeastOnce),
     )
     .await?;
     println!(
@@ -82,7 +82,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         brokers,
         options.latency_rate,
         options.seconds,
-        ra_ledger_cdc::config::DeliveryMode::AtLeastOnce,
+        latency::Variant::of(ra_ledger_cdc::config::DeliveryMode::AtLeastOnce),
     )
     .await?;
     stop.cancel();

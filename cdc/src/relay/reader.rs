@@ -1,0 +1,443 @@
+//! The one reader of the slot, for both delivery modes: decodes what the replication stream
+//! sends, hands each committed transaction's outbox rows to a [`Delivery`], and confirms the
+//! slot to what the delivery says Kafka has durably.
+//!
+//! The split follows supabase/etl's apply loop and its destinations: the reader knows the
+//! WAL (transactions, relations, heartbeats, read-ahead, confirmation), a delivery knows
+//! Kafka (an idempotent producer and its acknowledgements, or transactions and their
+//! position). The reader never asks which one it feeds.
+//!
+//! # The loop
+//!
+//! A `biased` select, in this priority order, each with a comment on why:
+//! 1. shutdown;
+//! 2. a delivery outcome: it frees capacity, moves the slot, and a refusal must end a group
+//!    before more joins it;
+//! 3. a heartbeat: a transactional message through the slot, so an idle outbox does not pin
+//!    WAL, and whose LSN and time let the age gauge see a transaction the server is still
+//!    decoding ([`Heartbeats`]);
+//! 4. new WAL, while the delivery has room;
+//! 5. last, when nothing else is ready: the reader has read all the server sent, so a
+//!    delivery that groups (exactly once) flushes its group now rather than on a timer.
+//!
+//! While a delivery flushes, the reader goes on reading what the server sends (up to the
+//! byte bound) without handling it, so the server keeps decoding, and handles it in order
+//! before anything newer.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::{HEARTBEAT_PREFIX, RelayError};
+use crate::config::RelayConfig;
+use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
+use crate::outbox::OutboxLayout;
+use crate::pgoutput::{self, DecodeError, LogicalMessage};
+use crate::publish::{CommitInfo, OutgoingMessage, Unrenderable};
+
+/// An outbox row's message, or why it has none in its topic's format (to park).
+pub(super) type Rendered = Result<OutgoingMessage, Unrenderable>;
+
+/// What a delivery mode does with the committed transactions the reader decoded.
+pub(super) trait Delivery {
+    /// A delivery outcome from Kafka.
+    type Outcome;
+
+    /// A committed transaction starts: whether its rows are wanted (exactly once skips the
+    /// transactions Kafka holds already).
+    fn begin(&mut self, commit: &CommitInfo) -> bool;
+
+    /// One row of the open, wanted transaction.
+    async fn send(&mut self, message: Rendered, commit: &CommitInfo) -> Result<(), RelayError>;
+
+    /// The open transaction ended whole at `end_lsn` (`wanted` as [`Delivery::begin`] said):
+    /// whether to flush now.
+    fn close(&mut self, end_lsn: u64, wanted: bool) -> bool;
+
+    /// Whether the reader may read more WAL: false at the in-flight bound.
+    fn can_read(&self) -> bool;
+
+    /// Whether outcomes are pending.
+    fn has_pending(&self) -> bool;
+
+    /// The next outcome (cancel-safe: nothing is lost when it is dropped unfinished).
+    async fn next_outcome(&mut self) -> Option<Self::Outcome>;
+
+    /// Books an outcome.
+    async fn on_outcome(&mut self, outcome: Self::Outcome) -> Result<(), RelayError>;
+
+    /// Between transactions, with nothing more to read: whether to flush.
+    fn due_when_caught_up(&self) -> bool;
+
+    /// Makes what was sent durable in Kafka (exactly once: commits the Kafka transaction).
+    async fn flush(&mut self) -> Result<(), RelayError>;
+
+    /// Where the slot may be confirmed now (end LSN, commit time), when anything settled.
+    fn confirmable(&mut self) -> Option<(u64, i64)>;
+
+    /// The commit time of the oldest transaction read and not yet confirmable.
+    fn oldest_unconfirmed(&self) -> Option<i64>;
+
+    /// Shutdown, reading no more: settles within the grace period (or commits or aborts
+    /// the open group; `in_transaction` when a PostgreSQL transaction is half read).
+    async fn finish(&mut self, in_transaction: bool) -> Result<(), RelayError>;
+
+    /// After an error: aborts what is open, if anything.
+    async fn abort(&mut self);
+}
+
+/// The transaction being streamed.
+struct Open {
+    commit: CommitInfo,
+    /// The next row's place in the transaction.
+    ordinal: usize,
+    /// As [`Delivery::begin`] said.
+    wanted: bool,
+}
+
+/// Heartbeats emitted and not yet confirmed, with their emit times: while one waits, the
+/// oldest unconfirmed commit is at least as old as it. That covers what the relay cannot see
+/// otherwise: a transaction the server is still decoding (protocol v1 sends a transaction
+/// only once it is decoded whole), or a server that sends nothing at all.
+#[derive(Debug, Default)]
+struct Heartbeats {
+    waiting: VecDeque<(u64, i64)>,
+}
+
+impl Heartbeats {
+    fn emitted(&mut self, lsn: u64, micros: i64) {
+        self.waiting.push_back((lsn, micros));
+    }
+
+    /// Forgets those the slot confirmed past; the oldest left's emit time.
+    fn confirmed(&mut self, confirmed: u64) -> Option<i64> {
+        while self
+            .waiting
+            .front()
+            .is_some_and(|(lsn, _)| *lsn < confirmed)
+        {
+            self.waiting.pop_front();
+        }
+        self.oldest()
+    }
+
+    fn oldest(&self) -> Option<i64> {
+        self.waiting.front().map(|(_, micros)| *micros)
+    }
+}
+
+/// The reader's state between events.
+pub(super) struct Reader<'a, D> {
+    config: &'a RelayConfig,
+    metrics: &'a RelayMetrics,
+    sql: &'a Client,
+    delivery: D,
+    layouts: HashMap<u32, OutboxLayout>,
+    open: Option<Open>,
+    /// What the server sent while the delivery flushed, handled first.
+    read_ahead: VecDeque<ReplicationEvent>,
+    read_ahead_bytes: usize,
+    heartbeats: Heartbeats,
+    confirmed: u64,
+}
+
+impl<'a, D: Delivery> Reader<'a, D> {
+    /// A reader feeding `delivery`.
+    pub(super) fn new(
+        config: &'a RelayConfig,
+        metrics: &'a RelayMetrics,
+        sql: &'a Client,
+        delivery: D,
+    ) -> Self {
+        Self {
+            config,
+            metrics,
+            sql,
+            delivery,
+            layouts: HashMap::new(),
+            open: None,
+            read_ahead: VecDeque::new(),
+            read_ahead_bytes: 0,
+            heartbeats: Heartbeats::default(),
+            confirmed: 0,
+        }
+    }
+
+    /// Streams until `shutdown`, then finishes (settles, confirms) and waits until
+    /// PostgreSQL recorded the final position; on an error, aborts the delivery.
+    pub(super) async fn run(
+        mut self,
+        replication: &mut ReplicationClient,
+        shutdown: &CancellationToken,
+    ) -> Result<u64, RelayError> {
+        let outcome = match self.stream(replication, shutdown).await {
+            Ok(()) => self.finish(replication).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = outcome {
+            self.delivery.abort().await;
+            return Err(error);
+        }
+        Ok(self.confirmed)
+    }
+
+    async fn stream(
+        &mut self,
+        replication: &mut ReplicationClient,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let mut heartbeat = tokio::time::interval(self.config.heartbeat_interval());
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let can_read = self.delivery.can_read();
+            if can_read && let Some(event) = self.read_ahead.pop_front() {
+                self.read_ahead_bytes -= event_bytes(&event);
+                self.on_event(event, replication).await?;
+                self.confirm(replication);
+                continue;
+            }
+            // Caught up means the server has sent nothing more, not that the reader stopped
+            // for want of room: then it waits for outcomes instead.
+            let due = self.open.is_none() && can_read && self.delivery.due_when_caught_up();
+            tokio::select! {
+                // The priority order and its reasons: the module doc.
+                biased;
+                () = shutdown.cancelled() => return Ok(()),
+                Some(outcome) = self.delivery.next_outcome(), if self.delivery.has_pending() => {
+                    self.delivery.on_outcome(outcome).await?;
+                }
+                _ = heartbeat.tick() => self.heartbeat().await?,
+                event = replication.recv(), if can_read => {
+                    let Some(event) = event? else {
+                        return Err(protocol("the server ended the stream"));
+                    };
+                    self.on_event(event, replication).await?;
+                }
+                () = std::future::ready(()), if due => self.flush(replication).await?,
+            }
+            self.confirm(replication);
+        }
+    }
+
+    async fn heartbeat(&mut self) -> Result<(), RelayError> {
+        let lsn: String = self
+            .sql
+            .query_one(
+                "SELECT pg_logical_emit_message(true, $1, '')::text",
+                &[&HEARTBEAT_PREFIX],
+            )
+            .await?
+            .get(0);
+        if let Some(lsn) = crate::position::parse_lsn(&lsn) {
+            self.heartbeats.emitted(lsn, now_micros());
+            self.publish_oldest();
+        }
+        Ok(())
+    }
+
+    async fn on_event(
+        &mut self,
+        event: ReplicationEvent,
+        replication: &mut ReplicationClient,
+    ) -> Result<(), RelayError> {
+        match event {
+            // Protocol v1 sends a transaction only once it committed, whole and in commit
+            // order, so its rows are handed on as they arrive; the slot is confirmed past
+            // it only once the delivery says Kafka has it.
+            ReplicationEvent::Begin {
+                final_lsn,
+                xid,
+                commit_time_micros,
+            } => {
+                if self.open.is_some() {
+                    // An unclosed transaction would hold the slot back forever.
+                    return Err(protocol("a Begin inside a transaction"));
+                }
+                let commit = CommitInfo {
+                    commit_lsn: final_lsn.as_u64(),
+                    xid,
+                    commit_time_micros: commit_time_micros + PG_EPOCH_MICROS,
+                };
+                let wanted = self.delivery.begin(&commit);
+                if wanted {
+                    self.metrics.began(commit.commit_time_micros);
+                }
+                self.open = Some(Open {
+                    commit,
+                    ordinal: 0,
+                    wanted,
+                });
+            }
+            ReplicationEvent::XLogData { data, wal_end, .. } => {
+                self.metrics.observe_wal_end(wal_end.as_u64());
+                match pgoutput::decode(&data)? {
+                    LogicalMessage::Relation(relation) => {
+                        super::learn_relation(self.config, &mut self.layouts, &relation)?;
+                    }
+                    LogicalMessage::Insert { relation_oid, new } => {
+                        self.on_row(relation_oid, &new).await?;
+                    }
+                    // The publication is insert-only; anything else carries no event.
+                    _ => {}
+                }
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                self.metrics.observe_wal_end(end_lsn.as_u64());
+                if let Some(open) = self.open.take()
+                    && self.delivery.close(end_lsn.as_u64(), open.wanted)
+                {
+                    self.flush(replication).await?;
+                }
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                self.metrics.observe_wal_end(wal_end.as_u64())
+            }
+            ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
+        }
+        Ok(())
+    }
+
+    /// One outbox row of the open transaction.
+    async fn on_row(
+        &mut self,
+        relation_oid: u32,
+        new: &pgoutput::TupleData,
+    ) -> Result<(), RelayError> {
+        let layout = self
+            .layouts
+            .get(&relation_oid)
+            .ok_or(RelayError::Decode(DecodeError::UnknownTag(b'I')))?;
+        let Some(open) = self.open.as_mut() else {
+            return Err(protocol("an insert outside a transaction"));
+        };
+        if !open.wanted {
+            return Ok(());
+        }
+        let row = layout.row(new)?;
+        let message = OutgoingMessage::new(self.config, row, &open.commit, open.ordinal);
+        open.ordinal += 1;
+        let commit = open.commit;
+        self.delivery.send(message, &commit).await
+    }
+
+    /// Flushes the delivery, reading ahead meanwhile (see the module doc).
+    async fn flush(&mut self, replication: &mut ReplicationClient) -> Result<(), RelayError> {
+        let bound = self.config.transaction_max_bytes;
+        let mut read_error = None;
+        let outcome = {
+            let flushed = self.delivery.flush();
+            tokio::pin!(flushed);
+            loop {
+                let room = read_error.is_none() && self.read_ahead_bytes < bound;
+                tokio::select! {
+                    biased;
+                    outcome = &mut flushed => break outcome,
+                    event = replication.recv(), if room => match event {
+                        Ok(Some(event)) => {
+                            self.read_ahead_bytes += event_bytes(&event);
+                            self.read_ahead.push_back(event);
+                        }
+                        Ok(None) => read_error = Some(protocol("the server ended the stream")),
+                        Err(error) => read_error = Some(RelayError::from(error)),
+                    },
+                }
+            }
+        };
+        outcome?;
+        self.confirm(replication);
+        // The flush is confirmed; a read that failed meanwhile ends the session now (what was
+        // read before it is resent by the next one).
+        read_error.map_or(Ok(()), Err)
+    }
+
+    /// Moves the slot to what the delivery has durably, and books the oldest waiting.
+    fn confirm(&mut self, replication: &ReplicationClient) {
+        if let Some((lsn, commit_micros)) = self.delivery.confirmable()
+            && lsn > self.confirmed
+        {
+            replication.update_applied_lsn(Lsn::from_u64(lsn));
+            self.metrics.confirmed(lsn, commit_micros);
+            self.confirmed = lsn;
+            self.heartbeats.confirmed(lsn);
+        }
+        self.publish_oldest();
+    }
+
+    /// The age gauge: the oldest of what the delivery waits for and the oldest heartbeat not
+    /// confirmed.
+    fn publish_oldest(&self) {
+        let oldest = match (self.delivery.oldest_unconfirmed(), self.heartbeats.oldest()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.metrics.still_unconfirmed(oldest);
+    }
+
+    /// Shutdown: the delivery finishes, the slot is confirmed, and PostgreSQL is given a
+    /// moment to record it.
+    async fn finish(&mut self, replication: &mut ReplicationClient) -> Result<(), RelayError> {
+        self.delivery.finish(self.open.is_some()).await?;
+        self.confirm(replication);
+        wait_for_confirmation(self.sql, self.config, self.confirmed).await;
+        Ok(())
+    }
+}
+
+/// What a read-ahead event counts against the byte bound.
+fn event_bytes(event: &ReplicationEvent) -> usize {
+    match event {
+        ReplicationEvent::XLogData { data, .. } => data.len() + 64,
+        _ => 64,
+    }
+}
+
+pub(super) fn protocol(what: &str) -> RelayError {
+    RelayError::Replication(PgWireError::Protocol(what.into()))
+}
+
+/// Waits (briefly) until PostgreSQL reports `confirmed` as the slot's position, so a clean
+/// stop leaves no work to redo.
+async fn wait_for_confirmation(sql: &Client, config: &RelayConfig, confirmed: u64) {
+    if confirmed == 0 {
+        return;
+    }
+    let wait = Duration::from_millis(config.status_interval_ms * 3 + 1_000);
+    let deadline = std::time::Instant::now() + wait;
+    let lsn = crate::publish::format_lsn(confirmed);
+    while std::time::Instant::now() < deadline {
+        let done = sql
+            .query_one(
+                include_str!("../sql/slot_confirmed.sql"),
+                &[&config.slot, &lsn],
+            )
+            .await
+            .map(|row| row.get::<_, bool>(0))
+            .unwrap_or(true);
+        if done {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::warn!(
+        "PostgreSQL did not report the final position in time; the next relay may republish a little"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_waits_until_the_slot_passes_it() {
+        let mut heartbeats = Heartbeats::default();
+        assert_eq!(heartbeats.oldest(), None);
+        heartbeats.emitted(100, 1);
+        heartbeats.emitted(200, 2);
+        assert_eq!(heartbeats.confirmed(100), Some(1), "not past 100 yet");
+        assert_eq!(heartbeats.confirmed(150), Some(2));
+        assert_eq!(heartbeats.confirmed(201), None);
+    }
+}
