@@ -28,6 +28,7 @@ mod reconcile;
 mod relay;
 mod relay_faults;
 mod relay_history;
+mod relay_lag;
 mod replay;
 mod retention;
 mod roles;
