@@ -57,20 +57,48 @@ impl ValueFormat {
             Self::Protobuf => Ok(payload.clone()),
             Self::Json => {
                 let envelope = Envelope::decode(payload.as_ref())
-                    .map_err(|error| RenderError(error.to_string()))?;
+                    .map_err(|error| RenderError::NotAnEnvelope(error.to_string()))?;
+                // The JSON is rendered from the relay's own types: whatever its copy of
+                // events.proto does not know (a new field, a new event in the oneof) would
+                // be dropped in silence. The ledger encodes with the same generated code,
+                // so a payload this relay fully knows encodes back to the same bytes.
+                if envelope.encode_to_vec() != payload.as_ref() {
+                    return Err(RenderError::Newer(
+                        "a field or an event type it does not know".into(),
+                    ));
+                }
                 serde_json::to_vec(&envelope)
                     .map(Bytes::from)
-                    .map_err(|error| RenderError(error.to_string()))
+                    // pbjson refuses an enum number it has no name for.
+                    .map_err(|error| {
+                        RenderError::Newer(format!("an enum value it does not know ({error})"))
+                    })
             }
         }
     }
 }
 
-/// A payload that cannot be rendered in its topic's format: it is not an envelope. Kafka
-/// would never get it as configured, so the relay parks it like a message Kafka refused.
+/// A payload that cannot be rendered in its topic's format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the payload is not a ra.ledger.v1.Envelope, so it has no JSON rendering: {0}")]
-pub struct RenderError(String);
+pub enum RenderError {
+    /// It is not an envelope: Kafka would never get it as configured, so the relay parks it
+    /// like a message Kafka refused.
+    #[error("the payload is not a ra.ledger.v1.Envelope, so it has no JSON rendering: {0}")]
+    NotAnEnvelope(String),
+    /// An envelope of a newer schema than the relay's: rendering it would lose data, and
+    /// parking it would skip an event, so the relay holds the stream until it is upgraded.
+    #[error(
+        "an envelope carries {0}: ledger serve writes a newer events.proto than this relay renders as JSON. Nothing is published or parked meanwhile, the stream waits. Upgrade the relay (and the consumers) before ledger serve (docs/event-schema-evolution.md)"
+    )]
+    Newer(String),
+}
+
+impl RenderError {
+    /// Whether the stream must wait rather than park the message.
+    pub fn holds_the_stream(&self) -> bool {
+        matches!(self, Self::Newer(_))
+    }
+}
 
 /// Checks `value_formats`: its keys must be envelope aggregate types (a typo would leave a
 /// topic on protobuf without a word). The reassignment worker reads either format
@@ -147,6 +175,58 @@ mod tests {
         let digest = Bytes::from_static(br#"{"format":"ra-ledger digest v1"}"#);
         let error = ValueFormat::Json.render(&digest).unwrap_err().to_string();
         assert!(error.contains("not a ra.ledger.v1.Envelope"), "{error}");
+    }
+
+    #[test]
+    fn an_envelope_of_a_newer_schema_holds_the_stream_rather_than_lose_a_field() {
+        // A field number this relay's events.proto does not have (50, a string), appended
+        // as a newer ledger would write it.
+        let unknown_field = |number: u32, value: &[u8]| -> Vec<u8> {
+            let mut bytes = Vec::new();
+            prost::encoding::encode_key(
+                number,
+                prost::encoding::WireType::LengthDelimited,
+                &mut bytes,
+            );
+            prost::encoding::encode_varint(value.len() as u64, &mut bytes);
+            bytes.extend_from_slice(value);
+            bytes
+        };
+        let mut newer = envelope().encode_to_vec();
+        newer.extend(unknown_field(50, b"new"));
+        let error = ValueFormat::Json.render(&Bytes::from(newer)).unwrap_err();
+        assert!(error.holds_the_stream(), "{error}");
+        assert!(error.to_string().contains("Upgrade the relay"), "{error}");
+        // An enum number without a name here.
+        let mut unknown_reason = envelope();
+        if let Some(Event::AssignmentEnded(ended)) = unknown_reason.event.as_mut() {
+            ended.reason = 99;
+        }
+        let error = ValueFormat::Json
+            .render(&Bytes::from(unknown_reason.encode_to_vec()))
+            .unwrap_err();
+        assert!(error.holds_the_stream(), "{error}");
+        // A new event type: a oneof case (field 40) this relay does not know.
+        let mut new_event = envelope();
+        new_event.event = None;
+        let mut bytes = new_event.encode_to_vec();
+        bytes.extend(unknown_field(40, b""));
+        assert!(
+            ValueFormat::Json
+                .render(&Bytes::from(bytes))
+                .unwrap_err()
+                .holds_the_stream()
+        );
+        // Protobuf passes the bytes on as they are: nothing to lose.
+        let stored = Bytes::from(unknown_field(50, b"n"));
+        assert_eq!(ValueFormat::Protobuf.render(&stored).unwrap(), stored);
+        // Garbage is not an envelope: parked, as before.
+        assert!(
+            !ValueFormat::Json
+                .render(&Bytes::from_static(b"{not protobuf"))
+                .unwrap_err()
+                .holds_the_stream()
+        );
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub enum RelayError {
     /// The stored position does not describe this server's past.
     #[error("{0}")]
     History(#[from] HistoryError),
+    /// A JSON topic's envelope is of a newer schema than the relay's: the stream waits
+    /// (retried: nothing is skipped or parked) until the relay is upgraded.
+    #[error("{0}")]
+    NewerSchema(crate::value_format::RenderError),
     /// The server's catalog or history answered what the relay cannot read.
     #[error("{0}; this is a bug or an unsupported server, stopping so nothing is skipped")]
     Catalog(String),

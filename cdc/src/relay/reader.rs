@@ -318,6 +318,11 @@ impl<'a, D: Delivery> Reader<'a, D> {
         }
         let row = layout.row(new)?;
         let message = OutgoingMessage::new(self.config, row, &open.commit, open.ordinal);
+        if let Err(unrenderable) = &message
+            && unrenderable.error.holds_the_stream()
+        {
+            return Err(RelayError::NewerSchema(unrenderable.error.clone()));
+        }
         open.ordinal += 1;
         let commit = open.commit;
         self.delivery.send(message, &commit).await

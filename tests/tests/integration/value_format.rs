@@ -362,3 +362,61 @@ async fn json_reassignment_topic_still_drives_the_worker() -> anyhow::Result<()>
     assert!(counts.get("failed").is_none(), "{completed}");
     Ok(())
 }
+
+/// An envelope of a newer schema than the relay's (here, a field its events.proto does not
+/// have): its JSON would lose the field, so the relay publishes and parks nothing, and holds
+/// the stream (the events after it wait too) until it is upgraded; the protobuf topic's
+/// value is the bytes themselves, and carries the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_envelope_holds_a_json_topic_rather_than_lose_a_field() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let mut config = test_config(&database, &mut topics).await?;
+    config.value_formats = BTreeMap::from([("assignment".into(), ValueFormat::Json)]);
+    let client = database.connect().await?;
+    let envelope = Envelope {
+        event_id: Uuid::now_v7().to_string(),
+        stream: "assignment-b-TX".into(),
+        stream_version: 1,
+        event_type: "AssignmentStarted".into(),
+        schema_version: 1,
+        ..Envelope::default()
+    };
+    let mut newer = envelope.encode_to_vec();
+    prost::encoding::encode_key(50, prost::encoding::WireType::LengthDelimited, &mut newer);
+    prost::encoding::encode_varint(3, &mut newer);
+    newer.extend_from_slice(b"new");
+    let insert = "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES ($1::text::uuid, $2, 'b-TX', 'AssignmentStarted', $3)";
+    client
+        .execute(insert, &[&envelope.event_id, &"assignment", &newer])
+        .await?;
+    let after = Uuid::now_v7().to_string();
+    let later = Envelope {
+        event_id: after.clone(),
+        ..envelope.clone()
+    };
+    client
+        .execute(insert, &[&after, &"assignment", &later.encode_to_vec()])
+        .await?;
+    let mut collector = Collector::new(&topics)?;
+    let relay = RunningRelay::start(config);
+    collector.until(Duration::from_secs(8), |_| false).await;
+    let sessions = ra_ledger_tests::metric(&relay.metrics.render(), "ra_relay_sessions_total");
+    relay.stop().await?;
+    assert!(
+        collector.received.is_empty(),
+        "published {} records",
+        collector.received.len()
+    );
+    assert!(
+        ra_ledger_cdc::parking::list(&client, true)
+            .await?
+            .is_empty()
+    );
+    assert!(
+        sessions >= 2,
+        "the relay retries, holding the stream: {sessions} sessions"
+    );
+    Ok(())
+}
