@@ -71,8 +71,12 @@ pub fn position_topic(topic_prefix: &str) -> String {
 }
 
 /// How long a Kafka transaction may stay open before the broker aborts it
-/// (`transaction.timeout.ms`); also how long the relay waits for a commit or an abort.
+/// (`transaction.timeout.ms`), by default; also how long the relay waits for a commit or an
+/// abort. `transaction_timeout_ms` sets it.
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The broker's default `transaction.max.timeout.ms`: the most a producer may ask for.
+pub const BROKER_MAX_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
 
 /// Everything the relay needs.
 #[derive(Clone, Deserialize)]
@@ -147,6 +151,11 @@ pub struct RelayConfig {
     /// do not wait out `linger.ms`; a busy stream never goes idle and keeps its batches.
     /// Exactly once always commits, and so flushes, when idle.
     pub flush_when_idle: bool,
+    /// Exactly once: `transaction.timeout.ms`, how long one Kafka transaction may take before
+    /// the broker aborts it. A PostgreSQL transaction is never split, so the largest one must
+    /// publish within it (a Kafka transaction that times out holding one is refused, naming
+    /// this setting). At most the broker's `transaction.max.timeout.ms` (15 minutes).
+    pub transaction_timeout_ms: u64,
 }
 
 impl Default for RelayConfig {
@@ -176,6 +185,7 @@ impl Default for RelayConfig {
             health_check_interval_ms: 5_000,
             pgoutput_binary: true,
             flush_when_idle: true,
+            transaction_timeout_ms: TRANSACTION_TIMEOUT.as_millis() as u64,
         }
     }
 }
@@ -206,6 +216,7 @@ impl std::fmt::Debug for RelayConfig {
             .field("health_check_interval_ms", &self.health_check_interval_ms)
             .field("pgoutput_binary", &self.pgoutput_binary)
             .field("flush_when_idle", &self.flush_when_idle)
+            .field("transaction_timeout_ms", &self.transaction_timeout_ms)
             .finish()
     }
 }
@@ -291,6 +302,15 @@ impl RelayConfig {
                 ));
             }
         }
+        if !(1_000..=BROKER_MAX_TRANSACTION_TIMEOUT_MS).contains(&self.transaction_timeout_ms) {
+            return Err(ConfigError::invalid(
+                "transaction_timeout_ms",
+                self.transaction_timeout_ms.to_string(),
+                format!(
+                    "between 1000 and the broker's transaction.max.timeout.ms ({BROKER_MAX_TRANSACTION_TIMEOUT_MS} unless raised)"
+                ),
+            ));
+        }
         self.kafka_settings().validate()?;
         crate::value_format::validate(&self.value_formats)?;
         for (field, value) in [
@@ -304,6 +324,7 @@ impl RelayConfig {
             ("transaction_max_bytes", self.transaction_max_bytes as u64),
             ("transaction_max_ms", self.transaction_max_ms),
             ("health_check_interval_ms", self.health_check_interval_ms),
+            ("transaction_timeout_ms", self.transaction_timeout_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::invalid(field, "0", "must be at least 1"));
@@ -354,7 +375,7 @@ impl RelayConfig {
     /// it fails, the transaction aborts, and the next session resends).
     pub fn transactional_producer_settings(&self, system_id: &str) -> KafkaSettings {
         let mut settings = self.kafka_settings();
-        let timeout = TRANSACTION_TIMEOUT.as_millis().to_string();
+        let timeout = self.transaction_timeout_ms.to_string();
         for (key, value) in [
             ("transactional.id", self.transactional_id(system_id)),
             ("transaction.timeout.ms", timeout.clone()),
@@ -405,6 +426,11 @@ impl RelayConfig {
             properties: self.producer_settings(),
             secret_files: self.kafka_secret_files.clone(),
         }
+    }
+
+    /// Exactly once: how long a Kafka transaction may take (`transaction_timeout_ms`).
+    pub fn transaction_timeout(&self) -> Duration {
+        Duration::from_millis(self.transaction_timeout_ms)
     }
 
     /// The producer's `linger.ms`, as set or defaulted.

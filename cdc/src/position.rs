@@ -24,7 +24,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
+use crate::config::RelayConfig;
 use crate::history::{Identity, Stored};
 use crate::publish::format_lsn;
 
@@ -211,7 +211,7 @@ pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, Position
     if end <= low {
         return Ok(None);
     }
-    let deadline = Instant::now() + TRANSACTION_TIMEOUT + Duration::from_secs(10);
+    let deadline = Instant::now() + config.transaction_timeout() + Duration::from_secs(10);
     loop {
         let (_, stable) = committed
             .fetch_watermarks(&topic, 0, timeout)

@@ -167,12 +167,36 @@ impl KafkaSettings {
                     .parse::<std::net::IpAddr>()
                     .is_ok_and(|ip| ip.is_loopback()))
         });
-        (remote && !protocol.ends_with("ssl")).then(|| {
-            format!(
+        if !remote {
+            return None;
+        }
+        if !protocol.ends_with("ssl") {
+            return Some(format!(
                 "Kafka brokers {brokers} are reached with security.protocol={protocol}: \
                  unencrypted; set SSL or SASL_SSL unless the network is trusted"
-            )
-        })
+            ));
+        }
+        // Encrypted, but is the broker checked? As PostgreSQL's sslmode below verify-full.
+        let setting = |key: &str| {
+            self.properties
+                .get(key)
+                .map(|value| value.trim().to_ascii_lowercase())
+        };
+        if setting("enable.ssl.certificate.verification").as_deref() == Some("false") {
+            return Some(format!(
+                "Kafka brokers {brokers}: enable.ssl.certificate.verification=false, so their \
+                 certificates are not verified and anyone on the path can pose as them; remove \
+                 it and set ssl.ca.location unless the network is trusted"
+            ));
+        }
+        if setting("ssl.endpoint.identification.algorithm").as_deref() == Some("none") {
+            return Some(format!(
+                "Kafka brokers {brokers}: ssl.endpoint.identification.algorithm=none, so a \
+                 certificate is not checked against the broker's name (any certificate of the CA \
+                 passes); set it to https unless the network is trusted"
+            ));
+        }
+        None
     }
 
     /// A librdkafka configuration: the properties, then the secrets read from their files.
@@ -267,6 +291,39 @@ mod tests {
             settings(&[
                 ("bootstrap.servers", "kafka.internal:9093"),
                 ("security.protocol", "SSL")
+            ])
+            .weakness()
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn tls_that_verifies_nothing_is_called_out_too() {
+        let remote_tls = |extra: (&'static str, &'static str)| {
+            settings(&[
+                ("bootstrap.servers", "kafka.internal:9093"),
+                ("security.protocol", "SASL_SSL"),
+                extra,
+            ])
+            .weakness()
+        };
+        let unverified = remote_tls(("enable.ssl.certificate.verification", "false")).unwrap();
+        assert!(
+            unverified.contains("enable.ssl.certificate.verification=false"),
+            "{unverified}"
+        );
+        let unnamed = remote_tls(("ssl.endpoint.identification.algorithm", "none")).unwrap();
+        assert!(
+            unnamed.contains("identification.algorithm=none"),
+            "{unnamed}"
+        );
+        assert!(remote_tls(("ssl.endpoint.identification.algorithm", "https")).is_none());
+        // On this machine, as PostgreSQL's loopback hosts: nothing to say.
+        assert!(
+            settings(&[
+                ("bootstrap.servers", "127.0.0.1:9093"),
+                ("security.protocol", "SSL"),
+                ("enable.ssl.certificate.verification", "false")
             ])
             .weakness()
             .is_none()

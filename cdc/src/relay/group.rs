@@ -40,6 +40,8 @@ pub struct Group {
     pub last_commit_micros: i64,
     /// Commit times of the group's PostgreSQL transactions that carried messages.
     pub commit_times_micros: Vec<i64>,
+    /// Whole PostgreSQL transactions in the group.
+    pub transactions: usize,
 }
 
 impl Group {
@@ -55,6 +57,7 @@ impl Group {
         self.last_commit_lsn = commit_lsn;
         self.last_end_lsn = end_lsn;
         self.last_commit_micros = commit_micros;
+        self.transactions += 1;
         if carried {
             self.commit_times_micros.push(commit_micros);
         }

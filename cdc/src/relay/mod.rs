@@ -92,6 +92,20 @@ pub enum RelayError {
     /// (retried: nothing is skipped or parked) until the relay is upgraded.
     #[error("{0}")]
     NewerSchema(crate::value_format::RenderError),
+    /// Exactly once: one PostgreSQL transaction cannot be published within the Kafka
+    /// transaction timeout, so every attempt is aborted the same way.
+    #[error(
+        "the PostgreSQL transaction committed at {} carries {messages} or more messages and could not be published within the Kafka transaction timeout ({timeout_ms} ms): every attempt is aborted, and a PostgreSQL transaction is never split. Raise transaction_timeout_ms (at most the broker's transaction.max.timeout.ms), or run this relay with delivery = at_least_once until the slot has passed it (docs/exactly-once.md)",
+        crate::publish::format_lsn(*.commit_lsn)
+    )]
+    TransactionTooLarge {
+        /// Its commit LSN.
+        commit_lsn: u64,
+        /// Messages sent of it when the Kafka transaction failed.
+        messages: usize,
+        /// The timeout.
+        timeout_ms: u64,
+    },
     /// The server's catalog or history answered what the relay cannot read.
     #[error("{0}; this is a bug or an unsupported server, stopping so nothing is skipped")]
     Catalog(String),
@@ -141,6 +155,7 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::History(_)
             | RelayError::Gate(gate::GateError::Off)
             | RelayError::Catalog(_)
+            | RelayError::TransactionTooLarge { .. }
             // librdkafka refuses its configuration (a TLS file that is not a certificate,
             // an unknown property): no retry will change that.
             | RelayError::Kafka(KafkaError::ClientCreation(_))

@@ -35,7 +35,7 @@ use tokio_postgres::{Client, IsolationLevel};
 use tracing::{info, warn};
 
 use super::{RelayError, setup, slot};
-use crate::config::{DeliveryMode, RelayConfig, TRANSACTION_TIMEOUT};
+use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
 use crate::outbox::OutboxRow;
 use crate::parking;
@@ -358,8 +358,9 @@ async fn commit_position(
     let record = Position::new(&config.slot, identity, point, point, None).encode();
     let topic = config.position_topic();
     let slot = config.slot.clone();
+    let timeout = config.transaction_timeout();
     tokio::task::spawn_blocking(move || -> Result<(), rdkafka::error::KafkaError> {
-        producer.init_transactions(TRANSACTION_TIMEOUT)?;
+        producer.init_transactions(timeout)?;
         producer.begin_transaction()?;
         producer
             .send_result(
@@ -369,7 +370,7 @@ async fn commit_position(
                     .payload(&record),
             )
             .map_err(|(error, _)| error)?;
-        producer.commit_transaction(TRANSACTION_TIMEOUT)
+        producer.commit_transaction(timeout)
     })
     .await
     .map_err(|_| RelayError::Kafka(rdkafka::error::KafkaError::Canceled))??;

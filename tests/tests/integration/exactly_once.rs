@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_tests::relay::{
     Collector, Isolation, RunningRelay, Tally, insert_backlog, on_private_broker,
-    spawn_paced_writer,
+    spawn_paced_writer, test_config,
 };
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rand::Rng;
@@ -488,5 +488,62 @@ async fn a_second_relay_on_the_same_slot_waits_takes_over_and_duplicates_nothing
             order_violations: 0
         }
     );
+    Ok(())
+}
+
+/// One PostgreSQL transaction that cannot be published within the Kafka transaction
+/// timeout used to be aborted and resent for ever. The relay now stops and names the
+/// setting to raise; nothing of it is readable (its attempts were aborted), and the slot did
+/// not pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_too_large_for_the_kafka_timeout_stops_the_relay_naming_the_fix()
+-> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = RelayConfig {
+        delivery: DeliveryMode::ExactlyOnce,
+        transaction_timeout_ms: 1_000,
+        ..test_config(&database, &mut topics).await?
+    };
+    let client = database.connect().await?;
+    let confirmed = async || -> anyhow::Result<Option<String>> {
+        Ok(client
+            .query_one(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&config.slot],
+            )
+            .await?
+            .get(0))
+    };
+    let before = confirmed().await?;
+    // About three seconds of publishing on this machine: three times the timeout.
+    let big: HashSet<String> = insert_backlog(&client, 1, 300_000, 16)
+        .await?
+        .into_iter()
+        .collect();
+    let mut collector = Collector::new(&topics)?;
+    let relay = RunningRelay::start(config.clone());
+    let outcome = tokio::time::timeout(Duration::from_secs(180), relay.task).await??;
+    let error = outcome.expect_err("the relay must stop");
+    let text = error.to_string();
+    assert!(
+        matches!(
+            error,
+            ra_ledger_cdc::relay::RelayError::TransactionTooLarge { .. }
+        ),
+        "{text}"
+    );
+    assert!(text.contains("transaction_timeout_ms"), "{text}");
+    collector.until(Duration::from_secs(3), |_| false).await;
+    let readable = collector
+        .received
+        .iter()
+        .filter(|m| big.contains(m.id()))
+        .count();
+    assert_eq!(
+        readable, 0,
+        "read_committed sees none of an aborted transaction"
+    );
+    assert_eq!(confirmed().await?, before, "the slot did not pass it");
     Ok(())
 }

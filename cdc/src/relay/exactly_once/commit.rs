@@ -11,7 +11,6 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer a
 use tracing::warn;
 
 use super::{ExactlyOnce, Outcome, blocking};
-use crate::config::TRANSACTION_TIMEOUT;
 use crate::metrics::now_micros;
 use crate::position::Position;
 use crate::publish::OutgoingMessage;
@@ -36,8 +35,7 @@ impl ExactlyOnce<'_> {
                 self.confirm_to = Some((group.last_end_lsn, group.last_commit_micros));
                 return Ok(());
             }
-            self.producer.begin_transaction()?;
-            self.in_kafka_transaction = true;
+            self.begin_kafka_transaction()?;
         }
         let record = Position::new(
             &self.config.slot,
@@ -57,15 +55,18 @@ impl ExactlyOnce<'_> {
             )
             .map_err(|(error, _)| error)?;
         let started = Instant::now();
-        match settle(&mut self.deliveries, &self.producer, position).await {
+        let timeout = self.config.transaction_timeout();
+        match settle(&mut self.deliveries, &self.producer, position, timeout).await {
             Ok(()) => {}
             Err(Unsettled::Refused(message, commit_lsn, error)) => {
-                return Err(self.refused(&message, commit_lsn, error).await);
+                let error = self.refused(&message, commit_lsn, error).await;
+                return Err(self.too_large(error));
             }
-            Err(Unsettled::Kafka(error)) => return Err(error.into()),
+            Err(Unsettled::Kafka(error)) => return Err(self.too_large(error.into())),
         }
         let took = started.elapsed();
         self.in_kafka_transaction = false;
+        self.kafka_started = None;
         let group = std::mem::take(&mut self.group);
         self.metrics.set_in_flight(0);
         self.metrics
@@ -87,13 +88,15 @@ impl ExactlyOnce<'_> {
     pub(super) async fn abort_transaction(&mut self) {
         self.group = Group::default();
         self.open = None;
+        self.kafka_started = None;
         if !std::mem::take(&mut self.in_kafka_transaction) {
             return;
         }
         self.metrics.transaction_aborted();
         self.deliveries.clear();
-        if let Err(error) = blocking(&self.producer, |producer| {
-            producer.abort_transaction(TRANSACTION_TIMEOUT)
+        let timeout = self.config.transaction_timeout();
+        if let Err(error) = blocking(&self.producer, move |producer| {
+            producer.abort_transaction(timeout)
         })
         .await
         {
@@ -117,9 +120,10 @@ pub(super) async fn settle(
     deliveries: &mut FuturesUnordered<BoxFuture<'static, Outcome>>,
     producer: &FutureProducer,
     position: DeliveryFuture,
+    timeout: std::time::Duration,
 ) -> Result<(), Unsettled> {
-    blocking(producer, |producer| {
-        crate::relay::kafka_flush(producer, TRANSACTION_TIMEOUT)
+    blocking(producer, move |producer| {
+        crate::relay::kafka_flush(producer, timeout)
     })
     .await
     .map_err(Unsettled::Kafka)?;
@@ -133,8 +137,8 @@ pub(super) async fn settle(
         Ok(Err((error, _))) => return Err(Unsettled::Kafka(error)),
         Err(_canceled) => return Err(Unsettled::Kafka(KafkaError::Canceled)),
     }
-    blocking(producer, |producer| {
-        producer.commit_transaction(TRANSACTION_TIMEOUT)
+    blocking(producer, move |producer| {
+        producer.commit_transaction(timeout)
     })
     .await
     .map_err(Unsettled::Kafka)

@@ -68,7 +68,7 @@ use super::RelayError;
 use super::group::{Bounds, Group};
 use super::reader::{Delivery, Reader, Rendered};
 use super::setup::Opened;
-use crate::config::{RelayConfig, TRANSACTION_TIMEOUT};
+use crate::config::RelayConfig;
 use crate::history::{self, HistoryError, Identity, Server};
 use crate::metrics::RelayMetrics;
 use crate::position::{self, LastEvent, Position};
@@ -93,8 +93,9 @@ pub(super) async fn run(
         ..
     } = opened;
     let producer = publish::transactional_producer(config, &server.identity.system_id)?;
-    blocking(&producer, |producer| {
-        producer.init_transactions(TRANSACTION_TIMEOUT)
+    let timeout = config.transaction_timeout();
+    blocking(&producer, move |producer| {
+        producer.init_transactions(timeout)
     })
     .await?;
     let reader = config.clone();
@@ -130,6 +131,7 @@ pub(super) async fn run(
         open: None,
         group: Group::default(),
         in_kafka_transaction: false,
+        kafka_started: None,
         confirm_to: None,
     };
     let confirmed = Reader::new(config, metrics, &sql, delivery)
@@ -253,6 +255,8 @@ struct ExactlyOnce<'a> {
     group: Group,
     /// Whether a Kafka transaction is open (begun at the group's first message).
     in_kafka_transaction: bool,
+    /// When it began.
+    kafka_started: Option<Instant>,
     /// Where the slot may be confirmed, once known (after a commit, or past a skipped
     /// transaction), with the commit time.
     confirm_to: Option<(u64, i64)>,
@@ -293,8 +297,7 @@ impl Delivery for ExactlyOnce<'_> {
             open.messages += 1;
         }
         if !self.in_kafka_transaction {
-            self.producer.begin_transaction()?;
-            self.in_kafka_transaction = true;
+            self.begin_kafka_transaction()?;
         }
         self.group.sent(message.value.len(), Instant::now());
         self.last_event = Some(LastEvent::new(&message.row.event_id, commit.commit_lsn));
@@ -303,7 +306,7 @@ impl Delivery for ExactlyOnce<'_> {
             Err(refused) => {
                 let (message, error) = *refused;
                 if publish::classify(&error) != DeliveryFailure::Permanent {
-                    return Err(error.into());
+                    return Err(self.too_large(error.into()));
                 }
                 // Refused before it was sent: the Kafka transaction is untouched.
                 self.park(&message, commit.commit_lsn, &error.to_string())
@@ -351,7 +354,10 @@ impl Delivery for ExactlyOnce<'_> {
         let (commit_lsn, message, result) = outcome;
         match result {
             Ok(()) => Ok(()),
-            Err(error) => Err(self.refused(&message, commit_lsn, error).await),
+            Err(error) => {
+                let error = self.refused(&message, commit_lsn, error).await;
+                Err(self.too_large(error))
+            }
         }
     }
 
@@ -390,6 +396,39 @@ impl Delivery for ExactlyOnce<'_> {
 }
 
 impl ExactlyOnce<'_> {
+    /// Begins the Kafka transaction of a group.
+    fn begin_kafka_transaction(&mut self) -> Result<(), RelayError> {
+        self.producer.begin_transaction()?;
+        self.in_kafka_transaction = true;
+        self.kafka_started = Some(Instant::now());
+        Ok(())
+    }
+
+    /// A Kafka transaction that failed once the transaction timeout had passed, holding one
+    /// PostgreSQL transaction (the group's only one, or one still being read): the next
+    /// attempt would fail the same way, so the relay stops and says what to do. With more
+    /// PostgreSQL transactions in it, the group's bounds would have ended it long before,
+    /// so the broker was slow, and the session is retried.
+    fn too_large(&self, error: RelayError) -> RelayError {
+        let timeout = self.config.transaction_timeout();
+        let Some(started) = self.kafka_started else {
+            return error;
+        };
+        if started.elapsed() < timeout {
+            return error;
+        }
+        let (commit_lsn, messages) = match (&self.open, self.group.transactions) {
+            (Some(open), 0) => (open.commit.commit_lsn, open.messages),
+            (None, 1) => (self.group.last_commit_lsn, self.group.messages),
+            _ => return error,
+        };
+        RelayError::TransactionTooLarge {
+            commit_lsn,
+            messages,
+            timeout_ms: self.config.transaction_timeout_ms,
+        }
+    }
+
     /// A failed delivery: parked first when Kafka refused it for good. Returns the error
     /// that ends the session (its Kafka transaction is aborted).
     async fn refused(
