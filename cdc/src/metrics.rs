@@ -76,6 +76,12 @@ pub const TRANSACTIONS_SKIPPED: Metric = Metric::counter(
     "PostgreSQL transactions resent by the slot at or below the Kafka position, skipped (exactly once).",
 );
 
+/// Exactly once: indefinite outcomes (a commit, abort or produce that timed out or lost its
+/// connection), after each of which the producer was dropped and a new one fenced it.
+pub const INDEFINITE_OUTCOMES: Metric = Metric::counter(
+    "ra_relay_kafka_indefinite_outcomes_total",
+    "Kafka calls whose outcome was unknown (timeouts, lost connections); the producer was replaced and fenced (exactly once).",
+);
 /// 1 while the relay's walsender waits for the standbys of `synchronized_standby_slots`
 /// (PostgreSQL's `WaitForStandbyConfirmation`): decoding is held by the standby gate.
 pub const STANDBY_GATE_WAITING: Metric = Metric::gauge(
@@ -123,6 +129,7 @@ pub struct RelayMetrics {
     transaction_messages: Histogram,
     transactions_aborted: AtomicU64,
     transactions_skipped: AtomicU64,
+    indefinite_outcomes: AtomicU64,
     gate_waiting: AtomicU64,
     gate_missing: AtomicU64,
     standbys: AtomicU64,
@@ -157,6 +164,7 @@ impl Default for RelayMetrics {
             transaction_messages: Histogram::of_counts(),
             transactions_aborted: AtomicU64::new(0),
             transactions_skipped: AtomicU64::new(0),
+            indefinite_outcomes: AtomicU64::new(0),
             gate_waiting: AtomicU64::new(0),
             gate_missing: AtomicU64::new(0),
             standbys: AtomicU64::new(0),
@@ -176,6 +184,11 @@ impl RelayMetrics {
     /// Exactly once: a Kafka transaction was aborted.
     pub fn transaction_aborted(&self) {
         self.transactions_aborted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Exactly once: a Kafka call's outcome was unknown; its producer is being replaced.
+    pub fn indefinite_outcome(&self) {
+        self.indefinite_outcomes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Exactly once: a resent PostgreSQL transaction at or below the position was skipped.
@@ -307,6 +320,7 @@ impl RelayMetrics {
         STREAMING.render(&mut out, load(&self.streaming));
         TRANSACTIONS_ABORTED.render(&mut out, load(&self.transactions_aborted));
         TRANSACTIONS_SKIPPED.render(&mut out, load(&self.transactions_skipped));
+        INDEFINITE_OUTCOMES.render(&mut out, load(&self.indefinite_outcomes));
         STANDBY_GATE_WAITING.render(&mut out, load(&self.gate_waiting));
         STANDBY_GATE_MISSING_SLOTS.render(&mut out, load(&self.gate_missing));
         STANDBYS.render(&mut out, load(&self.standbys));
@@ -326,7 +340,7 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 18] = [
+    const ALL: [Metric; 19] = [
         REPLICATION_LAG_BYTES,
         NEWEST_PUBLISHED_COMMIT_AGE,
         OLDEST_UNCONFIRMED_COMMIT_AGE,
@@ -340,6 +354,7 @@ mod tests {
         TRANSACTION_MESSAGES,
         TRANSACTIONS_ABORTED,
         TRANSACTIONS_SKIPPED,
+        INDEFINITE_OUTCOMES,
         STANDBY_GATE_WAITING,
         STANDBY_GATE_MISSING_SLOTS,
         STANDBYS,

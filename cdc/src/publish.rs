@@ -227,6 +227,29 @@ pub fn classify(error: &KafkaError) -> DeliveryFailure {
     }
 }
 
+/// Whether a transactional producer's error leaves the outcome unknown: a commit or an
+/// abort that timed out, or a produce that timed out or lost its connection. The broker may
+/// yet apply what was asked, late, so that instance must not be used again, not even to
+/// abort (Kingsbury's advice after the 2024 Bufstream analysis: a delayed EndTxn can land
+/// on a later transaction of the same producer). The session drops it; the next one makes
+/// a new producer, whose `init_transactions` bumps the epoch and fences the old one. Pure.
+pub fn indefinite(error: &KafkaError) -> bool {
+    let code = match error {
+        KafkaError::MessageProduction(code) | KafkaError::Flush(code) => Some(*code),
+        other => other.rdkafka_error_code(),
+    };
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::MessageTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::AllBrokersDown
+        )
+    )
+}
+
 /// The relay's idempotent producer.
 pub fn producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
     config
@@ -247,6 +270,35 @@ pub fn transactional_producer(
         .client_config()
         .map_err(|error| KafkaError::ClientCreation(error.to_string()))?
         .create()
+}
+
+#[cfg(test)]
+mod indefinite_tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_and_lost_connections_leave_an_outcome_unknown() {
+        for code in [
+            RDKafkaErrorCode::OperationTimedOut,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::RequestTimedOut,
+        ] {
+            assert!(indefinite(&KafkaError::MessageProduction(code)), "{code:?}");
+            assert!(indefinite(&KafkaError::Flush(code)), "{code:?}");
+        }
+        for code in [
+            RDKafkaErrorCode::MessageSizeTooLarge,
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::NotEnoughReplicas,
+            RDKafkaErrorCode::InvalidProducerEpoch,
+        ] {
+            assert!(
+                !indefinite(&KafkaError::MessageProduction(code)),
+                "{code:?}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -59,10 +59,14 @@ impl ExactlyOnce<'_> {
         match settle(&mut self.deliveries, &self.producer, position, timeout).await {
             Ok(()) => {}
             Err(Unsettled::Refused(message, commit_lsn, error)) => {
+                self.failed(&error);
                 let error = self.refused(&message, commit_lsn, error).await;
                 return Err(self.too_large(error));
             }
-            Err(Unsettled::Kafka(error)) => return Err(self.too_large(error.into())),
+            Err(Unsettled::Kafka(error)) => {
+                self.failed(&error);
+                return Err(self.too_large(error.into()));
+            }
         }
         let took = started.elapsed();
         self.in_kafka_transaction = false;
@@ -94,6 +98,11 @@ impl ExactlyOnce<'_> {
         }
         self.metrics.transaction_aborted();
         self.deliveries.clear();
+        if self.unusable {
+            // Not even an abort on an instance whose last call may still land: the next
+            // session's init_transactions aborts the transaction and fences this producer.
+            return;
+        }
         let timeout = self.config.transaction_timeout();
         if let Err(error) = blocking(&self.producer, move |producer| {
             producer.abort_transaction(timeout)

@@ -132,6 +132,7 @@ pub(super) async fn run(
         group: Group::default(),
         in_kafka_transaction: false,
         kafka_started: None,
+        unusable: false,
         confirm_to: None,
     };
     let confirmed = Reader::new(config, metrics, &sql, delivery)
@@ -257,6 +258,9 @@ struct ExactlyOnce<'a> {
     in_kafka_transaction: bool,
     /// When it began.
     kafka_started: Option<Instant>,
+    /// An indefinite outcome happened ([`publish::indefinite`]): the producer is never used
+    /// again, not even to abort.
+    unusable: bool,
     /// Where the slot may be confirmed, once known (after a commit, or past a skipped
     /// transaction), with the commit time.
     confirm_to: Option<(u64, i64)>,
@@ -306,6 +310,7 @@ impl Delivery for ExactlyOnce<'_> {
             Err(refused) => {
                 let (message, error) = *refused;
                 if publish::classify(&error) != DeliveryFailure::Permanent {
+                    self.failed(&error);
                     return Err(self.too_large(error.into()));
                 }
                 // Refused before it was sent: the Kafka transaction is untouched.
@@ -355,6 +360,7 @@ impl Delivery for ExactlyOnce<'_> {
         match result {
             Ok(()) => Ok(()),
             Err(error) => {
+                self.failed(&error);
                 let error = self.refused(&message, commit_lsn, error).await;
                 Err(self.too_large(error))
             }
@@ -409,6 +415,15 @@ impl ExactlyOnce<'_> {
     /// attempt would fail the same way, so the relay stops and says what to do. With more
     /// PostgreSQL transactions in it, the group's bounds would have ended it long before,
     /// so the broker was slow, and the session is retried.
+    /// Books a Kafka error of the group: an indefinite one makes the producer unusable.
+    fn failed(&mut self, error: &KafkaError) {
+        if publish::indefinite(error) {
+            warn!(%error, "an indefinite outcome: this producer is dropped without another call (not even an abort); the next session fences it with a new one");
+            self.metrics.indefinite_outcome();
+            self.unusable = true;
+        }
+    }
+
     fn too_large(&self, error: RelayError) -> RelayError {
         let timeout = self.config.transaction_timeout();
         let Some(started) = self.kafka_started else {
