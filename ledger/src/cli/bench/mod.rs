@@ -245,24 +245,7 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             flush_when_idle,
             brokers,
         } => {
-            let lingers: Vec<Option<u64>> = linger_ms.map_or(vec![None], |lingers| {
-                lingers.into_iter().map(Some).collect()
-            });
-            let flushes: Vec<Option<bool>> = flush_when_idle.map_or(vec![None], |flushes| {
-                flushes.into_iter().map(Some).collect()
-            });
-            let mut variants = Vec::new();
-            for delivery in modes(delivery) {
-                for linger_ms in &lingers {
-                    for flush_when_idle in &flushes {
-                        variants.push(latency::Variant {
-                            delivery,
-                            linger_ms: *linger_ms,
-                            flush_when_idle: *flush_when_idle,
-                        });
-                    }
-                }
-            }
+            let variants = latency::Variant::every(modes(delivery), linger_ms, flush_when_idle);
             latency::run(database_url, &brokers, rate, seconds, variants).await
         }
         BenchCommand::Peers(arguments) => {
