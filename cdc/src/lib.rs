@@ -16,6 +16,7 @@ pub mod config;
 pub mod consumer;
 pub mod history;
 pub mod infra;
+pub mod lsn;
 pub mod metrics;
 pub mod outbox;
 pub mod parking;

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::config::RelayConfig;
-use ra_ledger_cdc::position::parse_lsn;
+use ra_ledger_cdc::lsn::parse_lsn;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers as _;

@@ -37,10 +37,11 @@ use tracing::{info, warn};
 use super::{RelayError, setup, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
+use crate::lsn::{format_lsn, parse_lsn};
 use crate::outbox::OutboxRow;
 use crate::parking;
-use crate::position::{Position, parse_lsn};
-use crate::publish::{self, Origin, OutgoingMessage, format_lsn};
+use crate::position::Position;
+use crate::publish::{self, Origin, OutgoingMessage};
 use crate::value_format::ENVELOPE_AGGREGATES;
 
 /// Rows read per round trip from the snapshot.

@@ -105,7 +105,7 @@ pub(super) async fn run(
     let resume = resume_from(&sql, &server, stored).await?;
     let parked = parked_above(&sql, resume.commit_lsn).await?;
     info!(
-        position = %publish::format_lsn(resume.commit_lsn),
+        position = %crate::lsn::format_lsn(resume.commit_lsn),
         transactional_id = %config.transactional_id(&server.identity.system_id),
         parked = parked.len(),
         "streaming from the slot, exactly once"
@@ -140,7 +140,7 @@ pub(super) async fn run(
         .await?;
     replication.stop();
     let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    info!(confirmed = %publish::format_lsn(confirmed), "relay stopped cleanly");
+    info!(confirmed = %crate::lsn::format_lsn(confirmed), "relay stopped cleanly");
     Ok(())
 }
 
@@ -218,7 +218,7 @@ async fn parked_above(sql: &Client, position: u64) -> Result<HashSet<String>, Re
     let rows = sql
         .query(
             include_str!("../../sql/parked_above.sql"),
-            &[&publish::format_lsn(position)],
+            &[&crate::lsn::format_lsn(position)],
         )
         .await?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
