@@ -279,19 +279,19 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     let key = DigestKey::from_seed(&[5; 32]);
     let pool = api.ledger.pool();
 
-    let (seq, changed, first) = sealed(build(pool, &key, 1_000).await?);
+    let (seq, changed, first) = sealed(build(pool, &key).await?);
     let heads = full_heads(&client).await?;
     assert_eq!((seq, changed), (1, heads.len()));
     assert_eq!(
         first.statement,
-        Statement::over(heads.clone(), 1_000, [0; 32])
+        Statement::over(heads.clone(), first.statement.time_micros, [0; 32])
     );
     assert!(first.verify(&key.public()));
     // Nothing changed: no digest.
-    assert_eq!(build(pool, &key, 2_000).await?, Built::Unchanged);
+    assert_eq!(build(pool, &key).await?, Built::Unchanged);
 
     assign(&api, 3).await;
-    let (seq, changed, second) = sealed(build(pool, &key, 3_000).await?);
+    let (seq, changed, second) = sealed(build(pool, &key).await?);
     let heads = full_heads(&client).await?;
     assert_eq!(seq, 2);
     assert!(
@@ -301,7 +301,7 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     );
     assert_eq!(
         second.statement,
-        Statement::over(heads.clone(), 3_000, first.hash())
+        Statement::over(heads.clone(), second.statement.time_micros, first.hash())
     );
 
     // Published through the outbox, in the digest's transaction; a document the Python
@@ -361,13 +361,12 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
     let mut previous = [0; 32];
     let mut ids = assign_anywhere(30).await;
     for round in 0..6i64 {
-        let time = 1_000 * (round + 1);
         let built = if round == 3 {
             // Another replica seals one: this builder's cache no longer describes the
             // newest digest and must not be used.
-            build(pool, &key, time).await?
+            build(pool, &key).await?
         } else {
-            ra_ledger::digest::build::build_cached(pool, &key, time, &cache).await?
+            ra_ledger::digest::build::build_cached(pool, &key, &cache).await?
         };
         let (seq, _, digest) = sealed(built);
         if round != 3 {
@@ -381,7 +380,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
         let heads = full_heads(&client).await?;
         assert_eq!(
             digest.statement,
-            Statement::over(heads, time, previous),
+            Statement::over(heads, digest.statement.time_micros, previous),
             "round {round}"
         );
         previous = digest.hash();
@@ -424,7 +423,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         .collect();
     let mut built = 0;
     while !writers.iter().all(|writer| writer.is_finished()) {
-        if let Built::Sealed { .. } = build(api.ledger.pool(), &key, built).await? {
+        if let Built::Sealed { .. } = build(api.ledger.pool(), &key).await? {
             built += 1;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -433,7 +432,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         writer.await?;
     }
     // The last append may have been sealed already by the last build in the loop.
-    let last_build = build(api.ledger.pool(), &key, 1_000_000).await?;
+    let last_build = build(api.ledger.pool(), &key).await?;
     assert!(
         matches!(last_build, Built::Sealed { .. } | Built::Unchanged),
         "{last_build:?}"
@@ -457,6 +456,22 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         .await?
         .get(0);
     assert_eq!(broken, 0);
+    // Each digest sealed every event recorded by its time, at least at that event's version.
+    let unsealed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM digests d \
+             JOIN events e ON (extract(epoch FROM e.recorded_at) * 1000000)::bigint <= d.time_micros \
+             WHERE NOT EXISTS (SELECT 1 FROM digest_leaf_changes c \
+                               WHERE c.stream = e.stream AND c.digest_seq <= d.seq \
+                                 AND c.version >= e.stream_version)",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        unsealed, 0,
+        "events recorded by a digest's time but not in it"
+    );
     Ok(())
 }
 
@@ -572,7 +587,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
         api.assign(*business).await;
     }
     let key = DigestKey::from_seed(&[8; 32]);
-    sealed(build(api.ledger.pool(), &key, 5_000).await?);
+    sealed(build(api.ledger.pool(), &key).await?);
 
     let picked: Vec<uuid::Uuid> = client
         .query(
@@ -664,7 +679,7 @@ async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everythi
 -> anyhow::Result<()> {
     let (database, api) = with_a_contact().await?;
     let key = DigestKey::from_seed(&[10; 32]);
-    sealed(build(api.ledger.pool(), &key, 1).await?);
+    sealed(build(api.ledger.pool(), &key).await?);
     // Digests turned off: appends leave marks, which `ledger serve` clears.
     assign(&api, 5).await;
     let client = database.connect().await?;
@@ -678,7 +693,7 @@ async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everythi
         0
     );
     // Turned on again: the next digest re-reads every stream and misses none of the five.
-    let (_, changed, digest) = sealed(build(api.ledger.pool(), &key, 2).await?);
+    let (_, changed, digest) = sealed(build(api.ledger.pool(), &key).await?);
     let heads = full_heads(&client).await?;
     assert_eq!(changed, heads.len());
     assert_eq!(
@@ -739,8 +754,8 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
     assert_eq!(early.error_code(), "not_sealed");
 
     let key = DigestKey::from_seed(&[11; 32]);
-    let sealed_at = chrono::Utc::now().timestamp_micros();
-    sealed(build(api.ledger.pool(), &key, sealed_at).await?);
+    let (_, _, digest) = sealed(build(api.ledger.pool(), &key).await?);
+    let sealed_at = digest.statement.time_micros;
     let client = database.connect().await?;
     // Just before the supersede was recorded: the first contact, still primary.
     let before_supersede: chrono::DateTime<chrono::Utc> = client
@@ -931,7 +946,7 @@ async fn a_digest_delivered_twice_is_no_fork_and_two_documents_with_one_number_a
     let (database, api) = with_a_contact().await?;
     assign(&api, 3).await;
     let key = DigestKey::from_seed(&[31; 32]);
-    let (seq, _, digest) = sealed(build(api.ledger.pool(), &key, 1_000).await?);
+    let (seq, _, digest) = sealed(build(api.ledger.pool(), &key).await?);
     let document = serde_json::to_vec(&DigestDocument::new(seq, &digest, key.public_pem()))?;
     let copy =
         |offset: u32| published::parse(&document, &format!("outbox.event.digest/1@{offset}"));

@@ -11,6 +11,7 @@ mod contracts;
 mod deploy;
 mod digest;
 mod digest_published;
+mod digest_time;
 mod disclosure;
 mod exactly_once;
 mod failover;
