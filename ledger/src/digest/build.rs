@@ -272,6 +272,7 @@ async fn build_locked(
     };
     let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
     let digest = key.sign(Statement {
+        seq: Some(seq),
         root: merkle::root(&hashes),
         time_micros,
         stream_count: leaves.len() as u64,
@@ -402,6 +403,7 @@ async fn insert_digest(
             &uuid::Uuid::now_v7(),
             &AGGREGATE_TYPE,
             &serde_json::to_vec(&document).expect("a digest document always serializes"),
+            &statement.version(),
         ],
     )
     .await?;
@@ -507,7 +509,7 @@ pub async fn latest(
     let Some(row) = client
         .query_opt(
             "SELECT seq, root, time_micros, stream_count, event_count, previous, signature, \
-                    public_key FROM digests ORDER BY seq DESC LIMIT 1",
+                    public_key, message_version FROM digests ORDER BY seq DESC LIMIT 1",
             &[],
         )
         .await?
@@ -517,6 +519,8 @@ pub async fn latest(
     let seq: i64 = row.get(0);
     let digest = SignedDigest {
         statement: Statement {
+            // Digests sealed before the number was signed are version 1.
+            seq: (row.get::<_, i16>(8) >= 2).then_some(seq),
             root: hash32("root", row.get(1))?,
             time_micros: row.get(2),
             stream_count: row.get::<_, i64>(3) as u64,

@@ -100,27 +100,45 @@ fn the_python_verifier_accepts_what_rust_signs_and_names_each_tampering() -> any
         })
         .collect();
     let key = DigestKey::from_seed(&[42; 32]);
-    let signed = key.sign(Statement::over(
-        heads.clone(),
-        1_764_460_800_123_456,
-        [9; 32],
-    ));
-    let mut sorted = heads.clone();
+    let statement = Statement::over(heads.clone(), 12, 1_764_460_800_123_456, [9; 32]);
+    // Both versions: digests signed now, with their number, and those of before, without.
+    for statement in [statement.clone(), statement.unnumbered()] {
+        python_checks_and_names_tamperings(&key, &heads, key.sign(statement))?;
+    }
+    Ok(())
+}
+
+/// A change to a document.
+type Change = dyn Fn(&mut Value);
+
+/// The Python verifier on a document of `signed` over `heads` and on tampered copies.
+fn python_checks_and_names_tamperings(
+    key: &DigestKey,
+    heads: &[Head],
+    signed: ra_ledger::digest::SignedDigest,
+) -> anyhow::Result<()> {
+    let mut sorted = heads.to_vec();
     sorted.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
     let leaves: Vec<merkle::Hash> = sorted.iter().map(Head::leaf_hash).collect();
     let index = 617;
     let path = merkle::inclusion_path(&leaves, index).expect("in range");
     let statement = &signed.statement;
+    let mut digest = json!({
+        "root": hex(&statement.root),
+        "time_micros": statement.time_micros,
+        "stream_count": statement.stream_count,
+        "event_count": statement.event_count,
+        "previous": hex(&statement.previous),
+        "signature": hex(&signed.signature),
+    });
+    let version = statement.version();
+    if let Some(seq) = statement.seq {
+        digest["format"] = json!("ra-ledger digest v2");
+        digest["seq"] = json!(seq);
+    }
     let document = json!({
         "public_key_pem": key.public_pem(),
-        "digest": {
-            "root": hex(&statement.root),
-            "time_micros": statement.time_micros,
-            "stream_count": statement.stream_count,
-            "event_count": statement.event_count,
-            "previous": hex(&statement.previous),
-            "signature": hex(&signed.signature),
-        },
+        "digest": digest,
         "leaves": heads.iter().map(|h| json!({
             "stream": h.stream, "version": h.version, "hash": hex(&h.hash),
         })).collect::<Vec<_>>(),
@@ -133,17 +151,16 @@ fn the_python_verifier_accepts_what_rust_signs_and_names_each_tampering() -> any
         },
     });
     let (ok, said) = python_verdict(&document)?;
-    assert!(ok, "{said}");
+    assert!(ok, "version {version}: {said}");
 
     let tampered = |change: &dyn Fn(&mut Value)| {
         let mut copy = document.clone();
         change(&mut copy);
         python_verdict(&copy)
     };
-    for (change, expected) in [
+    let mut cases: Vec<(Box<Change>, &str)> = vec![
         (
-            Box::new(|d: &mut Value| d["digest"]["event_count"] = json!(1))
-                as Box<dyn Fn(&mut Value)>,
+            Box::new(|d: &mut Value| d["digest"]["event_count"] = json!(1)),
             "signature does not verify",
         ),
         (
@@ -171,12 +188,50 @@ fn the_python_verifier_accepts_what_rust_signs_and_names_each_tampering() -> any
             Box::new(|d: &mut Value| d["inclusion"]["index"] = json!(618)),
             "inclusion path of stream",
         ),
-    ] {
+        (
+            Box::new(|d: &mut Value| d["digest"]["format"] = json!("ra-ledger digest v3")),
+            "is not 'ra-ledger digest v2'",
+        ),
+    ];
+    if version == 2 {
+        // The number is signed: another one, or the message read as version 1, fails.
+        cases.push((
+            Box::new(|d: &mut Value| d["digest"]["seq"] = json!(13)),
+            "signature does not verify",
+        ));
+        cases.push((
+            Box::new(|d: &mut Value| d["digest"]["format"] = json!("ra-ledger digest v1")),
+            "signature does not verify",
+        ));
+        cases.push((
+            Box::new(|d: &mut Value| {
+                d["digest"]
+                    .as_object_mut()
+                    .expect("an object")
+                    .remove("seq");
+            }),
+            "digest.seq is missing",
+        ));
+    } else {
+        // Version 1 does not sign it: a label changes nothing, a claim of version 2 fails.
+        cases.push((
+            Box::new(|d: &mut Value| {
+                d["digest"]["format"] = json!("ra-ledger digest v2");
+                d["digest"]["seq"] = json!(12);
+            }),
+            "signature does not verify",
+        ));
+    }
+    for (change, expected) in cases {
         let (ok, said) = tampered(&*change)?;
         assert!(
             !ok && said.contains(expected),
-            "expected {expected:?}, got: {said}"
+            "version {version}: expected {expected:?}, got: {said}"
         );
+    }
+    if version == 1 {
+        let (ok, said) = tampered(&|d: &mut Value| d["digest"]["seq"] = json!(13))?;
+        assert!(ok, "a version-1 digest's number is a label: {said}");
     }
     Ok(())
 }
@@ -201,7 +256,7 @@ fn a_key_made_by_openssl_signs_and_publishes_the_public_key_openssl_derives() ->
         .arg(&key_path)
         .output()?;
     assert_eq!(String::from_utf8(public.stdout)?, key.public_pem());
-    let signed = key.sign(Statement::over(Vec::new(), 0, [0; 32]));
+    let signed = key.sign(Statement::over(Vec::new(), 1, 0, [0; 32]));
     assert_eq!(signed.statement.root, merkle::empty_root());
     assert!(signed.verify(&key.public()));
     // Not a key: the error names the file and nothing of its content.
@@ -284,7 +339,7 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     assert_eq!((seq, changed), (1, heads.len()));
     assert_eq!(
         first.statement,
-        Statement::over(heads.clone(), first.statement.time_micros, [0; 32])
+        Statement::over(heads.clone(), 1, first.statement.time_micros, [0; 32])
     );
     assert!(first.verify(&key.public()));
     // Nothing changed: no digest.
@@ -301,7 +356,7 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     );
     assert_eq!(
         second.statement,
-        Statement::over(heads.clone(), second.statement.time_micros, first.hash())
+        Statement::over(heads.clone(), 2, second.statement.time_micros, first.hash())
     );
 
     // Published through the outbox, in the digest's transaction; a document the Python
@@ -380,7 +435,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
         let heads = full_heads(&client).await?;
         assert_eq!(
             digest.statement,
-            Statement::over(heads, digest.statement.time_micros, previous),
+            Statement::over(heads, seq, digest.statement.time_micros, previous),
             "round {round}"
         );
         previous = digest.hash();
@@ -443,7 +498,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         .expect("a digest");
     let heads = full_heads(&client).await?;
     assert_eq!(heads.len(), 121);
-    assert_eq!(last.root.0, Statement::over(heads, 0, [0; 32]).root);
+    assert_eq!(last.root.0, Statement::over(heads, 1, 0, [0; 32]).root);
     println!("{built} digests while writing, then digest {}", last.seq);
     assert!(built >= 2, "only {built} digests were built while writing");
     // Each digest chains to the one before.
@@ -698,7 +753,7 @@ async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everythi
     assert_eq!(changed, heads.len());
     assert_eq!(
         digest.statement.root,
-        Statement::over(heads, 0, [0; 32]).root
+        Statement::over(heads, 1, 0, [0; 32]).root
     );
     assert!(marks(&client).await?.is_empty());
     Ok(())
@@ -958,7 +1013,7 @@ async fn a_digest_delivered_twice_is_no_fork_and_two_documents_with_one_number_a
     // Another statement under the same number.
     let forged = serde_json::to_vec(&DigestDocument::new(
         seq,
-        &key.sign(Statement::over(Vec::new(), 2_000, [0; 32])),
+        &key.sign(Statement::over(Vec::new(), seq, 2_000, [0; 32])),
         key.public_pem(),
     ))?;
     let forged = published::parse(&forged, "outbox.event.digest/1@9")?;

@@ -10,6 +10,7 @@ mod console_security;
 mod contracts;
 mod deploy;
 mod digest;
+mod digest_numbers;
 mod digest_published;
 mod digest_time;
 mod disclosure;
