@@ -74,9 +74,12 @@ pub async fn run(
     let result = run_locked(&mut client, kafka, id, metrics, shutdown, progress).await;
     metrics.active.fetch_sub(1, Ordering::Relaxed);
     match &result {
-        Err(RunError::Failed(reason)) => {
+        Err(error) if error.ends_the_replay() => {
             client
-                .execute(include_str!("../sql/replay/fail.sql"), &[&id, reason])
+                .execute(
+                    include_str!("../sql/replay/fail.sql"),
+                    &[&id, &error.disclosed().to_string()],
+                )
                 .await?;
         }
         Err(error) => {
@@ -84,7 +87,7 @@ pub async fn run(
             let _ = client
                 .execute(
                     include_str!("../sql/replay/note_error.sql"),
-                    &[&id, &error.to_string()],
+                    &[&id, &error.disclosed().to_string()],
                 )
                 .await;
         }
@@ -118,14 +121,14 @@ async fn run_locked(
     let attempts = begin_attempt(client, id).await?;
     let config = kafka
         .client_config()
-        .map_err(|error| RunError::Failed(format!("Kafka settings: {error}")))?;
+        .map_err(|error| RunError::Settings(error.to_string()))?;
     let partitions = kafka::prepare_topics(&config, &replay).await?;
     let mut replay =
         start_or_resume(client, &config, replay, &partitions, attempts, metrics).await?;
     let snapshot = replay
         .snapshot
         .clone()
-        .ok_or_else(|| RunError::Failed("a running replay without a snapshot".into()))?;
+        .ok_or_else(|| RunError::Inconsistent("a running replay without a snapshot".into()))?;
     let producer = kafka::producer(&config)?;
     let published = publish_past(
         client,
