@@ -234,7 +234,7 @@ async fn the_asyncapi_document_describes_every_record_the_ledger_puts_on_kafka()
         .operate(
             "/v1/replays",
             json!({"aggregate_types": ["contact", "assignment", "reassignment"],
-                   "topic_prefix": relay_config.topic_prefix, "rate": 50_000}),
+                   "topic_prefix": relay_config.topic_prefix, "rate": 20_000}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
