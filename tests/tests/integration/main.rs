@@ -32,6 +32,7 @@ mod relay_faults;
 mod relay_history;
 mod relay_lag;
 mod replay;
+mod replay_cancel;
 mod replay_errors;
 mod retention;
 mod roles;
