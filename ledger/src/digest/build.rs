@@ -187,20 +187,31 @@ pub async fn build_cached(
     if !locked {
         return Ok(Built::Busy);
     }
-    // Taken out while building: a failed build leaves no cache to trust.
-    let tree = cache.slot().take();
     let built = match sealing_time(&client).await {
-        Ok(Some(time_micros)) => build_locked(&mut client, key, time_micros, tree).await,
-        Ok(None) => Ok((Built::Unchanged, tree)),
+        // The tree is taken out while building, not while waiting (proofs read it
+        // meanwhile): a failed build leaves no cache to trust.
+        Ok(Some(time_micros)) => {
+            let tree = cache.slot().take();
+            build_locked(&mut client, key, time_micros, tree)
+                .await
+                .map(Some)
+        }
+        Ok(None) => Ok(None),
         Err(error) => Err(error),
     };
     let unlocked = client
         .execute("SELECT pg_advisory_unlock($1)", &[&DIGEST_LOCK_KEY])
         .await;
-    let (built, tree) = built?;
+    let built = built?;
     unlocked?;
-    *cache.slot() = tree;
-    Ok(built)
+    Ok(match built {
+        Some((built, tree)) => {
+            *cache.slot() = tree;
+            built
+        }
+        // Nothing to seal: the cached tree still describes the newest digest.
+        None => Built::Unchanged,
+    })
 }
 
 /// Steps 1 and 2 of the module's documentation: the time the next digest signs, once

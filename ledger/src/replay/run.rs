@@ -300,7 +300,8 @@ async fn publish_past(
             )
             .await?;
         if checkpointed == 0 {
-            // No longer running: cancelled. Stop before the next batch.
+            // No longer running, so cancelled (only this runner ends it otherwise): stop
+            // before the next batch.
             shutdown.cancel();
             return Ok(published);
         }
