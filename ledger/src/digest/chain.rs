@@ -15,8 +15,19 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use super::SignedDigest;
 use super::merkle::Hash;
-use super::published::Published;
+
+/// A digest as read from the topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The number its document carries: signed in version 2, a label in version 1.
+    pub seq: i64,
+    /// The signed statement.
+    pub digest: SignedDigest,
+    /// Where it was read, e.g. `outbox.event.digest/0@12`.
+    pub location: String,
+}
 
 /// The signed digests read, placed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -156,7 +167,7 @@ fn unplaced(statement: &Statement, problems: &mut Vec<String>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::{DigestKey, SignedDigest, Statement as Signed};
+    use crate::digest::{DigestKey, Statement as Signed};
 
     fn at(seq: i64, digest: &SignedDigest, offset: u32) -> Published {
         Published {

@@ -17,20 +17,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::Client;
 
+use super::Head;
 use super::document::{DigestFormat, SignedFields};
 use super::merkle::{self, Hash};
-use super::{Head, SignedDigest};
 
-/// A digest as read from the topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    /// Its sequence number.
-    pub seq: i64,
-    /// The signed statement.
-    pub digest: SignedDigest,
-    /// Where it was read, e.g. `outbox.event.digest/0@12`.
-    pub location: String,
-}
+pub use super::chain::Published;
 
 /// What `ledger verify --digests` reads of a digest document besides its signed fields:
 /// its format and its number. The time in words, the digest's hash and the key are not read.
