@@ -14,6 +14,7 @@ pub mod health;
 pub mod import;
 pub mod metrics;
 pub mod migrate;
+pub mod older_transactions;
 pub mod projections;
 pub mod queries;
 pub mod reassign;

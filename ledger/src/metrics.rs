@@ -147,6 +147,11 @@ pub const REPLAYS_RESUMED: Metric = Metric::counter(
     "ra_replay_resumed_total",
     "Runner starts that resumed a started replay from its checkpoint.",
 );
+/// Runs this process stopped because an operator cancelled their replay.
+pub const REPLAYS_CANCELLED: Metric = Metric::counter(
+    "ra_replay_cancelled_total",
+    "Replay runs stopped because an operator cancelled the replay.",
+);
 /// Runs that ended in an error (retried from the checkpoint).
 pub const REPLAY_FAILURES: Metric = Metric::counter(
     "ra_replay_failures_total",
@@ -167,6 +172,7 @@ pub struct ReplayMetrics {
     pub(crate) published: AtomicU64,
     pub(crate) completed: AtomicU64,
     pub(crate) resumed: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
     pub(crate) failures: AtomicU64,
     pub(crate) active: AtomicI64,
     pub(crate) batch_duration: Histogram,
@@ -179,6 +185,7 @@ impl ReplayMetrics {
         REPLAY_PUBLISHED.render(out, load(&self.published));
         REPLAYS_COMPLETED.render(out, load(&self.completed));
         REPLAYS_RESUMED.render(out, load(&self.resumed));
+        REPLAYS_CANCELLED.render(out, load(&self.cancelled));
         REPLAY_FAILURES.render(out, load(&self.failures));
         REPLAYS_ACTIVE.render(out, self.active.load(Ordering::Relaxed));
         self.batch_duration.render(out, &REPLAY_BATCH_DURATION);
@@ -276,7 +283,7 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 19] = [
+    const ALL: [Metric; 20] = [
         PAGES_PROCESSED,
         PAGE_DURATION,
         RUNS_ACTIVE,
@@ -293,6 +300,7 @@ mod tests {
         REPLAY_PUBLISHED,
         REPLAYS_COMPLETED,
         REPLAYS_RESUMED,
+        REPLAYS_CANCELLED,
         REPLAY_FAILURES,
         REPLAYS_ACTIVE,
         REPLAY_BATCH_DURATION,

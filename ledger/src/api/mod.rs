@@ -74,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}/proof", get(digests::event_proof))
         .route("/v1/replays", post(replays::request_replay))
         .route("/v1/replays/{id}", get(replays::replay_status))
+        .route("/v1/replays/{id}/cancel", post(replays::cancel_replay))
         .route("/v1/assignments", post(assignments::assign))
         .route(
             "/v1/assignments/batch",

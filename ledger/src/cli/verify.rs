@@ -104,6 +104,12 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
                 report.copies
             );
         }
+        if report.relabelled > 0 {
+            println!(
+                "note: {} copies of version-1 digests on {topic} carried another number than their chain gives them (a version-1 digest does not sign its number, so anyone may relabel one); each was counted once, at its place in the chain",
+                report.relabelled
+            );
+        }
         if !report.unpublished.is_empty() {
             println!(
                 "note: digests {:?} are in the table but not on {topic} yet (is the relay running?)",

@@ -23,6 +23,9 @@ pub enum ReplayState {
     Complete,
     /// Stopped for good; `error` says why.
     Failed,
+    /// Stopped for good by an operator (`cancelled_by`, `cancelled_at`): nothing more is
+    /// published, and its place among the replays open at once is free.
+    Cancelled,
 }
 
 impl ReplayState {
@@ -33,7 +36,13 @@ impl ReplayState {
             Self::Running => "running",
             Self::Complete => "complete",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
+    }
+
+    /// Whether it ended, for good: complete, failed or cancelled.
+    pub fn ended(self) -> bool {
+        matches!(self, Self::Complete | Self::Failed | Self::Cancelled)
     }
 
     pub(super) fn parse(text: &str) -> Self {
@@ -41,6 +50,7 @@ impl ReplayState {
             "running" => Self::Running,
             "complete" => Self::Complete,
             "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
             _ => Self::Requested,
         }
     }
@@ -100,6 +110,10 @@ pub struct ReplayStatus {
     pub progress_at: Option<DateTime<Utc>>,
     /// When the markers were written.
     pub completed_at: Option<DateTime<Utc>>,
+    /// Who cancelled it.
+    pub cancelled_by: Option<String>,
+    /// When.
+    pub cancelled_at: Option<DateTime<Utc>>,
     /// Why it failed, or the last error a runner will retry after.
     pub error: Option<String>,
     /// Published share of the total, 0 to 100.
@@ -180,6 +194,8 @@ pub async fn status(
         started_at,
         progress_at,
         completed_at: row.get("completed_at"),
+        cancelled_by: row.get("cancelled_by"),
+        cancelled_at: row.get("cancelled_at"),
         error: row.get("error"),
         percent,
         events_per_second,

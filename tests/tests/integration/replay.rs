@@ -296,7 +296,7 @@ async fn a_late_joiner_bootstraps_from_a_replay_while_writes_go_on() -> anyhow::
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // An operator asks for the replay; the worker runs it.
-    let replay_id = request_replay(&api, &relay_config.topic_prefix, 50_000).await?;
+    let replay_id = request_replay(&api, &relay_config.topic_prefix, 20_000).await?;
     let worker = RunningWorker::start(worker::test_config(&database, &topics));
 
     // The new team bootstraps, in its own database.
@@ -558,6 +558,15 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
         (json!({"rate": 0}), "rate"),
         (json!({"rate": -5}), ""),
         (json!({"rate": 10_000_000}), "rate"),
+        // Issue 35, item 8: the cap is the fastest rate measured beside the live load.
+        (
+            json!({"rate": 20_001}),
+            "between 1 and 20000 events per second",
+        ),
+        (
+            json!({"rate": 1_000_000}),
+            "between 1 and 20000 events per second",
+        ),
         (json!({"topic_prefix": "no spaces"}), "topic_prefix"),
         (json!({"target": "{live}.mine"}), "target"),
         (
