@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod import;
+pub mod lag;
 pub mod metrics;
 pub mod migrate;
 pub mod projections;

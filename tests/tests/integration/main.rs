@@ -16,6 +16,7 @@ mod exactly_once;
 mod failover;
 mod failover_harness;
 mod import;
+mod lag;
 mod layout;
 mod ledger;
 mod migrations;

@@ -18,9 +18,9 @@ use crate::console::html::{Page, api_error, bad_request, error_page, time};
 use crate::console::layout::layout;
 use crate::console::session::Session;
 use crate::digest::{DigestDocument, hex};
+use crate::lag::{self, SlotProgress, Waiting};
 use crate::reassign;
 use crate::replay::{self, ReplaySummary};
-use crate::retention::{self, SlotProgress};
 
 /// Most parked messages the page lists.
 const PARKED_LISTED: i64 = 100;
@@ -32,7 +32,7 @@ pub(in crate::console) async fn operations(
     session: Session,
 ) -> Page {
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let slot = retention::slot_progress(&client, &state.relay_slot)
+    let slot = lag::slot_progress(&client, &state.relay_slot)
         .await
         .map_err(api_error)?;
     let parked = parking::waiting(&client, PARKED_LISTED)
@@ -80,14 +80,24 @@ fn relay_slot(name: &str, slot: Option<&SlotProgress>) -> Markup {
                     dt { "Slot" } dd { code { (name) } }
                     dt { "Streaming" } dd #streaming { (if slot.streaming { "yes" } else { "no (no relay connected)" }) }
                     dt { "Lag" } dd #lag-bytes { (slot.lag_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
-                    dt { "Lag in time" } dd #lag-seconds {
-                        @match (slot.lag_bytes, slot.published_before) {
-                            (Some(0), _) => "0 s (nothing to publish)",
-                            (_, Some(at)) => { "at most " (format!("{:.0}", (Utc::now() - at).as_seconds_f64())) " s (everything committed before " (time(at)) " is published)" }
-                            _ => "unknown (no retention mark confirmed yet)",
-                        }
+                    dt { "WAL kept" } dd #retained-bytes { (slot.retained_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
+                    dt { "Oldest unpublished commit" } dd #lag-seconds data-seconds=(format!("{:.3}", slot.waited_seconds(Utc::now()))) {
+                        (waiting(slot.waiting()))
                     }
                 }
+            }
+        }
+    }
+}
+
+/// How long the oldest commit not yet published has waited, in words.
+fn waiting(waiting: Waiting) -> Markup {
+    html! {
+        @match waiting {
+            Waiting::Nothing => "0 s (everything committed is published)",
+            Waiting::AtMostSince { since, marked } => {
+                "waited at most " (format!("{:.0}", (Utc::now() - since).as_seconds_f64().max(0.0))) " s (committed after " (time(since)) ")"
+                @if !marked { " — no retention mark confirmed yet: is outbox retention on?" }
             }
         }
     }
