@@ -10,6 +10,7 @@ pub mod digest;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod gauges;
 pub mod health;
 pub mod import;
 pub mod lag;

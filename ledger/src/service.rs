@@ -1,5 +1,5 @@
 //! `ledger serve` assembled: the state, the routers, the tasks beside the API (outbox
-//! retention, signed digests) and the HTTP/1.1 serve loop. The CLI runs it whole with
+//! retention, signed digests, the gauges on `/metrics`) and the HTTP/1.1 serve loop. The CLI runs it whole with
 //! [`run`]; the test harness builds the same [`app`] and [`serve`]s it.
 //!
 //! The serve loop is `axum::serve` with the bounds it does not expose. The server bounds
@@ -26,7 +26,7 @@ use crate::config::Service;
 use crate::db::{self, DbError};
 use crate::digest::build::TreeCache;
 use crate::migrate::{self, MigrateError};
-use crate::{api, console, digest, health, retention};
+use crate::{api, console, digest, gauges, health, retention};
 
 mod deadline;
 mod limits;
@@ -96,9 +96,35 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             .as_ref()
             .map(|digests| digests.key.public_pem()),
         secure_cookies: service.tls.is_some(),
-        relay_slot: service.relay_slot,
+        relay_slot: service.relay_slot.clone(),
     };
     let mut tasks = Vec::new();
+    // The gauges read the marks retention takes: at its pace when it is on.
+    let gauges = gauges::Gauges {
+        slot: service.relay_slot.clone(),
+        interval: service
+            .retention
+            .as_ref()
+            .map_or(gauges::DEFAULT_INTERVAL, |settings| settings.interval),
+        digests: service.digests.is_some(),
+    };
+    let metrics = std::sync::Arc::new(crate::metrics::ServiceMetrics::default());
+    if let Some(address) = service.metrics_listen {
+        let rendered = metrics.clone();
+        ra_ledger_cdc::infra::runtime::serve(
+            address,
+            ra_ledger_cdc::infra::runtime::text_router(move || rendered.render()),
+            shutdown.clone(),
+        )
+        .await;
+    }
+    let pool_of_gauges = db::pool(&service.database_url, "ledger-gauges", 1)?;
+    tasks.push(tokio::spawn(gauges::run(
+        pool_of_gauges,
+        gauges,
+        metrics,
+        shutdown.clone(),
+    )));
     if let Some(settings) = service.retention {
         tracing::info!(
             slot = %settings.slot,

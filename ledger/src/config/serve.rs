@@ -82,6 +82,9 @@ pub struct ServeConfig {
     /// Most connections open at once; more wait in the listen backlog until one closes
     /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor limit.
     pub max_connections: usize,
+    /// Where to serve `/metrics` (the slot's and the outbox's gauges, read from the
+    /// database), apart from the API; empty to disable (`LEDGER_SERVE_METRICS_LISTEN`).
+    pub metrics_listen: String,
 }
 
 impl Default for ServeConfig {
@@ -108,6 +111,7 @@ impl Default for ServeConfig {
             digest_interval_ms: 60_000,
             body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT.as_millis() as u64,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            metrics_listen: local::SERVE_METRICS.into(),
         }
     }
 }
@@ -140,6 +144,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("digest_interval_ms", &self.digest_interval_ms)
             .field("body_read_timeout_ms", &self.body_read_timeout_ms)
             .field("max_connections", &self.max_connections)
+            .field("metrics_listen", &self.metrics_listen)
             .finish_non_exhaustive()
     }
 }
@@ -205,7 +210,11 @@ impl ServeConfig {
         let digests = self.digests()?;
         let session_keys = self.session_keys()?;
         let limits = self.limits()?;
+        let metrics_listen = super::listen(&self.metrics_listen).map_err(|reason| {
+            ConfigError::invalid("metrics_listen", &self.metrics_listen, reason)
+        })?;
         Ok(Service {
+            metrics_listen,
             limits,
             session_key_configured: self.session_key_file.is_some(),
             session_keys,
@@ -441,6 +450,10 @@ pub const SERVE_ENV: &[EnvVar<ServeConfig>] = &[
     }),
     ("LEDGER_RELAY_SLOT", |c, v| {
         c.relay_slot = v.to_owned();
+        Ok(())
+    }),
+    ("LEDGER_SERVE_METRICS_LISTEN", |c, v| {
+        c.metrics_listen = v.to_owned();
         Ok(())
     }),
     ("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", |c, v| {

@@ -40,6 +40,8 @@ pub struct Service {
     pub limits: Limits,
     /// The relay's replication slot, whose lag the console shows.
     pub relay_slot: String,
+    /// Where `/metrics` is served, unless off.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// How `ledger serve` seals digests.
@@ -74,6 +76,7 @@ impl std::fmt::Debug for Service {
             .field("retention", &self.retention)
             .field("digests", &self.digests)
             .field("limits", &self.limits)
+            .field("metrics_listen", &self.metrics_listen)
             .finish_non_exhaustive()
     }
 }

@@ -11,6 +11,9 @@
 //! idle ledger too (the console once read "at most 357 s" on a healthy, idle one).
 //!
 //! - [`slot_progress`]: the slot now.
+//! - [`history`]: a sample of it every round, kept a day, for the console's pictures.
+
+pub mod history;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;

@@ -21,8 +21,11 @@ use tokio_util::sync::CancellationToken;
 use crate::console::{http, session_cookie};
 use crate::relay_faults::spawn_relay;
 
-/// How often the test's retention rounds run (the service's default is 10 s).
+/// How often the test's retention and gauge rounds run (the service's default is 10 s).
 const ROUND: Duration = Duration::from_millis(200);
+
+/// The service's gauge of the same wait.
+const AGE: &str = "ra_outbox_oldest_unpublished_commit_age_seconds";
 
 async fn progress(pool: &deadpool_postgres::Pool, slot: &str) -> anyhow::Result<SlotProgress> {
     lag::slot_progress(&pool.get().await?, slot)
@@ -87,6 +90,29 @@ async fn the_lag_is_zero_on_an_idle_ledger_and_grows_while_the_relay_is_stuck() 
         500,
         stop.clone(),
     ));
+    // The gauges `ledger serve` puts on its /metrics, read every round as there.
+    let gauges = std::sync::Arc::new(ra_ledger::metrics::ServiceMetrics::default());
+    tokio::spawn(ra_ledger::gauges::run(
+        pool.clone(),
+        ra_ledger::gauges::Gauges {
+            slot: slot.clone(),
+            interval: ROUND,
+            digests: false,
+        },
+        gauges.clone(),
+        stop.clone(),
+    ));
+    let gauge = || {
+        let text = gauges.render();
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(AGE)?
+                    .strip_prefix(' ')?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(f64::NAN)
+    };
     let relay = spawn_relay(&config)?;
     let client = database.connect().await?;
     for (jurisdiction, name) in [("TX", "Austin"), ("CA", "Sacramento"), ("NY", "Albany")] {
@@ -158,6 +184,11 @@ async fn the_lag_is_zero_on_an_idle_ledger_and_grows_while_the_relay_is_stuck() 
     );
     let shown = console_seconds(&base, &cookie).await?;
     assert!(shown >= least - 0.5, "the console, stuck: {shown} s");
+    assert!(
+        gauge() >= least - 0.5,
+        "the gauge, stuck: {}",
+        gauges.render()
+    );
     send_signal(relay.id(), "CONT")?;
     until(&pool, &slot, Duration::from_secs(60), "caught up", |now| {
         now.waiting() == Waiting::Nothing
