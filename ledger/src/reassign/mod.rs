@@ -30,6 +30,7 @@
 
 mod fence;
 mod page;
+mod page_log;
 mod progress;
 mod request;
 mod rows;
@@ -37,6 +38,7 @@ mod start;
 mod status;
 
 pub use page::{PageFailed, PageOutcome, PageReport, handle};
+pub use page_log::{PageRecord, pages};
 pub use request::PageRequest;
 #[cfg(feature = "testing")]
 pub use rows::replace_all_at_once;

@@ -6,6 +6,7 @@ mod bad_input;
 mod broker_faults;
 mod console;
 mod console_pages;
+mod console_pictures;
 mod console_security;
 mod contracts;
 mod deploy;

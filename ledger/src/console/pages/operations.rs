@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use axum::Form;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
 use chrono::Utc;
@@ -16,8 +16,11 @@ use crate::api::{ApiError, AppState};
 use crate::console::guard::checked_operation;
 use crate::console::html::{Page, api_error, bad_request, error_page, time};
 use crate::console::layout::layout;
+use crate::console::pictures::chart::{Series, line_over_time};
+use crate::console::pictures::progress;
 use crate::console::session::Session;
 use crate::digest::{DigestDocument, hex};
+use crate::lag::history::{self, Point, Window};
 use crate::lag::{self, SlotProgress, Waiting};
 use crate::reassign;
 use crate::replay::{self, ReplaySummary};
@@ -30,11 +33,14 @@ const REPLAYS_LISTED: i64 = 20;
 pub(in crate::console) async fn operations(
     State(state): State<AppState>,
     session: Session,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Page {
+    let window = Window::parse(query.get("lag").map_or("", String::as_str));
     let client = state.ledger.pool().get().await.map_err(api_error)?;
     let slot = lag::slot_progress(&client, &state.relay_slot)
         .await
         .map_err(api_error)?;
+    let lag_history = history::read(&client, window).await.map_err(api_error)?;
     let parked = parking::waiting(&client, PARKED_LISTED)
         .await
         .map_err(api_error)?;
@@ -53,6 +59,7 @@ pub(in crate::console) async fn operations(
         section #relay {
             h2 { "Relay" }
             (relay_slot(&state.relay_slot, slot.as_ref()))
+            (lag_pictures(window, &lag_history))
             h3 { "Parked messages" }
             (parked_messages(&parked, csrf.as_deref()))
         }
@@ -86,6 +93,51 @@ fn relay_slot(name: &str, slot: Option<&SlotProgress>) -> Markup {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The lag over `window`: the slot's lag in bytes, the oldest unpublished commit's wait, and
+/// events appended per second, one picture each on one time axis.
+fn lag_pictures(window: Window, points: &[Point]) -> Markup {
+    let end = Utc::now();
+    let start = end - chrono::Duration::from_std(window.length()).unwrap_or_default();
+    let series = |value: fn(&Point) -> Option<f64>| -> Vec<_> {
+        points
+            .iter()
+            .map(|point| (point.at, value(point)))
+            .collect()
+    };
+    let bytes = Series {
+        title: "Slot lag (WAL bytes not confirmed)",
+        class: "lag-bytes",
+        unit: " B",
+    };
+    let waited = Series {
+        title: "Oldest unpublished commit's wait (seconds)",
+        class: "lag-waited",
+        unit: " s",
+    };
+    let rate = Series {
+        title: "Events appended per second",
+        class: "lag-rate",
+        unit: "/s",
+    };
+    html! {
+        figure.picture #lag-history data-window=(window.as_str()) {
+            nav.windows {
+                "Lag over the last "
+                @for each in [Window::Hour, Window::Day] {
+                    @if each == window { strong { (each.as_str()) } } @else {
+                        a href={"/operations?lag=" (each.as_str()) "#lag-history"} { (each.as_str()) }
+                    }
+                    " "
+                }
+            }
+            (line_over_time(&bytes, start, end, &series(|p| p.lag_bytes.map(|b| b as f64))))
+            (line_over_time(&waited, start, end, &series(|p| p.waited_seconds)))
+            (line_over_time(&rate, start, end, &series(|p| p.events_per_second)))
+            figcaption { "Sampled by ledger serve every retention round, the worst of each " (window.length().as_secs() / u64::from(history::POINTS)) " s; kept a day." }
         }
     }
 }
@@ -163,6 +215,10 @@ fn worker_runs(running: &[Uuid], stalled: &[Uuid]) -> Markup {
 fn replay_list(replays: &[ReplaySummary]) -> Markup {
     html! {
         @if replays.is_empty() { p { "None." } } @else {
+            figure.picture #replay-progress {
+                (progress::replays(replays))
+                figcaption { "Published (dark) against selected (light), per replay." }
+            }
             table.list {
                 thead { tr { th { "Replay" } th { "Status" } th { "Published" } th { "Of" } th { "Requested" } } }
                 tbody {
