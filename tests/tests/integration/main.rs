@@ -23,6 +23,7 @@ mod ledger;
 mod migrations;
 mod openapi;
 mod peers;
+mod prometheus;
 mod races;
 mod reassignment;
 mod rebuild_online;
