@@ -23,6 +23,11 @@ pub const RUNS_ACTIVE: Metric = Metric::gauge(
     "ra_reassignment_runs_active",
     "Reassignment runs in progress.",
 );
+/// The longest a run in progress has gone without processing a page (from the database).
+pub const RUN_IDLE: Metric = Metric::gauge(
+    "ra_reassignment_run_idle_seconds",
+    "Longest a reassignment run in progress has gone without processing a page; 0 when none runs.",
+);
 /// Runs whose chain this worker ended.
 pub const RUNS_COMPLETED: Metric = Metric::counter(
     "ra_reassignment_runs_completed_total",
@@ -81,6 +86,8 @@ pub struct WorkerMetrics {
     pub(crate) pages: AtomicU64,
     pub(crate) page_duration: Histogram,
     pub(crate) runs_active: AtomicI64,
+    /// [`RUN_IDLE`], in milliseconds.
+    pub(crate) run_idle_millis: AtomicI64,
     pub(crate) runs_completed: AtomicU64,
     pub(crate) replaced: AtomicU64,
     pub(crate) skipped: AtomicU64,
@@ -117,6 +124,8 @@ impl WorkerMetrics {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         PAGES_PROCESSED.render(&mut out, load(&self.pages));
         RUNS_ACTIVE.render(&mut out, self.runs_active.load(Ordering::Relaxed));
+        let idle = self.run_idle_millis.load(Ordering::Relaxed) as f64 / 1000.0;
+        RUN_IDLE.render(&mut out, format!("{idle:.3}"));
         RUNS_COMPLETED.render(&mut out, load(&self.runs_completed));
         ROWS_REPLACED.render(&mut out, load(&self.replaced));
         ROWS_SKIPPED.render(&mut out, load(&self.skipped));
@@ -382,10 +391,11 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 19] = [
+    const ALL: [Metric; 20] = [
         PAGES_PROCESSED,
         PAGE_DURATION,
         RUNS_ACTIVE,
+        RUN_IDLE,
         RUNS_COMPLETED,
         ROWS_REPLACED,
         ROWS_SKIPPED,

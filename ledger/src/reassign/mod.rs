@@ -44,7 +44,8 @@ pub use request::PageRequest;
 pub use rows::replace_all_at_once;
 pub use start::{RunStarted, reraise_stalled, resume, stalled, start_in};
 pub use status::{
-    RowFailure, RunState, RunStatus, in_progress, running, runs_of, status, statuses_of,
+    RowFailure, RunState, RunStatus, in_progress, in_progress_summary, running, runs_of, status,
+    statuses_of,
 };
 
 use crate::domain::ValidationError;

@@ -268,3 +268,34 @@ async fn a_real_prometheus_scrapes_the_stack_and_the_stopped_relay_goes_pending(
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+/// The worker's stalled-run gauge reads the pages: 0 with no run in progress, and a run that
+/// ran no page since it started (no worker consumes its requests) ages with the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_runs_no_page_ages_on_the_stalled_run_gauge() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let api = ra_ledger_tests::api::TestApi::new(&database)?;
+    let pool = ra_ledger::db::pool(&database.url, "test-run-idle", 1)?;
+    let client = pool.get().await?;
+    assert_eq!(
+        ra_ledger::reassign::in_progress_summary(&client).await?,
+        (0, 0.0)
+    );
+    let contact = api.contact("TX", "First Office").await;
+    for _ in 0..3 {
+        api.assign(uuid::Uuid::now_v7()).await;
+    }
+    let reply = api
+        .post(
+            &format!("/v1/contacts/{contact}/supersede"),
+            serde_json::json!({"name": "Second Office",
+                               "address": ra_ledger_tests::api::contact_body("TX", "x")["address"],
+                               "page_size": 1}),
+        )
+        .await;
+    assert_eq!(reply.status, 202, "{:?}", reply.body);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (running, idle) = ra_ledger::reassign::in_progress_summary(&client).await?;
+    assert!(running == 1 && idle >= 1.5, "{running} runs, idle {idle} s");
+    Ok(())
+}
