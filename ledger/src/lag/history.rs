@@ -1,5 +1,5 @@
 //! The lag history: a sample of the slot and the outbox every round of `ledger serve`'s
-//! gauges ([`crate::gauges`]), in table `lag_samples` (migration V13), kept
+//! gauges ([`crate::gauges`]), in table `lag_samples` (migration V16), kept
 //! [`KEPT`]; read back in buckets for the console's pictures of the last hour and day.
 //!
 //! A table, not a buffer in memory: every replica of the service draws the same history,
