@@ -202,9 +202,10 @@ pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_pos
              REVOKE CREATE ON SCHEMA public FROM {role}; \
              GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}; \
              GRANT INSERT ON events, outbox, contacts, assignments, reassignment_runs, \
-                   reassignment_pages, reassignment_failures, outbox_retention_marks, replays TO {role}; \
+                   reassignment_pages, reassignment_failures, outbox_retention_marks, replays, \
+                   lag_samples TO {role}; \
              GRANT UPDATE ON contacts, assignments, reassignment_runs, replays TO {role}; \
-             GRANT DELETE ON outbox, outbox_retention_marks TO {role}; \
+             GRANT DELETE ON outbox, outbox_retention_marks, lag_samples TO {role}; \
              GRANT INSERT ON digests, digest_leaf_changes TO {role}; \
              GRANT INSERT, UPDATE ON digest_leaves TO {role}; \
              GRANT INSERT, DELETE ON digest_dirty TO {role}; \

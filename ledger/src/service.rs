@@ -1,6 +1,7 @@
 //! `ledger serve` assembled: the state, the routers, the tasks beside the API (outbox
-//! retention, signed digests) and the HTTP/1.1 serve loop. The CLI runs it whole with
-//! [`run`]; the test harness builds the same [`app`] and [`serve`]s it.
+//! retention, signed digests, the gauges on `/metrics`) and the HTTP/1.1 serve loop. The
+//! CLI runs it whole with [`run`]; the test harness builds the same [`app`] and [`serve`]s
+//! it.
 //!
 //! The serve loop is `axum::serve` with the bounds it does not expose. The server bounds
 //! what slow clients can hold ([`Limits`]): a head must arrive within 30 s, a body within
@@ -29,7 +30,7 @@ use crate::config::Service;
 use crate::db::{self, DbError};
 use crate::digest::build::TreeCache;
 use crate::migrate::{self, MigrateError};
-use crate::{api, console, digest, health, retention};
+use crate::{api, console, digest, gauges, health, retention};
 
 mod deadline;
 mod limits;
@@ -91,6 +92,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         .map_err(|cause| ServeError::Listen { listen, cause })?;
     // The digest builder's tree, shared with the proofs.
     let digest_tree = TreeCache::default();
+    let gauges = spawn_gauges(&service, &shutdown).await?;
     let state = AppState {
         digest_tree: digest_tree.clone(),
         ledger: Ledger::new(pool.clone()),
@@ -104,7 +106,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         secure_cookies: service.secure_cookies,
         relay_slot: service.relay_slot,
     };
-    let mut tasks = Vec::new();
+    let mut tasks = vec![gauges];
     if let Some(settings) = service.retention {
         tracing::info!(
             slot = %settings.slot,
@@ -184,6 +186,39 @@ fn warn_of_random_keys(service: &Service) {
             "no session key (session_key_file, LEDGER_SESSION_KEY_FILE); console sessions will not survive a restart"
         );
     }
+}
+
+/// The gauges' task, and their `/metrics` when `metrics_listen` is set. They read the marks
+/// retention takes: at its pace when it is on.
+async fn spawn_gauges(
+    service: &Service,
+    shutdown: &CancellationToken,
+) -> Result<JoinHandle<()>, ServeError> {
+    let gauges = gauges::Gauges {
+        slot: service.relay_slot.clone(),
+        interval: service
+            .retention
+            .as_ref()
+            .map_or(gauges::DEFAULT_INTERVAL, |settings| settings.interval),
+        digests: service.digests.is_some(),
+    };
+    let metrics = Arc::new(crate::metrics::ServiceMetrics::default());
+    if let Some(address) = service.metrics_listen {
+        let rendered = metrics.clone();
+        ra_ledger_cdc::infra::runtime::serve(
+            address,
+            ra_ledger_cdc::infra::runtime::text_router(move || rendered.render()),
+            shutdown.clone(),
+        )
+        .await;
+    }
+    let pool = db::pool(&service.database_url, "ledger-gauges", 1)?;
+    Ok(tokio::spawn(gauges::run(
+        pool,
+        gauges,
+        metrics,
+        shutdown.clone(),
+    )))
 }
 
 /// The digest builder when a key is configured; without one, the task that clears the

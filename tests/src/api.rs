@@ -53,6 +53,11 @@ impl Reply {
 impl TestApi {
     /// The API over `database`.
     pub fn new(database: &TestDatabase) -> anyhow::Result<Self> {
+        Self::with_relay_slot(database, "ra_ledger_relay")
+    }
+
+    /// The API over `database`, its console reading the relay's slot `slot`.
+    pub fn with_relay_slot(database: &TestDatabase, slot: &str) -> anyhow::Result<Self> {
         let pool = ra_ledger::db::command_pool(
             &database.url,
             "ledger-api-test",
@@ -74,7 +79,7 @@ impl TestApi {
             digest_public_key: None,
             digest_tree: Default::default(),
             secure_cookies: false,
-            relay_slot: "ra_ledger_relay".into(),
+            relay_slot: slot.into(),
         };
         let router = service::app(state, pool);
         Ok(Self {

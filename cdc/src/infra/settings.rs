@@ -30,6 +30,8 @@ pub mod local {
     pub const RELAY_METRICS: &str = "127.0.0.1:19100";
     /// The worker's `/metrics`.
     pub const WORKER_METRICS: &str = "127.0.0.1:19101";
+    /// `ledger serve`'s `/metrics` (19102 is `ledger reconcile --every`'s).
+    pub const SERVE_METRICS: &str = "127.0.0.1:19103";
 }
 
 /// A configuration that cannot work.

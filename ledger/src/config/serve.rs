@@ -93,6 +93,9 @@ pub struct ServeConfig {
     /// Most connections open at once; more wait in the listen backlog until one closes
     /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor limit.
     pub max_connections: usize,
+    /// Where to serve `/metrics` (the slot's and the outbox's gauges, read from the
+    /// database), apart from the API; empty to disable (`LEDGER_SERVE_METRICS_LISTEN`).
+    pub metrics_listen: String,
 }
 
 impl Default for ServeConfig {
@@ -121,6 +124,7 @@ impl Default for ServeConfig {
             write_stall_timeout_ms: DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             secure_cookies: false,
+            metrics_listen: local::SERVE_METRICS.into(),
         }
     }
 }
@@ -155,6 +159,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("write_stall_timeout_ms", &self.write_stall_timeout_ms)
             .field("max_connections", &self.max_connections)
             .field("secure_cookies", &self.secure_cookies)
+            .field("metrics_listen", &self.metrics_listen)
             .finish_non_exhaustive()
     }
 }
@@ -220,7 +225,11 @@ impl ServeConfig {
         let digests = self.digests()?;
         let session_keys = self.session_keys()?;
         let limits = self.limits()?;
+        let metrics_listen = super::listen(&self.metrics_listen).map_err(|reason| {
+            ConfigError::invalid("metrics_listen", &self.metrics_listen, reason)
+        })?;
         Ok(Service {
+            metrics_listen,
             limits,
             secure_cookies: self.secure_cookies || tls.is_some(),
             session_key_configured: self.session_key_file.is_some(),
@@ -463,6 +472,10 @@ pub const SERVE_ENV: &[EnvVar<ServeConfig>] = &[
     }),
     ("LEDGER_RELAY_SLOT", |c, v| {
         c.relay_slot = v.to_owned();
+        Ok(())
+    }),
+    ("LEDGER_SERVE_METRICS_LISTEN", |c, v| {
+        c.metrics_listen = v.to_owned();
         Ok(())
     }),
     ("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", |c, v| {

@@ -43,6 +43,8 @@ pub struct Service {
     pub secure_cookies: bool,
     /// The relay's replication slot, whose lag the console shows.
     pub relay_slot: String,
+    /// Where `/metrics` is served, unless off.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// How `ledger serve` seals digests.
@@ -77,6 +79,7 @@ impl std::fmt::Debug for Service {
             .field("retention", &self.retention)
             .field("digests", &self.digests)
             .field("limits", &self.limits)
+            .field("metrics_listen", &self.metrics_listen)
             .finish_non_exhaustive()
     }
 }
