@@ -24,9 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use ra_ledger_cdc::infra::write_stall::WriteStall;
 
-use crate::api::AppState;
+use crate::api::{AppState, ConsoleState};
 use crate::commands::Ledger;
-use crate::config::Service;
 use crate::db::{self, DbError};
 use crate::digest::build::TreeCache;
 use crate::migrate::{self, MigrateError};
@@ -34,12 +33,14 @@ use crate::{api, console, digest, gauges, health, retention};
 
 mod deadline;
 mod limits;
+pub mod settings;
 
 use limits::ConnectionSlots;
 pub use limits::{
     ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };
+pub use settings::{Digests, Retention, Service};
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -225,7 +226,7 @@ async fn spawn_gauges(
 /// marks appends leave for the builder, so they never pile up.
 fn spawn_digests(
     pool: Pool,
-    digests: Option<crate::config::Digests>,
+    digests: Option<Digests>,
     tree: TreeCache,
     shutdown: &CancellationToken,
 ) -> JoinHandle<()> {

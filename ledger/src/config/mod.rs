@@ -6,7 +6,6 @@
 //! the secret files resolved and every field checked once, before anything starts.
 
 pub mod serve;
-pub mod service;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -14,7 +13,6 @@ use std::net::SocketAddr;
 use ra_ledger_cdc::infra::settings::{ConfigError, env, listen_address};
 
 pub use serve::{SERVE_ENV, ServeConfig};
-pub use service::{Digests, Retention, Service};
 pub use worker::{WORKER_ENV, WorkerConfig};
 
 /// One environment variable of a config: its name, and what sets the field from its value

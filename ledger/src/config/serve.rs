@@ -9,10 +9,10 @@ use ra_ledger_cdc::infra::settings::{
 };
 use serde::Deserialize;
 
-use super::service::{Digests, Retention, Service};
 use super::{EnvVar, flag, non_empty, number, overlay_env, within};
 use crate::api::{CursorKey, Tokens};
 use crate::retention;
+use crate::service::settings::{Digests, Retention, Service};
 use crate::service::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };

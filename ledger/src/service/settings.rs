@@ -1,12 +1,12 @@
-//! What `ledger serve` runs with: the [`Service`] a [`super::ServeConfig`] validates into,
-//! every secret read and every value checked.
+//! What `ledger serve` runs with: the [`Service`] a [`crate::config::ServeConfig`] validates
+//! into, every secret read and every value checked.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::{CursorKey, Tokens};
-use crate::service::Limits;
+use super::Limits;
 use crate::session_key::SessionKeys;
 
 /// A [`ServeConfig`] that passed validation: what the service runs with.
