@@ -249,7 +249,7 @@ fn spawn_digests(
     }
 }
 
-/// Serves `app` (layered by [`api::service`]) on `listener` over HTTP/1.1, and over TLS
+/// Serves `app` (layered by [`api::layered`]) on `listener` over HTTP/1.1, and over TLS
 /// with `tls`, until `shutdown`, each connection held to `limits`, then lets requests in
 /// progress finish for up to [`SHUTDOWN_GRACE`]. `stats` counts the connections.
 ///
@@ -269,7 +269,7 @@ pub async fn serve(
     stats: Arc<ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let service = api::service(app).layer(axum::middleware::from_fn_with_state(
+    let service = api::layered(app).layer(axum::middleware::from_fn_with_state(
         limits.body_read_timeout,
         deadline::body_deadline,
     ));

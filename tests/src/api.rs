@@ -75,15 +75,17 @@ impl TestApi {
             ledger: ledger.clone(),
             tokens,
             cursor_key: CursorKey::new(b"test cursor key"),
-            session_keys: ra_ledger::session_key::SessionKeys::random(),
             digest_public_key: None,
             digest_tree: Default::default(),
-            secure_cookies: false,
-            relay_slot: slot.into(),
+            console: ConsoleState {
+                session_keys: ra_ledger::session_key::SessionKeys::random(),
+                secure_cookies: false,
+                relay_slot: slot.into(),
+            },
         };
         let router = service::app(state, pool);
         Ok(Self {
-            router: ra_ledger::api::service(router.clone()),
+            router: ra_ledger::api::layered(router.clone()),
             served: router,
             ledger,
         })

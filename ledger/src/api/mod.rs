@@ -109,7 +109,7 @@ pub fn router(state: AppState) -> Router {
 /// larger than [`extract::MAX_BODY_BYTES`] refused, unknown routes answered, and every
 /// error in the API's JSON shape, including the body-less ones the routing layer makes and
 /// a handler that panicked.
-pub fn service(router: Router) -> Router {
+pub fn layered(router: Router) -> Router {
     let routes = router
         .fallback(layers::unknown_route)
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES));
