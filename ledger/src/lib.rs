@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod gauges;
 pub mod health;
+pub mod hex;
 pub mod import;
 pub mod lag;
 pub mod metrics;

@@ -6,7 +6,7 @@ use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
-use super::document::hex;
+use crate::hex::hex;
 use super::merkle::{self, Hash};
 
 /// An Ed25519 public key, what checks digests.
