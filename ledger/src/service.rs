@@ -99,13 +99,15 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         ledger: Ledger::new(pool.clone()),
         tokens: service.tokens,
         cursor_key: service.cursor_key,
-        session_keys: service.session_keys,
         digest_public_key: service
             .digests
             .as_ref()
             .map(|digests| digests.key.public_pem()),
-        secure_cookies: service.secure_cookies,
-        relay_slot: service.relay_slot,
+        console: ConsoleState {
+            session_keys: service.session_keys,
+            secure_cookies: service.secure_cookies,
+            relay_slot: service.relay_slot,
+        },
     };
     let mut tasks = vec![gauges];
     if let Some(settings) = service.retention {

@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
+use ra_ledger::api::{AppState, ConsoleState, CursorKey, Role, Tokens, token_entry};
 use ra_ledger::commands::Ledger;
 use ra_ledger::service::{self, ConnectionStats, Limits};
 use serde_json::{Value, json};
