@@ -30,6 +30,43 @@ fn no_crate_has_an_import_circle() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Nor do two top-level modules of a crate use each other (an arrow back up): each
+/// module's place in the map of its crate's `lib.rs` is a layer.
+#[test]
+fn no_crate_has_an_arrow_back_up() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (src, name) in [
+        ("ledger/src", "ra_ledger"),
+        ("cdc/src", "ra_ledger_cdc"),
+        ("tests/src", "ra_ledger_tests"),
+    ] {
+        let (_, report) = circles(&root.join(src), name)?;
+        assert!(report.contains("0 arrows back up"), "{src}: {report}");
+    }
+    Ok(())
+}
+
+/// The checker finds an arrow back up between two top-level modules whose files form no
+/// circle.
+#[test]
+fn the_checker_finds_an_arrow_back_up() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("arrows-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a"))?;
+    std::fs::create_dir_all(dir.join("b"))?;
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\n")?;
+    std::fs::write(dir.join("a/mod.rs"), "mod one;\nmod two;\n")?;
+    std::fs::write(dir.join("b/mod.rs"), "mod three;\n")?;
+    std::fs::write(dir.join("a/one.rs"), "use crate::b::three::Thing;\n")?;
+    std::fs::write(dir.join("b/three.rs"), "use crate::a::two::Other;\n")?;
+    std::fs::write(dir.join("a/two.rs"), "pub struct Other;\n")?;
+    let (clean, report) = circles(&dir, "demo")?;
+    std::fs::remove_dir_all(&dir)?;
+    assert!(!clean, "{report}");
+    assert!(report.contains("0 circles"), "{report}");
+    assert!(report.contains("1 arrows back up"), "{report}");
+    Ok(())
+}
+
 /// The checker finds a circle when there is one, through a grouped `use` and round a ring
 /// of three, and not a module using its parent.
 #[test]
