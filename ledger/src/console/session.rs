@@ -322,8 +322,13 @@ pub async fn keep_alive(
     let now = Utc::now().timestamp();
     if let Some(session) = session.filter(|session| session.refresh_due(now))
         && !response.headers().contains_key(header::SET_COOKIE)
-        && let Ok(cookie) =
-            refreshed(&state.console.session_keys, state.console.secure_cookies, &session, now).parse()
+        && let Ok(cookie) = refreshed(
+            &state.console.session_keys,
+            state.console.secure_cookies,
+            &session,
+            now,
+        )
+        .parse()
     {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
