@@ -4,7 +4,6 @@
 
 pub mod debezium;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -108,13 +107,11 @@ impl ScratchDatabase {
     /// without a metrics endpoint.
     /// Kafka security comes from the environment, as for every tool.
     pub fn relay_config(&self, slot: String, topic_prefix: String, brokers: &str) -> RelayConfig {
-        let mut kafka = ra_ledger_cdc::infra::kafka::KafkaSettings {
-            properties: BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
-            secret_files: BTreeMap::new(),
-        };
+        let mut kafka =
+            ra_ledger_cdc::infra::kafka::KafkaSettings::default().with_brokers(&brokers.into());
         kafka.apply_env();
         RelayConfig {
-            database_url: self.url.clone(),
+            database_url: self.url.as_str().into(),
             slot,
             topic_prefix,
             kafka: kafka.properties,

@@ -5,15 +5,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::{CursorKey, Tokens};
+use ra_ledger_cdc::infra::settings::DatabaseUrl;
+
 use super::Limits;
+use crate::api::{CursorKey, Tokens};
 use crate::session_key::SessionKeys;
 
 /// A [`ServeConfig`] that passed validation: what the service runs with.
 #[derive(Clone)]
 pub struct Service {
     /// The ledger database.
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
     /// Where to listen.
     pub listen: SocketAddr,
     /// HTTPS, when configured.

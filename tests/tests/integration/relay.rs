@@ -444,7 +444,8 @@ async fn the_relay_runs_as_a_least_privilege_role() -> anyhow::Result<()> {
         "postgres://{role}:relay-secret@127.0.0.1:{}/{}",
         admin.get_ports()[0],
         database.name
-    );
+    )
+    .into();
     // Oversized messages make it use outbox_parked too.
     config
         .kafka

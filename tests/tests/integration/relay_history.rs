@@ -182,7 +182,7 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
         )
         .await?;
     let second = RelayConfig {
-        database_url: second_database.url.clone(),
+        database_url: second_database.url.as_str().into(),
         ..first.clone()
     };
     let first_client = first_database.connect().await?;
