@@ -26,8 +26,9 @@ const REMEMBERED_REQUESTS: usize = 10_000;
 pub(super) fn decode(message: &BorrowedMessage<'_>) -> Option<PageRequest> {
     match consumer::decode(message.payload().unwrap_or_default())
         .map_err(|error| error.to_string())
-        .and_then(|envelope| PageRequest::from_envelope(&envelope))
-    {
+        .and_then(|envelope| {
+            PageRequest::from_envelope(&envelope).map_err(|error| error.to_string())
+        }) {
         Ok(request) => request,
         Err(reason) => {
             warn!(topic = message.topic(), partition = message.partition(),
