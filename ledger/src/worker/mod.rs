@@ -67,7 +67,13 @@ pub async fn run(
         shutdown.clone(),
     ));
     let replays = host_replays(&config, &metrics, &shutdown)?;
-    let mut ran_here = pages::RanHere::default();
+    let mut pages = pages::Pages {
+        pool: &pool,
+        config: &config,
+        metrics: &metrics,
+        shutdown: &shutdown,
+        ran_here: pages::RanHere::default(),
+    };
     loop {
         let message = tokio::select! {
             // Shutdown first: the page in progress has finished (it is not in this select).
@@ -84,8 +90,7 @@ pub async fn run(
             }
         };
         if let Some(request) = pages::decode(&message)
-            && !pages::handle_request(&pool, request, &config, &metrics, &shutdown, &mut ran_here)
-                .await
+            && !pages.handle_request(request).await
         {
             // Shutting down mid-retry: the offset stays uncommitted and the request is
             // redelivered to whoever takes the partition.
