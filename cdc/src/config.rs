@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::infra::kafka::{BOOTSTRAP_SERVERS, KafkaSettings};
 use crate::infra::settings::{
-    ConfigError, DatabaseUrl, EnvVar, Settings, check_identifier, env, listen, local,
+    ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, check_identifier, env, listen, local,
 };
 use crate::value_format::ValueFormat;
 
@@ -181,12 +181,7 @@ crate::settings! {
 impl Settings for RelayConfig {
     const ENV: &'static [EnvVar<Self>] = RELAY_ENV;
 
-    fn kafka_maps(
-        &mut self,
-    ) -> Option<(
-        &mut BTreeMap<String, String>,
-        &mut BTreeMap<String, PathBuf>,
-    )> {
+    fn kafka_maps(&mut self) -> Option<KafkaMaps<'_>> {
         Some((&mut self.kafka, &mut self.kafka_secret_files))
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ra_ledger_cdc::infra::kafka::{Brokers, KafkaSettings};
 use ra_ledger_cdc::infra::settings::{
-    ConfigError, DatabaseUrl, EnvVar, Settings, env, flag, listen, local, number, within,
+    ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, env, flag, listen, local, number, within,
 };
 
 use crate::reassign;
@@ -81,12 +81,7 @@ ra_ledger_cdc::settings! {
 impl Settings for WorkerConfig {
     const ENV: &'static [EnvVar<Self>] = WORKER_ENV;
 
-    fn kafka_maps(
-        &mut self,
-    ) -> Option<(
-        &mut BTreeMap<String, String>,
-        &mut BTreeMap<String, PathBuf>,
-    )> {
+    fn kafka_maps(&mut self) -> Option<KafkaMaps<'_>> {
         Some((&mut self.kafka, &mut self.kafka_secret_files))
     }
 }

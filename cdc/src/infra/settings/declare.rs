@@ -21,6 +21,13 @@ use super::{ConfigError, env, listen_address, read_file};
 /// (or says why the value is wrong; the error adds the variable's name and the value).
 pub type EnvVar<C> = (&'static str, fn(&mut C, &str) -> Result<(), &'static str>);
 
+/// A config's librdkafka properties and its secret files, to read the `LEDGER_KAFKA_*`
+/// variables into.
+pub type KafkaMaps<'a> = (
+    &'a mut BTreeMap<String, String>,
+    &'a mut BTreeMap<String, PathBuf>,
+);
+
 /// A config declared with [`crate::settings!`].
 pub trait Settings: serde::de::DeserializeOwned + Default + 'static {
     /// The environment variables of this config, each with the field it sets.
@@ -29,12 +36,7 @@ pub trait Settings: serde::de::DeserializeOwned + Default + 'static {
     /// The librdkafka properties and secret files of a config that has them: the
     /// `LEDGER_KAFKA_*` security variables ([`crate::infra::kafka::ENV_SETTINGS`]) are read
     /// into them after [`Settings::ENV`].
-    fn kafka_maps(
-        &mut self,
-    ) -> Option<(
-        &mut BTreeMap<String, String>,
-        &mut BTreeMap<String, PathBuf>,
-    )> {
+    fn kafka_maps(&mut self) -> Option<KafkaMaps<'_>> {
         None
     }
 

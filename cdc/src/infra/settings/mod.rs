@@ -15,7 +15,7 @@ pub mod declare;
 pub mod env;
 
 pub use connection::DatabaseUrl;
-pub use declare::{EnvVar, Settings, flag, listen, non_empty, number, overlay, within};
+pub use declare::{EnvVar, KafkaMaps, Settings, flag, listen, non_empty, number, overlay, within};
 
 /// The local stack's addresses and names (`deploy/stack up`), written once: the default of
 /// every process, tool and benchmark comes from here.
