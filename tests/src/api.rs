@@ -39,6 +39,14 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// The body, after checking the status is `status`; a reply with another status fails
+    /// the test at the caller's line, showing the body.
+    #[track_caller]
+    pub fn expect(&self, status: StatusCode) -> &Value {
+        assert_eq!(self.status, status, "{:?}", self.body);
+        &self.body
+    }
+
     /// The `error.code` of an error body.
     pub fn error_code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or_default()

@@ -11,7 +11,7 @@ use super::Limits;
 use crate::api::{CursorKey, Tokens};
 use crate::session_key::SessionKeys;
 
-/// A [`ServeConfig`] that passed validation: what the service runs with.
+/// A [`crate::config::ServeConfig`] that passed validation: what the service runs with.
 #[derive(Clone)]
 pub struct Service {
     /// The ledger database.

@@ -127,7 +127,7 @@ impl ScratchDatabase {
         let admin = db::connect(&self.admin_url, "ledger-scratch").await?;
         for attempt in 0..100 {
             let active: i64 = admin
-                .query_one(include_str!("sql/testing/drop_slots.sql"), &[&self.name])
+                .query_one(include_str!("../sql/testing/drop_slots.sql"), &[&self.name])
                 .await?
                 .get(0);
             if active == 0 {
@@ -304,7 +304,7 @@ pub async fn max_pages_in_flight(
 ) -> Result<i64, TestingError> {
     Ok(client
         .query_one(
-            include_str!("sql/testing/max_pages_in_flight.sql"),
+            include_str!("../sql/testing/max_pages_in_flight.sql"),
             &[&run_id],
         )
         .await?
@@ -329,7 +329,7 @@ pub async fn page_timing(
     run_id: Uuid,
 ) -> Result<PageTiming, TestingError> {
     let row = client
-        .query_one(include_str!("sql/testing/page_timing.sql"), &[&run_id])
+        .query_one(include_str!("../sql/testing/page_timing.sql"), &[&run_id])
         .await?;
     Ok(PageTiming {
         in_pages: row.get(0),

@@ -5,7 +5,7 @@
 //!
 //! - [`declare`]: how a config declares each setting once ([`crate::settings!`]) and loads:
 //!   file, environment, command line, then secrets and checks.
-//! - [`env`]: the name of every environment variable the project reads.
+//! - [`env`](mod@env): the name of every environment variable the project reads.
 //! - [`connection`]: the connection block, a [`DatabaseUrl`] that never prints its password.
 
 use std::net::SocketAddr;
