@@ -158,7 +158,7 @@ async fn the_console_pictures_draw_the_ledger_in_a_real_browser() -> anyhow::Res
     let replay = api
         .operate(
             "/v1/replays",
-            json!({"aggregate_types": ["assignment"], "topic_prefix": relay_config.topic_prefix, "rate": 50_000}),
+            json!({"aggregate_types": ["assignment"], "topic_prefix": relay_config.topic_prefix, "rate": 20_000}),
         )
         .await;
     replay.expect(StatusCode::ACCEPTED);

@@ -432,9 +432,13 @@ impl ExactlyOnce<'_> {
         if started.elapsed() < timeout {
             return error;
         }
-        let (commit_lsn, messages) = match (&self.open, self.group.transactions) {
-            (Some(open), 0) => (open.commit.commit_lsn, open.messages),
-            (None, 1) => (self.group.last_commit_lsn, self.group.messages),
+        // Transactions without messages (heartbeats) do not count: they cost nothing.
+        let carried = self.group.commit_times_micros.len();
+        let (commit_lsn, messages) = match &self.open {
+            Some(open) if open.messages > 0 && carried == 0 => {
+                (open.commit.commit_lsn, open.messages)
+            }
+            None if carried == 1 => (self.group.last_carried_lsn, self.group.messages),
             _ => return error,
         };
         RelayError::TransactionTooLarge {
