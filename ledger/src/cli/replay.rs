@@ -11,7 +11,7 @@ use ra_ledger::metrics::ReplayMetrics;
 use ra_ledger::replay::run::{self, Outcome, Progress};
 use ra_ledger::replay::{self, Cancel, ReplayRequest, ReplayState, ReplayStatus};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -75,7 +75,7 @@ pub struct SelectionArgs {
     #[arg(long)]
     rate: Option<u32>,
     /// The live topics' prefix.
-    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+    #[arg(long, env = env::TOPIC_PREFIX, default_value = local::TOPIC_PREFIX)]
     topic_prefix: String,
     /// Replay topic names: `{live}` and `{id}` are substituted [default: {live}.replay.{id}].
     #[arg(long)]
@@ -86,7 +86,7 @@ pub struct SelectionArgs {
 #[derive(Debug, clap::Args)]
 pub struct KafkaArgs {
     /// Kafka bootstrap servers.
-    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
     brokers: String,
     /// Other librdkafka settings, `key=value` (TLS, SASL); repeatable. The LEDGER_KAFKA_*
     /// variables apply too.

@@ -504,7 +504,7 @@ pub async fn run(
                 seq,
                 changed,
                 streams = digest.statement.stream_count,
-                root = %super::hex(&digest.statement.root),
+                root = %crate::hex::hex(&digest.statement.root),
                 "digest sealed"
             ),
             Ok(Built::Unchanged | Built::Busy) => {}

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
 use super::{SignedDigest, Statement};
+use crate::hex::{hex, unhex};
 
 /// The `format` of a digest document sealed now: its number is signed.
 pub const DIGEST_FORMAT: &str = "ra-ledger digest v2";
@@ -432,22 +433,6 @@ impl Question {
             known_at_micros: known_at.timestamp_micros(),
         }
     }
-}
-
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Bytes from hex; `None` for anything else.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

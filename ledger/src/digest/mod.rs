@@ -63,7 +63,7 @@ pub mod signed;
 pub mod topic;
 pub mod verify;
 
-pub use document::{DigestDocument, ProofDocument, hex};
+pub use document::{DigestDocument, ProofDocument};
 pub use signed::{
     DigestKey, Head, KeyError, MESSAGE_PREFIX, MESSAGE_PREFIX_V1, PublicKey, SignedDigest,
     Statement, public_key_from_pem,

@@ -6,8 +6,8 @@ use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
-use super::document::hex;
 use super::merkle::{self, Hash};
+use crate::hex::hex;
 
 /// An Ed25519 public key, what checks digests.
 pub use ed25519_dalek::VerifyingKey as PublicKey;

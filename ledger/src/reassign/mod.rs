@@ -39,7 +39,7 @@ mod status;
 
 pub use page::{PageFailed, PageOutcome, PageReport, handle};
 pub use page_log::{PageRecord, pages};
-pub use request::PageRequest;
+pub use request::{PageRequest, PageRequestError};
 #[cfg(feature = "testing")]
 pub use rows::replace_all_at_once;
 pub use start::{RunStarted, reraise_stalled, resume, stalled, start_in};

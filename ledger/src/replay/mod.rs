@@ -50,7 +50,7 @@
 //!
 //! # Cancel
 //!
-//! An operator may cancel a replay that is requested or running ([`cancel`]): it ends for
+//! An operator may cancel a replay that is requested or running ([`cancel`](mod@cancel)): it ends for
 //! good, frees its place among the replays open at once, and its runner stops publishing
 //! within half a second and the step it is in.
 

@@ -78,8 +78,9 @@ pub struct ReplayRequest {
     pub target: Option<String>,
 }
 
-/// A checked [`ReplayRequest`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A checked [`ReplayRequest`]. As part of a [`super::ReplayStatus`] it shows what the
+/// replay selects; its topics show there as the status's `targets`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Selection {
     /// Aggregate types, sorted, without repeats.
     pub aggregate_types: Vec<String>,
@@ -94,8 +95,10 @@ pub struct Selection {
     /// Events per second.
     pub rate: u32,
     /// Live topics' prefix.
+    #[serde(skip)]
     pub topic_prefix: String,
     /// Replay topics' template.
+    #[serde(skip)]
     pub target: String,
 }
 

@@ -9,6 +9,7 @@ use ra_ledger_cdc::replay::replay_topic;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::request::Selection;
 use crate::db::cached;
 
 /// Where a replay stands.
@@ -74,18 +75,11 @@ pub struct ReplayStatus {
     pub id: Uuid,
     /// State.
     pub status: ReplayState,
-    /// Selected aggregate types.
-    pub aggregate_types: Vec<String>,
-    /// Selected event types (all when absent).
-    pub event_types: Option<Vec<String>>,
-    /// Selected stream prefix.
-    pub stream_prefix: Option<String>,
-    /// Recorded at or after.
-    pub recorded_from: Option<DateTime<Utc>>,
-    /// Recorded before.
-    pub recorded_to: Option<DateTime<Utc>>,
-    /// Events per second at most.
-    pub rate: u32,
+    /// What it selects: aggregate types, event types (all when absent), stream prefix,
+    /// recorded from and to, events per second at most (its fields at the top of the JSON,
+    /// as before).
+    #[serde(flatten)]
+    pub selection: Selection,
     /// Replay topics and handoffs.
     pub targets: Vec<Target>,
     /// The snapshot that defines the past (`xmin:xmax:xip`).
@@ -176,12 +170,16 @@ pub async fn status(
     Ok(Some(ReplayStatus {
         id,
         status,
-        aggregate_types,
-        event_types: row.get("event_types"),
-        stream_prefix: row.get("stream_prefix"),
-        recorded_from: row.get("recorded_from"),
-        recorded_to: row.get("recorded_to"),
-        rate: row.get::<_, i32>("rate") as u32,
+        selection: Selection {
+            aggregate_types,
+            event_types: row.get("event_types"),
+            stream_prefix: row.get("stream_prefix"),
+            recorded_from: row.get("recorded_from"),
+            recorded_to: row.get("recorded_to"),
+            rate: row.get::<_, i32>("rate") as u32,
+            topic_prefix,
+            target: template,
+        },
         targets,
         snapshot: row.get("snapshot"),
         total_events: total,

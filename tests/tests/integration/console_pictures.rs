@@ -161,7 +161,7 @@ async fn the_console_pictures_draw_the_ledger_in_a_real_browser() -> anyhow::Res
             json!({"aggregate_types": ["assignment"], "topic_prefix": relay_config.topic_prefix, "rate": 20_000}),
         )
         .await;
-    assert_eq!(replay.status, StatusCode::ACCEPTED, "{:?}", replay.body);
+    replay.expect(StatusCode::ACCEPTED);
     let replay_id: Uuid = replay.str("replay_id").parse()?;
     let _worker = RunningWorker::start(worker::test_config(&database, &topics));
     let client = database.connect().await?;

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 use ra_ledger::digest::build::{Built, build};
-use ra_ledger::digest::{DigestDocument, DigestKey, Head, Statement, hex, merkle};
+use ra_ledger::digest::{DigestDocument, DigestKey, Head, Statement, merkle};
+use ra_ledger::hex::hex;
 use ra_ledger_tests::TestDatabase;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

@@ -62,8 +62,8 @@ async fn a_relabelled_digest_is_no_fork_and_digests_signed_before_the_number_sti
              UPDATE digests SET signature = '\\x{}', hash = '\\x{}', message_version = 1 \
              WHERE seq = 1; \
              ALTER TABLE digests ENABLE TRIGGER USER; COMMIT",
-            ra_ledger::digest::hex(&first.signature),
-            ra_ledger::digest::hex(&first.hash())
+            ra_ledger::hex::hex(&first.signature),
+            ra_ledger::hex::hex(&first.hash())
         ))
         .await?;
     // A proof against it is a version-1 proof, and verifies.

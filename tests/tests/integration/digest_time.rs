@@ -96,10 +96,10 @@ async fn a_writer_held_across_a_digest_tick_is_sealed_by_the_digest_whose_time_c
         .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
         .replace('+', "%2B");
     let plain = api.get(&format!("{base}?known_at={known_at}")).await;
-    assert_eq!(plain.status, StatusCode::OK, "{:?}", plain.body);
+    plain.expect(StatusCode::OK);
     assert_eq!(plain.body["contact"]["contact_id"], contact.to_string());
     let proven = api.get(&format!("{base}?proof=true")).await;
-    assert_eq!(proven.status, StatusCode::OK, "{:?}", proven.body);
+    proven.expect(StatusCode::OK);
     let proof = &proven.body["proof"];
     assert_eq!(proof["question"]["known_at_micros"], digest_time);
     let verified = verify(&ClaimedProof::from_json(proof)?, &key.public())?;

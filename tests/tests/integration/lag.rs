@@ -25,7 +25,7 @@ use crate::relay_faults::spawn_relay;
 const ROUND: Duration = Duration::from_millis(200);
 
 /// The service's gauge of the same wait.
-const AGE: &str = "ra_outbox_oldest_unpublished_commit_age_seconds";
+const AGE: &str = ra_ledger::metrics::OLDEST_UNPUBLISHED_COMMIT_AGE.name;
 
 async fn progress(pool: &deadpool_postgres::Pool, slot: &str) -> anyhow::Result<SlotProgress> {
     lag::slot_progress(&pool.get().await?, slot)

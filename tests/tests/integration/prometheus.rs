@@ -148,7 +148,7 @@ async fn a_real_prometheus_scrapes_the_stack_and_the_stopped_relay_goes_pending(
     let _stop = stop.clone().drop_guard();
     tokio::spawn(ra_ledger::worker::run_process(worker_config));
     let serve = ServeConfig {
-        database_url: database.url.clone(),
+        database_url: database.url.as_str().into(),
         listen: format!("127.0.0.1:{}", free_port()?),
         tokens: token_entry(Role::Writer, "prometheus-test", WRITER),
         relay_slot: relay_config.slot.clone(),

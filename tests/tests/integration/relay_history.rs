@@ -111,7 +111,7 @@ async fn a_position_that_names_no_server_skips_nothing() -> anyhow::Result<()> {
     let tally = Tally::of("forged position", &expected, &collector.received);
     assert!(all, "not every event reached Kafka: {tally:?}");
     assert_eq!(
-        metric(&rendered, "ra_relay_transactions_skipped_total"),
+        metric(&rendered, ra_ledger_cdc::metrics::TRANSACTIONS_SKIPPED.name),
         0,
         "{rendered}"
     );
@@ -182,7 +182,7 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
         )
         .await?;
     let second = RelayConfig {
-        database_url: second_database.url.clone(),
+        database_url: second_database.url.as_str().into(),
         ..first.clone()
     };
     let first_client = first_database.connect().await?;
@@ -220,7 +220,10 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
     let tally = Tally::of("first database", &expected, &collector.received);
     assert!(all, "{tally:?}");
     assert_eq!(
-        metric(&first_rendered, "ra_relay_transactions_skipped_total"),
+        metric(
+            &first_rendered,
+            ra_ledger_cdc::metrics::TRANSACTIONS_SKIPPED.name
+        ),
         0
     );
     drop(other_server);

@@ -143,7 +143,7 @@ async fn request_replay(api: &TestApi, topic_prefix: &str, rate: u32) -> anyhow:
             json!({"aggregate_types": ["assignment"], "topic_prefix": topic_prefix, "rate": rate}),
         )
         .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     assert_eq!(reply.str("status"), "requested");
     Ok(reply.str("replay_id").parse()?)
 }
@@ -607,7 +607,7 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
                 Some(json!({})),
             )
             .await;
-        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{:?}", refused.body);
+        refused.expect(StatusCode::FORBIDDEN);
         assert!(
             refused.body["error"]["message"]
                 .as_str()
@@ -627,7 +627,7 @@ async fn replay_requests_refuse_bad_input_and_write_nothing() -> anyhow::Result<
     let reply = api
         .operate("/v1/replays", json!({"event_types": ["AssignmentStarted"]}))
         .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     let shown = api.get(&reply.str("status_url")).await;
     assert_eq!(shown.status, StatusCode::OK);
     assert_eq!(shown.str("status"), "requested");
@@ -650,7 +650,7 @@ async fn replays_beyond_the_bound_are_refused_until_one_ends() -> anyhow::Result
     let mut accepted = Vec::new();
     for _ in 0..limit {
         let reply = api.operate("/v1/replays", json!({})).await;
-        assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+        reply.expect(StatusCode::ACCEPTED);
         accepted.push(reply.str("replay_id"));
     }
     let client = database.connect().await?;
@@ -661,12 +661,7 @@ async fn replays_beyond_the_bound_are_refused_until_one_ends() -> anyhow::Result
             .get(0))
     };
     let refused = api.operate("/v1/replays", json!({})).await;
-    assert_eq!(
-        refused.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "{:?}",
-        refused.body
-    );
+    refused.expect(StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.error_code(), "too_many_replays");
     let message = refused.body["error"]["message"]
         .as_str()

@@ -20,7 +20,7 @@ use crate::console::{http, session_cookie};
 /// Asks for a replay as an operator does; its id.
 async fn request(api: &TestApi, body: serde_json::Value) -> anyhow::Result<Uuid> {
     let reply = api.operate("/v1/replays", body).await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     Ok(reply.str("replay_id").parse()?)
 }
 
@@ -52,7 +52,7 @@ fn messages_on(topics: &TestTopics, topic: &str) -> anyhow::Result<i64> {
 
 async fn status(api: &TestApi, id: Uuid) -> serde_json::Value {
     let shown = api.get(&format!("/v1/replays/{id}")).await;
-    assert_eq!(shown.status, StatusCode::OK, "{:?}", shown.body);
+    shown.expect(StatusCode::OK);
     shown.body
 }
 
@@ -91,28 +91,18 @@ async fn a_cancelled_replay_stops_publishing_frees_its_place_and_shows_cancelled
         .await?;
     }
     let refused = api.operate("/v1/replays", json!({})).await;
-    assert_eq!(
-        refused.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "{:?}",
-        refused.body
-    );
+    refused.expect(StatusCode::TOO_MANY_REQUESTS);
 
     // Neither a writer nor an auditor may cancel it.
     for token in [WRITER, AUDITOR] {
         let forbidden = cancel(&api, &slow.to_string(), token).await;
-        assert_eq!(
-            forbidden.status,
-            StatusCode::FORBIDDEN,
-            "{:?}",
-            forbidden.body
-        );
+        forbidden.expect(StatusCode::FORBIDDEN);
     }
     assert_eq!(status(&api, slow).await["status"], "running");
 
     // The operator cancels it: its place is free at once.
     let cancelled = cancel(&api, &slow.to_string(), OPERATOR).await;
-    assert_eq!(cancelled.status, StatusCode::OK, "{:?}", cancelled.body);
+    cancelled.expect(StatusCode::OK);
     assert_eq!(cancelled.str("status"), "cancelled");
     assert_eq!(cancelled.str("cancelled_by"), "test-operator");
     assert!(
@@ -123,7 +113,7 @@ async fn a_cancelled_replay_stops_publishing_frees_its_place_and_shows_cancelled
     let fifth = api
         .operate("/v1/replays", json!({"stream_prefix": "none-"}))
         .await;
-    assert_eq!(fifth.status, StatusCode::ACCEPTED, "{:?}", fifth.body);
+    fifth.expect(StatusCode::ACCEPTED);
 
     // It stops publishing within a second, and never writes its markers.
     let replay_topic = ra_ledger_cdc::replay::replay_topic(
@@ -162,7 +152,7 @@ async fn a_cancelled_replay_stops_publishing_frees_its_place_and_shows_cancelled
     assert_eq!(markers, 0, "a cancelled replay wrote completion markers");
     let metrics = running.metrics.render();
     assert_eq!(
-        ra_ledger_tests::metric(&metrics, "ra_replay_cancelled_total"),
+        ra_ledger_tests::metric(&metrics, ra_ledger::metrics::REPLAYS_CANCELLED.name),
         1,
         "{metrics}"
     );
@@ -196,11 +186,11 @@ async fn a_cancel_answers_for_each_state_and_refuses_what_it_cannot_cancel() -> 
     // Requested, never run: cancelled, and a runner then leaves it alone.
     let waiting = request(&api, json!({})).await?;
     let reply = cancel(&api, &waiting.to_string(), OPERATOR).await;
-    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    reply.expect(StatusCode::OK);
     assert_eq!(reply.str("status"), "cancelled");
     // Again: the same answer, nothing changed.
     let again = cancel(&api, &waiting.to_string(), OPERATOR).await;
-    assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
+    again.expect(StatusCode::OK);
     assert_eq!(again.body["cancelled_at"], reply.body["cancelled_at"]);
     let pool = ra_ledger::db::pool(&database.url, "replay-cancel", 2)?;
     let kafka = ra_ledger_cdc::infra::kafka::KafkaSettings::from_env("127.0.0.1:9")?;
@@ -228,7 +218,7 @@ async fn a_cancel_answers_for_each_state_and_refuses_what_it_cannot_cancel() -> 
             )
             .await?;
         let refused = cancel(&api, &id.to_string(), OPERATOR).await;
-        assert_eq!(refused.status, StatusCode::CONFLICT, "{:?}", refused.body);
+        refused.expect(StatusCode::CONFLICT);
         assert_eq!(refused.error_code(), "conflict");
         let message = refused.body["error"]["message"]
             .as_str()
@@ -241,18 +231,13 @@ async fn a_cancel_answers_for_each_state_and_refuses_what_it_cannot_cancel() -> 
     }
     // No such replay, or no id.
     let missing = cancel(&api, &Uuid::now_v7().to_string(), OPERATOR).await;
-    assert_eq!(missing.status, StatusCode::NOT_FOUND, "{:?}", missing.body);
+    missing.expect(StatusCode::NOT_FOUND);
     let bad = cancel(&api, "not-a-uuid", OPERATOR).await;
-    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{:?}", bad.body);
+    bad.expect(StatusCode::BAD_REQUEST);
     // A writer's attempt changes nothing.
     let other = request(&api, json!({})).await?;
     let forbidden = cancel(&api, &other.to_string(), WRITER).await;
-    assert_eq!(
-        forbidden.status,
-        StatusCode::FORBIDDEN,
-        "{:?}",
-        forbidden.body
-    );
+    forbidden.expect(StatusCode::FORBIDDEN);
     assert_eq!(status(&api, other).await["status"], "requested");
     Ok(())
 }

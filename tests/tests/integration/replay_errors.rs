@@ -58,7 +58,7 @@ async fn request(api: &TestApi, topic_prefix: &str) -> anyhow::Result<Uuid> {
             json!({"aggregate_types": ["assignment"], "topic_prefix": topic_prefix}),
         )
         .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     Ok(reply.str("replay_id").parse()?)
 }
 
@@ -85,7 +85,7 @@ async fn run_once(
 /// the log, and none of [`INTERNAL`].
 async fn disclosed_error(api: &TestApi, id: Uuid, code: &str, status: &str) -> String {
     let shown = api.get(&format!("/v1/replays/{id}")).await;
-    assert_eq!(shown.status, StatusCode::OK, "{:?}", shown.body);
+    shown.expect(StatusCode::OK);
     assert_eq!(shown.str("status"), status, "{:?}", shown.body);
     let error = shown.str("error");
     assert!(error.starts_with(&format!("{code}: ")), "{error}");

@@ -19,7 +19,8 @@ use crate::console::layout::layout;
 use crate::console::pictures::chart::{Series, line_over_time};
 use crate::console::pictures::progress;
 use crate::console::session::Session;
-use crate::digest::{DigestDocument, hex};
+use crate::digest::DigestDocument;
+use crate::hex::hex;
 use crate::lag::history::{self, Point, Window};
 use crate::lag::{self, SlotProgress, Waiting};
 use crate::reassign;
@@ -37,7 +38,7 @@ pub(in crate::console) async fn operations(
 ) -> Page {
     let window = Window::parse(query.get("lag").map_or("", String::as_str));
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let slot = lag::slot_progress(&client, &state.relay_slot)
+    let slot = lag::slot_progress(&client, &state.console.relay_slot)
         .await
         .map_err(api_error)?;
     let lag_history = history::read(&client, window).await.map_err(api_error)?;
@@ -58,7 +59,7 @@ pub(in crate::console) async fn operations(
     let body = html! {
         section #relay {
             h2 { "Relay" }
-            (relay_slot(&state.relay_slot, slot.as_ref()))
+            (relay_slot(&state.console.relay_slot, slot.as_ref()))
             (lag_pictures(window, &lag_history))
             h3 { "Parked messages" }
             (parked_messages(&parked, csrf.as_deref()))

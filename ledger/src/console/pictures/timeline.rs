@@ -188,7 +188,7 @@ mod tests {
         AssignmentView {
             assignment_id: Uuid::now_v7(),
             business_id: Uuid::nil(),
-            jurisdiction: "TX".into(),
+            jurisdiction: crate::domain::Jurisdiction::parse("jurisdiction", "TX").unwrap(),
             contact_id: Uuid::now_v7(),
             started_at: started,
             ended_at: ended.map(|(at, _)| at),

@@ -24,9 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use ra_ledger_cdc::infra::write_stall::WriteStall;
 
-use crate::api::AppState;
+use crate::api::{AppState, ConsoleState};
 use crate::commands::Ledger;
-use crate::config::Service;
 use crate::db::{self, DbError};
 use crate::digest::build::TreeCache;
 use crate::migrate::{self, MigrateError};
@@ -34,12 +33,14 @@ use crate::{api, console, digest, gauges, health, retention};
 
 mod deadline;
 mod limits;
+pub mod settings;
 
 use limits::ConnectionSlots;
 pub use limits::{
     ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };
+pub use settings::{Digests, Retention, Service};
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -98,13 +99,15 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         ledger: Ledger::new(pool.clone()),
         tokens: service.tokens,
         cursor_key: service.cursor_key,
-        session_keys: service.session_keys,
         digest_public_key: service
             .digests
             .as_ref()
             .map(|digests| digests.key.public_pem()),
-        secure_cookies: service.secure_cookies,
-        relay_slot: service.relay_slot,
+        console: ConsoleState {
+            session_keys: service.session_keys,
+            secure_cookies: service.secure_cookies,
+            relay_slot: service.relay_slot,
+        },
     };
     let mut tasks = vec![gauges];
     if let Some(settings) = service.retention {
@@ -225,7 +228,7 @@ async fn spawn_gauges(
 /// marks appends leave for the builder, so they never pile up.
 fn spawn_digests(
     pool: Pool,
-    digests: Option<crate::config::Digests>,
+    digests: Option<Digests>,
     tree: TreeCache,
     shutdown: &CancellationToken,
 ) -> JoinHandle<()> {
@@ -248,7 +251,7 @@ fn spawn_digests(
     }
 }
 
-/// Serves `app` (layered by [`api::service`]) on `listener` over HTTP/1.1, and over TLS
+/// Serves `app` (layered by [`api::layered`]) on `listener` over HTTP/1.1, and over TLS
 /// with `tls`, until `shutdown`, each connection held to `limits`, then lets requests in
 /// progress finish for up to [`SHUTDOWN_GRACE`]. `stats` counts the connections.
 ///
@@ -268,7 +271,7 @@ pub async fn serve(
     stats: Arc<ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let service = api::service(app).layer(axum::middleware::from_fn_with_state(
+    let service = api::layered(app).layer(axum::middleware::from_fn_with_state(
         limits.body_read_timeout,
         deadline::body_deadline,
     ));
