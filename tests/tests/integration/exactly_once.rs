@@ -362,8 +362,14 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
     // restart.
     let writer = spawn_paced_writer(&database, 100, 3, 50, Duration::from_millis(200)).await?;
     for kill in 1..=3 {
+        // Up for 1 to 2.5 s, and until the relay published again since the last restart: a
+        // kill before its first commit would prove nothing about transactions cut short.
         let up = Instant::now() + Duration::from_millis(rand::rng().random_range(1_000..2_500));
-        while Instant::now() < up {
+        let read = uncommitted.received.len();
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < up
+            || (uncommitted.received.len() == read && Instant::now() < give_up)
+        {
             committed.until(Duration::from_millis(50), |_| false).await;
             uncommitted
                 .until(Duration::from_millis(50), |_| false)
@@ -373,23 +379,27 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
         let down = Duration::from_millis(rand::rng().random_range(100..1_500));
         tokio::time::sleep(down).await;
         broker.start()?;
-        // Recovery as a read_committed consumer sees it (issue 34's bar for exactly once as
-        // the default: within 15 s): the consumer read up to the kill, so the first record
-        // after it is one the relay committed again.
-        let seen = committed.received.len();
+        // Recovery as the relay sees it (issue 34's bar for exactly once as the default:
+        // within 15 s): the time from the restart to its first Kafka commit after it.
+        let commits = || {
+            let name = format!("{}_count", ra_ledger_cdc::metrics::TRANSACTION_COMMIT.name);
+            ra_ledger_tests::metric(&relay.metrics.render(), &name)
+        };
+        let before = commits();
         let restarted = Instant::now();
-        let resumed = committed
-            .until(Duration::from_secs(60), |received| received.len() > seen)
-            .await;
+        while commits() == before && restarted.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         println!(
             "broker kill {kill}, down {down:?}: {} committed, {} uncommitted records read; \
-             the first committed record {} after the restart",
+             the relay's first Kafka commit {:.2} s after the restart{}",
             committed.received.len(),
             uncommitted.received.len(),
-            if resumed {
-                format!("{:.2} s", restarted.elapsed().as_secs_f64())
+            restarted.elapsed().as_secs_f64(),
+            if commits() == before {
+                " (none within 60 s)"
             } else {
-                "not within 60 s".to_owned()
+                ""
             }
         );
     }
