@@ -171,7 +171,8 @@ ensure_schemathesis() {
 }
 
 # Debian packages, installed with apt only when missing: libssl-dev and pkg-config to build
-# librdkafka with TLS and SASL; openssl and systemd (systemd-analyze) for tests.
+# librdkafka with TLS and SASL; openssl and systemd (systemd-analyze) for tests; prometheus
+# (with promtool) for the alert rules' tests.
 ensure_packages() {
     local missing=() package
     for package in "$@"; do

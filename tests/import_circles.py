@@ -2,6 +2,11 @@
 (or a longer ring), a module and its own ancestors not counted. Comments and unit tests
 (after `#[cfg(test)]`) are left out. Prints each circle, then the count; exits 1 if any.
 
+Then the same between the crate's top-level modules (a file's uses count for the module at
+the crate's root that holds it): an arrow back up is a pair or ring of them that use each
+other (`config/` using `service/` while `service/` uses `config/`), a layer that is not
+one. Prints each, then the count; exits 1 if any.
+
 Usage: import_circles.py <crate's src dir> <crate's name as used in paths>"""
 import os, re, sys
 src, crate = sys.argv[1], sys.argv[2]
@@ -60,4 +65,22 @@ for v in edges:
 for comp in out:
     print('circle:', ' <-> '.join('/'.join(c) or 'lib' for c in comp))
 print(len(out), 'circles in', src)
-sys.exit(1 if out else 0)
+circles = len(out)
+# The top-level modules' graph, and its rings.
+top = lambda m: m[:1]
+file_edges = edges
+edges = {}
+for m, targets in file_edges.items():
+    edges.setdefault(top(m), set())
+    for t in targets:
+        if top(t) and top(m) and top(t) != top(m):
+            edges[top(m)].add(top(t))
+for t in list(edges.values()):
+    for w in t: edges.setdefault(w, set())
+index, low, stack, on, out, i = {}, {}, [], set(), [], [0]
+for v in edges:
+    if v not in index: sc(v)
+for comp in out:
+    print('arrow back up:', ' <-> '.join('/'.join(c) or 'lib' for c in comp))
+print(len(out), 'arrows back up in', src)
+sys.exit(1 if circles or out else 0)

@@ -10,8 +10,11 @@ document's own key is used, which proves only that the document is self-consiste
 
 FILE.json:
     {"public_key_pem": "-----BEGIN PUBLIC KEY-----...",
-     "digest": {"root": hex, "time_micros": int, "stream_count": int, "event_count": int,
+     "digest": {"format": "ra-ledger digest v2", "seq": int, "root": hex,
+                "time_micros": int, "stream_count": int, "event_count": int,
                 "previous": hex, "signature": hex},
+               (a digest without "format", or with "ra-ledger digest v1", is of version 1,
+                whose signature does not cover "seq")
      "leaves": [{"stream": str, "version": int, "hash": hex}, ...],       (optional)
      "inclusion": {"stream": str, "version": int, "hash": hex,
                    "index": int, "path": [hex, ...]}}                     (optional)
@@ -168,12 +171,28 @@ def verify_inclusion(leaf, index, size, path, root):
 
 # --- The digest --------------------------------------------------------------------------
 
-PREFIX = b"ra-ledger digest v1" + b"\x00" * 5
+# Version 2 signs the digest's number; version 1 (digests sealed before) does not. A
+# document without a format is read as version 1.
+FORMAT_V2, FORMAT_V1 = "ra-ledger digest v2", "ra-ledger digest v1"
+PREFIXES = {
+    FORMAT_V2: FORMAT_V2.encode("ascii") + b"\x00" * 5,
+    FORMAT_V1: FORMAT_V1.encode("ascii") + b"\x00" * 5,
+}
 
 
 def signed_message(digest):
+    """The message the digest's signature is of, or a ValueError naming what is wrong."""
+    form = digest.get("format", FORMAT_V1)
+    if form not in PREFIXES:
+        raise ValueError(f"digest.format {form!r} is not {FORMAT_V2!r} nor {FORMAT_V1!r}")
+    number = b""
+    if form == FORMAT_V2:
+        if not isinstance(digest.get("seq"), int):
+            raise ValueError(f"digest.seq is missing: an {FORMAT_V2} digest signs its number")
+        number = digest["seq"].to_bytes(8, "big", signed=True)
     return (
-        PREFIX
+        PREFIXES[form]
+        + number
         + bytes.fromhex(digest["root"])
         + digest["time_micros"].to_bytes(8, "big", signed=True)
         + digest["stream_count"].to_bytes(8, "big")
@@ -242,7 +261,12 @@ def check(document, public_pem=None):
     the document's own key is used, which proves only that the document is consistent."""
     digest = document["digest"]
     public = public_key_from_pem(public_pem or document["public_key_pem"])
-    if not ed25519_verify(public, signed_message(digest), bytes.fromhex(digest["signature"])):
+    try:
+        message = signed_message(digest)
+    except ValueError as problem:
+        yield str(problem)
+        return
+    if not ed25519_verify(public, message, bytes.fromhex(digest["signature"])):
         yield "the digest's signature does not verify with the public key"
         return
     question = document.get("question")

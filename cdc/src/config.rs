@@ -1,5 +1,6 @@
 //! Relay configuration: a TOML file (optional) plus environment overrides, validated once
-//! before anything starts.
+//! before anything starts; declared and loaded as every config is
+//! ([`crate::infra::settings::declare`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -8,10 +9,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::infra::kafka::KafkaSettings;
+use crate::infra::kafka::{BOOTSTRAP_SERVERS, KafkaSettings};
 use crate::infra::settings::{
-    ConfigError, check_database_url, check_identifier, env, listen_address, local, read_file,
-    with_password_file,
+    ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, check_identifier, env, listen, local,
 };
 use crate::value_format::ValueFormat;
 
@@ -78,190 +78,121 @@ pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// The broker's default `transaction.max.timeout.ms`: the most a producer may ask for.
 pub const BROKER_MAX_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
 
-/// Everything the relay needs.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RelayConfig {
-    /// PostgreSQL URL of a role with REPLICATION that may read the outbox.
-    pub database_url: String,
-    /// File holding the password of `database_url`'s role
-    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
-    pub database_password_file: Option<PathBuf>,
-    /// Logical replication slot (created with pgoutput when missing).
-    pub slot: String,
-    /// Publication of the outbox table (created insert-only when missing).
-    pub publication: String,
-    /// Topic of an aggregate type: `<topic_prefix><aggregate_type>` unless `topics` maps it.
-    /// The default follows Debezium's outbox EventRouter (`outbox.event.<type>`).
-    pub topic_prefix: String,
-    /// Explicit topic per aggregate type, e.g. `{ contact = "ra.contacts" }`.
-    pub topics: BTreeMap<String, String>,
-    /// The value format of an aggregate type's topic, `protobuf` (the default) or `json`
-    /// (the proto3 canonical JSON of the same envelope), e.g. `{ assignment = "json" }`;
-    /// for `contact`, `assignment` and `reassignment` (see [`crate::value_format`]).
-    pub value_formats: BTreeMap<String, ValueFormat>,
-    /// librdkafka settings passed through, e.g. `bootstrap.servers`, `linger.ms`,
-    /// `security.protocol`, `ssl.ca.location`.
-    pub kafka: BTreeMap<String, String>,
-    /// Secret librdkafka settings read from files, e.g.
-    /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
-    pub kafka_secret_files: BTreeMap<String, PathBuf>,
-    /// How often to emit a heartbeat through the slot, so an idle outbox does not pin WAL.
-    pub heartbeat_interval_ms: u64,
-    /// Most messages in flight to Kafka before the relay stops reading the slot.
-    pub max_in_flight: usize,
-    /// How long SIGTERM waits for in-flight deliveries before exiting.
-    pub shutdown_grace_ms: u64,
-    /// Where `/metrics` listens; empty string to disable.
-    pub metrics_listen: Option<SocketAddr>,
-    /// Longest wait between reconnect attempts.
-    pub reconnect_backoff_max_ms: u64,
-    /// How often confirmed positions are reported to PostgreSQL.
-    pub status_interval_ms: u64,
-    /// `at_least_once` (the default) or `exactly_once` (`LEDGER_RELAY_DELIVERY`).
-    pub delivery: DeliveryMode,
-    /// Exactly once: a Kafka transaction closes at the first PostgreSQL transaction boundary
-    /// at which it holds this many messages. A PostgreSQL transaction is never split, so
-    /// one larger than this is committed whole.
-    pub transaction_max_messages: usize,
-    /// Exactly once: the same bound in payload bytes.
-    pub transaction_max_bytes: usize,
-    /// Exactly once: the longest a Kafka transaction stays open while the slot streams
-    /// without a pause (the relay commits at once whenever it has read all the server sent).
-    pub transaction_max_ms: u64,
-    /// Exactly once: the compacted one-partition topic of the relay's position; default
-    /// `<topic_prefix>relay-position`.
-    pub position_topic: Option<String>,
-    /// PostgreSQL 17 and later: the slot is a failover slot, synchronized to the standbys
-    /// that run `sync_replication_slots`, so that it survives a promotion. The relay creates
-    /// the slot with `FAILOVER` (or turns it on for an existing slot), and refuses to start
-    /// unless the primary's `synchronized_standby_slots` names a physical slot: without that
-    /// gate the relay could publish what a promoted standby never had (docs/operators.md,
-    /// "Failover").
-    pub slot_failover: bool,
-    /// How often the relay checks what holds decoding back (the standby gate) and whether
-    /// the standbys of a multi-host URL have the slot ready to take over.
-    pub health_check_interval_ms: u64,
-    /// pgoutput's `binary` option: every column in its type's binary form, so the outbox's
-    /// `bytea` payload travels as its bytes, not as twice as many hex digits, and a uuid as
-    /// 16 bytes. `false` asks for text (docs/benchmarks.md has both measured).
-    pub pgoutput_binary: bool,
-    /// At least once: when the relay has read all the server sent, it flushes the producer
-    /// (librdkafka's flush sends at once what lingers), so a quiet stream's last messages
-    /// do not wait out `linger.ms`; a busy stream never goes idle and keeps its batches.
-    /// Exactly once always commits, and so flushes, when idle.
-    pub flush_when_idle: bool,
-    /// Exactly once: `transaction.timeout.ms`, how long one Kafka transaction may take before
-    /// the broker aborts it. A PostgreSQL transaction is never split, so the largest one must
-    /// publish within it (a Kafka transaction that times out holding one is refused, naming
-    /// this setting). At most the broker's `transaction.max.timeout.ms` (15 minutes).
-    pub transaction_timeout_ms: u64,
-}
-
-impl Default for RelayConfig {
-    fn default() -> Self {
-        Self {
-            database_url: local::DATABASE_URL.into(),
-            database_password_file: None,
-            slot: local::SLOT.into(),
-            publication: local::PUBLICATION.into(),
-            topic_prefix: local::TOPIC_PREFIX.into(),
-            topics: BTreeMap::new(),
-            value_formats: BTreeMap::new(),
-            kafka: BTreeMap::from([("bootstrap.servers".into(), local::KAFKA_BROKERS.into())]),
-            kafka_secret_files: BTreeMap::new(),
-            heartbeat_interval_ms: 10_000,
-            max_in_flight: 50_000,
-            shutdown_grace_ms: 10_000,
-            metrics_listen: local::RELAY_METRICS.parse().ok(),
-            reconnect_backoff_max_ms: 30_000,
-            status_interval_ms: 1_000,
-            delivery: DeliveryMode::AtLeastOnce,
-            transaction_max_messages: 50_000,
-            transaction_max_bytes: 32 * 1024 * 1024,
-            transaction_max_ms: 250,
-            position_topic: None,
-            slot_failover: false,
-            health_check_interval_ms: 5_000,
-            pgoutput_binary: true,
-            flush_when_idle: true,
-            transaction_timeout_ms: TRANSACTION_TIMEOUT.as_millis() as u64,
-        }
+crate::settings! {
+    const RELAY_ENV;
+    /// Everything the relay needs.
+    #[derive(Clone)]
+    pub struct RelayConfig {
+        /// PostgreSQL URL of a role with REPLICATION that may read the outbox
+        /// (`LEDGER_DATABASE_URL`).
+        database_url: DatabaseUrl = local::DATABASE_URL.into(),
+            env env::DATABASE_URL => |c, v| c.database_url = v.into();
+        /// File holding the password of `database_url`'s role
+        /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
+        database_password_file: Option<PathBuf> = None,
+            env env::DATABASE_PASSWORD_FILE => |c, v| c.database_password_file = Some(v.into());
+        /// Logical replication slot (created with pgoutput when missing;
+        /// `LEDGER_RELAY_SLOT`).
+        slot: String = local::SLOT.into(),
+            env env::RELAY_SLOT => |c, v| c.slot = v.to_owned();
+        /// Publication of the outbox table (created insert-only when missing).
+        publication: String = local::PUBLICATION.into();
+        /// Topic of an aggregate type: `<topic_prefix><aggregate_type>` unless `topics` maps
+        /// it (`LEDGER_TOPIC_PREFIX`). The default follows Debezium's outbox EventRouter
+        /// (`outbox.event.<type>`).
+        topic_prefix: String = local::TOPIC_PREFIX.into(),
+            env env::TOPIC_PREFIX => |c, v| c.topic_prefix = v.to_owned();
+        /// Explicit topic per aggregate type, e.g. `{ contact = "ra.contacts" }`.
+        topics: BTreeMap<String, String> = BTreeMap::new();
+        /// The value format of an aggregate type's topic, `protobuf` (the default) or `json`
+        /// (the proto3 canonical JSON of the same envelope), e.g. `{ assignment = "json" }`;
+        /// for `contact`, `assignment` and `reassignment` (see [`crate::value_format`]).
+        value_formats: BTreeMap<String, ValueFormat> = BTreeMap::new();
+        /// librdkafka settings passed through, e.g. `bootstrap.servers`
+        /// (`LEDGER_KAFKA_BROKERS`), `linger.ms`, `security.protocol`, `ssl.ca.location`
+        /// (and the other `LEDGER_KAFKA_*` variables, [`crate::infra::kafka::ENV_SETTINGS`]).
+        kafka: BTreeMap<String, String> =
+            BTreeMap::from([(BOOTSTRAP_SERVERS.into(), local::KAFKA_BROKERS.into())]),
+            env env::KAFKA_BROKERS => |c, v| c.kafka.insert(BOOTSTRAP_SERVERS.into(), v.to_owned()),
+            shown keys;
+        /// Secret librdkafka settings read from files, e.g.
+        /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
+        kafka_secret_files: BTreeMap<String, PathBuf> = BTreeMap::new();
+        /// How often to emit a heartbeat through the slot, so an idle outbox does not pin
+        /// WAL.
+        heartbeat_interval_ms: u64 = 10_000;
+        /// Most messages in flight to Kafka before the relay stops reading the slot.
+        max_in_flight: usize = 50_000;
+        /// How long SIGTERM waits for in-flight deliveries before exiting.
+        shutdown_grace_ms: u64 = 10_000;
+        /// Where `/metrics` listens; empty string to disable (`LEDGER_METRICS_LISTEN`).
+        metrics_listen: Option<SocketAddr> = local::RELAY_METRICS.parse().ok(),
+            env env::METRICS_LISTEN => |c, v| c.metrics_listen = listen(v)?;
+        /// Longest wait between reconnect attempts.
+        reconnect_backoff_max_ms: u64 = 30_000;
+        /// How often confirmed positions are reported to PostgreSQL.
+        status_interval_ms: u64 = 1_000;
+        /// `at_least_once` (the default) or `exactly_once` (`LEDGER_RELAY_DELIVERY`).
+        delivery: DeliveryMode = DeliveryMode::AtLeastOnce,
+            env env::RELAY_DELIVERY => |c, v| c.delivery = DeliveryMode::parse(v)
+                .ok_or("expected exactly_once or at_least_once")?;
+        /// Exactly once: a Kafka transaction closes at the first PostgreSQL transaction
+        /// boundary at which it holds this many messages. A PostgreSQL transaction is never
+        /// split, so one larger than this is committed whole.
+        transaction_max_messages: usize = 50_000;
+        /// Exactly once: the same bound in payload bytes.
+        transaction_max_bytes: usize = 32 * 1024 * 1024;
+        /// Exactly once: the longest a Kafka transaction stays open while the slot streams
+        /// without a pause (the relay commits at once whenever it has read all the server
+        /// sent).
+        transaction_max_ms: u64 = 250;
+        /// Exactly once: the compacted one-partition topic of the relay's position; default
+        /// `<topic_prefix>relay-position`.
+        position_topic: Option<String> = None;
+        /// PostgreSQL 17 and later: the slot is a failover slot, synchronized to the standbys
+        /// that run `sync_replication_slots`, so that it survives a promotion. The relay
+        /// creates the slot with `FAILOVER` (or turns it on for an existing slot), and
+        /// refuses to start unless the primary's `synchronized_standby_slots` names a
+        /// physical slot: without that gate the relay could publish what a promoted standby
+        /// never had (docs/operators.md, "Failover").
+        slot_failover: bool = false;
+        /// How often the relay checks what holds decoding back (the standby gate) and
+        /// whether the standbys of a multi-host URL have the slot ready to take over.
+        health_check_interval_ms: u64 = 5_000;
+        /// pgoutput's `binary` option: every column in its type's binary form, so the
+        /// outbox's `bytea` payload travels as its bytes, not as twice as many hex digits,
+        /// and a uuid as 16 bytes. `false` asks for text (docs/benchmarks.md has both
+        /// measured).
+        pgoutput_binary: bool = true;
+        /// At least once: when the relay has read all the server sent, it flushes the
+        /// producer (librdkafka's flush sends at once what lingers), so a quiet stream's last
+        /// messages do not wait out `linger.ms`; a busy stream never goes idle and keeps its
+        /// batches. Exactly once always commits, and so flushes, when idle.
+        flush_when_idle: bool = true;
+        /// Exactly once: `transaction.timeout.ms`, how long one Kafka transaction may take
+        /// before the broker aborts it. A PostgreSQL transaction is never split, so the
+        /// largest one must publish within it (a Kafka transaction that times out holding
+        /// one is refused, naming this setting). At most the broker's
+        /// `transaction.max.timeout.ms` (15 minutes).
+        transaction_timeout_ms: u64 = TRANSACTION_TIMEOUT.as_millis() as u64;
     }
 }
 
-impl std::fmt::Debug for RelayConfig {
-    // The database URL carries a password: never print it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RelayConfig")
-            .field("database_url", &"<redacted>")
-            .field("database_password_file", &self.database_password_file)
-            .field("slot", &self.slot)
-            .field("publication", &self.publication)
-            .field("topic_prefix", &self.topic_prefix)
-            .field("topics", &self.topics)
-            .field("value_formats", &self.value_formats)
-            .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
-            .field("kafka_secret_files", &self.kafka_secret_files)
-            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("shutdown_grace_ms", &self.shutdown_grace_ms)
-            .field("metrics_listen", &self.metrics_listen)
-            .field("delivery", &self.delivery)
-            .field("transaction_max_messages", &self.transaction_max_messages)
-            .field("transaction_max_bytes", &self.transaction_max_bytes)
-            .field("transaction_max_ms", &self.transaction_max_ms)
-            .field("position_topic", &self.position_topic)
-            .field("slot_failover", &self.slot_failover)
-            .field("health_check_interval_ms", &self.health_check_interval_ms)
-            .field("pgoutput_binary", &self.pgoutput_binary)
-            .field("flush_when_idle", &self.flush_when_idle)
-            .field("transaction_timeout_ms", &self.transaction_timeout_ms)
-            .finish()
+impl Settings for RelayConfig {
+    const ENV: &'static [EnvVar<Self>] = RELAY_ENV;
+
+    fn kafka_maps(&mut self) -> Option<KafkaMaps<'_>> {
+        Some((&mut self.kafka, &mut self.kafka_secret_files))
     }
 }
 
 impl RelayConfig {
-    /// Reads `path` (when given) over the defaults, then applies `LEDGER_DATABASE_URL`,
-    /// `LEDGER_RELAY_SLOT`, `LEDGER_KAFKA_BROKERS`, `LEDGER_TOPIC_PREFIX`,
-    /// `LEDGER_METRICS_LISTEN`, `LEDGER_RELAY_DELIVERY` and the Kafka security variables
-    /// ([`crate::infra::kafka::ENV_SETTINGS`]), and validates.
+    /// [`Settings::read`] (the file at `path`, then the environment: [`RELAY_ENV`] and the
+    /// Kafka security variables), then the secrets and the checks: what a tool that takes
+    /// the relay's config and no flag of it uses. `ledger relay` reads, applies its flags,
+    /// then resolves and validates.
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
-        let mut config: Self = read_file(path)?;
-        if let Some(url) = env("LEDGER_DATABASE_URL") {
-            config.database_url = url;
-        }
-        if let Some(path) = env("LEDGER_DATABASE_PASSWORD_FILE") {
-            config.database_password_file = Some(path.into());
-        }
-        if let Some(slot) = env("LEDGER_RELAY_SLOT") {
-            config.slot = slot;
-        }
-        if let Some(brokers) = env("LEDGER_KAFKA_BROKERS") {
-            config.kafka.insert("bootstrap.servers".into(), brokers);
-        }
-        if let Some(prefix) = env("LEDGER_TOPIC_PREFIX") {
-            config.topic_prefix = prefix;
-        }
-        if let Some(listen) = env("LEDGER_METRICS_LISTEN") {
-            config.metrics_listen = listen_address("LEDGER_METRICS_LISTEN", &listen)?;
-        }
-        if let Some(delivery) = env("LEDGER_RELAY_DELIVERY") {
-            config.delivery = DeliveryMode::parse(&delivery).ok_or_else(|| {
-                ConfigError::invalid(
-                    "LEDGER_RELAY_DELIVERY",
-                    &delivery,
-                    "expected exactly_once or at_least_once",
-                )
-            })?;
-        }
-        let mut kafka = KafkaSettings {
-            properties: std::mem::take(&mut config.kafka),
-            secret_files: std::mem::take(&mut config.kafka_secret_files),
-        };
-        kafka.apply_env();
-        config.kafka = kafka.properties;
-        config.kafka_secret_files = kafka.secret_files;
+        let mut config = Self::read(path)?;
         config.resolve_secrets()?;
         config.validate()?;
         Ok(config)
@@ -270,19 +201,20 @@ impl RelayConfig {
     /// Puts the password of `database_password_file` into `database_url`; again after the
     /// URL changed (idempotent).
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
-        self.database_url =
-            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
+        self.database_url = self
+            .database_url
+            .with_password_file(self.database_password_file.as_deref())?;
         Ok(())
     }
 
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_database_url(&self.database_url)?;
+        self.database_url.check()?;
         check_identifier("slot", "slot", &self.slot)?;
         check_identifier("publication", "publication", &self.publication)?;
         if self
             .kafka
-            .get("bootstrap.servers")
+            .get(BOOTSTRAP_SERVERS)
             .is_none_or(|servers| servers.is_empty())
         {
             return Err(ConfigError::invalid(

@@ -33,7 +33,7 @@
 
 use std::fmt;
 
-use crate::publish::format_lsn;
+use crate::lsn::format_lsn;
 
 /// A server's identity as `IDENTIFY_SYSTEM` gives it, and the database of the session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub fn parse_history(content: &str) -> Option<Vec<TimelineSwitch>> {
         }
         let mut fields = line.split_whitespace();
         let timeline = fields.next()?.parse().ok()?;
-        let switch_point = crate::position::parse_lsn(fields.next()?)?;
+        let switch_point = crate::lsn::parse_lsn(fields.next()?)?;
         switches.push(TimelineSwitch {
             timeline,
             switch_point,

@@ -9,7 +9,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
 use tokio_postgres::Client;
 
-use crate::publish::{OutgoingMessage, format_lsn};
+use crate::lsn::format_lsn;
+use crate::publish::OutgoingMessage;
 
 /// A parked message, as operators see it.
 #[derive(Debug, Clone, Serialize)]

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RelayConfig;
 use crate::history::{Identity, Stored};
-use crate::publish::format_lsn;
+use crate::lsn::{format_lsn, parse_lsn};
 
 /// The position record's value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,14 +137,6 @@ impl Position {
             end_lsn: self.end_lsn(),
         })
     }
-}
-
-/// Parses PostgreSQL's text form of an LSN (`X/Y`).
-pub fn parse_lsn(text: &str) -> Option<u64> {
-    let (high, low) = text.split_once('/')?;
-    let high = u64::from_str_radix(high, 16).ok()?;
-    let low = u64::from_str_radix(low, 16).ok()?;
-    (high <= u64::from(u32::MAX) && low <= u64::from(u32::MAX)).then_some((high << 32) | low)
 }
 
 /// Why the position could not be read.

@@ -6,6 +6,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureProducer;
 
 use crate::config::RelayConfig;
+use crate::lsn::format_lsn;
 use crate::outbox::OutboxRow;
 use crate::value_format::RenderError;
 
@@ -184,11 +185,6 @@ pub fn kafka_headers(headers: &[(&str, String)]) -> OwnedHeaders {
             })
         },
     )
-}
-
-/// PostgreSQL's text form of an LSN.
-pub fn format_lsn(lsn: u64) -> String {
-    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
 }
 
 fn format_micros(micros: i64) -> String {

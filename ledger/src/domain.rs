@@ -70,6 +70,12 @@ impl Jurisdiction {
     }
 }
 
+impl std::fmt::Display for Jurisdiction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
 impl std::str::FromStr for Jurisdiction {
     type Err = ValidationError;
 

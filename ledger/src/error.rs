@@ -104,7 +104,8 @@ impl CommandError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disclosed {
     /// Stable, machine-readable: `invalid_field`, `not_found`, `conflict`,
-    /// `backdated_effective_at`, `unavailable` or `internal`.
+    /// `backdated_effective_at`, `unavailable` or `internal`; a replay's error has a few
+    /// codes of its own (`crate::replay::run::RunError::disclosed`, docs/security.md).
     pub code: &'static str,
     /// For a person; never the database's text.
     pub message: String,

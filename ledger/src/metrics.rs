@@ -1,6 +1,7 @@
 //! The ledger's Prometheus metrics, each declared here once (name, help, type) and rendered
 //! from that declaration: the reassignment worker's, served by `ledger worker` on
-//! `/metrics` with those of the replays it runs beside them.
+//! `/metrics` with those of the replays it runs beside them; `ledger reconcile --every`'s;
+//! and `ledger serve`'s gauges of the slot, the outbox and the digests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -21,6 +22,11 @@ pub const PAGE_DURATION: Metric = Metric::histogram(
 pub const RUNS_ACTIVE: Metric = Metric::gauge(
     "ra_reassignment_runs_active",
     "Reassignment runs in progress.",
+);
+/// The longest a run in progress has gone without processing a page (from the database).
+pub const RUN_IDLE: Metric = Metric::gauge(
+    "ra_reassignment_run_idle_seconds",
+    "Longest a reassignment run in progress has gone without processing a page; 0 when none runs.",
 );
 /// Runs whose chain this worker ended.
 pub const RUNS_COMPLETED: Metric = Metric::counter(
@@ -80,6 +86,8 @@ pub struct WorkerMetrics {
     pub(crate) pages: AtomicU64,
     pub(crate) page_duration: Histogram,
     pub(crate) runs_active: AtomicI64,
+    /// [`RUN_IDLE`], in milliseconds.
+    pub(crate) run_idle_millis: AtomicI64,
     pub(crate) runs_completed: AtomicU64,
     pub(crate) replaced: AtomicU64,
     pub(crate) skipped: AtomicU64,
@@ -116,6 +124,8 @@ impl WorkerMetrics {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         PAGES_PROCESSED.render(&mut out, load(&self.pages));
         RUNS_ACTIVE.render(&mut out, self.runs_active.load(Ordering::Relaxed));
+        let idle = self.run_idle_millis.load(Ordering::Relaxed) as f64 / 1000.0;
+        RUN_IDLE.render(&mut out, format!("{idle:.3}"));
         RUNS_COMPLETED.render(&mut out, load(&self.runs_completed));
         ROWS_REPLACED.render(&mut out, load(&self.replaced));
         ROWS_SKIPPED.render(&mut out, load(&self.skipped));
@@ -147,6 +157,11 @@ pub const REPLAYS_RESUMED: Metric = Metric::counter(
     "ra_replay_resumed_total",
     "Runner starts that resumed a started replay from its checkpoint.",
 );
+/// Runs this process stopped because an operator cancelled their replay.
+pub const REPLAYS_CANCELLED: Metric = Metric::counter(
+    "ra_replay_cancelled_total",
+    "Replay runs stopped because an operator cancelled the replay.",
+);
 /// Runs that ended in an error (retried from the checkpoint).
 pub const REPLAY_FAILURES: Metric = Metric::counter(
     "ra_replay_failures_total",
@@ -167,6 +182,7 @@ pub struct ReplayMetrics {
     pub(crate) published: AtomicU64,
     pub(crate) completed: AtomicU64,
     pub(crate) resumed: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
     pub(crate) failures: AtomicU64,
     pub(crate) active: AtomicI64,
     pub(crate) batch_duration: Histogram,
@@ -179,6 +195,7 @@ impl ReplayMetrics {
         REPLAY_PUBLISHED.render(out, load(&self.published));
         REPLAYS_COMPLETED.render(out, load(&self.completed));
         REPLAYS_RESUMED.render(out, load(&self.resumed));
+        REPLAYS_CANCELLED.render(out, load(&self.cancelled));
         REPLAY_FAILURES.render(out, load(&self.failures));
         REPLAYS_ACTIVE.render(out, self.active.load(Ordering::Relaxed));
         self.batch_duration.render(out, &REPLAY_BATCH_DURATION);
@@ -271,15 +288,121 @@ impl ReconcileMetrics {
     }
 }
 
+/// `ledger serve`: at most how long the oldest outbox commit not yet published has waited.
+pub const OLDEST_UNPUBLISHED_COMMIT_AGE: Metric = Metric::gauge(
+    "ra_outbox_oldest_unpublished_commit_age_seconds",
+    "At most how long the oldest outbox commit not yet published has waited (from the slot and the retention marks); 0 when everything committed is published.",
+);
+/// `ledger serve`: WAL the relay's slot keeps from being recycled.
+pub const SLOT_RETAINED_WAL: Metric = Metric::gauge(
+    "ra_slot_retained_wal_bytes",
+    "WAL bytes the relay's slot keeps from being recycled (from its restart_lsn).",
+);
+/// `ledger serve`: WAL the relay's slot has not confirmed.
+pub const SLOT_LAG: Metric = Metric::gauge(
+    "ra_slot_lag_bytes",
+    "WAL bytes between the server's end and the relay slot's confirmed position.",
+);
+/// `ledger serve`: whether the relay's slot exists.
+pub const SLOT_PRESENT: Metric = Metric::gauge(
+    "ra_slot_present",
+    "1 when the relay's replication slot exists.",
+);
+/// `ledger serve`: whether a process streams from the relay's slot.
+pub const SLOT_ACTIVE: Metric = Metric::gauge(
+    "ra_slot_active",
+    "1 while a process streams from the relay's replication slot.",
+);
+/// `ledger serve`: parked messages not republished yet.
+pub const PARKED_WAITING: Metric = Metric::gauge(
+    "ra_outbox_parked_waiting",
+    "Parked messages (outbox_parked) not republished yet.",
+);
+/// `ledger serve` with digests on: at most how long changes have waited for a digest.
+pub const DIGEST_UNSEALED_AGE: Metric = Metric::gauge(
+    "ra_digest_unsealed_seconds",
+    "At most how long appended events have waited for a signed digest; 0 when the newest digest holds every change.",
+);
+/// `ledger serve`: when the gauges were last read from the database.
+pub const GAUGES_READ: Metric = Metric::gauge(
+    "ra_serve_gauges_read_timestamp_seconds",
+    "Unix time at which ledger serve last read its gauges from the database.",
+);
+
+/// `ledger serve`'s gauges, set by [`crate::gauges`] every round; the ages are rendered
+/// from instants, so they go on growing between rounds.
+#[derive(Debug, Default)]
+pub struct ServiceMetrics {
+    /// The rounds' findings; `None` before the first.
+    last: std::sync::Mutex<Option<ServiceGauges>>,
+}
+
+/// What one round of [`crate::gauges`] read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceGauges {
+    /// When it read them (Unix seconds).
+    pub read_at: i64,
+    /// The slot, when it exists.
+    pub slot: Option<crate::lag::SlotProgress>,
+    /// Parked messages waiting.
+    pub parked_waiting: i64,
+    /// With digests on: since when changes wait for a digest (`None`: none wait).
+    pub unsealed_since: Option<Option<chrono::DateTime<chrono::Utc>>>,
+}
+
+impl ServiceMetrics {
+    /// A round read `gauges`.
+    pub fn read(&self, gauges: ServiceGauges) {
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some(gauges);
+    }
+
+    /// The Prometheus text format; nothing before the first round.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone();
+        let Some(gauges) = last else {
+            return out;
+        };
+        let now = chrono::Utc::now();
+        SLOT_PRESENT.render(&mut out, u8::from(gauges.slot.is_some()));
+        if let Some(slot) = &gauges.slot {
+            SLOT_ACTIVE.render(&mut out, u8::from(slot.streaming));
+            if let Some(bytes) = slot.lag_bytes {
+                SLOT_LAG.render(&mut out, bytes);
+            }
+            if let Some(bytes) = slot.retained_bytes {
+                SLOT_RETAINED_WAL.render(&mut out, bytes);
+            }
+            OLDEST_UNPUBLISHED_COMMIT_AGE
+                .render(&mut out, format!("{:.3}", slot.waited_seconds(now)));
+        }
+        PARKED_WAITING.render(&mut out, gauges.parked_waiting);
+        if let Some(since) = gauges.unsealed_since {
+            let age = since.map_or(0.0, |since| (now - since).as_seconds_f64().max(0.0));
+            DIGEST_UNSEALED_AGE.render(&mut out, format!("{age:.3}"));
+        }
+        GAUGES_READ.render(&mut out, gauges.read_at);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 19] = [
+    const ALL: [Metric; 21] = [
         PAGES_PROCESSED,
         PAGE_DURATION,
         RUNS_ACTIVE,
+        RUN_IDLE,
         RUNS_COMPLETED,
         ROWS_REPLACED,
         ROWS_SKIPPED,
@@ -293,6 +416,7 @@ mod tests {
         REPLAY_PUBLISHED,
         REPLAYS_COMPLETED,
         REPLAYS_RESUMED,
+        REPLAYS_CANCELLED,
         REPLAY_FAILURES,
         REPLAYS_ACTIVE,
         REPLAY_BATCH_DURATION,
@@ -316,5 +440,65 @@ mod tests {
         assert!(text.contains("ra_reassignment_pages_processed_total 3\n"));
         assert!(text.contains("ra_reassignment_stale_requests_total 2\n"));
         assert!(text.contains("ra_reassignment_page_duration_seconds_bucket{le=\"0.025\"} 1\n"));
+    }
+
+    /// `ledger serve`'s gauges: nothing before the first round; then each once under its
+    /// help and type, the digest's only with digests on, and the ages from their instants.
+    #[test]
+    fn the_service_gauges_render_once_each_after_the_first_round() {
+        let metrics = ServiceMetrics::default();
+        assert_eq!(metrics.render(), "", "nothing read yet");
+        let now = chrono::Utc::now();
+        let slot = crate::lag::SlotProgress {
+            streaming: true,
+            lag_bytes: Some(100),
+            retained_bytes: Some(4_096),
+            published_before: Some(now - chrono::Duration::seconds(600)),
+            first_uncovered_row: Some(now - chrono::Duration::seconds(90)),
+        };
+        let gauges = ServiceGauges {
+            read_at: now.timestamp(),
+            slot: Some(slot),
+            parked_waiting: 2,
+            unsealed_since: Some(Some(now - chrono::Duration::seconds(30))),
+        };
+        metrics.read(gauges.clone());
+        let text = metrics.render();
+        let all = [
+            SLOT_PRESENT,
+            SLOT_ACTIVE,
+            SLOT_LAG,
+            SLOT_RETAINED_WAL,
+            OLDEST_UNPUBLISHED_COMMIT_AGE,
+            PARKED_WAITING,
+            DIGEST_UNSEALED_AGE,
+            GAUGES_READ,
+        ];
+        for metric in all {
+            let (name, help, kind) = (metric.name, metric.help, metric.kind.as_str());
+            let head = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+            assert_eq!(text.matches(&head).count(), 1, "{name} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ").count(), all.len(), "{text}");
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+        };
+        assert!((90.0..100.0).contains(&value("ra_outbox_oldest_unpublished_commit_age_seconds")));
+        assert!((30.0..40.0).contains(&value("ra_digest_unsealed_seconds")));
+        assert_eq!(value("ra_slot_retained_wal_bytes"), 4_096.0);
+        assert_eq!(value("ra_outbox_parked_waiting"), 2.0);
+        // Digests off: no digest gauge; no slot: only that it is missing.
+        metrics.read(ServiceGauges {
+            slot: None,
+            unsealed_since: None,
+            ..gauges
+        });
+        let text = metrics.render();
+        assert!(text.contains("ra_slot_present 0\n"), "{text}");
+        assert!(!text.contains("ra_digest_unsealed_seconds"), "{text}");
+        assert!(!text.contains("ra_slot_retained_wal_bytes"), "{text}");
     }
 }

@@ -4,6 +4,7 @@
 //! records what ran in `refinery_schema_history`), and a PostgreSQL advisory lock makes
 //! concurrent starters take turns, so two processes never apply the same migration.
 
+use ra_ledger_cdc::infra::settings::env;
 use tokio_postgres::Client;
 
 refinery::embed_migrations!("../migrations");
@@ -44,7 +45,7 @@ pub enum MigrateError {
 pub async fn prepare(database_url: &str) -> Result<MigrationReport, MigrateError> {
     let mut client = crate::db::connect(database_url, "ledger-migrate").await?;
     let report = run(&mut client).await?;
-    let slot = std::env::var("LEDGER_RELAY_SLOT").unwrap_or_else(|_| DEFAULT_RELAY_SLOT.to_owned());
+    let slot = env::read(env::RELAY_SLOT).unwrap_or_else(|| DEFAULT_RELAY_SLOT.to_owned());
     match ensure_relay_slot(&client, &slot).await {
         Ok(true) => tracing::info!(%slot,
             "created the relay's replication slot; the outbox is captured from now on"),
@@ -166,7 +167,7 @@ pub async fn pending(client: &Client) -> Result<Vec<String>, tokio_postgres::Err
 }
 
 async fn ensure_slot_or_warn(database_url: &str) {
-    let slot = std::env::var("LEDGER_RELAY_SLOT").unwrap_or_else(|_| DEFAULT_RELAY_SLOT.to_owned());
+    let slot = env::read(env::RELAY_SLOT).unwrap_or_else(|| DEFAULT_RELAY_SLOT.to_owned());
     let Ok(client) = crate::db::connect(database_url, "ledger-migrate").await else {
         return;
     };
@@ -202,9 +203,10 @@ pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_pos
              REVOKE CREATE ON SCHEMA public FROM {role}; \
              GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}; \
              GRANT INSERT ON events, outbox, contacts, assignments, reassignment_runs, \
-                   reassignment_pages, reassignment_failures, outbox_retention_marks, replays TO {role}; \
+                   reassignment_pages, reassignment_failures, outbox_retention_marks, replays, \
+                   lag_samples TO {role}; \
              GRANT UPDATE ON contacts, assignments, reassignment_runs, replays TO {role}; \
-             GRANT DELETE ON outbox, outbox_retention_marks TO {role}; \
+             GRANT DELETE ON outbox, outbox_retention_marks, lag_samples TO {role}; \
              GRANT INSERT ON digests, digest_leaf_changes TO {role}; \
              GRANT INSERT, UPDATE ON digest_leaves TO {role}; \
              GRANT INSERT, DELETE ON digest_dirty TO {role}; \

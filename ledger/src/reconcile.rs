@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::config::RelayConfig;
-use ra_ledger_cdc::position::parse_lsn;
+use ra_ledger_cdc::lsn::parse_lsn;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers as _;
@@ -286,6 +286,10 @@ struct Last {
     version: Option<i64>,
 }
 
+/// Where each partition is read from, and the end (its last stable offset) it is read to;
+/// a partition with nothing in the range has no end.
+type Range = (TopicPartitionList, HashMap<(String, i32), i64>);
+
 /// Reads every partition of `topics` from `since` (or the beginning) to its end, with
 /// `read_committed`. Blocking.
 fn read_topics(
@@ -300,6 +304,59 @@ fn read_topics(
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         .create()?;
+    let (start, mut ends) = range(&consumer, topics, since)?;
+    let mut counter = Counter {
+        expected,
+        kafka: Kafka::default(),
+        last: HashMap::new(),
+        extra: HashMap::new(),
+    };
+    if ends.is_empty() {
+        return Ok(counter.kafka);
+    }
+    consumer.assign(&start)?;
+    let mut idle_since = Instant::now();
+    while !ends.is_empty() {
+        let message = match consumer.poll(Duration::from_millis(500)) {
+            None => {
+                if idle_since.elapsed() > Duration::from_secs(60) {
+                    return Err(KafkaError::Canceled.into());
+                }
+                continue;
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                // It names the partition, not the topic; and a transaction's commit marker
+                // takes an offset no record shows. So ask where each partition stands.
+                drop_finished(&consumer.position()?, &mut ends);
+                continue;
+            }
+            Some(Err(error)) => return Err(error.into()),
+            Some(Ok(message)) => message,
+        };
+        idle_since = Instant::now();
+        let key = (message.topic().to_owned(), message.partition());
+        if ends
+            .get(&key)
+            .is_some_and(|end| message.offset() + 1 >= *end)
+        {
+            ends.remove(&key);
+        }
+        counter.record(&message);
+    }
+    let Counter {
+        mut kafka, extra, ..
+    } = counter;
+    kafka.unexpected.extend(extra.keys());
+    Ok(kafka)
+}
+
+/// The range of every partition of `topics`: from `since` (`offsets_for_times`) or the
+/// beginning, to the last stable offset now.
+fn range(
+    consumer: &BaseConsumer,
+    topics: &[String],
+    since: Option<DateTime<Utc>>,
+) -> Result<Range, ReconcileError> {
     let timeout = Duration::from_secs(30);
     let mut start = TopicPartitionList::new();
     let mut ends: HashMap<(String, i32), i64> = HashMap::new();
@@ -331,57 +388,46 @@ fn read_topics(
     }
     // A partition whose start is at or past its end (nothing since then) is done.
     for element in start.elements() {
+        let key = (element.topic().to_owned(), element.partition());
+        match element.offset() {
+            Offset::Offset(offset) if ends.get(&key).is_some_and(|end| offset >= *end) => {
+                ends.remove(&key);
+            }
+            Offset::End => {
+                ends.remove(&key);
+            }
+            _ => {}
+        }
+    }
+    Ok((start, ends))
+}
+
+/// Forgets the partitions `positions` says were read to their end.
+fn drop_finished(positions: &TopicPartitionList, ends: &mut HashMap<(String, i32), i64>) {
+    for element in positions.elements() {
         if let Offset::Offset(offset) = element.offset() {
             let key = (element.topic().to_owned(), element.partition());
             if ends.get(&key).is_some_and(|end| offset >= *end) {
                 ends.remove(&key);
             }
-        } else if matches!(element.offset(), Offset::End) {
-            ends.remove(&(element.topic().to_owned(), element.partition()));
         }
     }
-    let mut kafka = Kafka::default();
-    if ends.is_empty() {
-        return Ok(kafka);
-    }
-    consumer.assign(&start)?;
-    let mut last: HashMap<(i32, Vec<u8>), Last> = HashMap::new();
-    let mut extra: HashMap<u128, u32> = HashMap::new();
-    let mut idle_since = Instant::now();
-    while !ends.is_empty() {
-        let message = match consumer.poll(Duration::from_millis(500)) {
-            None => {
-                if idle_since.elapsed() > Duration::from_secs(60) {
-                    return Err(KafkaError::Canceled.into());
-                }
-                continue;
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => {
-                // It names the partition, not the topic; and a transaction's commit marker
-                // takes an offset no record shows. So ask where each partition stands.
-                let positions = consumer.position()?;
-                for element in positions.elements() {
-                    if let Offset::Offset(offset) = element.offset() {
-                        let key = (element.topic().to_owned(), element.partition());
-                        if ends.get(&key).is_some_and(|end| offset >= *end) {
-                            ends.remove(&key);
-                        }
-                    }
-                }
-                continue;
-            }
-            Some(Err(error)) => return Err(error.into()),
-            Some(Ok(message)) => message,
-        };
-        idle_since = Instant::now();
-        let key = (message.topic().to_owned(), message.partition());
-        if ends
-            .get(&key)
-            .is_some_and(|end| message.offset() + 1 >= *end)
-        {
-            ends.remove(&key);
-        }
-        kafka.records += 1;
+}
+
+/// Counts records as they are read.
+struct Counter<'a> {
+    /// The ledger's events, with the copies seen so far.
+    expected: &'a mut HashMap<u128, u32>,
+    kafka: Kafka,
+    /// Per partition and topic-and-key, the last first copy.
+    last: HashMap<(i32, Vec<u8>), Last>,
+    /// Copies seen of ids the ledger's range does not have.
+    extra: HashMap<u128, u32>,
+}
+
+impl Counter<'_> {
+    fn record(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) {
+        self.kafka.records += 1;
         let headers = message.headers();
         let header = |name: &str| -> Option<String> {
             headers.and_then(|headers| {
@@ -393,19 +439,20 @@ fn read_topics(
             })
         };
         let Some(id) = header("id").and_then(|id| uuid::Uuid::parse_str(&id).ok()) else {
-            kafka.unexpected.push(0);
-            continue;
+            // A record without an event id is no event of the ledger's.
+            self.kafka.unexpected.push(0);
+            return;
         };
         let id = id.as_u128();
-        let copies = match expected.get_mut(&id) {
+        let copies = match self.expected.get_mut(&id) {
             Some(copies) => copies,
-            None => extra.entry(id).or_insert(0),
+            None => self.extra.entry(id).or_insert(0),
         };
         *copies += 1;
-        kafka.max_copies = kafka.max_copies.max(*copies);
+        self.kafka.max_copies = self.kafka.max_copies.max(*copies);
         if *copies > 1 {
-            kafka.duplicates += 1;
-            continue;
+            self.kafka.duplicates += 1;
+            return;
         }
         // A first copy: in order after the previous first copy of its key?
         let lsn = header("commit_lsn")
@@ -415,23 +462,22 @@ fn read_topics(
             .payload()
             .and_then(|payload| ra_ledger_cdc::consumer::decode(payload).ok())
             .map(|envelope| envelope.stream_version);
-        let entry = last
-            .entry((message.partition(), {
-                let mut topic_key = message.topic().as_bytes().to_vec();
-                topic_key.push(0);
-                topic_key.extend_from_slice(message.key().unwrap_or_default());
-                topic_key
-            }))
+        let mut topic_key = message.topic().as_bytes().to_vec();
+        topic_key.push(0);
+        topic_key.extend_from_slice(message.key().unwrap_or_default());
+        let entry = self
+            .last
+            .entry((message.partition(), topic_key))
             .or_default();
         if let (Some(previous), Some(now)) = (entry.lsn, lsn)
             && previous >= now
         {
-            kafka.lsn_inversions += 1;
+            self.kafka.lsn_inversions += 1;
         }
         if let (Some(previous), Some(now)) = (entry.version, version)
             && previous >= now
         {
-            kafka.version_inversions += 1;
+            self.kafka.version_inversions += 1;
         }
         if lsn.is_some() {
             entry.lsn = lsn;
@@ -440,8 +486,6 @@ fn read_topics(
             entry.version = version;
         }
     }
-    kafka.unexpected.extend(extra.keys());
-    Ok(kafka)
 }
 
 /// Which of `ids` are parked.

@@ -18,8 +18,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
 /// Most rows one delete statement removes: short transactions, short locks.
@@ -50,7 +49,7 @@ pub struct Status {
     /// The outbox's size on disk, indexes and TOAST included, in bytes.
     pub bytes: i64,
     /// Marks kept: those the slot has not confirmed yet, and the newest one it has (kept so
-    /// the console can tell how old the published point is).
+    /// the console can tell which rows are published, [`crate::lag`]).
     pub marks: i64,
     /// The oldest of them.
     pub oldest_mark: Option<String>,
@@ -120,33 +119,6 @@ pub async fn status(pool: &Pool) -> Result<Status, RetentionError> {
         oldest_mark: row.get(3),
         parked: row.get(4),
     })
-}
-
-/// How far the relay's slot has come, as the console shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotProgress {
-    /// Whether a relay streams from the slot now.
-    pub streaming: bool,
-    /// Bytes of WAL the slot has not confirmed; `None` when it has confirmed nothing.
-    pub lag_bytes: Option<i64>,
-    /// The newest retention mark the slot confirmed: everything committed before it is
-    /// published. `None` until the slot passed a mark; [`prune`] keeps the newest one it did.
-    pub published_before: Option<DateTime<Utc>>,
-}
-
-/// The progress of the slot `slot`, or `None` when there is no such slot.
-pub async fn slot_progress(
-    client: &impl GenericClient,
-    slot: &str,
-) -> Result<Option<SlotProgress>, tokio_postgres::Error> {
-    Ok(client
-        .query_opt(include_str!("sql/retention/slot_progress.sql"), &[&slot])
-        .await?
-        .map(|row| SlotProgress {
-            streaming: row.get(0),
-            lag_bytes: row.get(1),
-            published_before: row.get(2),
-        }))
 }
 
 /// Prunes every `interval` until `shutdown`; a failed round is logged and retried at the

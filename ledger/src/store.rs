@@ -157,6 +157,9 @@ impl Heads {
 /// returns is later than the commit of every event it shows, so `recorded_at` never goes
 /// backwards along a stream and "as known at" answers never see a later event before an
 /// earlier one.
+///
+/// The transaction gets its id before the time is read, so a digest that waits for the
+/// transactions older than its time waits for this one (`digest/build.rs`).
 pub async fn read_heads(
     client: &impl GenericClient,
     streams: &[String],
@@ -167,7 +170,13 @@ pub async fn read_heads(
     };
     // One row per stream asked for: the clock is read even for streams with no event yet.
     let Some(now) = rows.iter().map(|row| row.get::<_, DateTime<Utc>>(4)).max() else {
-        let now = cached::query_one(client, "SELECT clock_timestamp()", &[]).await?;
+        // As in the statements above: the transaction's id first, then the clock.
+        let now = cached::query_one(
+            client,
+            "WITH writer AS MATERIALIZED (SELECT pg_current_xact_id()) SELECT clock_timestamp() FROM writer",
+            &[],
+        )
+        .await?;
         return Ok(Heads::fresh(now.get(0)));
     };
     let streams = rows

@@ -87,7 +87,7 @@ impl TraceParent {
 
     /// The trace id, 32 lowercase hex digits.
     pub fn trace_id(&self) -> String {
-        crate::digest::hex(&self.trace_id)
+        crate::hex::hex(&self.trace_id)
     }
 
     /// The child of `incoming` (a header value), or a new trace when there is none or it is
@@ -113,8 +113,8 @@ impl fmt::Display for TraceParent {
         write!(
             f,
             "00-{}-{}-{:02x}",
-            crate::digest::hex(&self.trace_id),
-            crate::digest::hex(&self.span_id),
+            crate::hex::hex(&self.trace_id),
+            crate::hex::hex(&self.span_id),
             self.flags
         )
     }

@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
+use ra_ledger::api::{AppState, ConsoleState, CursorKey, Role, Tokens, token_entry};
 use ra_ledger::commands::Ledger;
 use ra_ledger::service::{self, ConnectionStats, Limits};
 use serde_json::{Value, json};
@@ -39,6 +39,14 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// The body, after checking the status is `status`; a reply with another status fails
+    /// the test at the caller's line, showing the body.
+    #[track_caller]
+    pub fn expect(&self, status: StatusCode) -> &Value {
+        assert_eq!(self.status, status, "{:?}", self.body);
+        &self.body
+    }
+
     /// The `error.code` of an error body.
     pub fn error_code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or_default()
@@ -53,6 +61,11 @@ impl Reply {
 impl TestApi {
     /// The API over `database`.
     pub fn new(database: &TestDatabase) -> anyhow::Result<Self> {
+        Self::with_relay_slot(database, "ra_ledger_relay")
+    }
+
+    /// The API over `database`, its console reading the relay's slot `slot`.
+    pub fn with_relay_slot(database: &TestDatabase, slot: &str) -> anyhow::Result<Self> {
         let pool = ra_ledger::db::command_pool(
             &database.url,
             "ledger-api-test",
@@ -70,15 +83,17 @@ impl TestApi {
             ledger: ledger.clone(),
             tokens,
             cursor_key: CursorKey::new(b"test cursor key"),
-            session_keys: ra_ledger::session_key::SessionKeys::random(),
             digest_public_key: None,
             digest_tree: Default::default(),
-            secure_cookies: false,
-            relay_slot: "ra_ledger_relay".into(),
+            console: ConsoleState {
+                session_keys: ra_ledger::session_key::SessionKeys::random(),
+                secure_cookies: false,
+                relay_slot: slot.into(),
+            },
         };
         let router = service::app(state, pool);
         Ok(Self {
-            router: ra_ledger::api::service(router.clone()),
+            router: ra_ledger::api::layered(router.clone()),
             served: router,
             ledger,
         })

@@ -46,10 +46,71 @@ impl TestDatabase {
         connect(&self.url).await
     }
 
+    /// The rows in the ledger's tables that a write changes: what a refused command or a
+    /// bad request must leave as it was.
+    pub async fn counts(&self) -> anyhow::Result<Counts> {
+        let row = self
+            .connect()
+            .await?
+            .query_one(
+                "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM outbox), \
+                        (SELECT count(*) FROM contacts), (SELECT count(*) FROM assignments), \
+                        (SELECT count(*) FROM reassignment_runs)",
+                &[],
+            )
+            .await?;
+        Ok(Counts {
+            events: row.get(0),
+            outbox: row.get(1),
+            contacts: row.get(2),
+            assignments: row.get(3),
+            reassignment_runs: row.get(4),
+        })
+    }
+
     /// The parts pgwire-replication needs to open a replication connection.
     pub fn replication_target(&self) -> anyhow::Result<ReplicationTarget> {
         let config = ra_ledger_cdc::infra::pg::config(&self.url, "test-replication")?;
         Ok(ReplicationTarget::of(&config))
+    }
+}
+
+/// Rows in the ledger's tables ([`TestDatabase::counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Events.
+    pub events: i64,
+    /// Outbox rows.
+    pub outbox: i64,
+    /// Contacts.
+    pub contacts: i64,
+    /// Assignments.
+    pub assignments: i64,
+    /// Reassignment runs.
+    pub reassignment_runs: i64,
+}
+
+impl Counts {
+    /// Events, outbox rows, contacts and assignments, in that order.
+    pub fn ledger(self) -> [i64; 4] {
+        [self.events, self.outbox, self.contacts, self.assignments]
+    }
+}
+
+impl std::ops::Index<usize> for Counts {
+    type Output = i64;
+
+    /// The counts in the order of [`Counts`]'s fields: events 0, outbox rows 1, contacts 2,
+    /// assignments 3, reassignment runs 4.
+    fn index(&self, table: usize) -> &i64 {
+        match table {
+            0 => &self.events,
+            1 => &self.outbox,
+            2 => &self.contacts,
+            3 => &self.assignments,
+            4 => &self.reassignment_runs,
+            _ => panic!("no table {table} in the counts"),
+        }
     }
 }
 

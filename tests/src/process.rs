@@ -1,7 +1,7 @@
 //! Server processes of the test run, and what starting them needs: a free port, and a
 //! keeper thread that spawns every server so that none outlives the test process.
 //!
-//! [`crate::stack`] (PostgreSQL) and [`crate::broker`] (Kafka) both start their servers
+//! [`crate::stack`](mod@crate::stack) (PostgreSQL) and [`crate::broker`] (Kafka) both start their servers
 //! through here; this module uses neither.
 
 use std::collections::HashMap;

@@ -40,7 +40,7 @@ pub async fn test_config(
         )
         .await?;
     Ok(RelayConfig {
-        database_url: database.url.clone(),
+        database_url: database.url.as_str().into(),
         slot,
         topic_prefix: format!("{}.outbox.event.", topics.prefix),
         kafka: topics

@@ -12,8 +12,8 @@ use crate::{Background, TestDatabase, TestTopics};
 /// A worker configuration for one test: its topics, its own consumer group, quick retries.
 pub fn test_config(database: &TestDatabase, topics: &TestTopics) -> WorkerConfig {
     WorkerConfig {
-        database_url: database.url.clone(),
-        brokers: topics.brokers.clone(),
+        database_url: database.url.as_str().into(),
+        brokers: topics.brokers.as_str().into(),
         topic: format!("{}.outbox.event.reassignment", topics.prefix),
         group_id: format!("worker-{}", topics.prefix),
         retry_backoff_max_ms: 200,

@@ -21,10 +21,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use ra_ledger_cdc::consumer::example::{self, ExampleArgs};
+use ra_ledger_cdc::infra::settings::{DatabaseUrl, env};
 use tokio_util::sync::CancellationToken;
 
 fn args() -> anyhow::Result<ExampleArgs> {
-    let mut args = ExampleArgs::new(&std::env::var("CONSUMER_DATABASE_URL").unwrap_or_default());
+    let mut args = ExampleArgs::new(&env::read(env::CONSUMER_DATABASE_URL).unwrap_or_default());
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
         let mut value = |name: &str| iter.next().with_context(|| format!("{name} needs a value"));
@@ -48,12 +49,11 @@ fn args() -> anyhow::Result<ExampleArgs> {
         "--database-url (or CONSUMER_DATABASE_URL) is required"
     );
     // The password from a file rather than the URL, as every process of the project.
-    let password_file =
-        std::env::var_os("CONSUMER_DATABASE_PASSWORD_FILE").map(std::path::PathBuf::from);
-    args.database_url = ra_ledger_cdc::infra::settings::with_password_file(
-        &args.database_url,
-        password_file.as_deref(),
-    )?;
+    let password_file = env::read_path(env::CONSUMER_DATABASE_PASSWORD_FILE);
+    args.database_url = DatabaseUrl::from(args.database_url)
+        .with_password_file(password_file.as_deref())?
+        .expose()
+        .to_owned();
     Ok(args)
 }
 

@@ -12,26 +12,108 @@ use std::path::PathBuf;
 
 use rdkafka::ClientConfig;
 
-use super::settings::{ConfigError, env};
+use super::settings::ConfigError;
+use super::settings::env;
 
 /// Environment variables that set a librdkafka property, for every Kafka client.
 pub const ENV_SETTINGS: [(&str, &str); 6] = [
-    ("LEDGER_KAFKA_SECURITY_PROTOCOL", "security.protocol"),
-    ("LEDGER_KAFKA_SASL_MECHANISM", "sasl.mechanism"),
-    ("LEDGER_KAFKA_SASL_USERNAME", "sasl.username"),
-    ("LEDGER_KAFKA_SSL_CA_LOCATION", "ssl.ca.location"),
+    (env::KAFKA_SECURITY_PROTOCOL, "security.protocol"),
+    (env::KAFKA_SASL_MECHANISM, "sasl.mechanism"),
+    (env::KAFKA_SASL_USERNAME, "sasl.username"),
+    (env::KAFKA_SSL_CA_LOCATION, "ssl.ca.location"),
     (
-        "LEDGER_KAFKA_SSL_CERTIFICATE_LOCATION",
+        env::KAFKA_SSL_CERTIFICATE_LOCATION,
         "ssl.certificate.location",
     ),
-    ("LEDGER_KAFKA_SSL_KEY_LOCATION", "ssl.key.location"),
+    (env::KAFKA_SSL_KEY_LOCATION, "ssl.key.location"),
 ];
 
 /// Environment variables that name a file holding a secret librdkafka property.
 pub const ENV_SECRET_FILES: [(&str, &str); 2] = [
-    ("LEDGER_KAFKA_SASL_PASSWORD_FILE", "sasl.password"),
-    ("LEDGER_KAFKA_SSL_KEY_PASSWORD_FILE", "ssl.key.password"),
+    (env::KAFKA_SASL_PASSWORD_FILE, "sasl.password"),
+    (env::KAFKA_SSL_KEY_PASSWORD_FILE, "ssl.key.password"),
 ];
+
+/// Applies the `LEDGER_KAFKA_*` security variables over `properties` and `secret_files`
+/// (a blank variable changes nothing).
+pub fn apply_env(
+    properties: &mut BTreeMap<String, String>,
+    secret_files: &mut BTreeMap<String, PathBuf>,
+) {
+    for (variable, key) in ENV_SETTINGS {
+        if let Some(value) = env::read(variable).filter(|value| !value.trim().is_empty()) {
+            properties.insert(key.into(), value);
+        }
+    }
+    for (variable, key) in ENV_SECRET_FILES {
+        if let Some(path) = env::read(variable).filter(|value| !value.trim().is_empty()) {
+            secret_files.insert(key.into(), path.into());
+        }
+    }
+}
+
+/// librdkafka's property of the brokers.
+pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
+
+/// Kafka bootstrap servers: `host:port` pairs separated by commas, as librdkafka's
+/// `bootstrap.servers` takes them. The one shape of a broker list: the worker's `brokers`,
+/// `LEDGER_KAFKA_BROKERS`, and what the relay's `kafka."bootstrap.servers"` holds
+/// ([`KafkaSettings::brokers`]); [`KafkaSettings::with_brokers`] is how a list joins a
+/// client's settings.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Brokers(String);
+
+impl Brokers {
+    /// The list as librdkafka takes it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the list names no broker (empty or blank).
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+}
+
+impl std::fmt::Display for Brokers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::ops::Deref for Brokers {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Brokers {
+    // For a child process's environment.
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_ref()
+    }
+}
+
+impl From<&str> for Brokers {
+    fn from(brokers: &str) -> Self {
+        Self(brokers.to_owned())
+    }
+}
+
+impl From<String> for Brokers {
+    fn from(brokers: String) -> Self {
+        Self(brokers)
+    }
+}
+
+impl From<&String> for Brokers {
+    fn from(brokers: &String) -> Self {
+        Self(brokers.clone())
+    }
+}
 
 const PROTOCOLS: [&str; 4] = ["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
 const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
@@ -58,27 +140,29 @@ impl std::fmt::Debug for KafkaSettings {
 impl KafkaSettings {
     /// `brokers` and the security settings of the environment: what tools use.
     pub fn from_env(brokers: &str) -> Result<Self, ConfigError> {
-        let mut settings = Self::default();
-        settings
-            .properties
-            .insert("bootstrap.servers".into(), brokers.into());
+        let mut settings = Self::default().with_brokers(&brokers.into());
         settings.apply_env();
         settings.validate()?;
         Ok(settings)
     }
 
+    /// These settings with `brokers` as `bootstrap.servers` (replacing any).
+    pub fn with_brokers(mut self, brokers: &Brokers) -> Self {
+        self.properties
+            .insert(BOOTSTRAP_SERVERS.into(), brokers.as_str().into());
+        self
+    }
+
+    /// The brokers these settings name, if any.
+    pub fn brokers(&self) -> Option<Brokers> {
+        self.properties
+            .get(BOOTSTRAP_SERVERS)
+            .map(|brokers| brokers.into())
+    }
+
     /// Applies the `LEDGER_KAFKA_*` security variables over these settings.
     pub fn apply_env(&mut self) {
-        for (variable, key) in ENV_SETTINGS {
-            if let Some(value) = env(variable).filter(|value| !value.trim().is_empty()) {
-                self.properties.insert(key.into(), value);
-            }
-        }
-        for (variable, key) in ENV_SECRET_FILES {
-            if let Some(path) = env(variable).filter(|value| !value.trim().is_empty()) {
-                self.secret_files.insert(key.into(), path.into());
-            }
-        }
+        apply_env(&mut self.properties, &mut self.secret_files);
     }
 
     /// Checks the security settings: known protocol and mechanism, credentials for SASL,
@@ -155,7 +239,7 @@ impl KafkaSettings {
             .get("security.protocol")
             .map(|value| value.to_ascii_lowercase())
             .unwrap_or_else(|| "plaintext".into());
-        let brokers = self.properties.get("bootstrap.servers")?;
+        let brokers = self.properties.get(BOOTSTRAP_SERVERS)?;
         let remote = brokers.split(',').any(|broker| {
             let host = broker
                 .trim()

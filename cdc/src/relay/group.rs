@@ -40,8 +40,8 @@ pub struct Group {
     pub last_commit_micros: i64,
     /// Commit times of the group's PostgreSQL transactions that carried messages.
     pub commit_times_micros: Vec<i64>,
-    /// Whole PostgreSQL transactions in the group.
-    pub transactions: usize,
+    /// Commit LSN of the last PostgreSQL transaction of the group that carried messages.
+    pub last_carried_lsn: u64,
 }
 
 impl Group {
@@ -57,8 +57,8 @@ impl Group {
         self.last_commit_lsn = commit_lsn;
         self.last_end_lsn = end_lsn;
         self.last_commit_micros = commit_micros;
-        self.transactions += 1;
         if carried {
+            self.last_carried_lsn = commit_lsn;
             self.commit_times_micros.push(commit_micros);
         }
     }

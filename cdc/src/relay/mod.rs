@@ -96,7 +96,7 @@ pub enum RelayError {
     /// transaction timeout, so every attempt is aborted the same way.
     #[error(
         "the PostgreSQL transaction committed at {} carries {messages} or more messages and could not be published within the Kafka transaction timeout ({timeout_ms} ms): every attempt is aborted, and a PostgreSQL transaction is never split. Raise transaction_timeout_ms (at most the broker's transaction.max.timeout.ms), or run this relay with delivery = at_least_once until the slot has passed it (docs/exactly-once.md)",
-        crate::publish::format_lsn(*.commit_lsn)
+        crate::lsn::format_lsn(*.commit_lsn)
     )]
     TransactionTooLarge {
         /// Its commit LSN.

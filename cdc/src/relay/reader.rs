@@ -231,7 +231,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
             )
             .await?
             .get(0);
-        if let Some(lsn) = crate::position::parse_lsn(&lsn) {
+        if let Some(lsn) = crate::lsn::parse_lsn(&lsn) {
             self.heartbeats.emitted(lsn, now_micros());
             self.publish_oldest();
         }
@@ -411,7 +411,7 @@ async fn wait_for_confirmation(sql: &Client, config: &RelayConfig, confirmed: u6
     }
     let wait = Duration::from_millis(config.status_interval_ms * 3 + 1_000);
     let deadline = std::time::Instant::now() + wait;
-    let lsn = crate::publish::format_lsn(confirmed);
+    let lsn = crate::lsn::format_lsn(confirmed);
     while std::time::Instant::now() < deadline {
         let done = sql
             .query_one(

@@ -37,10 +37,11 @@ use tracing::{info, warn};
 use super::{RelayError, setup, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
+use crate::lsn::{format_lsn, parse_lsn};
 use crate::outbox::OutboxRow;
 use crate::parking;
-use crate::position::{Position, parse_lsn};
-use crate::publish::{self, Origin, OutgoingMessage, format_lsn};
+use crate::position::Position;
+use crate::publish::{self, Origin, OutgoingMessage};
 use crate::value_format::ENVELOPE_AGGREGATES;
 
 /// Rows read per round trip from the snapshot.
@@ -116,6 +117,35 @@ pub async fn recover(
     slot::register_as(&writer, &config.slot, "recover").await?;
     let producer = publish::producer(config)?;
     let mut published = Publisher::new(config, &producer, &writer, consistent_point);
+    publish_snapshot(&reading, &mut published, options).await?;
+    published.settle().await?;
+    reading.commit().await?;
+    let position = config.delivery == DeliveryMode::ExactlyOnce;
+    if position {
+        commit_position(config, &identity, consistent_point).await?;
+    }
+    // Let the slot go without confirming anything: the relay streams from its start.
+    replication.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
+    let recovered = Recovered {
+        consistent_point: format_lsn(consistent_point),
+        dropped_slot,
+        outbox_rows: published.outbox_rows,
+        events: published.events,
+        parked: published.parked,
+        position,
+    };
+    info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
+    Ok(recovered)
+}
+
+/// Publishes, from the snapshot `reading` imported, the events of `options.events_since`
+/// whose outbox rows are gone, then every outbox row still kept, in their order.
+async fn publish_snapshot(
+    reading: &tokio_postgres::Transaction<'_>,
+    published: &mut Publisher<'_>,
+    options: &RecoverOptions,
+) -> Result<(), RelayError> {
     if let Some(since) = options.events_since {
         let aggregates: Vec<&str> = ENVELOPE_AGGREGATES.to_vec();
         let portal = reading
@@ -148,25 +178,7 @@ pub async fn recover(
             break;
         }
     }
-    published.settle().await?;
-    reading.commit().await?;
-    let position = config.delivery == DeliveryMode::ExactlyOnce;
-    if position {
-        commit_position(config, &identity, consistent_point).await?;
-    }
-    // Let the slot go without confirming anything: the relay streams from its start.
-    replication.stop();
-    let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    let recovered = Recovered {
-        consistent_point: format_lsn(consistent_point),
-        dropped_slot,
-        outbox_rows: published.outbox_rows,
-        events: published.events,
-        parked: published.parked,
-        position,
-    };
-    info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
-    Ok(recovered)
+    Ok(())
 }
 
 /// Drops the slot if it exists and no session holds it. Returns whether it did.

@@ -99,7 +99,7 @@ pub(super) async fn open(
         server = %pg::target(&primary),
         system_id = %identity.system_id,
         timeline = identity.timeline,
-        slot_confirmed = %crate::publish::format_lsn(confirmed),
+        slot_confirmed = %crate::lsn::format_lsn(confirmed),
         standbys = standbys.len(),
         "streaming from the slot"
     );

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use super::RelayError;
 use crate::config::RelayConfig;
-use crate::position::parse_lsn;
+use crate::lsn::parse_lsn;
 
 /// The first PostgreSQL version with failover slots.
 pub const FAILOVER_VERSION: i32 = 170_000;

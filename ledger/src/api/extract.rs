@@ -163,6 +163,15 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_large_whole_number_written_with_a_fraction_reads_as_that_integer() {
+        // f64 steps by 0.5 here: the default float parser, one step off, read .5.
+        let mut value: Value =
+            serde_json::from_str(r#"{"expected_version": 4387017115925726.0}"#).unwrap();
+        whole_numbers_as_integers(&mut value);
+        assert_eq!(value["expected_version"], json!(4387017115925726_i64));
+    }
+
+    #[test]
     fn only_objects_without_control_characters_pass() {
         assert!(check_body(&json!({"name": "Lone Star", "address": {"city": "Austin"}})).is_ok());
         for body in [

@@ -44,6 +44,15 @@ pub struct AppState {
     pub digest_public_key: Option<String>,
     /// The digest builder's tree in memory, which proofs take their paths from.
     pub digest_tree: crate::digest::build::TreeCache,
+    /// What only the console uses.
+    pub console: ConsoleState,
+}
+
+/// The console's part of [`AppState`]: its sessions, its cookies and the slot it shows.
+/// Beside [`AppState`] rather than in [`crate::console`], which uses the API's state: the
+/// API need not know the console.
+#[derive(Debug, Clone)]
+pub struct ConsoleState {
     /// Signs the console's sessions and CSRF tokens (not the cursor key: see
     /// [`crate::session_key`]).
     pub session_keys: crate::session_key::SessionKeys,
@@ -74,6 +83,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}/proof", get(digests::event_proof))
         .route("/v1/replays", post(replays::request_replay))
         .route("/v1/replays/{id}", get(replays::replay_status))
+        .route("/v1/replays/{id}/cancel", post(replays::cancel_replay))
         .route("/v1/assignments", post(assignments::assign))
         .route(
             "/v1/assignments/batch",
@@ -108,7 +118,7 @@ pub fn router(state: AppState) -> Router {
 /// larger than [`extract::MAX_BODY_BYTES`] refused, unknown routes answered, and every
 /// error in the API's JSON shape, including the body-less ones the routing layer makes and
 /// a handler that panicked.
-pub fn service(router: Router) -> Router {
+pub fn layered(router: Router) -> Router {
     let routes = router
         .fallback(layers::unknown_route)
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES));

@@ -1,6 +1,7 @@
-//! Replays, for operators: ask for one (a `ledger worker` runs it) and watch it. Asking
-//! needs an operator token, and at most [`replay::MAX_OPEN_REPLAYS`] may be requested or
-//! running at once (429 beyond).
+//! Replays, for operators: ask for one (a `ledger worker` runs it), watch it, and cancel
+//! it. Asking and cancelling need an operator token, and at most
+//! [`replay::MAX_OPEN_REPLAYS`] may be requested or running at once (429 beyond; a cancel
+//! frees a place).
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -11,7 +12,7 @@ use uuid::Uuid;
 use super::extract::Body;
 use super::{ApiError, AppState, auth, uuid_param};
 use crate::error::CommandError;
-use crate::replay::{self, ReplayRequest, ReplayStatus, RequestError};
+use crate::replay::{self, Cancel, ReplayRequest, ReplayState, ReplayStatus, RequestError};
 
 /// Where a replay's progress is served.
 fn status_url(id: Uuid) -> String {
@@ -74,6 +75,35 @@ pub(super) async fn replay_status(
 ) -> Result<Json<ReplayStatus>, ApiError> {
     let id = uuid_param("replay id", &id)?;
     let client = state.ledger.pool().get().await?;
+    replay::status(&client, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("replay {id} not found")))
+}
+
+/// Cancels a requested or running replay: 200 with its status, `cancelled` (also when it
+/// was cancelled before); 409 when it had completed or failed; 404 when there is none.
+pub(super) async fn cancel_replay(
+    State(state): State<AppState>,
+    auth::Operator(principal): auth::Operator,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayStatus>, ApiError> {
+    let id = uuid_param("replay id", &id)?;
+    let client = state.ledger.pool().get().await?;
+    match replay::cancel(&client, id, &principal.name).await? {
+        Cancel::Cancelled | Cancel::AlreadyEnded(ReplayState::Cancelled) => {}
+        Cancel::AlreadyEnded(ended) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "replay {id} is {} already: there is nothing to cancel",
+                    ended.as_str()
+                ),
+            ));
+        }
+        Cancel::NotFound => return Err(ApiError::not_found(format!("replay {id} not found"))),
+    }
     replay::status(&client, id)
         .await?
         .map(Json)

@@ -11,7 +11,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger::domain::Jurisdiction;
 use ra_ledger::{db, queries, reassign, testing};
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::{Value, json};
@@ -32,21 +32,21 @@ pub struct DemoOptions {
     #[arg(long, default_value_t = reassign::DEFAULT_PAGE_SIZE)]
     pub page_size: u32,
     /// The ledger's HTTP API.
-    #[arg(long, env = "LEDGER_API_URL", default_value = local::API_URL)]
+    #[arg(long, env = env::API_URL, default_value = local::API_URL)]
     pub api: String,
     /// A writer token of that API.
     #[arg(
         long,
-        env = "LEDGER_WRITER_TOKEN",
+        env = env::WRITER_TOKEN,
         default_value = "dev-writer-token",
         hide_env_values = true
     )]
     pub token: String,
     /// Kafka bootstrap servers.
-    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
     pub brokers: String,
     /// Topic prefix the relay publishes under.
-    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+    #[arg(long, env = env::TOPIC_PREFIX, default_value = local::TOPIC_PREFIX)]
     pub topic_prefix: String,
 }
 

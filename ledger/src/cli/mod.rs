@@ -23,7 +23,7 @@ mod verify;
 mod worker;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,7 +34,7 @@ use ra_ledger_cdc::infra::settings::local;
 struct Cli {
     /// PostgreSQL URL of the ledger database. Keep passwords out of it (a command line is
     /// visible to every user of the machine): use LEDGER_DATABASE_PASSWORD_FILE.
-    #[arg(long, env = "LEDGER_DATABASE_URL", default_value = local::DATABASE_URL, global = true, hide_env_values = true)]
+    #[arg(long, env = env::DATABASE_URL, default_value = local::DATABASE_URL, global = true, hide_env_values = true)]
     database_url: String,
 
     #[command(subcommand)]
@@ -118,7 +118,7 @@ enum Command {
 /// The database URL, and whether it was given (by flag or environment) rather than the
 /// local stack's default: the services' config files may set their own.
 #[derive(Debug, Clone)]
-pub struct DatabaseUrl {
+pub struct DatabaseArg {
     /// The URL to use.
     pub url: String,
     /// Given by `--database-url` or `LEDGER_DATABASE_URL`.
@@ -145,13 +145,12 @@ pub async fn run() -> anyhow::Result<()> {
     }
     // The password from a file, for every command (the services' configs may name their
     // own file too).
-    let password_file =
-        std::env::var_os("LEDGER_DATABASE_PASSWORD_FILE").map(std::path::PathBuf::from);
-    let url = ra_ledger_cdc::infra::settings::with_password_file(
-        &cli.database_url,
-        password_file.as_deref(),
-    )?;
-    let database = DatabaseUrl { url, explicit };
+    let password_file = env::read_path(env::DATABASE_PASSWORD_FILE);
+    let url = ra_ledger_cdc::infra::settings::DatabaseUrl::from(cli.database_url)
+        .with_password_file(password_file.as_deref())?
+        .expose()
+        .to_owned();
+    let database = DatabaseArg { url, explicit };
     let url = database.url.as_str();
     match cli.command {
         Command::Migrate(args) => migrate::run(url, args).await,

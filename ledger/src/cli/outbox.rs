@@ -1,7 +1,7 @@
 //! `ledger outbox`: retention by hand, and where it stands.
 
 use ra_ledger::{db, retention};
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 
 /// Outbox maintenance.
 #[derive(Debug, clap::Subcommand)]
@@ -13,7 +13,7 @@ pub enum OutboxCommand {
     /// nor a parked one.
     Prune {
         /// The relay's replication slot.
-        #[arg(long, env = "LEDGER_RELAY_SLOT", default_value = local::SLOT)]
+        #[arg(long, env = env::RELAY_SLOT, default_value = local::SLOT)]
         slot: String,
         /// Most rows per delete statement.
         #[arg(long, default_value_t = retention::DEFAULT_BATCH,

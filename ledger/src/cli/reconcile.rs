@@ -9,13 +9,14 @@ use ra_ledger::db;
 use ra_ledger::metrics::ReconcileMetrics;
 use ra_ledger::reconcile::{self, Options, Report};
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::settings::env;
 
 /// Arguments of `ledger reconcile`.
 #[derive(Debug, clap::Args)]
 pub struct ReconcileArgs {
     /// The relay's TOML file: its slot, topics and Kafka settings (the relay's role or one
     /// that may read `events`: give that role's URL with --database-url).
-    #[arg(long, env = "LEDGER_RELAY_CONFIG")]
+    #[arg(long, env = env::RELAY_CONFIG)]
     config: Option<String>,
     /// Only events recorded at or after this time (RFC 3339), and records from then on:
     /// for topics whose retention removed older records.

@@ -2,15 +2,16 @@
 
 use ra_ledger::{db, migrate};
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
+use ra_ledger_cdc::infra::settings::{Settings, env};
 use ra_ledger_cdc::parking::{self, Republished};
 
-use super::DatabaseUrl;
+use super::DatabaseArg;
 
 /// Arguments of `ledger relay`.
 #[derive(Debug, clap::Args)]
 pub struct RelayArgs {
     /// TOML file with relay settings (see docs/operators.md); defaults suit the local stack.
-    #[arg(long, env = "LEDGER_RELAY_CONFIG")]
+    #[arg(long, env = env::RELAY_CONFIG)]
     config: Option<String>,
     /// `exactly_once` or `at_least_once`; overrides the file and LEDGER_RELAY_DELIVERY
     /// (docs/exactly-once.md).
@@ -60,15 +61,16 @@ pub enum ParkedCommand {
     },
 }
 
-pub async fn run(database: &DatabaseUrl, args: RelayArgs) -> anyhow::Result<()> {
-    let mut config = RelayConfig::load(args.config.as_deref())?;
+pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> {
+    let mut config = RelayConfig::read(args.config.as_deref())?;
     if let Some(delivery) = args.delivery {
         config.delivery = delivery;
     }
     if database.explicit {
-        config.database_url = database.url.clone();
-        config.resolve_secrets()?;
+        config.database_url = database.url.as_str().into();
     }
+    config.resolve_secrets()?;
+    config.validate()?;
     match args.command {
         None => Ok(ra_ledger_cdc::relay::run_process(config).await?),
         Some(RelayCommand::Parked { command }) => parked(&config, command).await,

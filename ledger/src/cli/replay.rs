@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use ra_ledger::db;
 use ra_ledger::metrics::ReplayMetrics;
 use ra_ledger::replay::run::{self, Outcome, Progress};
-use ra_ledger::replay::{self, ReplayRequest, ReplayState, ReplayStatus};
+use ra_ledger::replay::{self, Cancel, ReplayRequest, ReplayState, ReplayStatus};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -43,6 +43,13 @@ pub enum ReplayCommand {
         /// The replay id.
         id: String,
     },
+    /// Cancel a requested or running replay, for good: its runner stops publishing within
+    /// a second, and its place among the replays open at once is free. Exits 1 if it had
+    /// completed or failed already.
+    Cancel {
+        /// The replay id.
+        id: String,
+    },
 }
 
 /// What to replay.
@@ -68,7 +75,7 @@ pub struct SelectionArgs {
     #[arg(long)]
     rate: Option<u32>,
     /// The live topics' prefix.
-    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+    #[arg(long, env = env::TOPIC_PREFIX, default_value = local::TOPIC_PREFIX)]
     topic_prefix: String,
     /// Replay topic names: `{live}` and `{id}` are substituted [default: {live}.replay.{id}].
     #[arg(long)]
@@ -79,7 +86,7 @@ pub struct SelectionArgs {
 #[derive(Debug, clap::Args)]
 pub struct KafkaArgs {
     /// Kafka bootstrap servers.
-    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
     brokers: String,
     /// Other librdkafka settings, `key=value` (TLS, SASL); repeatable. The LEDGER_KAFKA_*
     /// variables apply too.
@@ -93,6 +100,14 @@ impl KafkaArgs {
         settings.properties.extend(self.kafka);
         Ok(settings)
     }
+}
+
+/// Who the CLI acts for: `cli:<user>`.
+fn actor() -> String {
+    format!(
+        "cli:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+    )
 }
 
 fn replay_id(text: &str) -> anyhow::Result<Uuid> {
@@ -126,11 +141,7 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
                 anyhow::anyhow!("{flag}: {}", error.reason)
             })?;
             let kafka = kafka.settings()?;
-            let actor = format!(
-                "cli:{}",
-                std::env::var("USER").unwrap_or_else(|_| "unknown".into())
-            );
-            let id = replay::request(&mut pool.get().await?, &selection, &actor).await?;
+            let id = replay::request(&mut pool.get().await?, &selection, &actor()).await?;
             println!("replay {id}");
             if detach {
                 println!("recorded; a `ledger worker` runs it (ledger replay status {id})");
@@ -142,6 +153,24 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
             let id = replay_id(&id)?;
             let kafka = kafka.settings()?;
             drive(&pool, &kafka, id).await
+        }
+        ReplayCommand::Cancel { id } => {
+            let id = replay_id(&id)?;
+            match replay::cancel(&pool.get().await?, id, &actor()).await? {
+                Cancel::Cancelled => {
+                    println!("replay {id} cancelled; its runner stops publishing within a second");
+                    Ok(())
+                }
+                Cancel::AlreadyEnded(ReplayState::Cancelled) => {
+                    println!("replay {id} was cancelled already");
+                    Ok(())
+                }
+                Cancel::AlreadyEnded(state) => anyhow::bail!(
+                    "replay {id} is {} already: there is nothing to cancel",
+                    state.as_str()
+                ),
+                Cancel::NotFound => anyhow::bail!("no replay {id}"),
+            }
         }
         ReplayCommand::Status { id } => {
             let id = replay_id(&id)?;
@@ -203,6 +232,16 @@ async fn drive(
             anyhow::bail!(
                 "replay {id} failed: {}",
                 status.error.as_deref().unwrap_or("(no reason recorded)")
+            )
+        }
+        Outcome::Cancelled | Outcome::AlreadyEnded(ReplayState::Cancelled) => {
+            let status = status(pool, id).await?;
+            anyhow::bail!(
+                "replay {id} was cancelled by {} at {}; nothing more is published",
+                status.cancelled_by.as_deref().unwrap_or("(unknown)"),
+                status
+                    .cancelled_at
+                    .map_or_else(|| "(unknown)".to_owned(), |at| at.to_rfc3339())
             )
         }
         Outcome::AlreadyEnded(_) => {

@@ -2,39 +2,41 @@
 
 use ra_ledger::config::ServeConfig;
 use ra_ledger::service;
+use ra_ledger_cdc::infra::settings::env;
 use tokio_util::sync::CancellationToken;
 
-use super::DatabaseUrl;
+use super::DatabaseArg;
 
-/// Arguments of `ledger serve`; each overrides the config file and the environment.
+/// Arguments of `ledger serve`; each overrides the config file and the environment
+/// variable of the same setting ([`ra_ledger::config::SERVE_ENV`]), which the config reads.
 /// Secrets have no flags (a command line is visible to every user of the machine): tokens,
 /// the cursor key and the database password come from the config file, the environment,
 /// or files (`tokens_file`, `cursor_key_file`, `database_password_file`).
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// TOML file with the service's settings; the environment and these flags override it.
-    #[arg(long, env = "LEDGER_SERVE_CONFIG")]
+    #[arg(long, env = env::SERVE_CONFIG)]
     config: Option<String>,
     /// Address to listen on [default: 127.0.0.1:18080].
-    #[arg(long, env = "LEDGER_LISTEN")]
+    #[arg(long)]
     listen: Option<String>,
     /// Maximum PostgreSQL connections in the pool [default: 16].
-    #[arg(long, env = "LEDGER_POOL_SIZE")]
+    #[arg(long)]
     pool_size: Option<usize>,
     /// Longest a command waits for a lock another transaction holds before it answers
     /// 409 conflict, in milliseconds [default: 5000].
-    #[arg(long, env = "LEDGER_LOCK_TIMEOUT_MS")]
+    #[arg(long)]
     lock_timeout_ms: Option<u64>,
     /// How often outbox rows the relay's slot confirmed are removed, in milliseconds; 0
     /// turns retention off [default: 10000].
-    #[arg(long, env = "LEDGER_OUTBOX_RETENTION_INTERVAL_MS")]
+    #[arg(long)]
     outbox_retention_interval_ms: Option<u64>,
 }
 
-pub async fn run(database: &DatabaseUrl, args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(database: &DatabaseArg, args: ServeArgs) -> anyhow::Result<()> {
     let mut config = ServeConfig::load(args.config.as_deref())?;
     if database.explicit {
-        config.database_url = database.url.clone();
+        config.database_url = database.url.as_str().into();
     }
     config.listen = args.listen.unwrap_or(config.listen);
     config.pool_size = args.pool_size.unwrap_or(config.pool_size);

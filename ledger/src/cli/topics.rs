@@ -1,7 +1,7 @@
 //! `ledger topics create`: the relay's topics, with their configs, where missing.
 
 use ra_ledger::topics::{self, Outcome, Replication};
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 
 use super::parse_key_value;
 
@@ -13,10 +13,10 @@ pub enum TopicsCommand {
     /// as they are.
     Create {
         /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
         /// Topic prefix the relay publishes under.
-        #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+        #[arg(long, env = env::TOPIC_PREFIX, default_value = local::TOPIC_PREFIX)]
         prefix: String,
         /// Partitions of each topic.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=1000))]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ra_ledger::digest::{DigestKey, public_key_from_pem, published};
 use ra_ledger::{db, verify};
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 
 /// Arguments of `ledger verify`.
 #[derive(Debug, clap::Args)]
@@ -18,16 +18,16 @@ pub struct VerifyArgs {
     /// The digests' public key (PEM, as `GET /v1/digests/public-key` serves it). Defaults to
     /// the public half of LEDGER_DIGEST_KEY_FILE; an auditor should pass the key they got
     /// and kept themselves.
-    #[arg(long, env = "LEDGER_DIGEST_PUBLIC_KEY_FILE")]
+    #[arg(long, env = env::DIGEST_PUBLIC_KEY_FILE)]
     public_key: Option<PathBuf>,
     /// Kafka bootstrap servers.
-    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
     brokers: String,
     /// The digest topic; defaults to `<prefix>digest`.
     #[arg(long)]
     topic: Option<String>,
     /// Topic prefix the relay publishes under.
-    #[arg(long, env = "LEDGER_TOPIC_PREFIX", default_value = local::TOPIC_PREFIX)]
+    #[arg(long, env = env::TOPIC_PREFIX, default_value = local::TOPIC_PREFIX)]
     prefix: String,
     /// Give up reading the topic after this many seconds.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -45,7 +45,7 @@ fn public_key(args: &VerifyArgs) -> anyhow::Result<ed25519_dalek::VerifyingKey> 
             )
         });
     }
-    match std::env::var_os("LEDGER_DIGEST_KEY_FILE") {
+    match env::read_path(env::DIGEST_KEY_FILE) {
         Some(path) => Ok(DigestKey::from_pem_file(path.as_ref())?.public()),
         None => anyhow::bail!(
             "--digests needs the digests' public key: --public-key FILE (GET /v1/digests/public-key)"
@@ -102,6 +102,12 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
             println!(
                 "note: {} extra copies of digests on {topic} (a message delivered again, as after a relay restart) were the same documents, each counted once",
                 report.copies
+            );
+        }
+        if report.relabelled > 0 {
+            println!(
+                "note: {} copies of version-1 digests on {topic} carried another number than their chain gives them (a version-1 digest does not sign its number, so anyone may relabel one); each was counted once, at its place in the chain",
+                report.relabelled
             );
         }
         if !report.unpublished.is_empty() {

@@ -98,7 +98,7 @@ impl Ledger {
                 let found = queries::assignment(tx, assignment_id)
                     .await?
                     .ok_or_else(|| not_found("assignment", assignment_id))?;
-                let jurisdiction = Jurisdiction::parse("jurisdiction", &found.jurisdiction)?;
+                let jurisdiction = found.jurisdiction;
                 // Like an assign, a REPLACE puts an assignment on the primary contact: it holds
                 // the shared lock from before it reads that contact until it commits, so it
                 // never lands on a contact whose supersede committed first. Then the row, then
@@ -198,7 +198,7 @@ pub(super) fn new_assignment(
     let view = AssignmentView {
         assignment_id,
         business_id,
-        jurisdiction: jurisdiction.code().to_owned(),
+        jurisdiction,
         contact_id,
         started_at: effective_at,
         ended_at: None,
@@ -226,7 +226,7 @@ fn active(
             "assignment {assignment_id} already ended at {ended_at}{by}"
         )));
     }
-    let jurisdiction = Jurisdiction::parse("jurisdiction", &assignment.jurisdiction)?;
+    let jurisdiction = assignment.jurisdiction;
     Ok((assignment, jurisdiction))
 }
 

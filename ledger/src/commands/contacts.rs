@@ -199,7 +199,7 @@ async fn jurisdiction_of_contact(
     let contact = queries::contact(tx, contact_id)
         .await?
         .ok_or_else(|| not_found("contact", contact_id))?;
-    Ok(Jurisdiction::parse("jurisdiction", &contact.jurisdiction)?)
+    Ok(contact.jurisdiction)
 }
 
 async fn contact_in(tx: &Transaction<'_>, contact_id: Uuid) -> Result<ContactView, CommandError> {

@@ -5,168 +5,142 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ra_ledger_cdc::infra::settings::{
-    ConfigError, check_database_url, local, read_file, read_secret, read_text, with_password_file,
+    ConfigError, DatabaseUrl, EnvVar, Settings, env, flag, local, non_empty, number, read_secret,
+    read_text, within,
 };
-use serde::Deserialize;
 
-use super::service::{Digests, Retention, Service};
-use super::{EnvVar, flag, non_empty, number, overlay_env, within};
 use crate::api::{CursorKey, Tokens};
 use crate::retention;
+use crate::service::settings::{Digests, Retention, Service};
 use crate::service::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };
 use crate::session_key::SessionKeys;
 
-/// Everything `ledger serve` needs.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServeConfig {
-    /// PostgreSQL URL of the ledger database (`LEDGER_DATABASE_URL`).
-    pub database_url: String,
-    /// File holding the password of `database_url`'s role
-    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
-    pub database_password_file: Option<PathBuf>,
-    /// Address to listen on (`LEDGER_LISTEN`).
-    pub listen: String,
-    /// Serve HTTPS with this certificate chain (PEM, `LEDGER_TLS_CERT_FILE`); plain HTTP
-    /// when unset.
-    pub tls_cert_file: Option<PathBuf>,
-    /// The certificate's private key (PEM, `LEDGER_TLS_KEY_FILE`).
-    pub tls_key_file: Option<PathBuf>,
-    /// Most PostgreSQL connections in the pool (`LEDGER_POOL_SIZE`).
-    pub pool_size: usize,
-    /// Bearer tokens as SHA-256 hashes, `role:name:sha256:<64 hex digits>` separated by
-    /// commas or lines; role is writer, operator (replays, parked messages) or auditor
-    /// (`LEDGER_TOKENS`). `ledger token new` makes one.
-    pub tokens: String,
-    /// File of more token entries, one per line (`LEDGER_TOKENS_FILE`).
-    pub tokens_file: Option<PathBuf>,
-    /// Secret that signs history cursors, at least 16 characters; random per process when
-    /// unset, so cursors do not survive a restart (`LEDGER_CURSOR_KEY`).
-    pub cursor_key: Option<String>,
-    /// File holding the cursor key instead (`LEDGER_CURSOR_KEY_FILE`).
-    pub cursor_key_file: Option<PathBuf>,
-    /// File holding the key that signs the console's sessions and CSRF tokens: at least 32
-    /// random bytes (`openssl rand -base64 48`), refused when shorter
-    /// (`LEDGER_SESSION_KEY_FILE`). Random per process when unset, so sessions end at a
-    /// restart.
-    pub session_key_file: Option<PathBuf>,
-    /// While rotating, the file of the session key before (`LEDGER_SESSION_KEY_PREVIOUS_FILE`):
-    /// sessions it signed are still accepted until `session_key_previous_until`.
-    pub session_key_previous_file: Option<PathBuf>,
-    /// Until when (RFC 3339, e.g. `2026-03-01T18:00:00Z`) the previous session key is
-    /// accepted (`LEDGER_SESSION_KEY_PREVIOUS_UNTIL`); needed with
-    /// `session_key_previous_file`.
-    pub session_key_previous_until: Option<String>,
-    /// Longest a command waits for a lock another transaction holds before it answers 409
-    /// (`LEDGER_LOCK_TIMEOUT_MS`).
-    pub lock_timeout_ms: u64,
-    /// The relay's replication slot, whose confirmed position outbox retention follows
-    /// (`LEDGER_RELAY_SLOT`).
-    pub relay_slot: String,
-    /// How often published outbox rows are removed, in milliseconds; 0 turns retention off
-    /// (`LEDGER_OUTBOX_RETENTION_INTERVAL_MS`).
-    pub outbox_retention_interval_ms: u64,
-    /// Most rows one retention delete removes (`LEDGER_OUTBOX_RETENTION_BATCH`).
-    pub outbox_retention_batch: i64,
-    /// Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm ed25519`) that signs
-    /// the ledger's digests (`LEDGER_DIGEST_KEY_FILE`); digests are off without one.
-    pub digest_key_file: Option<PathBuf>,
-    /// How often a digest is sealed when something changed, in milliseconds
-    /// (`LEDGER_DIGEST_INTERVAL_MS`).
-    pub digest_interval_ms: u64,
-    /// Longest a request body may take to arrive in full after its head, in milliseconds;
-    /// then the request is answered 408 and its connection closed
-    /// (`LEDGER_BODY_READ_TIMEOUT_MS`). A slow client cannot hold a connection with a body
-    /// that never arrives.
-    pub body_read_timeout_ms: u64,
-    /// Longest an answer may wait for the client to read any of it, in milliseconds; then
-    /// the connection is closed (`LEDGER_WRITE_STALL_TIMEOUT_MS`). Counted from the last
-    /// byte the client took, so a slow reader of a large answer is never cut off.
-    pub write_stall_timeout_ms: u64,
-    /// Browsers reach the console over HTTPS through a TLS terminator in front
-    /// (`LEDGER_SECURE_COOKIES`): the session cookie is then `Secure` and named
-    /// `__Host-ra_session`, as with `tls_cert_file`. Leave it off when browsers use plain
-    /// HTTP: they would drop the cookie and nobody could sign in.
-    pub secure_cookies: bool,
-    /// Most connections open at once; more wait in the listen backlog until one closes
-    /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor limit.
-    pub max_connections: usize,
-}
-
-impl Default for ServeConfig {
-    fn default() -> Self {
-        Self {
-            database_url: local::DATABASE_URL.into(),
-            database_password_file: None,
-            listen: local::HTTP_LISTEN.into(),
-            tls_cert_file: None,
-            tls_key_file: None,
-            pool_size: 16,
-            tokens: String::new(),
-            tokens_file: None,
-            cursor_key: None,
-            cursor_key_file: None,
-            session_key_file: None,
-            session_key_previous_file: None,
-            session_key_previous_until: None,
-            lock_timeout_ms: 5_000,
-            relay_slot: local::SLOT.into(),
-            outbox_retention_interval_ms: retention::DEFAULT_INTERVAL.as_millis() as u64,
-            outbox_retention_batch: retention::DEFAULT_BATCH,
-            digest_key_file: None,
-            digest_interval_ms: 60_000,
-            body_read_timeout_ms: DEFAULT_BODY_READ_TIMEOUT.as_millis() as u64,
-            write_stall_timeout_ms: DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            secure_cookies: false,
-        }
+ra_ledger_cdc::settings! {
+    const SERVE_ENV;
+    /// Everything `ledger serve` needs.
+    #[derive(Clone)]
+    pub struct ServeConfig {
+        /// PostgreSQL URL of the ledger database (`LEDGER_DATABASE_URL`).
+        database_url: DatabaseUrl = local::DATABASE_URL.into(),
+            env env::DATABASE_URL => |c, v| c.database_url = v.into();
+        /// File holding the password of `database_url`'s role
+        /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
+        database_password_file: Option<PathBuf> = None,
+            env env::DATABASE_PASSWORD_FILE => |c, v| c.database_password_file = Some(v.into());
+        /// Address to listen on (`LEDGER_LISTEN`).
+        listen: String = local::HTTP_LISTEN.into(),
+            env env::LISTEN => |c, v| c.listen = v.to_owned();
+        /// Serve HTTPS with this certificate chain (PEM, `LEDGER_TLS_CERT_FILE`); plain HTTP
+        /// when unset.
+        tls_cert_file: Option<PathBuf> = None,
+            env env::TLS_CERT_FILE => |c, v| c.tls_cert_file = Some(v.into());
+        /// The certificate's private key (PEM, `LEDGER_TLS_KEY_FILE`).
+        tls_key_file: Option<PathBuf> = None,
+            env env::TLS_KEY_FILE => |c, v| c.tls_key_file = Some(v.into());
+        /// Most PostgreSQL connections in the pool (`LEDGER_POOL_SIZE`).
+        pool_size: usize = 16,
+            env env::POOL_SIZE => |c, v| c.pool_size = number(v)?;
+        /// Bearer tokens as SHA-256 hashes, `role:name:sha256:<64 hex digits>` separated by
+        /// commas or lines; role is writer, operator (replays, parked messages) or auditor
+        /// (`LEDGER_TOKENS`). `ledger token new` makes one.
+        tokens: String = String::new(),
+            env env::TOKENS => |c, v| c.tokens = v.to_owned(),
+            shown secret;
+        /// File of more token entries, one per line (`LEDGER_TOKENS_FILE`).
+        tokens_file: Option<PathBuf> = None,
+            env env::TOKENS_FILE => |c, v| c.tokens_file = Some(v.into());
+        /// Secret that signs history cursors, at least 16 characters; random per process
+        /// when unset, so cursors do not survive a restart (`LEDGER_CURSOR_KEY`).
+        cursor_key: Option<String> = None,
+            env env::CURSOR_KEY => |c, v| c.cursor_key = Some(v.to_owned()),
+            shown secret;
+        /// File holding the cursor key instead (`LEDGER_CURSOR_KEY_FILE`).
+        cursor_key_file: Option<PathBuf> = None,
+            env env::CURSOR_KEY_FILE => |c, v| c.cursor_key_file = Some(v.into());
+        /// File holding the key that signs the console's sessions and CSRF tokens: at least
+        /// 32 random bytes (`openssl rand -base64 48`), refused when shorter
+        /// (`LEDGER_SESSION_KEY_FILE`). Random per process when unset, so sessions end at a
+        /// restart.
+        session_key_file: Option<PathBuf> = None,
+            env env::SESSION_KEY_FILE => |c, v| c.session_key_file = Some(v.into());
+        /// While rotating, the file of the session key before
+        /// (`LEDGER_SESSION_KEY_PREVIOUS_FILE`, empty to unset): sessions it signed are still
+        /// accepted until `session_key_previous_until`.
+        session_key_previous_file: Option<PathBuf> = None,
+            env env::SESSION_KEY_PREVIOUS_FILE =>
+                |c, v| c.session_key_previous_file = non_empty(v).map(PathBuf::from);
+        /// Until when (RFC 3339, e.g. `2026-03-01T18:00:00Z`) the previous session key is
+        /// accepted (`LEDGER_SESSION_KEY_PREVIOUS_UNTIL`, empty to unset); needed with
+        /// `session_key_previous_file`.
+        session_key_previous_until: Option<String> = None,
+            env env::SESSION_KEY_PREVIOUS_UNTIL =>
+                |c, v| c.session_key_previous_until = non_empty(v).map(str::to_owned);
+        /// Longest a command waits for a lock another transaction holds before it answers 409
+        /// (`LEDGER_LOCK_TIMEOUT_MS`).
+        lock_timeout_ms: u64 = 5_000,
+            env env::LOCK_TIMEOUT_MS => |c, v| c.lock_timeout_ms = number(v)?;
+        /// The relay's replication slot, whose confirmed position outbox retention follows
+        /// (`LEDGER_RELAY_SLOT`).
+        relay_slot: String = local::SLOT.into(),
+            env env::RELAY_SLOT => |c, v| c.relay_slot = v.to_owned();
+        /// How often published outbox rows are removed, in milliseconds; 0 turns retention
+        /// off (`LEDGER_OUTBOX_RETENTION_INTERVAL_MS`).
+        outbox_retention_interval_ms: u64 = retention::DEFAULT_INTERVAL.as_millis() as u64,
+            env env::OUTBOX_RETENTION_INTERVAL_MS =>
+                |c, v| c.outbox_retention_interval_ms = number(v)?;
+        /// Most rows one retention delete removes (`LEDGER_OUTBOX_RETENTION_BATCH`).
+        outbox_retention_batch: i64 = retention::DEFAULT_BATCH,
+            env env::OUTBOX_RETENTION_BATCH => |c, v| c.outbox_retention_batch = number(v)?;
+        /// Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm ed25519`) that signs
+        /// the ledger's digests (`LEDGER_DIGEST_KEY_FILE`, empty to unset); digests are off
+        /// without one.
+        digest_key_file: Option<PathBuf> = None,
+            env env::DIGEST_KEY_FILE => |c, v| c.digest_key_file = non_empty(v).map(PathBuf::from);
+        /// How often a digest is sealed when something changed, in milliseconds
+        /// (`LEDGER_DIGEST_INTERVAL_MS`).
+        digest_interval_ms: u64 = 60_000,
+            env env::DIGEST_INTERVAL_MS => |c, v| c.digest_interval_ms = number(v)?;
+        /// Longest a request body may take to arrive in full after its head, in
+        /// milliseconds; then the request is answered 408 and its connection closed
+        /// (`LEDGER_BODY_READ_TIMEOUT_MS`). A slow client cannot hold a connection with a
+        /// body that never arrives.
+        body_read_timeout_ms: u64 = DEFAULT_BODY_READ_TIMEOUT.as_millis() as u64,
+            env env::BODY_READ_TIMEOUT_MS => |c, v| c.body_read_timeout_ms = number(v)?;
+        /// Longest an answer may wait for the client to read any of it, in milliseconds; then
+        /// the connection is closed (`LEDGER_WRITE_STALL_TIMEOUT_MS`). Counted from the last
+        /// byte the client took, so a slow reader of a large answer is never cut off.
+        write_stall_timeout_ms: u64 = DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64,
+            env env::WRITE_STALL_TIMEOUT_MS => |c, v| c.write_stall_timeout_ms = number(v)?;
+        /// Browsers reach the console over HTTPS through a TLS terminator in front
+        /// (`LEDGER_SECURE_COOKIES`): the session cookie is then `Secure` and named
+        /// `__Host-ra_session`, as with `tls_cert_file`. Leave it off when browsers use plain
+        /// HTTP: they would drop the cookie and nobody could sign in.
+        secure_cookies: bool = false,
+            env env::SECURE_COOKIES => |c, v| c.secure_cookies = flag(v)?;
+        /// Most connections open at once; more wait in the listen backlog until one closes
+        /// (`LEDGER_MAX_CONNECTIONS`). Keep it well below the process's file descriptor
+        /// limit.
+        max_connections: usize = DEFAULT_MAX_CONNECTIONS,
+            env env::MAX_CONNECTIONS => |c, v| c.max_connections = number(v)?;
+        /// Where to serve `/metrics` (the slot's and the outbox's gauges, read from the
+        /// database), apart from the API; empty to disable (`LEDGER_SERVE_METRICS_LISTEN`).
+        metrics_listen: String = local::SERVE_METRICS.into(),
+            env env::SERVE_METRICS_LISTEN => |c, v| c.metrics_listen = v.to_owned();
     }
 }
 
-impl std::fmt::Debug for ServeConfig {
-    // The URL, the tokens and the cursor key are secrets: never print them.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServeConfig")
-            .field("database_password_file", &self.database_password_file)
-            .field("tokens_file", &self.tokens_file)
-            .field("cursor_key_file", &self.cursor_key_file)
-            .field("session_key_file", &self.session_key_file)
-            .field("session_key_previous_file", &self.session_key_previous_file)
-            .field(
-                "session_key_previous_until",
-                &self.session_key_previous_until,
-            )
-            .field("listen", &self.listen)
-            .field("tls_cert_file", &self.tls_cert_file)
-            .field("tls_key_file", &self.tls_key_file)
-            .field("pool_size", &self.pool_size)
-            .field("lock_timeout_ms", &self.lock_timeout_ms)
-            .field("relay_slot", &self.relay_slot)
-            .field(
-                "outbox_retention_interval_ms",
-                &self.outbox_retention_interval_ms,
-            )
-            .field("outbox_retention_batch", &self.outbox_retention_batch)
-            .field("digest_key_file", &self.digest_key_file)
-            .field("digest_interval_ms", &self.digest_interval_ms)
-            .field("body_read_timeout_ms", &self.body_read_timeout_ms)
-            .field("write_stall_timeout_ms", &self.write_stall_timeout_ms)
-            .field("max_connections", &self.max_connections)
-            .field("secure_cookies", &self.secure_cookies)
-            .finish_non_exhaustive()
-    }
+impl Settings for ServeConfig {
+    const ENV: &'static [EnvVar<Self>] = SERVE_ENV;
 }
 
 impl ServeConfig {
-    /// The defaults, then the file at `path`, then the environment ([`SERVE_ENV`]). The
-    /// command line may change fields after this; [`ServeConfig::validate`] then resolves
-    /// the secret files and checks everything.
+    /// [`Settings::read`]: the defaults, then the file at `path`, then the environment
+    /// ([`SERVE_ENV`]). The command line may change fields after this;
+    /// [`ServeConfig::validate`] then resolves the secret files and checks everything.
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
-        let mut config: Self = read_file(path)?;
-        overlay_env(&mut config, SERVE_ENV)?;
-        Ok(config)
+        Self::read(path)
     }
 
     /// Checks every field and turns the configuration into what the service runs with.
@@ -213,14 +187,20 @@ impl ServeConfig {
         };
         within("lock_timeout_ms", self.lock_timeout_ms, 1..=600_000)?;
         let retention = self.retention()?;
-        let database_url =
-            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
-        check_database_url(&database_url)?;
+        let database_url = self
+            .database_url
+            .with_password_file(self.database_password_file.as_deref())?;
+        database_url.check()?;
         let tls = self.server_tls()?;
         let digests = self.digests()?;
         let session_keys = self.session_keys()?;
         let limits = self.limits()?;
+        let metrics_listen =
+            ra_ledger_cdc::infra::settings::listen(&self.metrics_listen).map_err(|reason| {
+                ConfigError::invalid("metrics_listen", &self.metrics_listen, reason)
+            })?;
         Ok(Service {
+            metrics_listen,
             limits,
             secure_cookies: self.secure_cookies || tls.is_some(),
             session_key_configured: self.session_key_file.is_some(),
@@ -400,104 +380,6 @@ impl ServeConfig {
         }))
     }
 }
-
-/// The environment variables of `ledger serve`, each with the field it sets. An empty
-/// `LEDGER_SESSION_KEY_PREVIOUS_FILE`, `LEDGER_SESSION_KEY_PREVIOUS_UNTIL` or
-/// `LEDGER_DIGEST_KEY_FILE` unsets the file's value (so a unit can switch one off).
-pub const SERVE_ENV: &[EnvVar<ServeConfig>] = &[
-    ("LEDGER_DATABASE_URL", |c, v| {
-        c.database_url = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_DATABASE_PASSWORD_FILE", |c, v| {
-        c.database_password_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_TOKENS_FILE", |c, v| {
-        c.tokens_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_CURSOR_KEY_FILE", |c, v| {
-        c.cursor_key_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_SESSION_KEY_FILE", |c, v| {
-        c.session_key_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_SESSION_KEY_PREVIOUS_FILE", |c, v| {
-        c.session_key_previous_file = non_empty(v).map(PathBuf::from);
-        Ok(())
-    }),
-    ("LEDGER_SESSION_KEY_PREVIOUS_UNTIL", |c, v| {
-        c.session_key_previous_until = non_empty(v).map(str::to_owned);
-        Ok(())
-    }),
-    ("LEDGER_LISTEN", |c, v| {
-        c.listen = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_TLS_CERT_FILE", |c, v| {
-        c.tls_cert_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_TLS_KEY_FILE", |c, v| {
-        c.tls_key_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_POOL_SIZE", |c, v| {
-        c.pool_size = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_TOKENS", |c, v| {
-        c.tokens = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_CURSOR_KEY", |c, v| {
-        c.cursor_key = Some(v.to_owned());
-        Ok(())
-    }),
-    ("LEDGER_LOCK_TIMEOUT_MS", |c, v| {
-        c.lock_timeout_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_RELAY_SLOT", |c, v| {
-        c.relay_slot = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_OUTBOX_RETENTION_INTERVAL_MS", |c, v| {
-        c.outbox_retention_interval_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_DIGEST_KEY_FILE", |c, v| {
-        c.digest_key_file = non_empty(v).map(PathBuf::from);
-        Ok(())
-    }),
-    ("LEDGER_DIGEST_INTERVAL_MS", |c, v| {
-        c.digest_interval_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_OUTBOX_RETENTION_BATCH", |c, v| {
-        c.outbox_retention_batch = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_BODY_READ_TIMEOUT_MS", |c, v| {
-        c.body_read_timeout_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_WRITE_STALL_TIMEOUT_MS", |c, v| {
-        c.write_stall_timeout_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_SECURE_COOKIES", |c, v| {
-        c.secure_cookies = flag(v)?;
-        Ok(())
-    }),
-    ("LEDGER_MAX_CONNECTIONS", |c, v| {
-        c.max_connections = number(v)?;
-        Ok(())
-    }),
-];
 
 #[cfg(test)]
 mod tests {

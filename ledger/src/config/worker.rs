@@ -5,134 +5,112 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ra_ledger_cdc::infra::kafka::KafkaSettings;
+use ra_ledger_cdc::infra::kafka::{Brokers, KafkaSettings};
 use ra_ledger_cdc::infra::settings::{
-    ConfigError, check_database_url, local, read_file, with_password_file,
+    ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, env, flag, listen, local, number, within,
 };
-use serde::Deserialize;
 
-use super::{EnvVar, flag, listen, number, overlay_env, within};
 use crate::reassign;
 
-/// Everything `ledger worker` needs.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WorkerConfig {
-    /// The ledger database (`LEDGER_DATABASE_URL`).
-    pub database_url: String,
-    /// File holding the password of `database_url`'s role
-    /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
-    pub database_password_file: Option<PathBuf>,
-    /// Kafka bootstrap servers (`LEDGER_KAFKA_BROKERS`).
-    pub brokers: String,
-    /// The reassignment topic (`LEDGER_REASSIGNMENT_TOPIC`).
-    pub topic: String,
-    /// Consumer group every worker shares (`LEDGER_WORKER_GROUP`).
-    pub group_id: String,
-    /// Whole-page attempts before a failing page runs row by row
-    /// (`LEDGER_WORKER_MAX_ATTEMPTS`).
-    pub max_attempts: u32,
-    /// Where to serve `/metrics`; `None` to disable (`LEDGER_WORKER_METRICS_LISTEN`, empty
-    /// to disable).
-    pub metrics_listen: Option<SocketAddr>,
-    /// Longest pause between retries of a failing page.
-    pub retry_backoff_max_ms: u64,
-    /// This worker's stable identity in the group (`group.instance.id`,
-    /// `LEDGER_WORKER_INSTANCE_ID`): restarted within its session, it takes its partitions
-    /// back at once, without a rebalance. A stopped or dead worker's partitions then move
-    /// when its session times out (`session.timeout.ms`, 6 s), as a static member does not
-    /// leave the group when it stops. Unique per worker: Kafka fences the older of two
-    /// members with the same id. Unset, membership is dynamic.
-    pub instance_id: Option<String>,
-    /// A run without progress for this long gets its page request raised again
-    /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.
-    pub stall_after_ms: u64,
-    /// Run a page's next page here, straight after it commits, instead of waiting for its
-    /// request to come back through the relay and Kafka (`LEDGER_WORKER_CONTINUE_CHAIN`,
-    /// `true` or `false`). The request is published either way; its copy is then dropped.
-    /// Still one page at a time per run.
-    pub continue_chain: bool,
-    /// How long a worker keeps running one chain's pages straight after each other before it
-    /// reads its consumer again (other runs' requests wait meanwhile; the chain then goes on
-    /// through Kafka): `LEDGER_WORKER_CONTINUE_CHAIN_MS`, 1 to 60000.
-    pub continue_chain_ms: u64,
-    /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...).
-    pub kafka: BTreeMap<String, String>,
-    /// Secret librdkafka settings read from files, e.g.
-    /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
-    pub kafka_secret_files: BTreeMap<String, PathBuf>,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            database_url: local::DATABASE_URL.into(),
-            database_password_file: None,
-            brokers: local::KAFKA_BROKERS.into(),
-            topic: local::REASSIGNMENT_TOPIC.into(),
-            group_id: local::WORKER_GROUP.into(),
-            max_attempts: reassign::DEFAULT_MAX_ATTEMPTS,
-            metrics_listen: local::WORKER_METRICS.parse().ok(),
-            retry_backoff_max_ms: 5_000,
-            instance_id: None,
-            stall_after_ms: reassign::STALL_AFTER.as_millis() as u64,
-            continue_chain: true,
-            continue_chain_ms: 20_000,
-            kafka: BTreeMap::new(),
-            kafka_secret_files: BTreeMap::new(),
-        }
+ra_ledger_cdc::settings! {
+    const WORKER_ENV;
+    /// Everything `ledger worker` needs.
+    #[derive(Clone)]
+    pub struct WorkerConfig {
+        /// The ledger database (`LEDGER_DATABASE_URL`).
+        database_url: DatabaseUrl = local::DATABASE_URL.into(),
+            env env::DATABASE_URL => |c, v| c.database_url = v.into();
+        /// File holding the password of `database_url`'s role
+        /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
+        database_password_file: Option<PathBuf> = None,
+            env env::DATABASE_PASSWORD_FILE => |c, v| c.database_password_file = Some(v.into());
+        /// Kafka bootstrap servers (`LEDGER_KAFKA_BROKERS`).
+        brokers: Brokers = local::KAFKA_BROKERS.into(),
+            env env::KAFKA_BROKERS => |c, v| c.brokers = v.into();
+        /// The reassignment topic (`LEDGER_REASSIGNMENT_TOPIC`).
+        topic: String = local::REASSIGNMENT_TOPIC.into(),
+            env env::REASSIGNMENT_TOPIC => |c, v| c.topic = v.to_owned();
+        /// Consumer group every worker shares (`LEDGER_WORKER_GROUP`).
+        group_id: String = local::WORKER_GROUP.into(),
+            env env::WORKER_GROUP => |c, v| c.group_id = v.to_owned();
+        /// Whole-page attempts before a failing page runs row by row
+        /// (`LEDGER_WORKER_MAX_ATTEMPTS`).
+        max_attempts: u32 = reassign::DEFAULT_MAX_ATTEMPTS,
+            env env::WORKER_MAX_ATTEMPTS => |c, v| c.max_attempts = number(v)?;
+        /// Where to serve `/metrics`; `None` to disable (`LEDGER_WORKER_METRICS_LISTEN`,
+        /// empty to disable).
+        metrics_listen: Option<SocketAddr> = local::WORKER_METRICS.parse().ok(),
+            env env::WORKER_METRICS_LISTEN => |c, v| c.metrics_listen = listen(v)?;
+        /// Longest pause between retries of a failing page.
+        retry_backoff_max_ms: u64 = 5_000;
+        /// This worker's stable identity in the group (`group.instance.id`,
+        /// `LEDGER_WORKER_INSTANCE_ID`, blank for none): restarted within its session, it
+        /// takes its partitions back at once, without a rebalance. A stopped or dead
+        /// worker's partitions then move when its session times out (`session.timeout.ms`,
+        /// 6 s), as a static member does not leave the group when it stops. Unique per
+        /// worker: Kafka fences the older of two members with the same id. Unset,
+        /// membership is dynamic.
+        instance_id: Option<String> = None,
+            env env::WORKER_INSTANCE_ID => |c, v| c.instance_id = Some(v)
+                .filter(|id| !id.trim().is_empty())
+                .map(str::to_owned);
+        /// A run without progress for this long gets its page request raised again
+        /// (`LEDGER_WORKER_STALL_AFTER_MS`); 0 never.
+        stall_after_ms: u64 = reassign::STALL_AFTER.as_millis() as u64,
+            env env::WORKER_STALL_AFTER_MS => |c, v| c.stall_after_ms = number(v)?;
+        /// Run a page's next page here, straight after it commits, instead of waiting for
+        /// its request to come back through the relay and Kafka
+        /// (`LEDGER_WORKER_CONTINUE_CHAIN`, `true` or `false`). The request is published
+        /// either way; its copy is then dropped. Still one page at a time per run.
+        continue_chain: bool = true,
+            env env::WORKER_CONTINUE_CHAIN => |c, v| c.continue_chain = flag(v)?;
+        /// How long a worker keeps running one chain's pages straight after each other
+        /// before it reads its consumer again (other runs' requests wait meanwhile; the chain
+        /// then goes on through Kafka): `LEDGER_WORKER_CONTINUE_CHAIN_MS`, 1 to 60000.
+        continue_chain_ms: u64 = 20_000,
+            env env::WORKER_CONTINUE_CHAIN_MS => |c, v| c.continue_chain_ms = number(v)?;
+        /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...,
+        /// and the `LEDGER_KAFKA_*` variables).
+        kafka: BTreeMap<String, String> = BTreeMap::new(), shown keys;
+        /// Secret librdkafka settings read from files, e.g.
+        /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
+        kafka_secret_files: BTreeMap<String, PathBuf> = BTreeMap::new();
     }
 }
 
-impl std::fmt::Debug for WorkerConfig {
-    // The database URL carries a password: never print it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerConfig")
-            .field("database_password_file", &self.database_password_file)
-            .field("brokers", &self.brokers)
-            .field("topic", &self.topic)
-            .field("group_id", &self.group_id)
-            .field("max_attempts", &self.max_attempts)
-            .field("metrics_listen", &self.metrics_listen)
-            .field("instance_id", &self.instance_id)
-            .field("stall_after_ms", &self.stall_after_ms)
-            .field("continue_chain", &self.continue_chain)
-            .field("continue_chain_ms", &self.continue_chain_ms)
-            .field("kafka", &self.kafka.keys().collect::<Vec<_>>())
-            .field("kafka_secret_files", &self.kafka_secret_files)
-            .finish_non_exhaustive()
+impl Settings for WorkerConfig {
+    const ENV: &'static [EnvVar<Self>] = WORKER_ENV;
+
+    fn kafka_maps(&mut self) -> Option<KafkaMaps<'_>> {
+        Some((&mut self.kafka, &mut self.kafka_secret_files))
     }
 }
 
 impl WorkerConfig {
-    /// The defaults, then the file at `path`, then the environment ([`WORKER_ENV`], and the
-    /// librdkafka settings' `LEDGER_KAFKA_*` variables). The command line may change fields
-    /// after this; then [`WorkerConfig::resolve_secrets`] and [`WorkerConfig::validate`].
+    /// [`Settings::read`]: the defaults, then the file at `path`, then the environment
+    /// ([`WORKER_ENV`], and the librdkafka settings' `LEDGER_KAFKA_*` variables). The
+    /// command line may change fields after this; then [`WorkerConfig::resolve_secrets`] and
+    /// [`WorkerConfig::validate`].
     pub fn load(path: Option<&str>) -> Result<Self, ConfigError> {
-        let mut config: Self = read_file(path)?;
-        overlay_env(&mut config, WORKER_ENV)?;
-        let mut kafka = config.kafka_settings();
-        kafka.apply_env();
-        config.kafka = kafka.properties;
-        config.kafka_secret_files = kafka.secret_files;
-        Ok(config)
+        Self::read(path)
     }
 
     /// Puts the password of `database_password_file` into `database_url`; again after the
     /// URL changed (idempotent).
     pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
-        self.database_url =
-            with_password_file(&self.database_url, self.database_password_file.as_deref())?;
+        self.database_url = self
+            .database_url
+            .with_password_file(self.database_password_file.as_deref())?;
         Ok(())
     }
 
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_database_url(&self.database_url)?;
+        self.database_url.check()?;
         for (field, value) in [
-            ("brokers", &self.brokers),
-            ("topic", &self.topic),
-            ("group_id", &self.group_id),
+            ("brokers", self.brokers.as_str()),
+            ("topic", self.topic.as_str()),
+            ("group_id", self.group_id.as_str()),
         ] {
             if value.trim().is_empty() {
                 return Err(ConfigError::invalid(field, value, "must not be empty"));
@@ -166,6 +144,12 @@ impl WorkerConfig {
         }
     }
 
+    /// The settings of the worker's Kafka clients: its own librdkafka settings and secret
+    /// files, with `brokers` as `bootstrap.servers`.
+    pub fn client_settings(&self) -> KafkaSettings {
+        self.kafka_settings().with_brokers(&self.brokers)
+    }
+
     /// Longest pause between retries of a failing page.
     pub fn retry_backoff_max(&self) -> Duration {
         Duration::from_millis(self.retry_backoff_max_ms)
@@ -176,58 +160,6 @@ impl WorkerConfig {
         (self.stall_after_ms > 0).then(|| Duration::from_millis(self.stall_after_ms))
     }
 }
-
-/// The environment variables of `ledger worker`, each with the field it sets. An empty
-/// `LEDGER_WORKER_METRICS_LISTEN` turns /metrics off; a blank `LEDGER_WORKER_INSTANCE_ID`
-/// leaves the generated one.
-pub const WORKER_ENV: &[EnvVar<WorkerConfig>] = &[
-    ("LEDGER_DATABASE_URL", |c, v| {
-        c.database_url = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_DATABASE_PASSWORD_FILE", |c, v| {
-        c.database_password_file = Some(v.into());
-        Ok(())
-    }),
-    ("LEDGER_KAFKA_BROKERS", |c, v| {
-        c.brokers = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_REASSIGNMENT_TOPIC", |c, v| {
-        c.topic = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_WORKER_GROUP", |c, v| {
-        c.group_id = v.to_owned();
-        Ok(())
-    }),
-    ("LEDGER_WORKER_MAX_ATTEMPTS", |c, v| {
-        c.max_attempts = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_WORKER_METRICS_LISTEN", |c, v| {
-        c.metrics_listen = listen(v)?;
-        Ok(())
-    }),
-    ("LEDGER_WORKER_INSTANCE_ID", |c, v| {
-        c.instance_id = Some(v)
-            .filter(|id| !id.trim().is_empty())
-            .map(str::to_owned);
-        Ok(())
-    }),
-    ("LEDGER_WORKER_STALL_AFTER_MS", |c, v| {
-        c.stall_after_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_WORKER_CONTINUE_CHAIN_MS", |c, v| {
-        c.continue_chain_ms = number(v)?;
-        Ok(())
-    }),
-    ("LEDGER_WORKER_CONTINUE_CHAIN", |c, v| {
-        c.continue_chain = flag(v)?;
-        Ok(())
-    }),
-];
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,7 @@ mod html;
 mod layout;
 mod next;
 mod pages;
+mod pictures;
 mod session;
 
 use axum::Router;

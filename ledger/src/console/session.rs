@@ -90,7 +90,7 @@ impl Session {
 
     /// The CSRF token of this session's forms.
     pub fn csrf(&self, state: &AppState) -> String {
-        csrf_token(state.session_keys.current(), &self.nonce)
+        csrf_token(state.console.session_keys.current(), &self.nonce)
     }
 
     /// Whether `presented` is this session's CSRF token (constant time), under the current
@@ -98,6 +98,7 @@ impl Session {
     /// rotation still posts.
     pub fn csrf_matches(&self, state: &AppState, presented: &str) -> bool {
         state
+            .console
             .session_keys
             .accepted(Utc::now())
             .fold(false, |matched, keys| {
@@ -140,8 +141,8 @@ pub fn start(state: &AppState, token_digest: &[u8; 32]) -> String {
     let now = Utc::now().timestamp();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     signed_cookie(
-        &state.session_keys,
-        state.secure_cookies,
+        &state.console.session_keys,
+        state.console.secure_cookies,
         &Fields {
             expires: now + SESSION_HOURS * 3600,
             seen: now,
@@ -198,7 +199,7 @@ fn signed_cookie(keys: &SessionKeys, secure: bool, fields: &Fields<'_>, now: i64
 
 /// The `Set-Cookie` value that removes the session.
 pub fn end(state: &AppState) -> String {
-    let mut cookie = base_cookie(state.secure_cookies, String::new());
+    let mut cookie = base_cookie(state.console.secure_cookies, String::new());
     cookie.make_removal();
     cookie.encoded().to_string()
 }
@@ -215,9 +216,9 @@ fn base_cookie(secure: bool, value: String) -> Cookie<'static> {
 /// The session the request's cookie holds, if it is valid now.
 pub fn read(state: &AppState, headers: &HeaderMap) -> Option<Session> {
     read_at(
-        &state.session_keys,
+        &state.console.session_keys,
         &state.tokens,
-        state.secure_cookies,
+        state.console.secure_cookies,
         headers,
         Utc::now(),
     )
@@ -321,8 +322,13 @@ pub async fn keep_alive(
     let now = Utc::now().timestamp();
     if let Some(session) = session.filter(|session| session.refresh_due(now))
         && !response.headers().contains_key(header::SET_COOKIE)
-        && let Ok(cookie) =
-            refreshed(&state.session_keys, state.secure_cookies, &session, now).parse()
+        && let Ok(cookie) = refreshed(
+            &state.console.session_keys,
+            state.console.secure_cookies,
+            &session,
+            now,
+        )
+        .parse()
     {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }

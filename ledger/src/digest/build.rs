@@ -7,14 +7,38 @@
 //! it read all belong to one snapshot. Appends committed after that snapshot leave their
 //! `digest_dirty` rows for the next digest. A session advisory lock keeps one builder at a
 //! time per database (several `ledger serve` replicas may run).
+//!
+//! # The digest's time bounds what it sealed
+//!
+//! A proof "as known at" a digest's time must answer what the ledger answers for that
+//! instant, so every event whose `recorded_at` is at or before the time a digest signs must
+//! be in that digest. A writer reads its `recorded_at` before it commits, so the builder
+//! cannot take its time and then its snapshot alone: a writer that read an earlier time may
+//! still be in progress. As the replay's handoff does, the builder
+//!
+//! 1. reads the database's clock `c`, and signs `T = c - 1 µs`;
+//! 2. waits until no transaction older than a fresh transaction id is in progress
+//!    ([`crate::older_transactions`]);
+//! 3. takes its REPEATABLE READ snapshot.
+//!
+//! A writer takes its transaction id before it reads its clock (`sql/stream_heads.sql`). If
+//! its `recorded_at` is at or before `T`, it read the clock strictly before `c` was read,
+//! so it had its id before step 2's id was given out: step 2 waits for it to commit or roll
+//! back, and the snapshot of step 3 sees it if it committed. A writer given its id later
+//! reads a clock later than `c`: its `recorded_at` is after `T`. The argument takes the
+//! database server's clock to move forward, as `recorded_at` increasing along a stream
+//! already does. A digest may seal events recorded after `T` as well (committed between
+//! steps 1 and 3); a proof folds only what was recorded by its `known_at`.
 
 use std::sync::{Arc, Mutex};
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
 use super::merkle::Hash;
 use super::{DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
+use crate::older_transactions::{WaitError, wait_for_older};
 
 /// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
 pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
@@ -28,6 +52,10 @@ pub const EVERY_STREAM: &str = "*";
 
 /// Heads read per statement.
 const HEADS_PER_READ: usize = 10_000;
+
+/// How long a build waits for the transactions older than its time to end; then it gives
+/// up, and the next tick tries again with a new time.
+const OLDER_TRANSACTIONS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a build did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +87,21 @@ pub enum BuildError {
     /// The database holds a head hash that is not 32 bytes.
     #[error("digest: stream {0} has a head hash that is not 32 bytes")]
     BadHash(String),
+    /// Writers older than the digest's time did not end in time.
+    #[error(
+        "digest: transactions older than its time are still open after {0:?} ({1}); \
+         not sealed, so that its time still bounds what it seals"
+    )]
+    OlderTransactions(std::time::Duration, String),
+}
+
+impl From<WaitError> for BuildError {
+    fn from(error: WaitError) -> Self {
+        match error {
+            WaitError::Database(error) => Self::Database(error),
+            WaitError::StillOpen { waited, open } => Self::OlderTransactions(waited, open),
+        }
+    }
 }
 
 /// The leaves as the last digest this process sealed left them, so that the next digest
@@ -124,16 +167,16 @@ struct CachedLeaf {
     leaf_hash: Hash,
 }
 
-/// Seals the next digest, unless nothing changed. `time_micros` is its time.
-pub async fn build(pool: &Pool, key: &DigestKey, time_micros: i64) -> Result<Built, BuildError> {
-    build_cached(pool, key, time_micros, &TreeCache::default()).await
+/// Seals the next digest, unless nothing changed. Its time is the database's clock, with
+/// every writer of an earlier `recorded_at` waited for (see the module's documentation).
+pub async fn build(pool: &Pool, key: &DigestKey) -> Result<Built, BuildError> {
+    build_cached(pool, key, &TreeCache::default()).await
 }
 
 /// [`build`], keeping the tree in `cache` between calls.
 pub async fn build_cached(
     pool: &Pool,
     key: &DigestKey,
-    time_micros: i64,
     cache: &TreeCache,
 ) -> Result<Built, BuildError> {
     let mut client = pool.get().await?;
@@ -144,16 +187,52 @@ pub async fn build_cached(
     if !locked {
         return Ok(Built::Busy);
     }
-    // Taken out while building: a failed build leaves no cache to trust.
-    let tree = cache.slot().take();
-    let built = build_locked(&mut client, key, time_micros, tree).await;
+    let built = match sealing_time(&client).await {
+        // The tree is taken out while building, not while waiting (proofs read it
+        // meanwhile): a failed build leaves no cache to trust.
+        Ok(Some(time_micros)) => {
+            let tree = cache.slot().take();
+            build_locked(&mut client, key, time_micros, tree)
+                .await
+                .map(Some)
+        }
+        Ok(None) => Ok(None),
+        Err(error) => Err(error),
+    };
     let unlocked = client
         .execute("SELECT pg_advisory_unlock($1)", &[&DIGEST_LOCK_KEY])
         .await;
-    let (built, tree) = built?;
+    let built = built?;
     unlocked?;
-    *cache.slot() = tree;
-    Ok(built)
+    Ok(match built {
+        Some((built, tree)) => {
+            *cache.slot() = tree;
+            built
+        }
+        // Nothing to seal: the cached tree still describes the newest digest.
+        None => Built::Unchanged,
+    })
+}
+
+/// Steps 1 and 2 of the module's documentation: the time the next digest signs, once
+/// every writer that may have recorded an event at or before it has ended. `None` when no
+/// stream is marked and a digest exists: nothing to seal, and nothing to wait for.
+async fn sealing_time(client: &deadpool_postgres::Client) -> Result<Option<i64>, BuildError> {
+    let row = client
+        .query_one(
+            "SELECT clock_timestamp(), EXISTS (SELECT 1 FROM digest_dirty) \
+                    OR NOT EXISTS (SELECT 1 FROM digests)",
+            &[],
+        )
+        .await?;
+    if !row.get::<_, bool>(1) {
+        return Ok(None);
+    }
+    // One microsecond before the reading: a writer at or before it read its clock strictly
+    // before this statement did, and so holds an id older than the fence taken next.
+    let time_micros = row.get::<_, DateTime<Utc>>(0).timestamp_micros() - 1;
+    wait_for_older(client, OLDER_TRANSACTIONS_WAIT).await?;
+    Ok(Some(time_micros))
 }
 
 async fn build_locked(
@@ -204,6 +283,7 @@ async fn build_locked(
     };
     let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
     let digest = key.sign(Statement {
+        seq: Some(seq),
         root: merkle::root(&hashes),
         time_micros,
         stream_count: leaves.len() as u64,
@@ -334,6 +414,7 @@ async fn insert_digest(
             &uuid::Uuid::now_v7(),
             &AGGREGATE_TYPE,
             &serde_json::to_vec(&document).expect("a digest document always serializes"),
+            &statement.version(),
         ],
     )
     .await?;
@@ -414,8 +495,7 @@ pub async fn run(
 ) {
     let mut every = ra_ledger_cdc::infra::runtime::Every::new(interval, shutdown);
     while every.tick().await {
-        let now = chrono::Utc::now().timestamp_micros();
-        match build_cached(&pool, &key, now, &cache).await {
+        match build_cached(&pool, &key, &cache).await {
             Ok(Built::Sealed {
                 seq,
                 changed,
@@ -424,7 +504,7 @@ pub async fn run(
                 seq,
                 changed,
                 streams = digest.statement.stream_count,
-                root = %super::hex(&digest.statement.root),
+                root = %crate::hex::hex(&digest.statement.root),
                 "digest sealed"
             ),
             Ok(Built::Unchanged | Built::Busy) => {}
@@ -440,7 +520,7 @@ pub async fn latest(
     let Some(row) = client
         .query_opt(
             "SELECT seq, root, time_micros, stream_count, event_count, previous, signature, \
-                    public_key FROM digests ORDER BY seq DESC LIMIT 1",
+                    public_key, message_version FROM digests ORDER BY seq DESC LIMIT 1",
             &[],
         )
         .await?
@@ -450,6 +530,8 @@ pub async fn latest(
     let seq: i64 = row.get(0);
     let digest = SignedDigest {
         statement: Statement {
+            // Digests sealed before the number was signed are version 1.
+            seq: (row.get::<_, i16>(8) >= 2).then_some(seq),
             root: hash32("root", row.get(1))?,
             time_micros: row.get(2),
             stream_count: row.get::<_, i64>(3) as u64,

@@ -8,6 +8,9 @@
 //! (`samples/` holds documents of that first version; the tests below read and write them
 //! back byte for byte).
 //!
+//! A digest document's `format` is `ra-ledger digest v2` since its number is signed (issue
+//! 35, item 5), `ra-ledger digest v1` before; both read, and each is written back as it was.
+//!
 //! Hex fields are [`Hex`] (a fixed number of bytes) or [`HexBytes`]: reading one that is not
 //! lowercase or uppercase hex, or not of its length, is an error naming the value, never a
 //! default.
@@ -33,9 +36,12 @@ use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
 use super::{SignedDigest, Statement};
+use crate::hex::{hex, unhex};
 
-/// The `format` of a digest document.
-pub const DIGEST_FORMAT: &str = "ra-ledger digest v1";
+/// The `format` of a digest document sealed now: its number is signed.
+pub const DIGEST_FORMAT: &str = "ra-ledger digest v2";
+/// The `format` of a digest sealed before its number was signed (issue 35, item 5).
+pub const DIGEST_FORMAT_V1: &str = "ra-ledger digest v1";
 /// The `format` of a proof document.
 pub const PROOF_FORMAT: &str = "ra-ledger proof v1";
 
@@ -85,34 +91,73 @@ impl<'de> Deserialize<'de> for HexBytes {
     }
 }
 
-/// A `format` field that holds one text only, `TEXT`; reading another is an error.
+/// The `format` of a digest document, which says which signed message its signature is of
+/// ([`DIGEST_FORMAT`] or [`DIGEST_FORMAT_V1`]); reading another text is an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Format<const PROOF: bool>;
-
-/// The `format` of a digest document, [`DIGEST_FORMAT`].
-pub type DigestFormat = Format<false>;
-/// The `format` of a proof document, [`PROOF_FORMAT`].
-pub type ProofFormat = Format<true>;
-
-impl<const PROOF: bool> Format<PROOF> {
-    const TEXT: &str = if PROOF { PROOF_FORMAT } else { DIGEST_FORMAT };
+pub enum DigestFormat {
+    /// Version 1: the number is not signed.
+    V1,
+    /// Version 2: the number is signed.
+    #[default]
+    V2,
 }
 
-impl<const PROOF: bool> Serialize for Format<PROOF> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(Self::TEXT)
+impl DigestFormat {
+    /// The format of a statement's message.
+    pub fn of(statement: &Statement) -> Self {
+        if statement.seq.is_some() {
+            Self::V2
+        } else {
+            Self::V1
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Self::V1 => DIGEST_FORMAT_V1,
+            Self::V2 => DIGEST_FORMAT,
+        }
     }
 }
 
-impl<'de, const PROOF: bool> Deserialize<'de> for Format<PROOF> {
+impl Serialize for DigestFormat {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.text())
+    }
+}
+
+impl<'de> Deserialize<'de> for DigestFormat {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        if text == Self::TEXT {
+        [Self::V2, Self::V1]
+            .into_iter()
+            .find(|format| format.text() == text)
+            .ok_or_else(|| {
+                de::Error::custom(format!(
+                    "not an {DIGEST_FORMAT} (or {DIGEST_FORMAT_V1}) document: {text:?}"
+                ))
+            })
+    }
+}
+
+/// The `format` of a proof document, [`PROOF_FORMAT`]; reading another text is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProofFormat;
+
+impl Serialize for ProofFormat {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(PROOF_FORMAT)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProofFormat {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == PROOF_FORMAT {
             Ok(Self)
         } else {
             Err(de::Error::custom(format!(
-                "not an {} document: {text:?}",
-                Self::TEXT
+                "not an {PROOF_FORMAT} document: {text:?}"
             )))
         }
     }
@@ -127,7 +172,8 @@ impl<'de, const PROOF: bool> Deserialize<'de> for Format<PROOF> {
 pub struct DigestDocument {
     /// Events in the sealed streams.
     pub event_count: u64,
-    /// [`DIGEST_FORMAT`].
+    /// [`DIGEST_FORMAT`], or [`DIGEST_FORMAT_V1`] for a digest sealed before its number
+    /// was signed.
     pub format: DigestFormat,
     /// `SHA-256(signed message || signature)`, what the next digest chains to.
     pub hash: HexHash,
@@ -137,7 +183,7 @@ pub struct DigestDocument {
     pub public_key_pem: String,
     /// The Merkle root.
     pub root: HexHash,
-    /// The digest's number, 1 for the first.
+    /// The digest's number, 1 for the first: signed in version 2, a label in version 1.
     pub seq: i64,
     /// Ed25519 over the signed message.
     pub signature: HexSignature,
@@ -150,12 +196,14 @@ pub struct DigestDocument {
 }
 
 impl DigestDocument {
-    /// The document of digest `seq`, signed by the key of `public_key_pem`.
+    /// The document of digest `seq`, signed by the key of `public_key_pem`. A version-2
+    /// digest's document carries the number it signs.
     pub fn new(seq: i64, digest: &SignedDigest, public_key_pem: String) -> Self {
         let statement = &digest.statement;
+        debug_assert!(statement.seq.is_none_or(|signed| signed == seq));
         Self {
             event_count: statement.event_count,
-            format: Format,
+            format: DigestFormat::of(statement),
             hash: Hex(digest.hash()),
             previous: Hex(statement.previous),
             public_key_pem,
@@ -172,6 +220,7 @@ impl DigestDocument {
     /// The signed digest it states.
     pub fn signed(&self) -> SignedDigest {
         SignedFields {
+            seq: (self.format == DigestFormat::V2).then_some(self.seq),
             event_count: self.event_count,
             previous: self.previous,
             root: self.root,
@@ -185,9 +234,14 @@ impl DigestDocument {
 
 /// The signed fields of a digest document: all a verifier reads of one. The others are
 /// derived from these or are the key, which a verifier must get elsewhere; they are not
-/// read, so a document without them is checked the same.
+/// read, so a document without them is checked the same. `format` says which message the
+/// signature is of; a document without it is read as version 1, whose message has no
+/// number (a version-2 signature then fails, as it should: its number is not there).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "DocumentFields")]
 pub struct SignedFields {
+    /// The digest's number, for a version-2 digest, which signs it; `None` in version 1.
+    pub seq: Option<i64>,
     /// Events in the sealed streams.
     pub event_count: u64,
     /// The previous digest's hash.
@@ -202,10 +256,48 @@ pub struct SignedFields {
     pub time_micros: i64,
 }
 
+/// The fields of a digest document a verifier reads, as they stand in it.
+#[derive(Deserialize)]
+struct DocumentFields {
+    #[serde(default)]
+    format: Option<DigestFormat>,
+    #[serde(default)]
+    seq: Option<i64>,
+    event_count: u64,
+    previous: HexHash,
+    root: HexHash,
+    signature: HexSignature,
+    stream_count: u64,
+    time_micros: i64,
+}
+
+impl TryFrom<DocumentFields> for SignedFields {
+    type Error = String;
+
+    fn try_from(fields: DocumentFields) -> Result<Self, String> {
+        let seq = match fields.format.unwrap_or(DigestFormat::V1) {
+            DigestFormat::V1 => None,
+            DigestFormat::V2 => Some(fields.seq.ok_or_else(|| {
+                format!("seq: missing; an {DIGEST_FORMAT} document signs its number")
+            })?),
+        };
+        Ok(Self {
+            seq,
+            event_count: fields.event_count,
+            previous: fields.previous,
+            root: fields.root,
+            signature: fields.signature,
+            stream_count: fields.stream_count,
+            time_micros: fields.time_micros,
+        })
+    }
+}
+
 impl From<SignedFields> for SignedDigest {
     fn from(fields: SignedFields) -> Self {
         Self {
             statement: Statement {
+                seq: fields.seq,
                 root: fields.root.0,
                 time_micros: fields.time_micros,
                 stream_count: fields.stream_count,
@@ -248,7 +340,7 @@ impl ProofDocument {
             public_key_pem: digest.public_key_pem.clone(),
             digest,
             event_id: None,
-            format: Format,
+            format: ProofFormat,
             question: None,
             streams,
         }
@@ -343,22 +435,6 @@ impl Question {
     }
 }
 
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Bytes from hex; `None` for anything else.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +480,6 @@ mod tests {
         assert_eq!(replaced("previous", "zz"), "not hex: \"zz\"");
         // A multi-byte character where a hex pair should be: refused, no panic.
         assert_eq!(replaced("hash", "aé"), "not hex: \"aé\"");
-        assert!(replaced("format", "ra-ledger digest v2").contains("not an ra-ledger digest v1"));
+        assert!(replaced("format", "ra-ledger digest v3").contains("not an ra-ledger digest v2"));
     }
 }

@@ -5,7 +5,7 @@
 //! `tests/verify_digest.py` implements the same checks in Python's standard library, from
 //! the byte layouts below alone.
 //!
-//! # Byte layouts (version 1)
+//! # Byte layouts
 //!
 //! All integers are unsigned big-endian unless said otherwise; hashes are SHA-256.
 //!
@@ -23,16 +23,25 @@
 //! **Nodes**: `SHA-256(0x01 || left || right)`; the tree splits as RFC 9162 section 2.1.1.
 //! The root of no stream is `SHA-256()` (empty input).
 //!
-//! **Signed message** (what Ed25519 signs, RFC 8032 pure Ed25519):
+//! **Signed message** (what Ed25519 signs, RFC 8032 pure Ed25519), version 2, what every
+//! digest sealed since issue 35 signs (document `format` `ra-ledger digest v2`):
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 24 | the ASCII text `ra-ledger digest v1` followed by five zero bytes |
+//! | 24 | the ASCII text `ra-ledger digest v2` followed by five zero bytes |
+//! | 8 | the digest's number (`seq`, 1 for the first), signed (two's complement) |
 //! | 32 | the tree's root |
 //! | 8 | the digest's time, microseconds since 1970-01-01T00:00:00Z, signed (two's complement) |
 //! | 8 | number of streams (leaves) |
 //! | 8 | number of events in those streams (the sum of the head versions) |
 //! | 32 | hash of the previous digest, or 32 zero bytes for the first |
+//!
+//! **Version 1** (format `ra-ledger digest v1`, every digest sealed before): the same
+//! without the number, 112 bytes, prefixed `ra-ledger digest v1` and five zero bytes. Its
+//! `seq` is not signed, so a verifier places a version-1 digest by its chain (the digest
+//! whose hash is its `previous` is the one before it), never by the number its document
+//! carries. Verifiers accept both versions; the prefixes differ, so no signature verifies
+//! as the other version's.
 //!
 //! **Hash of a digest** (what the next one chains to): `SHA-256(signed message || signature)`.
 //!
@@ -41,10 +50,11 @@
 //! The parts: [`signed`] (the statement, the key, the signature), [`merkle`] (the tree),
 //! [`document`] (the JSON documents), [`build`] (sealing the next digest from the database),
 //! [`prove`] (inclusion proofs from the database), [`verify`] (checking a proof offline) and
-//! [`published`] with [`topic`] (`ledger verify --digests`, the tables against the digests
-//! on Kafka).
+//! [`published`] with [`topic`] and [`chain`] (`ledger verify --digests`, the tables against
+//! the digests on Kafka, each placed in the chain by what it signs).
 
 pub mod build;
+pub mod chain;
 pub mod document;
 pub mod merkle;
 pub mod prove;
@@ -53,8 +63,8 @@ pub mod signed;
 pub mod topic;
 pub mod verify;
 
-pub use document::{DigestDocument, ProofDocument, hex};
+pub use document::{DigestDocument, ProofDocument};
 pub use signed::{
-    DigestKey, Head, KeyError, MESSAGE_PREFIX, PublicKey, SignedDigest, Statement,
-    public_key_from_pem,
+    DigestKey, Head, KeyError, MESSAGE_PREFIX, MESSAGE_PREFIX_V1, PublicKey, SignedDigest,
+    Statement, public_key_from_pem,
 };

@@ -17,20 +17,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::Client;
 
+use super::Head;
 use super::document::{DigestFormat, SignedFields};
 use super::merkle::{self, Hash};
-use super::{Head, SignedDigest};
 
-/// A digest as read from the topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
-    /// Its sequence number.
-    pub seq: i64,
-    /// The signed statement.
-    pub digest: SignedDigest,
-    /// Where it was read, e.g. `outbox.event.digest/0@12`.
-    pub location: String,
-}
+pub use super::chain::Published;
 
 /// What `ledger verify --digests` reads of a digest document besides its signed fields:
 /// its format and its number. The time in words, the digest's hash and the key are not read.
@@ -167,6 +158,9 @@ pub struct DigestReport {
     /// Extra copies of a digest read from the topic: at-least-once delivery repeats a
     /// message after a relay restart, byte for byte. Each counts once in `checked`.
     pub copies: usize,
+    /// Copies of a version-1 digest labelled with another number than its chain gives it
+    /// (its number is not signed, so anyone may relabel one): counted once, at its place.
+    pub relabelled: usize,
 }
 
 impl DigestReport {
@@ -218,25 +212,37 @@ pub enum VerifyError {
 }
 
 /// Checks `published` (in any order, duplicates allowed: the relay delivers at least once)
-/// with `key`, against the tables `client` reads.
+/// with `key`, against the tables `client` reads. A message whose signature does not verify
+/// is reported and left out of everything else: it is no statement of the ledger's. The
+/// others are placed by what they sign ([`super::chain`]), then checked in order.
 pub async fn check(
     client: &Client,
     published: Vec<Published>,
     key: &ed25519_dalek::VerifyingKey,
 ) -> Result<DigestReport, tokio_postgres::Error> {
     let mut report = DigestReport::default();
-    let (published, copies, forks) = one_per_number(published);
-    report.copies = copies;
-    report.problems.extend(forks);
+    let (signed, unsigned): (Vec<Published>, Vec<Published>) = published
+        .into_iter()
+        .partition(|digest| digest.digest.verify(key));
+    let mut named = std::collections::HashSet::new();
+    for digest in &unsigned {
+        // Each document once, however often it was delivered.
+        if !named.insert((digest.seq, digest.digest.hash())) {
+            continue;
+        }
+        report.problems.push(format!(
+            "digest {} ({}): the signature does not verify with the public key",
+            digest.seq, digest.location
+        ));
+    }
+    let placed = super::chain::place(signed);
+    report.copies = placed.copies;
+    report.relabelled = placed.relabelled;
+    report.problems.extend(placed.problems);
+    let published = placed.digests;
     report.checked = published.len();
     let mut previous: Option<&Published> = None;
     for digest in &published {
-        if !digest.digest.verify(key) {
-            report.problems.push(format!(
-                "digest {} ({}): the signature does not verify with the public key",
-                digest.seq, digest.location
-            ));
-        }
         let expected_previous = match previous {
             Some(before) if before.seq + 1 == digest.seq => Some(before.digest.hash()),
             Some(before) => {
@@ -268,43 +274,6 @@ pub async fn check(
     check_against_table(client, &published, &mut report).await?;
     reproduce_roots(client, &published, &mut report).await?;
     Ok(report)
-}
-
-/// The digests of `published`, one per number, in order; how many extra copies were
-/// dropped; and a problem per number that names two different documents (a fork).
-///
-/// Copies are told apart by what they say, never by where they were read: a redelivered
-/// message sits at a later offset, yet it is the same digest. Of a fork, the first
-/// document read is kept, so the chain and root checks still run on one of them.
-fn one_per_number(mut published: Vec<Published>) -> (Vec<Published>, usize, Vec<String>) {
-    // A stable sort: within a number, the order the topic gave.
-    published.sort_by_key(|digest| digest.seq);
-    let mut kept: Vec<Published> = Vec::with_capacity(published.len());
-    let mut copies = 0;
-    let mut forks = Vec::new();
-    for group in published.chunk_by(|a, b| a.seq == b.seq) {
-        let mut others: Vec<&Published> = Vec::new();
-        for digest in &group[1..] {
-            if digest.digest == group[0].digest
-                || others.iter().any(|other| other.digest == digest.digest)
-            {
-                copies += 1;
-            } else {
-                others.push(digest);
-            }
-        }
-        if !others.is_empty() {
-            let locations: Vec<&str> = others.iter().map(|d| d.location.as_str()).collect();
-            forks.push(format!(
-                "two different digests numbered {} ({} and {}): one signed number, two statements",
-                group[0].seq,
-                group[0].location,
-                locations.join(", ")
-            ));
-        }
-        kept.push(group[0].clone());
-    }
-    (kept, copies, forks)
 }
 
 /// The `digests` table must hold each published digest, the same; digests it holds beyond
@@ -436,47 +405,6 @@ fn rebuild(leaves: &BTreeMap<String, SealedLeaf>) -> (Option<Vec<Head>>, Vec<Dif
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::{DigestKey, Statement};
-
-    fn at(seq: i64, digest: &SignedDigest, offset: u32) -> Published {
-        Published {
-            seq,
-            digest: digest.clone(),
-            location: format!("outbox.event.digest/1@{offset}"),
-        }
-    }
-
-    #[test]
-    fn a_digest_delivered_twice_is_one_digest_and_two_statements_with_one_number_a_fork() {
-        let key = DigestKey::from_seed(&[3; 32]);
-        let seventh = key.sign(Statement::over(Vec::new(), 7, [7; 32]));
-        let eighth = key.sign(Statement::over(Vec::new(), 8, [8; 32]));
-        let forged = key.sign(Statement::over(Vec::new(), 9, [8; 32]));
-        // Digest 8 read at offsets 7 and 8, as a redelivery after a relay crash puts it.
-        let (kept, copies, forks) = one_per_number(vec![
-            at(8, &eighth, 7),
-            at(7, &seventh, 6),
-            at(8, &eighth, 8),
-        ]);
-        assert_eq!(kept, vec![at(7, &seventh, 6), at(8, &eighth, 7)]);
-        assert_eq!((copies, forks), (1, Vec::<String>::new()));
-        // Another document numbered 8 is a fork, named once however often each came.
-        let (kept, copies, forks) = one_per_number(vec![
-            at(8, &eighth, 7),
-            at(8, &forged, 8),
-            at(8, &eighth, 9),
-            at(8, &forged, 10),
-        ]);
-        assert_eq!(kept, vec![at(8, &eighth, 7)]);
-        assert_eq!(copies, 2);
-        assert_eq!(
-            forks,
-            [
-                "two different digests numbered 8 (outbox.event.digest/1@7 and \
-              outbox.event.digest/1@8): one signed number, two statements"
-            ]
-        );
-    }
 
     #[test]
     fn a_message_that_is_no_digest_is_named_by_its_place_field_and_value() {
@@ -498,7 +426,8 @@ mod tests {
         document["format"] = serde_json::json!("something else");
         let payload = serde_json::to_vec(&document).expect("JSON");
         assert!(
-            refused(&payload).contains("not an ra-ledger digest v1 document"),
+            refused(&payload)
+                .contains("not an ra-ledger digest v2 (or ra-ledger digest v1) document"),
             "{}",
             refused(&payload)
         );

@@ -8,7 +8,7 @@ use ra_ledger_proto::v1::{self, envelope::Event};
 use uuid::Uuid;
 
 use super::{AssignmentView, ContactView, RegisteredAgent};
-use crate::domain::{ContactStatus, EndReason, PostalAddress};
+use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
 use crate::projections::from_micros;
 
 /// Contacts and assignments as the ledger knew them at some `known_at`, folded from events.
@@ -53,7 +53,11 @@ impl Fold {
                         contact_id,
                         ContactView {
                             contact_id,
-                            jurisdiction: created.jurisdiction.clone(),
+                            jurisdiction: Jurisdiction::parse(
+                                "jurisdiction",
+                                &created.jurisdiction,
+                            )
+                            .map_err(|error| error.to_string())?,
                             name: created.name.clone(),
                             address: PostalAddress {
                                 line1: address.line1,
@@ -94,7 +98,11 @@ impl Fold {
                         AssignmentView {
                             assignment_id,
                             business_id: uuid("business_id", &started.business_id)?,
-                            jurisdiction: started.jurisdiction.clone(),
+                            jurisdiction: Jurisdiction::parse(
+                                "jurisdiction",
+                                &started.jurisdiction,
+                            )
+                            .map_err(|error| error.to_string())?,
                             contact_id: uuid("contact_id", &started.contact_id)?,
                             started_at: effective,
                             ended_at: None,

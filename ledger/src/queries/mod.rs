@@ -31,13 +31,30 @@ pub use search::{Found, SEARCH_LIMIT, find_id, search_contacts};
 use crate::db::cached;
 use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
 
+/// A jurisdiction column read as a [`Jurisdiction`]: the read views carry the type, so a
+/// command that reads a view never parses its code again. The columns reference the
+/// `jurisdictions` table, which holds the same codes as [`crate::domain::JURISDICTIONS`].
+impl<'a> tokio_postgres::types::FromSql<'a> for Jurisdiction {
+    fn from_sql(
+        ty: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let code = <&str as tokio_postgres::types::FromSql>::from_sql(ty, raw)?;
+        Ok(Jurisdiction::parse("jurisdiction", code)?)
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        <&str as tokio_postgres::types::FromSql>::accepts(ty)
+    }
+}
+
 /// A contact as the projection holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContactView {
     /// Contact id.
     pub contact_id: Uuid,
-    /// Jurisdiction code.
-    pub jurisdiction: String,
+    /// Jurisdiction (its code in JSON).
+    pub jurisdiction: Jurisdiction,
     /// Office name.
     pub name: String,
     /// Postal address.
@@ -125,8 +142,8 @@ pub struct AssignmentView {
     pub assignment_id: Uuid,
     /// The customer's business.
     pub business_id: Uuid,
-    /// Jurisdiction code.
-    pub jurisdiction: String,
+    /// Jurisdiction (its code in JSON).
+    pub jurisdiction: Jurisdiction,
     /// The serving contact.
     pub contact_id: Uuid,
     /// Start (business time).

@@ -61,7 +61,7 @@ pub async fn business_record(
     let mut timelines: BTreeMap<String, Timeline> = BTreeMap::new();
     for assignment in history {
         timelines
-            .entry(assignment.jurisdiction.clone())
+            .entry(assignment.jurisdiction.code().to_owned())
             .or_default()
             .assignments
             .push(assignment);

@@ -30,6 +30,7 @@
 
 mod fence;
 mod page;
+mod page_log;
 mod progress;
 mod request;
 mod rows;
@@ -37,12 +38,14 @@ mod start;
 mod status;
 
 pub use page::{PageFailed, PageOutcome, PageReport, handle};
-pub use request::PageRequest;
+pub use page_log::{PageRecord, pages};
+pub use request::{PageRequest, PageRequestError};
 #[cfg(feature = "testing")]
 pub use rows::replace_all_at_once;
 pub use start::{RunStarted, reraise_stalled, resume, stalled, start_in};
 pub use status::{
-    RowFailure, RunState, RunStatus, in_progress, running, runs_of, status, statuses_of,
+    RowFailure, RunState, RunStatus, in_progress, in_progress_summary, running, runs_of, status,
+    statuses_of,
 };
 
 use crate::domain::ValidationError;

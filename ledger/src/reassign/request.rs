@@ -6,8 +6,32 @@ use ra_ledger_proto::v1::{self, envelope::Event};
 use uuid::Uuid;
 
 use super::MAX_PAGE_SIZE;
-use crate::domain::Jurisdiction;
+use crate::domain::{Jurisdiction, ValidationError};
 use crate::store::NewEvent;
+
+/// Why a `ReassignmentPageRequested` event is not a page request the worker can run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PageRequestError {
+    /// An id that should be a UUID is not.
+    #[error("{field} {value:?} is not a UUID")]
+    NotUuid {
+        /// The event's field (`run_id`, `cursor`, ...).
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The page number is 0 or the page size outside 1 to [`MAX_PAGE_SIZE`].
+    #[error("page {page} with page size {page_size} is out of range")]
+    OutOfRange {
+        /// The page number.
+        page: u32,
+        /// Rows per page.
+        page_size: u32,
+    },
+    /// The jurisdiction is not one the ledger serves.
+    #[error(transparent)]
+    Jurisdiction(#[from] ValidationError),
+}
 
 /// One page request, as carried by a `ReassignmentPageRequested` event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,29 +74,31 @@ impl PageRequest {
     }
 
     /// The request an envelope carries; `Ok(None)` for any other event.
-    pub fn from_envelope(envelope: &v1::Envelope) -> Result<Option<Self>, String> {
+    pub fn from_envelope(envelope: &v1::Envelope) -> Result<Option<Self>, PageRequestError> {
         let Some(Event::ReassignmentPageRequested(request)) = &envelope.event else {
             return Ok(None);
         };
-        let parse = |field: &str, value: &str| {
+        let parse = |field: &'static str, value: &str| {
             value
                 .parse::<Uuid>()
-                .map_err(|_| format!("{field} {value:?} is not a UUID"))
+                .map_err(|_| PageRequestError::NotUuid {
+                    field,
+                    value: value.to_owned(),
+                })
         };
         let page_size = request.page_size;
         if !(1..=MAX_PAGE_SIZE).contains(&page_size) || request.page == 0 {
-            return Err(format!(
-                "page {} with page size {page_size} is out of range",
-                request.page
-            ));
+            return Err(PageRequestError::OutOfRange {
+                page: request.page,
+                page_size,
+            });
         }
         Ok(Some(Self {
             request_id: parse("event_id", &envelope.event_id)?,
             run_id: parse("run_id", &request.run_id)?,
             old_contact_id: parse("old_contact_id", &request.old_contact_id)?,
             new_contact_id: parse("new_contact_id", &request.new_contact_id)?,
-            jurisdiction: Jurisdiction::parse("jurisdiction", &request.jurisdiction)
-                .map_err(|error| error.to_string())?,
+            jurisdiction: Jurisdiction::parse("jurisdiction", &request.jurisdiction)?,
             page: request.page,
             cursor: if request.cursor.is_empty() {
                 None
@@ -161,7 +187,12 @@ mod tests {
     #[test]
     fn refuses_malformed_page_requests() {
         let bad_cursor = PageRequest::from_envelope(&envelope(request("nope", 2, 100)));
-        assert!(bad_cursor.unwrap_err().contains("cursor \"nope\""));
+        assert!(
+            bad_cursor
+                .unwrap_err()
+                .to_string()
+                .contains("cursor \"nope\"")
+        );
         let zero_page = PageRequest::from_envelope(&envelope(request("", 0, 100)));
         assert!(zero_page.is_err());
         let huge = PageRequest::from_envelope(&envelope(request("", 1, MAX_PAGE_SIZE + 1)));
@@ -171,6 +202,7 @@ mod tests {
         assert!(
             PageRequest::from_envelope(&envelope(foreign))
                 .unwrap_err()
+                .to_string()
                 .contains("jurisdiction")
         );
     }

@@ -190,7 +190,7 @@ pub async fn replace_all_at_once(
             what: "contact",
             id: new_contact_id.to_string(),
         })?;
-    let jurisdiction = Jurisdiction::parse("jurisdiction", &new.jurisdiction)?;
+    let jurisdiction = new.jurisdiction;
     let locked: Vec<AssignmentView> = tx
         .query(
             include_str!("../sql/testing/lock_active_of_contact.sql"),

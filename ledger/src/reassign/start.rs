@@ -42,7 +42,7 @@ pub async fn start_in(
     metadata: &Metadata,
     heads: &Heads,
 ) -> Result<RunStarted, CommandError> {
-    let jurisdiction = Jurisdiction::parse("jurisdiction", &old.jurisdiction)?;
+    let jurisdiction = old.jurisdiction;
     let first = PageRequest {
         request_id: Uuid::now_v7(),
         run_id: Uuid::now_v7(),

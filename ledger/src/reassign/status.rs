@@ -237,11 +237,19 @@ pub async fn in_progress(client: &impl GenericClient) -> Result<Vec<Uuid>, tokio
 
 /// Runs still in progress.
 pub async fn running(client: &impl GenericClient) -> Result<i64, tokio_postgres::Error> {
-    Ok(cached::query_one(
+    Ok(in_progress_summary(client).await?.0)
+}
+
+/// The runs in progress, and the longest any of them has gone without processing a page, in
+/// seconds (0 when none runs): what the worker's stalled-run gauge shows.
+pub async fn in_progress_summary(
+    client: &impl GenericClient,
+) -> Result<(i64, f64), tokio_postgres::Error> {
+    let row = cached::query_one(
         client,
-        "SELECT count(*) FROM reassignment_runs WHERE status = 'running'",
+        include_str!("../sql/reassign/runs_in_progress.sql"),
         &[],
     )
-    .await?
-    .get(0))
+    .await?;
+    Ok((row.get(0), row.get(1)))
 }

@@ -1,7 +1,7 @@
 //! Recording a replay's past and its handoff: steps 1 to 3 of the module above.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool_postgres::Object;
 use rdkafka::ClientConfig;
@@ -9,6 +9,7 @@ use tokio_postgres::IsolationLevel;
 
 use super::kafka::end_offsets;
 use super::stored::{Replay, RunError};
+use crate::older_transactions::WaitError;
 
 /// How long the start waits for transactions older than it to end.
 const OLDER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(60);
@@ -32,37 +33,12 @@ pub(super) async fn record_past(
 /// Step 2: takes a fresh transaction id, and waits until no transaction below it is in
 /// progress (at most [`OLDER_TRANSACTIONS_WAIT`]; the error names those still open).
 async fn wait_for_older_transactions(client: &Object) -> Result<(), RunError> {
-    let fence: String = client
-        .query_one("SELECT pg_current_xact_id()::text", &[])
-        .await?
-        .get(0);
-    let waiting_since = Instant::now();
-    loop {
-        let older = client
-            .query(
-                include_str!("../sql/replay/older_in_progress.sql"),
-                &[&fence],
-            )
-            .await?;
-        if older.is_empty() {
-            return Ok(());
-        }
-        if waiting_since.elapsed() > OLDER_TRANSACTIONS_WAIT {
-            let named: Vec<String> = older
-                .iter()
-                .map(|row| {
-                    let xid: String = row.get("xid");
-                    let pids: Option<String> = row.get("pids");
-                    format!("xid {xid} (pid {})", pids.as_deref().unwrap_or("?"))
-                })
-                .collect();
-            return Err(RunError::OlderTransactions(
-                OLDER_TRANSACTIONS_WAIT,
-                named.join(", "),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::older_transactions::wait_for_older(client, OLDER_TRANSACTIONS_WAIT)
+        .await
+        .map_err(|error| match error {
+            WaitError::Database(error) => RunError::Database(error),
+            WaitError::StillOpen { waited, open } => RunError::OlderTransactions(waited, open),
+        })
 }
 
 /// Step 3: takes the snapshot in a REPEATABLE READ transaction, and records it with the

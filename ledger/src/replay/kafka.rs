@@ -106,9 +106,10 @@ fn text_header<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a [u8]> {
 
 fn kafka_failure(error: &KafkaError, event_id: &str) -> RunError {
     match classify(error) {
-        DeliveryFailure::Permanent => {
-            RunError::Failed(format!("Kafka refuses event {event_id} for good: {error}"))
-        }
+        DeliveryFailure::Permanent => RunError::Refused {
+            event_id: event_id.to_owned(),
+            reason: error.to_string(),
+        },
         DeliveryFailure::Transient => RunError::Kafka(format!("event {event_id}: {error}")),
     }
 }
@@ -127,7 +128,7 @@ pub(super) async fn write_markers(
             replay_topic: replay_topic.clone(),
             live_topic: live.clone(),
             handoff: replay.handoff.get(live).cloned().ok_or_else(|| {
-                RunError::Failed(format!("no handoff offsets recorded for {live}"))
+                RunError::Inconsistent(format!("no handoff offsets recorded for {live}"))
             })?,
             events: replay.topic_events.get(live).copied().unwrap_or(0),
             snapshot: replay.snapshot.clone().unwrap_or_default(),
@@ -192,9 +193,7 @@ async fn topic_partitions(config: &ClientConfig, topic: &str) -> Result<i32, Run
             .map(|t| t.partitions().len())
             .sum::<usize>();
         if count == 0 {
-            return Err(RunError::Kafka(format!(
-                "live topic {topic} does not exist (ledger topics create)"
-            )));
+            return Err(RunError::LiveTopicMissing(topic));
         }
         Ok(count as i32)
     })
@@ -247,9 +246,11 @@ async fn ensure_replay_topic(
             Outcome::Existed => {
                 let existing = topic_partitions(config, topic).await?;
                 if existing != partitions {
-                    return Err(RunError::Failed(format!(
-                        "replay topic {topic} exists with {existing} partitions, its live topic has {partitions}"
-                    )));
+                    return Err(RunError::PartitionsDiffer {
+                        topic: topic.to_owned(),
+                        existing,
+                        live: partitions,
+                    });
                 }
             }
         }

@@ -47,7 +47,14 @@
 //! resumes after the checkpoint, and the events of the batch in flight may be published
 //! twice (the inbox absorbs them). The runner holds a session advisory lock per replay, so
 //! one process runs it at a time, and a dead runner's lock goes with its connection.
+//!
+//! # Cancel
+//!
+//! An operator may cancel a replay that is requested or running ([`cancel`](mod@cancel)): it ends for
+//! good, frees its place among the replays open at once, and its runner stops publishing
+//! within half a second and the step it is in.
 
+pub mod cancel;
 mod handoff;
 mod kafka;
 mod request;
@@ -56,6 +63,7 @@ pub mod serve;
 mod status;
 mod stored;
 
+pub use cancel::{Cancel, cancel};
 pub use request::{
     AGGREGATES, DEFAULT_AGGREGATES, DEFAULT_RATE, DEFAULT_TOPIC_PREFIX, EVENT_TYPES,
     MAX_OPEN_REPLAYS, MAX_RATE, ReplayRequest, RequestError, Selection, request,

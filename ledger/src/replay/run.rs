@@ -37,8 +37,10 @@ pub enum Outcome {
     Stopped,
     /// Another process runs it.
     Busy,
-    /// It had ended before (complete or failed).
+    /// It had ended before (complete, failed or cancelled).
     AlreadyEnded(ReplayState),
+    /// An operator cancelled it while it ran: it stopped, for good.
+    Cancelled,
 }
 
 /// Where a run is, after each batch.
@@ -52,8 +54,8 @@ pub struct Progress {
     pub rate: f64,
 }
 
-/// Runs replay `id` to its end (or until `shutdown`), if no other process runs it.
-/// `progress` is called after every batch.
+/// Runs replay `id` to its end (or until `shutdown`, or until an operator cancels it), if no
+/// other process runs it. `progress` is called after every batch.
 pub async fn run(
     pool: &Pool,
     kafka: &KafkaSettings,
@@ -71,12 +73,39 @@ pub async fn run(
         return Ok(Outcome::Busy);
     }
     metrics.active.fetch_add(1, Ordering::Relaxed);
-    let result = run_locked(&mut client, kafka, id, metrics, shutdown, progress).await;
+    // Fired by `shutdown`, or by the watcher when an operator cancels the replay.
+    let stop = shutdown.child_token();
+    let watcher = tokio::spawn(super::cancel::watch(pool.clone(), id, stop.clone()));
+    let result = run_locked(&mut client, kafka, id, metrics, &stop, progress).await;
+    stop.cancel();
+    let _ = watcher.await;
     metrics.active.fetch_sub(1, Ordering::Relaxed);
+    // A run that stopped short of its end, or failed, because the replay was cancelled
+    // (a failed read leaves the outcome as it was: the lock is released below either way).
+    let short = matches!(result, Ok(Outcome::Stopped) | Err(_));
+    let result = if short
+        && matches!(
+            super::cancel::state(&client, id).await,
+            Ok(Some(ReplayState::Cancelled))
+        ) {
+        Ok(Outcome::Cancelled)
+    } else {
+        result
+    };
+    if result
+        .as_ref()
+        .is_ok_and(|outcome| *outcome == Outcome::Cancelled)
+    {
+        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+        info!(replay = %id, "replay cancelled: its run stopped");
+    }
     match &result {
-        Err(RunError::Failed(reason)) => {
+        Err(error) if error.ends_the_replay() => {
             client
-                .execute(include_str!("../sql/replay/fail.sql"), &[&id, reason])
+                .execute(
+                    include_str!("../sql/replay/fail.sql"),
+                    &[&id, &error.disclosed().to_string()],
+                )
                 .await?;
         }
         Err(error) => {
@@ -84,7 +113,7 @@ pub async fn run(
             let _ = client
                 .execute(
                     include_str!("../sql/replay/note_error.sql"),
-                    &[&id, &error.to_string()],
+                    &[&id, &error.disclosed().to_string()],
                 )
                 .await;
         }
@@ -112,20 +141,24 @@ async fn run_locked(
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Outcome, RunError> {
     let replay = Replay::load(client, id).await?;
-    if matches!(replay.status, ReplayState::Complete | ReplayState::Failed) {
+    if replay.status.ended() {
         return Ok(Outcome::AlreadyEnded(replay.status));
     }
     let attempts = begin_attempt(client, id).await?;
     let config = kafka
         .client_config()
-        .map_err(|error| RunError::Failed(format!("Kafka settings: {error}")))?;
+        .map_err(|error| RunError::Settings(error.to_string()))?;
     let partitions = kafka::prepare_topics(&config, &replay).await?;
     let mut replay =
         start_or_resume(client, &config, replay, &partitions, attempts, metrics).await?;
+    if replay.status == ReplayState::Cancelled {
+        // Cancelled while its past was being recorded: it never started.
+        return Ok(Outcome::Cancelled);
+    }
     let snapshot = replay
         .snapshot
         .clone()
-        .ok_or_else(|| RunError::Failed("a running replay without a snapshot".into()))?;
+        .ok_or_else(|| RunError::Inconsistent("a running replay without a snapshot".into()))?;
     let producer = kafka::producer(&config)?;
     let published = publish_past(
         client,
@@ -138,7 +171,9 @@ async fn run_locked(
         progress,
     )
     .await?;
-    if shutdown.is_cancelled() && replay.checkpoint < replay.past_end {
+    if shutdown.is_cancelled() {
+        // No markers now, even after the last batch: a run stopped for a restart writes
+        // them when it resumes, and a cancelled replay never gets them.
         return Ok(Outcome::Stopped);
     }
     complete(client, &producer, &replay, &partitions, metrics, published).await
@@ -187,9 +222,13 @@ async fn complete(
     published: i64,
 ) -> Result<Outcome, RunError> {
     kafka::write_markers(producer, replay, partitions).await?;
-    client
+    let completed = client
         .execute(include_str!("../sql/replay/complete.sql"), &[&replay.id])
         .await?;
+    if completed == 0 {
+        info!(replay = %replay.id, "replay cancelled while its markers were written");
+        return Ok(Outcome::Cancelled);
+    }
     metrics.completed.fetch_add(1, Ordering::Relaxed);
     info!(replay = %replay.id, published, "replay complete: markers written");
     Ok(Outcome::Complete)
@@ -233,21 +272,39 @@ async fn publish_past(
         let started = Instant::now();
         let deliveries = produce_batch(producer, replay, &id_text, &batch.rows)?;
         let more = batch.next_checkpoint < replay.past_end;
-        let (acknowledged, next) = tokio::join!(await_deliveries(deliveries), async {
-            if more {
-                Some(fetch_batch(client, replay, snapshot, batch_size, batch.next_checkpoint).await)
-            } else {
-                None
-            }
-        });
+        let both = async {
+            tokio::join!(await_deliveries(deliveries), async {
+                if more {
+                    Some(
+                        fetch_batch(client, replay, snapshot, batch_size, batch.next_checkpoint)
+                            .await,
+                    )
+                } else {
+                    None
+                }
+            })
+        };
+        let (acknowledged, next) = tokio::select! {
+            // Stopping first: a broker that does not answer holds no shutdown or cancel up
+            // (the batch is not checkpointed, and a resumed run sends it again).
+            biased;
+            () = shutdown.cancelled() => return Ok(published),
+            both = both => both,
+        };
         acknowledged?;
         let count = batch.rows.len() as i64;
-        client
+        let checkpointed = client
             .execute(
                 include_str!("../sql/replay/checkpoint.sql"),
                 &[&id, &batch.next_checkpoint, &count],
             )
             .await?;
+        if checkpointed == 0 {
+            // No longer running, so cancelled (only this runner ends it otherwise): stop
+            // before the next batch.
+            shutdown.cancel();
+            return Ok(published);
+        }
         replay.checkpoint = batch.next_checkpoint;
         published += count;
         sent_this_attempt += count as u64;

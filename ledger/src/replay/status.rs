@@ -9,6 +9,7 @@ use ra_ledger_cdc::replay::replay_topic;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::request::Selection;
 use crate::db::cached;
 
 /// Where a replay stands.
@@ -23,6 +24,9 @@ pub enum ReplayState {
     Complete,
     /// Stopped for good; `error` says why.
     Failed,
+    /// Stopped for good by an operator (`cancelled_by`, `cancelled_at`): nothing more is
+    /// published, and its place among the replays open at once is free.
+    Cancelled,
 }
 
 impl ReplayState {
@@ -33,7 +37,13 @@ impl ReplayState {
             Self::Running => "running",
             Self::Complete => "complete",
             Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
         }
+    }
+
+    /// Whether it ended, for good: complete, failed or cancelled.
+    pub fn ended(self) -> bool {
+        matches!(self, Self::Complete | Self::Failed | Self::Cancelled)
     }
 
     pub(super) fn parse(text: &str) -> Self {
@@ -41,6 +51,7 @@ impl ReplayState {
             "running" => Self::Running,
             "complete" => Self::Complete,
             "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
             _ => Self::Requested,
         }
     }
@@ -64,18 +75,11 @@ pub struct ReplayStatus {
     pub id: Uuid,
     /// State.
     pub status: ReplayState,
-    /// Selected aggregate types.
-    pub aggregate_types: Vec<String>,
-    /// Selected event types (all when absent).
-    pub event_types: Option<Vec<String>>,
-    /// Selected stream prefix.
-    pub stream_prefix: Option<String>,
-    /// Recorded at or after.
-    pub recorded_from: Option<DateTime<Utc>>,
-    /// Recorded before.
-    pub recorded_to: Option<DateTime<Utc>>,
-    /// Events per second at most.
-    pub rate: u32,
+    /// What it selects: aggregate types, event types (all when absent), stream prefix,
+    /// recorded from and to, events per second at most (its fields at the top of the JSON,
+    /// as before).
+    #[serde(flatten)]
+    pub selection: Selection,
     /// Replay topics and handoffs.
     pub targets: Vec<Target>,
     /// The snapshot that defines the past (`xmin:xmax:xip`).
@@ -100,6 +104,10 @@ pub struct ReplayStatus {
     pub progress_at: Option<DateTime<Utc>>,
     /// When the markers were written.
     pub completed_at: Option<DateTime<Utc>>,
+    /// Who cancelled it.
+    pub cancelled_by: Option<String>,
+    /// When.
+    pub cancelled_at: Option<DateTime<Utc>>,
     /// Why it failed, or the last error a runner will retry after.
     pub error: Option<String>,
     /// Published share of the total, 0 to 100.
@@ -162,12 +170,16 @@ pub async fn status(
     Ok(Some(ReplayStatus {
         id,
         status,
-        aggregate_types,
-        event_types: row.get("event_types"),
-        stream_prefix: row.get("stream_prefix"),
-        recorded_from: row.get("recorded_from"),
-        recorded_to: row.get("recorded_to"),
-        rate: row.get::<_, i32>("rate") as u32,
+        selection: Selection {
+            aggregate_types,
+            event_types: row.get("event_types"),
+            stream_prefix: row.get("stream_prefix"),
+            recorded_from: row.get("recorded_from"),
+            recorded_to: row.get("recorded_to"),
+            rate: row.get::<_, i32>("rate") as u32,
+            topic_prefix,
+            target: template,
+        },
         targets,
         snapshot: row.get("snapshot"),
         total_events: total,
@@ -180,6 +192,8 @@ pub async fn status(
         started_at,
         progress_at,
         completed_at: row.get("completed_at"),
+        cancelled_by: row.get("cancelled_by"),
+        cancelled_at: row.get("cancelled_at"),
         error: row.get("error"),
         percent,
         events_per_second,

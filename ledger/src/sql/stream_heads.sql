@@ -3,8 +3,17 @@
 -- this statement's snapshot was taken: every event the snapshot shows committed before that
 -- instant, so using it as the transaction's `recorded_at` keeps `recorded_at` increasing
 -- along every stream, however long the transaction waited for its locks before.
+--
+-- `writer` gives the transaction its id (pg_current_xact_id() assigns one) before any row,
+-- and so any clock reading, is produced: the CTE is a scan every row is joined from, and a
+-- row is projected only after the scans under it ran. (A plain subquery would not do:
+-- PostgreSQL drops an output nobody reads, volatile or not.) A digest builder that reads its
+-- time and then waits for the transactions older than a fresh id therefore waits for every
+-- writer whose `recorded_at` is at or before that time (digest/build.rs).
+WITH writer AS MATERIALIZED (SELECT pg_current_xact_id() AS xid)
 SELECT s.stream, h.stream_version, h.hash, h.effective_at, clock_timestamp()
-FROM unnest($1::text[]) AS s(stream)
+FROM writer
+CROSS JOIN unnest($1::text[]) AS s(stream)
 LEFT JOIN LATERAL (
     SELECT e.stream_version, e.hash, e.effective_at
     FROM events e

@@ -67,7 +67,13 @@ pub async fn run(
         shutdown.clone(),
     ));
     let replays = host_replays(&config, &metrics, &shutdown)?;
-    let mut ran_here = pages::RanHere::default();
+    let mut pages = pages::Pages {
+        pool: &pool,
+        config: &config,
+        metrics: &metrics,
+        shutdown: &shutdown,
+        ran_here: pages::RanHere::default(),
+    };
     loop {
         let message = tokio::select! {
             // Shutdown first: the page in progress has finished (it is not in this select).
@@ -84,8 +90,7 @@ pub async fn run(
             }
         };
         if let Some(request) = pages::decode(&message)
-            && !pages::handle_request(&pool, request, &config, &metrics, &shutdown, &mut ran_here)
-                .await
+            && !pages.handle_request(request).await
         {
             // Shutting down mid-retry: the offset stays uncommitted and the request is
             // redelivered to whoever takes the partition.
@@ -121,13 +126,9 @@ fn host_replays(
     metrics: &WorkerMetrics,
     shutdown: &CancellationToken,
 ) -> Result<JoinHandle<()>, WorkerError> {
-    let mut kafka = config.kafka_settings();
-    kafka
-        .properties
-        .insert("bootstrap.servers".into(), config.brokers.clone());
     Ok(tokio::spawn(crate::replay::serve::serve(
         db::pool(&config.database_url, "ledger-replay", 2)?,
-        kafka,
+        config.client_settings(),
         metrics.replays.clone(),
         REPLAY_POLL,
         shutdown.clone(),
@@ -153,9 +154,8 @@ fn host_replays(
 fn consumer_config(
     config: &WorkerConfig,
 ) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::infra::settings::ConfigError> {
-    let mut client_config = config.kafka_settings().client_config()?;
+    let mut client_config = config.client_settings().client_config()?;
     client_config
-        .set("bootstrap.servers", &config.brokers)
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
@@ -175,11 +175,7 @@ fn consumer_config(
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
 pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
-    let mut kafka = config.kafka_settings();
-    kafka
-        .properties
-        .insert("bootstrap.servers".into(), config.brokers.clone());
-    if let Some(weakness) = kafka.weakness() {
+    if let Some(weakness) = config.client_settings().weakness() {
         tracing::warn!("{weakness}");
     }
     let metrics = Arc::new(WorkerMetrics::default());

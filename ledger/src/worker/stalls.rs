@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::metrics::WorkerMetrics;
 use crate::reassign;
 
-/// Every few seconds: refreshes the runs-active gauge, and raises again the page request of
+/// Every few seconds: refreshes the runs-active and run-idle gauges, and raises again the page request of
 /// every run that made no progress for `stall_after` (`None`: never). A chain whose request
 /// was lost (a topic deleted, a partition nobody consumed) heals itself this way; the
 /// cursor fence drops the request that was not lost, if it turns up.
@@ -26,8 +26,11 @@ pub(super) async fn watch_runs(
     });
     loop {
         if let Ok(client) = pool.get().await {
-            if let Ok(count) = reassign::running(&client).await {
+            if let Ok((count, idle)) = reassign::in_progress_summary(&client).await {
                 metrics.runs_active.store(count, Ordering::Relaxed);
+                metrics
+                    .run_idle_millis
+                    .store((idle * 1000.0) as i64, Ordering::Relaxed);
             }
             if let Some(stall_after) = stall_after {
                 heal_stalled(&pool, &client, &metrics, stall_after).await;

@@ -3,7 +3,7 @@
 //! root).
 //!
 //! Each server is started through [`crate::process`]'s keeper with `setpriv --pdeathsig`, so
-//! it dies with the test process. [`crate::stack`] starts the run's shared one from here,
+//! it dies with the test process. [`crate::stack`](mod@crate::stack) starts the run's shared one from here,
 //! [`crate::replicated`] a primary and its standby.
 
 use std::ffi::OsStr;

@@ -13,7 +13,7 @@ use crate::postgres::PostgresServer;
 /// The `postgresql.conf` lines of every node (why they are the same: [`crate::replicated`]).
 pub(super) fn node_settings(options: &ReplicationOptions) -> String {
     let mut settings = String::from(
-        "# The replicated harness's (tests/src/replicated.rs), on every node.
+        "# The replicated harness's (tests/src/replicated/mod.rs), on every node.
 # pg_rewind needs full page writes from its source, and hint bits in the WAL.
 full_page_writes = on
 wal_log_hints = on

@@ -22,7 +22,7 @@ async fn audit_questions_over_http() -> anyhow::Result<()> {
     let assigned = api
         .post("/v1/assignments", json!({"business_id": business, "jurisdiction": "TX", "effective_at": "2024-02-01T00:00:00Z"}))
         .await;
-    assert_eq!(assigned.status, StatusCode::CREATED, "{:?}", assigned.body);
+    assigned.expect(StatusCode::CREATED);
     let superseded = api
         .post(&format!("/v1/contacts/{first_id}/supersede"), json!({"name": "Second Office", "address": address, "effective_at": "2025-01-01T00:00:00Z"}))
         .await;
@@ -36,7 +36,7 @@ async fn audit_questions_over_http() -> anyhow::Result<()> {
             json!({"effective_at": "2025-03-01T00:00:00Z"}),
         )
         .await;
-    assert_eq!(replaced.status, StatusCode::CREATED, "{:?}", replaced.body);
+    replaced.expect(StatusCode::CREATED);
 
     let base = format!("/v1/businesses/{business}/jurisdictions/TX");
     let in_2024 = api
@@ -119,7 +119,7 @@ async fn history_pages_with_signed_cursors() -> anyhow::Result<()> {
     let mut uri = format!("/v1/businesses/{business}/assignments?limit=2");
     loop {
         let page = api.get(&uri).await;
-        assert_eq!(page.status, StatusCode::OK, "{:?}", page.body);
+        page.expect(StatusCode::OK);
         for item in page.body["items"].as_array().unwrap() {
             seen.push(item["assignment_id"].as_str().unwrap().to_owned());
         }
@@ -161,7 +161,7 @@ async fn an_answer_as_known_at_k_shows_nothing_recorded_after_k() -> anyhow::Res
     let assigned = api
         .post("/v1/assignments", json!({"business_id": business, "jurisdiction": "TX", "effective_at": "2026-02-01T00:00:00Z"}))
         .await;
-    assert_eq!(assigned.status, StatusCode::CREATED, "{:?}", assigned.body);
+    assigned.expect(StatusCode::CREATED);
     let recorded = assigned.str("recorded_at");
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let ended = api
@@ -170,19 +170,14 @@ async fn an_answer_as_known_at_k_shows_nothing_recorded_after_k() -> anyhow::Res
             json!({"effective_at": "2026-04-01T00:00:00Z"}),
         )
         .await;
-    assert_eq!(ended.status, StatusCode::OK, "{:?}", ended.body);
+    ended.expect(StatusCode::OK);
     let superseded = api
         .post(
             &format!("/v1/contacts/{contact_id}/supersede"),
             json!({"name": "Second Office", "address": address, "effective_at": "2026-02-15T00:00:00Z"}),
         )
         .await;
-    assert_eq!(
-        superseded.status,
-        StatusCode::ACCEPTED,
-        "{:?}",
-        superseded.body
-    );
+    superseded.expect(StatusCode::ACCEPTED);
 
     let base = format!("/v1/businesses/{business}/jurisdictions/TX/registered-agent");
     let known_then = api
@@ -191,7 +186,7 @@ async fn an_answer_as_known_at_k_shows_nothing_recorded_after_k() -> anyhow::Res
             recorded.replace('+', "%2B")
         ))
         .await;
-    assert_eq!(known_then.status, StatusCode::OK, "{:?}", known_then.body);
+    known_then.expect(StatusCode::OK);
     let assignment = &known_then.body["assignment"];
     for field in ["ended_at", "end_reason", "replaced_by", "ended_recorded_at"] {
         assert_eq!(
@@ -240,14 +235,14 @@ async fn an_assignment_that_ended_as_it_started_was_never_in_force() -> anyhow::
             json!({"effective_at": t}),
         )
         .await;
-    assert_eq!(ended.status, StatusCode::OK, "{:?}", ended.body);
+    ended.expect(StatusCode::OK);
     let second = api
         .post(
             "/v1/assignments",
             json!({"business_id": business, "jurisdiction": "TX", "effective_at": t}),
         )
         .await;
-    assert_eq!(second.status, StatusCode::CREATED, "{:?}", second.body);
+    second.expect(StatusCode::CREATED);
 
     let base = format!("/v1/businesses/{business}/jurisdictions/TX");
     let at_t = api.get(&format!("{base}/registered-agent?at={t}")).await;

@@ -49,7 +49,10 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
         let up = Duration::from_millis(rand::rng().random_range(1_000..4_000));
         collector.until(up, |_| false).await;
         let read = collector.received.len();
-        let published = metric(&relay.metrics.render(), "ra_relay_events_published_total");
+        let published = metric(
+            &relay.metrics.render(),
+            ra_ledger_cdc::metrics::EVENTS_PUBLISHED.name,
+        );
         let written_before = written.load(Ordering::Acquire);
         broker.kill()?;
         let down = Duration::from_millis(rand::rng().random_range(100..2_000));

@@ -1,7 +1,7 @@
 //! The console against a hostile client: where sign-in sends the browser, which origins may
 //! post, and how long a session stays what it was made as.
 
-use ra_ledger::api::{AppState, CursorKey, Role, Tokens, token_entry};
+use ra_ledger::api::{AppState, ConsoleState, CursorKey, Role, Tokens, token_entry};
 use ra_ledger::commands::Ledger;
 use ra_ledger::session_key::SessionKeys;
 use ra_ledger_tests::TestDatabase;
@@ -202,11 +202,13 @@ async fn console_with(
         ledger: Ledger::new(pool),
         tokens: Tokens::parse(&entries.join(","))?,
         cursor_key: CursorKey::new(b"test cursor key"),
-        session_keys: keys.clone(),
         digest_public_key: None,
         digest_tree: Default::default(),
-        secure_cookies: false,
-        relay_slot: "ra_ledger_relay".into(),
+        console: ConsoleState {
+            session_keys: keys.clone(),
+            secure_cookies: false,
+            relay_slot: "ra_ledger_relay".into(),
+        },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);

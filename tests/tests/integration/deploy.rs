@@ -92,9 +92,9 @@ fn example_production_configs_use_only_known_keys_and_no_inline_secret() -> anyh
     let worker: WorkerConfig = read_file(Some(&path("worker.toml")))?;
     // TLS everywhere, secrets from files.
     for url in [
-        &serve.database_url,
-        &relay.database_url,
-        &worker.database_url,
+        serve.database_url.expose(),
+        relay.database_url.expose(),
+        worker.database_url.expose(),
     ] {
         assert!(
             url.contains("sslmode=verify-full") && !url.contains(":5432@"),

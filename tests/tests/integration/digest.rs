@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 use ra_ledger::digest::build::{Built, build};
-use ra_ledger::digest::{DigestDocument, DigestKey, Head, Statement, hex, merkle};
+use ra_ledger::digest::{DigestDocument, DigestKey, Head, Statement, merkle};
+use ra_ledger::hex::hex;
 use ra_ledger_tests::TestDatabase;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -100,27 +101,45 @@ fn the_python_verifier_accepts_what_rust_signs_and_names_each_tampering() -> any
         })
         .collect();
     let key = DigestKey::from_seed(&[42; 32]);
-    let signed = key.sign(Statement::over(
-        heads.clone(),
-        1_764_460_800_123_456,
-        [9; 32],
-    ));
-    let mut sorted = heads.clone();
+    let statement = Statement::over(heads.clone(), 12, 1_764_460_800_123_456, [9; 32]);
+    // Both versions: digests signed now, with their number, and those of before, without.
+    for statement in [statement.clone(), statement.unnumbered()] {
+        python_checks_and_names_tamperings(&key, &heads, key.sign(statement))?;
+    }
+    Ok(())
+}
+
+/// A change to a document.
+type Change = dyn Fn(&mut Value);
+
+/// The Python verifier on a document of `signed` over `heads` and on tampered copies.
+fn python_checks_and_names_tamperings(
+    key: &DigestKey,
+    heads: &[Head],
+    signed: ra_ledger::digest::SignedDigest,
+) -> anyhow::Result<()> {
+    let mut sorted = heads.to_vec();
     sorted.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
     let leaves: Vec<merkle::Hash> = sorted.iter().map(Head::leaf_hash).collect();
     let index = 617;
     let path = merkle::inclusion_path(&leaves, index).expect("in range");
     let statement = &signed.statement;
+    let mut digest = json!({
+        "root": hex(&statement.root),
+        "time_micros": statement.time_micros,
+        "stream_count": statement.stream_count,
+        "event_count": statement.event_count,
+        "previous": hex(&statement.previous),
+        "signature": hex(&signed.signature),
+    });
+    let version = statement.version();
+    if let Some(seq) = statement.seq {
+        digest["format"] = json!("ra-ledger digest v2");
+        digest["seq"] = json!(seq);
+    }
     let document = json!({
         "public_key_pem": key.public_pem(),
-        "digest": {
-            "root": hex(&statement.root),
-            "time_micros": statement.time_micros,
-            "stream_count": statement.stream_count,
-            "event_count": statement.event_count,
-            "previous": hex(&statement.previous),
-            "signature": hex(&signed.signature),
-        },
+        "digest": digest,
         "leaves": heads.iter().map(|h| json!({
             "stream": h.stream, "version": h.version, "hash": hex(&h.hash),
         })).collect::<Vec<_>>(),
@@ -133,17 +152,16 @@ fn the_python_verifier_accepts_what_rust_signs_and_names_each_tampering() -> any
         },
     });
     let (ok, said) = python_verdict(&document)?;
-    assert!(ok, "{said}");
+    assert!(ok, "version {version}: {said}");
 
     let tampered = |change: &dyn Fn(&mut Value)| {
         let mut copy = document.clone();
         change(&mut copy);
         python_verdict(&copy)
     };
-    for (change, expected) in [
+    let mut cases: Vec<(Box<Change>, &str)> = vec![
         (
-            Box::new(|d: &mut Value| d["digest"]["event_count"] = json!(1))
-                as Box<dyn Fn(&mut Value)>,
+            Box::new(|d: &mut Value| d["digest"]["event_count"] = json!(1)),
             "signature does not verify",
         ),
         (
@@ -171,12 +189,50 @@ fn the_python_verifier_accepts_what_rust_signs_and_names_each_tampering() -> any
             Box::new(|d: &mut Value| d["inclusion"]["index"] = json!(618)),
             "inclusion path of stream",
         ),
-    ] {
+        (
+            Box::new(|d: &mut Value| d["digest"]["format"] = json!("ra-ledger digest v3")),
+            "is not 'ra-ledger digest v2'",
+        ),
+    ];
+    if version == 2 {
+        // The number is signed: another one, or the message read as version 1, fails.
+        cases.push((
+            Box::new(|d: &mut Value| d["digest"]["seq"] = json!(13)),
+            "signature does not verify",
+        ));
+        cases.push((
+            Box::new(|d: &mut Value| d["digest"]["format"] = json!("ra-ledger digest v1")),
+            "signature does not verify",
+        ));
+        cases.push((
+            Box::new(|d: &mut Value| {
+                d["digest"]
+                    .as_object_mut()
+                    .expect("an object")
+                    .remove("seq");
+            }),
+            "digest.seq is missing",
+        ));
+    } else {
+        // Version 1 does not sign it: a label changes nothing, a claim of version 2 fails.
+        cases.push((
+            Box::new(|d: &mut Value| {
+                d["digest"]["format"] = json!("ra-ledger digest v2");
+                d["digest"]["seq"] = json!(12);
+            }),
+            "signature does not verify",
+        ));
+    }
+    for (change, expected) in cases {
         let (ok, said) = tampered(&*change)?;
         assert!(
             !ok && said.contains(expected),
-            "expected {expected:?}, got: {said}"
+            "version {version}: expected {expected:?}, got: {said}"
         );
+    }
+    if version == 1 {
+        let (ok, said) = tampered(&|d: &mut Value| d["digest"]["seq"] = json!(13))?;
+        assert!(ok, "a version-1 digest's number is a label: {said}");
     }
     Ok(())
 }
@@ -201,7 +257,7 @@ fn a_key_made_by_openssl_signs_and_publishes_the_public_key_openssl_derives() ->
         .arg(&key_path)
         .output()?;
     assert_eq!(String::from_utf8(public.stdout)?, key.public_pem());
-    let signed = key.sign(Statement::over(Vec::new(), 0, [0; 32]));
+    let signed = key.sign(Statement::over(Vec::new(), 1, 0, [0; 32]));
     assert_eq!(signed.statement.root, merkle::empty_root());
     assert!(signed.verify(&key.public()));
     // Not a key: the error names the file and nothing of its content.
@@ -279,19 +335,19 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     let key = DigestKey::from_seed(&[5; 32]);
     let pool = api.ledger.pool();
 
-    let (seq, changed, first) = sealed(build(pool, &key, 1_000).await?);
+    let (seq, changed, first) = sealed(build(pool, &key).await?);
     let heads = full_heads(&client).await?;
     assert_eq!((seq, changed), (1, heads.len()));
     assert_eq!(
         first.statement,
-        Statement::over(heads.clone(), 1_000, [0; 32])
+        Statement::over(heads.clone(), 1, first.statement.time_micros, [0; 32])
     );
     assert!(first.verify(&key.public()));
     // Nothing changed: no digest.
-    assert_eq!(build(pool, &key, 2_000).await?, Built::Unchanged);
+    assert_eq!(build(pool, &key).await?, Built::Unchanged);
 
     assign(&api, 3).await;
-    let (seq, changed, second) = sealed(build(pool, &key, 3_000).await?);
+    let (seq, changed, second) = sealed(build(pool, &key).await?);
     let heads = full_heads(&client).await?;
     assert_eq!(seq, 2);
     assert!(
@@ -301,7 +357,7 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     );
     assert_eq!(
         second.statement,
-        Statement::over(heads.clone(), 3_000, first.hash())
+        Statement::over(heads.clone(), 2, second.statement.time_micros, first.hash())
     );
 
     // Published through the outbox, in the digest's transaction; a document the Python
@@ -361,13 +417,12 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
     let mut previous = [0; 32];
     let mut ids = assign_anywhere(30).await;
     for round in 0..6i64 {
-        let time = 1_000 * (round + 1);
         let built = if round == 3 {
             // Another replica seals one: this builder's cache no longer describes the
             // newest digest and must not be used.
-            build(pool, &key, time).await?
+            build(pool, &key).await?
         } else {
-            ra_ledger::digest::build::build_cached(pool, &key, time, &cache).await?
+            ra_ledger::digest::build::build_cached(pool, &key, &cache).await?
         };
         let (seq, _, digest) = sealed(built);
         if round != 3 {
@@ -381,7 +436,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
         let heads = full_heads(&client).await?;
         assert_eq!(
             digest.statement,
-            Statement::over(heads, time, previous),
+            Statement::over(heads, seq, digest.statement.time_micros, previous),
             "round {round}"
         );
         previous = digest.hash();
@@ -424,7 +479,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         .collect();
     let mut built = 0;
     while !writers.iter().all(|writer| writer.is_finished()) {
-        if let Built::Sealed { .. } = build(api.ledger.pool(), &key, built).await? {
+        if let Built::Sealed { .. } = build(api.ledger.pool(), &key).await? {
             built += 1;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -433,7 +488,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         writer.await?;
     }
     // The last append may have been sealed already by the last build in the loop.
-    let last_build = build(api.ledger.pool(), &key, 1_000_000).await?;
+    let last_build = build(api.ledger.pool(), &key).await?;
     assert!(
         matches!(last_build, Built::Sealed { .. } | Built::Unchanged),
         "{last_build:?}"
@@ -444,7 +499,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         .expect("a digest");
     let heads = full_heads(&client).await?;
     assert_eq!(heads.len(), 121);
-    assert_eq!(last.root.0, Statement::over(heads, 0, [0; 32]).root);
+    assert_eq!(last.root.0, Statement::over(heads, 1, 0, [0; 32]).root);
     println!("{built} digests while writing, then digest {}", last.seq);
     assert!(built >= 2, "only {built} digests were built while writing");
     // Each digest chains to the one before.
@@ -457,6 +512,22 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         .await?
         .get(0);
     assert_eq!(broken, 0);
+    // Each digest sealed every event recorded by its time, at least at that event's version.
+    let unsealed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM digests d \
+             JOIN events e ON (extract(epoch FROM e.recorded_at) * 1000000)::bigint <= d.time_micros \
+             WHERE NOT EXISTS (SELECT 1 FROM digest_leaf_changes c \
+                               WHERE c.stream = e.stream AND c.digest_seq <= d.seq \
+                                 AND c.version >= e.stream_version)",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        unsealed, 0,
+        "events recorded by a digest's time but not in it"
+    );
     Ok(())
 }
 
@@ -572,7 +643,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
         api.assign(*business).await;
     }
     let key = DigestKey::from_seed(&[8; 32]);
-    sealed(build(api.ledger.pool(), &key, 5_000).await?);
+    sealed(build(api.ledger.pool(), &key).await?);
 
     let picked: Vec<uuid::Uuid> = client
         .query(
@@ -664,7 +735,7 @@ async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everythi
 -> anyhow::Result<()> {
     let (database, api) = with_a_contact().await?;
     let key = DigestKey::from_seed(&[10; 32]);
-    sealed(build(api.ledger.pool(), &key, 1).await?);
+    sealed(build(api.ledger.pool(), &key).await?);
     // Digests turned off: appends leave marks, which `ledger serve` clears.
     assign(&api, 5).await;
     let client = database.connect().await?;
@@ -678,12 +749,12 @@ async fn with_digests_off_marks_are_cleared_and_the_next_digest_rereads_everythi
         0
     );
     // Turned on again: the next digest re-reads every stream and misses none of the five.
-    let (_, changed, digest) = sealed(build(api.ledger.pool(), &key, 2).await?);
+    let (_, changed, digest) = sealed(build(api.ledger.pool(), &key).await?);
     let heads = full_heads(&client).await?;
     assert_eq!(changed, heads.len());
     assert_eq!(
         digest.statement.root,
-        Statement::over(heads, 0, [0; 32]).root
+        Statement::over(heads, 1, 0, [0; 32]).root
     );
     assert!(marks(&client).await?.is_empty());
     Ok(())
@@ -739,8 +810,8 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
     assert_eq!(early.error_code(), "not_sealed");
 
     let key = DigestKey::from_seed(&[11; 32]);
-    let sealed_at = chrono::Utc::now().timestamp_micros();
-    sealed(build(api.ledger.pool(), &key, sealed_at).await?);
+    let (_, _, digest) = sealed(build(api.ledger.pool(), &key).await?);
+    let sealed_at = digest.statement.time_micros;
     let client = database.connect().await?;
     // Just before the supersede was recorded: the first contact, still primary.
     let before_supersede: chrono::DateTime<chrono::Utc> = client
@@ -931,7 +1002,7 @@ async fn a_digest_delivered_twice_is_no_fork_and_two_documents_with_one_number_a
     let (database, api) = with_a_contact().await?;
     assign(&api, 3).await;
     let key = DigestKey::from_seed(&[31; 32]);
-    let (seq, _, digest) = sealed(build(api.ledger.pool(), &key, 1_000).await?);
+    let (seq, _, digest) = sealed(build(api.ledger.pool(), &key).await?);
     let document = serde_json::to_vec(&DigestDocument::new(seq, &digest, key.public_pem()))?;
     let copy =
         |offset: u32| published::parse(&document, &format!("outbox.event.digest/1@{offset}"));
@@ -943,7 +1014,7 @@ async fn a_digest_delivered_twice_is_no_fork_and_two_documents_with_one_number_a
     // Another statement under the same number.
     let forged = serde_json::to_vec(&DigestDocument::new(
         seq,
-        &key.sign(Statement::over(Vec::new(), 2_000, [0; 32])),
+        &key.sign(Statement::over(Vec::new(), seq, 2_000, [0; 32])),
         key.public_pem(),
     ))?;
     let forged = published::parse(&forged, "outbox.event.digest/1@9")?;

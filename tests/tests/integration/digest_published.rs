@@ -157,7 +157,7 @@ async fn digests_on_kafka_catch_a_rewritten_a_deleted_and_a_truncated_history() 
     }
     let key = DigestKey::from_seed(&[21; 32]);
     assert!(matches!(
-        build(api.ledger.pool(), &key, 1_000).await?,
+        build(api.ledger.pool(), &key).await?,
         Built::Sealed { seq: 1, .. }
     ));
     let ended = api
@@ -169,7 +169,7 @@ async fn digests_on_kafka_catch_a_rewritten_a_deleted_and_a_truncated_history() 
         second.push(assign().await);
     }
     assert!(matches!(
-        build(api.ledger.pool(), &key, 2_000).await?,
+        build(api.ledger.pool(), &key).await?,
         Built::Sealed { seq: 2, .. }
     ));
     published_and_holding(&database, &topics, &topic, &key.public(), 2).await?;

@@ -403,8 +403,8 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
     println!(
         "relay: {} sessions, {} Kafka transactions aborted; consumers read {} and {} records \
          again after a broker restart (left out)",
-        ra_ledger_tests::metric(&metrics, "ra_relay_sessions_total"),
-        ra_ledger_tests::metric(&metrics, "ra_relay_kafka_transactions_aborted_total"),
+        ra_ledger_tests::metric(&metrics, ra_ledger_cdc::metrics::SESSIONS.name),
+        ra_ledger_tests::metric(&metrics, ra_ledger_cdc::metrics::TRANSACTIONS_ABORTED.name),
         committed.rereads,
         uncommitted.rereads
     );

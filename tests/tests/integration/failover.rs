@@ -199,7 +199,7 @@ async fn kill_and_promote(delivery: DeliveryMode) -> anyhow::Result<()> {
         // is held, and the relay says so.
         let held = wait_for_metric(
             &relay,
-            "ra_relay_standby_gate_missing_slots",
+            ra_ledger_cdc::metrics::STANDBY_GATE_MISSING_SLOTS.name,
             1,
             Duration::from_secs(20),
         )
@@ -253,7 +253,7 @@ async fn kill_and_promote(delivery: DeliveryMode) -> anyhow::Result<()> {
         assert_eq!(findings.duplicates, 0, "read_committed: {findings:?}");
     }
     assert_eq!(
-        metric(&rendered, "ra_relay_server_timeline") as usize,
+        metric(&rendered, ra_ledger_cdc::metrics::SERVER_TIMELINE.name) as usize,
         1 + rounds(),
         "{rendered}"
     );
@@ -314,7 +314,7 @@ async fn a_lagging_standby_holds_the_relay(delivery: DeliveryMode) -> anyhow::Re
         .count();
     let waiting = wait_for_metric(
         &relay,
-        "ra_relay_standby_gate_waiting",
+        ra_ledger_cdc::metrics::STANDBY_GATE_WAITING.name,
         1,
         Duration::from_secs(10),
     )
@@ -463,12 +463,15 @@ async fn switchover_and_failback_keep_the_slot_or_say_why_not() -> anyhow::Resul
     let orphans = pair.orphaned_failover_slots().await?;
     let said = wait_for_metric(
         &relay,
-        "ra_relay_standby_slots_ready",
+        ra_ledger_cdc::metrics::STANDBY_SLOTS_READY.name,
         0,
         Duration::from_secs(20),
     )
     .await
-        && metric(&relay.metrics.render(), "ra_relay_standbys") == 1;
+        && metric(
+            &relay.metrics.render(),
+            ra_ledger_cdc::metrics::STANDBYS.name,
+        ) == 1;
     println!(
         "switchover: orphaned failover slots on the rejoined node {orphans:?}; the relay reported the standby not ready: {said}"
     );

@@ -1,5 +1,7 @@
 //! The source tree's shape: no two files of a crate import each other, directly or round a
-//! ring, in the ledger, the CDC crate and the test harness (`tests/import_circles.py`).
+//! ring, in the ledger, the CDC crate and the test harness (`tests/import_circles.py`); no
+//! two of their top-level modules use each other; and no environment variable is named or
+//! read outside the settings' declaration.
 
 use std::path::Path;
 use std::process::Command;
@@ -30,6 +32,43 @@ fn no_crate_has_an_import_circle() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Nor do two top-level modules of a crate use each other (an arrow back up): each
+/// module's place in the map of its crate's `lib.rs` is a layer.
+#[test]
+fn no_crate_has_an_arrow_back_up() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (src, name) in [
+        ("ledger/src", "ra_ledger"),
+        ("cdc/src", "ra_ledger_cdc"),
+        ("tests/src", "ra_ledger_tests"),
+    ] {
+        let (_, report) = circles(&root.join(src), name)?;
+        assert!(report.contains("0 arrows back up"), "{src}: {report}");
+    }
+    Ok(())
+}
+
+/// The checker finds an arrow back up between two top-level modules whose files form no
+/// circle.
+#[test]
+fn the_checker_finds_an_arrow_back_up() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("arrows-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a"))?;
+    std::fs::create_dir_all(dir.join("b"))?;
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\n")?;
+    std::fs::write(dir.join("a/mod.rs"), "mod one;\nmod two;\n")?;
+    std::fs::write(dir.join("b/mod.rs"), "mod three;\n")?;
+    std::fs::write(dir.join("a/one.rs"), "use crate::b::three::Thing;\n")?;
+    std::fs::write(dir.join("b/three.rs"), "use crate::a::two::Other;\n")?;
+    std::fs::write(dir.join("a/two.rs"), "pub struct Other;\n")?;
+    let (clean, report) = circles(&dir, "demo")?;
+    std::fs::remove_dir_all(&dir)?;
+    assert!(!clean, "{report}");
+    assert!(report.contains("0 circles"), "{report}");
+    assert!(report.contains("1 arrows back up"), "{report}");
+    Ok(())
+}
+
 /// The checker finds a circle when there is one, through a grouped `use` and round a ring
 /// of three, and not a module using its parent.
 #[test]
@@ -52,4 +91,121 @@ fn the_checker_finds_a_ring_of_files() -> anyhow::Result<()> {
     assert!(!clean, "{report}");
     assert!(report.contains("1 circles"), "{report}");
     Ok(())
+}
+
+/// The settings' declaration (`cdc/src/infra/settings/env.rs`): the one file of the crates'
+/// code that names an environment variable of the project, and the one that reads the
+/// environment.
+const DECLARATION: &str = "cdc/src/infra/settings/env.rs";
+
+/// Reads of the environment that are no setting of the project, each with why.
+const NOT_SETTINGS: [(&str, &str); 1] = [
+    // The operator's login name, recorded as who asked for a replay.
+    ("ledger/src/cli/replay.rs", "std::env::var(\"USER\")"),
+];
+
+/// Where `text`, the code of `file`, names or reads an environment variable outside the
+/// declaration: a string literal that is a variable's whole name (`"LEDGER_…"`,
+/// `"CONSUMER_…"`), or a call of `std::env::var`. Comments and unit tests are left out.
+fn reads_outside(file: &str, text: &str) -> Vec<String> {
+    let name = regex::Regex::new(r#""(LEDGER|CONSUMER)_[A-Z0-9_]+""#).expect("a regex");
+    let read = regex::Regex::new(r"std::env::var(_os)?\([^)]*\)").expect("a regex");
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut found = Vec::new();
+    for (number, line) in code.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        for hit in name.find_iter(line).chain(read.find_iter(line)) {
+            let allowed = NOT_SETTINGS
+                .iter()
+                .any(|(path, call)| file.ends_with(path) && hit.as_str() == *call);
+            if !allowed {
+                found.push(format!("{file}:{}: {}", number + 1, hit.as_str()));
+            }
+        }
+    }
+    found
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            rust_files(&path, out)?;
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Every setting is declared once: no code of the ledger or the CDC crate names or reads
+/// an environment variable but the declaration, whose names the configs' tables and the
+/// tools' flags take; and every name declared there is used.
+#[test]
+fn every_environment_variable_is_read_through_its_one_declaration() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for src in ["ledger/src", "cdc/src"] {
+        rust_files(&root.join(src), &mut files)?;
+    }
+    let declaration = std::fs::read_to_string(root.join(DECLARATION))?;
+    let mut outside = Vec::new();
+    let mut code = String::new();
+    for path in &files {
+        let file = path.strip_prefix(&root)?.display().to_string();
+        if file == DECLARATION {
+            continue;
+        }
+        let text = std::fs::read_to_string(path)?;
+        outside.extend(reads_outside(&file, &text));
+        code.push_str(&text);
+    }
+    assert!(
+        outside.is_empty(),
+        "read outside {DECLARATION}:\n{}",
+        outside.join("\n")
+    );
+    let constant = regex::Regex::new(r#"pub const (\w+): &str = "(\w+)";"#)?;
+    let mut names: Vec<&str> = Vec::new();
+    for declared in constant.captures_iter(&declaration) {
+        let (constant, name) = (&declared[1], declared.get(2).map_or("", |m| m.as_str()));
+        let used = regex::Regex::new(&format!(r"\benv::{constant}\b"))?;
+        assert!(
+            used.is_match(&code),
+            "{name} ({constant}) is declared but nothing reads it"
+        );
+        names.push(name);
+    }
+    assert!(names.len() > 40, "{names:?}");
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "a variable declared twice");
+    Ok(())
+}
+
+/// The check finds a variable named in code, and a read of the environment, and passes
+/// over comments and unit tests.
+#[test]
+fn the_declaration_check_finds_a_second_reading() {
+    let text = "/// Reads `\"LEDGER_LISTEN\"`.\n\
+                let a = \"LEDGER_LISTEN\";\n\
+                let b = std::env::var(\"HOME\");\n\
+                #[cfg(test)]\n\
+                let c = \"LEDGER_POOL_SIZE\";\n";
+    let found = reads_outside("ledger/src/x.rs", text);
+    assert_eq!(
+        found,
+        [
+            "ledger/src/x.rs:2: \"LEDGER_LISTEN\"",
+            "ledger/src/x.rs:3: std::env::var(\"HOME\")"
+        ]
+    );
+    let allowed = reads_outside(
+        "ledger/src/cli/replay.rs",
+        "let user = std::env::var(\"USER\");\n",
+    );
+    assert!(allowed.is_empty(), "{allowed:?}");
 }

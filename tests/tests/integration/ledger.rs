@@ -7,19 +7,6 @@ use ra_ledger_tests::api::{AUDITOR, TestApi, WRITER, contact_body, one_assignmen
 use serde_json::json;
 use uuid::Uuid;
 
-/// Rows in the ledger's tables, to prove a refused command wrote nothing.
-async fn counts(database: &TestDatabase) -> anyhow::Result<[i64; 4]> {
-    let client = database.connect().await?;
-    let row = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM outbox), \
-                    (SELECT count(*) FROM contacts), (SELECT count(*) FROM assignments)",
-            &[],
-        )
-        .await?;
-    Ok([row.get(0), row.get(1), row.get(2), row.get(3)])
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_write_events_outbox_and_projections_together() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
@@ -32,7 +19,7 @@ async fn commands_write_events_outbox_and_projections_together() -> anyhow::Resu
             json!({}),
         )
         .await;
-    assert_eq!(replaced.status, StatusCode::CREATED, "{:?}", replaced.body);
+    replaced.expect(StatusCode::CREATED);
     assert_eq!(replaced.body["replaces"], json!(assignment_id));
     let old = api.get(&format!("/v1/assignments/{assignment_id}")).await;
     assert_eq!(old.body["end_reason"], json!("replaced"));
@@ -85,7 +72,7 @@ async fn commands_write_events_outbox_and_projections_together() -> anyhow::Resu
             ),
         ]
     );
-    assert_eq!(counts(&database).await?, [4, 4, 1, 2]);
+    assert_eq!(database.counts().await?.ledger(), [4, 4, 1, 2]);
     Ok(())
 }
 
@@ -117,7 +104,7 @@ async fn two_writers_on_the_same_stream_version_get_exactly_one_conflict() -> an
     // A stale expected version is refused outright.
     let stale = api.post(&uri, json!({"expected_version": 1})).await;
     assert_eq!(stale.status, StatusCode::CONFLICT);
-    assert_eq!(counts(&database).await?, [4, 4, 1, 2]);
+    assert_eq!(database.counts().await?.ledger(), [4, 4, 1, 2]);
     Ok(())
 }
 
@@ -148,7 +135,7 @@ async fn a_command_that_fails_midway_leaves_no_trace_and_logs_its_cause() -> any
     let database = TestDatabase::new().await?;
     let api = TestApi::new(&database)?;
     let (_, _, _) = one_assignment(&api).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?.ledger();
     // Make the projection step fail after the events and outbox rows were inserted.
     let poisoned = Uuid::now_v7();
     database
@@ -177,15 +164,10 @@ async fn a_command_that_fails_midway_leaves_no_trace_and_logs_its_cause() -> any
         )
         .await
     };
-    assert_eq!(
-        reply.status,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "{:?}",
-        reply.body
-    );
+    reply.expect(StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(reply.error_code(), "internal");
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?.ledger(),
         before,
         "no event, outbox row or projection row"
     );
@@ -229,7 +211,7 @@ async fn the_database_refuses_to_rewrite_events() -> anyhow::Result<()> {
             db_error.message()
         );
     }
-    assert_eq!(counts(&database).await?[0], 2);
+    assert_eq!(database.counts().await?.ledger()[0], 2);
     Ok(())
 }
 
@@ -240,7 +222,7 @@ async fn bad_input_gets_a_4xx_and_writes_nothing() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let api = TestApi::new(&database)?;
     let (contact_id, business, assignment_id) = one_assignment(&api).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?.ledger();
     let unknown = Uuid::now_v7();
     let long_ago = "2001-01-01T00:00:00Z";
 
@@ -380,7 +362,7 @@ async fn bad_input_gets_a_4xx_and_writes_nothing() -> anyhow::Result<()> {
         );
     }
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?.ledger(),
         before,
         "refused requests wrote nothing"
     );
@@ -412,12 +394,7 @@ async fn rebuild_equals_live_and_verify_finds_an_edited_event() -> anyhow::Resul
             json!({"name": "New Office", "address": contact_body("TX", "x")["address"]}),
         )
         .await;
-    assert_eq!(
-        superseded.status,
-        StatusCode::ACCEPTED,
-        "{:?}",
-        superseded.body
-    );
+    superseded.expect(StatusCode::ACCEPTED);
 
     let mut client = ra_ledger::db::pool(&database.url, "rebuild-test", 1)?
         .get()
@@ -482,7 +459,7 @@ async fn both_rebuilds_refuse_projections_that_other_tables_reference() -> anyho
              INSERT INTO crm_notes VALUES ('{contact_id}', 'call back on Monday')"
         ))
         .await?;
-    let before = counts(&database).await?;
+    let before = database.counts().await?.ledger();
 
     let pool = ra_ledger::db::pool(&database.url, "rebuild-test", 2)?;
     let mut work = pool.get().await?;
@@ -511,7 +488,7 @@ async fn both_rebuilds_refuse_projections_that_other_tables_reference() -> anyho
         .await?
         .get(0);
     assert_eq!(notes, 1, "the cascade took the operator's rows");
-    assert_eq!(counts(&database).await?, before);
+    assert_eq!(database.counts().await?.ledger(), before);
     Ok(())
 }
 

@@ -156,7 +156,10 @@ async fn an_oversized_message_is_parked_and_the_stream_goes_on() -> anyhow::Resu
     let render = relay.metrics.render();
     relay.stop().await?;
     assert!(
-        render.contains("ra_relay_parked_messages_total 1"),
+        render.contains(&format!(
+            "{} 1",
+            ra_ledger_cdc::metrics::PARKED_MESSAGES.name
+        )),
         "{render}"
     );
 
@@ -224,7 +227,10 @@ async fn a_second_relay_waits_and_takes_over_when_the_first_dies() -> anyhow::Re
     let second = RunningRelay::start(config.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        second.metrics.render().contains("ra_relay_streaming 0"),
+        second
+            .metrics
+            .render()
+            .contains(&format!("{} 0", ra_ledger_cdc::metrics::STREAMING.name)),
         "the second waits while the first holds the slot"
     );
     // The first dies without a goodbye.
@@ -239,7 +245,12 @@ async fn a_second_relay_waits_and_takes_over_when_the_first_dies() -> anyhow::Re
             .await,
         "the second relay took over"
     );
-    assert!(second.metrics.render().contains("ra_relay_streaming 1"));
+    assert!(
+        second
+            .metrics
+            .render()
+            .contains(&format!("{} 1", ra_ledger_cdc::metrics::STREAMING.name))
+    );
     second.stop().await?;
     Ok(())
 }
@@ -444,7 +455,8 @@ async fn the_relay_runs_as_a_least_privilege_role() -> anyhow::Result<()> {
         "postgres://{role}:relay-secret@127.0.0.1:{}/{}",
         admin.get_ports()[0],
         database.name
-    );
+    )
+    .into();
     // Oversized messages make it use outbox_parked too.
     config
         .kafka
@@ -463,7 +475,7 @@ async fn the_relay_runs_as_a_least_privilege_role() -> anyhow::Result<()> {
     let metrics = relay.metrics.render();
     relay.stop().await?;
     assert!(
-        metrics.contains("ra_relay_sessions_total 1\n"),
+        metrics.contains(&format!("{} 1\n", ra_ledger_cdc::metrics::SESSIONS.name)),
         "no reconnect loop (heartbeats are allowed):\n{metrics}"
     );
     assert_eq!(

@@ -205,7 +205,10 @@ async fn a_frozen_broker_pauses_the_relay_and_it_resumes_without_loss() -> anyho
 }
 
 fn lag_bytes(relay: &RunningRelay) -> u64 {
-    ra_ledger_tests::metric(&relay.metrics.render(), "ra_relay_replication_lag_bytes")
+    ra_ledger_tests::metric(
+        &relay.metrics.render(),
+        ra_ledger_cdc::metrics::REPLICATION_LAG_BYTES.name,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,7 +245,7 @@ async fn a_postgresql_restart_mid_stream_loses_nothing() -> anyhow::Result<()> {
     let lost = report("PostgreSQL restarted", &expected, &collector);
     assert!(done && lost == 0, "{lost} events lost");
     assert!(
-        !sessions.contains("ra_relay_sessions_total 1\n"),
+        !sessions.contains(&format!("{} 1\n", ra_ledger_cdc::metrics::SESSIONS.name)),
         "the relay reconnected:\n{sessions}"
     );
     drop(client);

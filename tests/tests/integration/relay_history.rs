@@ -111,7 +111,7 @@ async fn a_position_that_names_no_server_skips_nothing() -> anyhow::Result<()> {
     let tally = Tally::of("forged position", &expected, &collector.received);
     assert!(all, "not every event reached Kafka: {tally:?}");
     assert_eq!(
-        metric(&rendered, "ra_relay_transactions_skipped_total"),
+        metric(&rendered, ra_ledger_cdc::metrics::TRANSACTIONS_SKIPPED.name),
         0,
         "{rendered}"
     );
@@ -182,7 +182,7 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
         )
         .await?;
     let second = RelayConfig {
-        database_url: second_database.url.clone(),
+        database_url: second_database.url.as_str().into(),
         ..first.clone()
     };
     let first_client = first_database.connect().await?;
@@ -220,7 +220,10 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
     let tally = Tally::of("first database", &expected, &collector.received);
     assert!(all, "{tally:?}");
     assert_eq!(
-        metric(&first_rendered, "ra_relay_transactions_skipped_total"),
+        metric(
+            &first_rendered,
+            ra_ledger_cdc::metrics::TRANSACTIONS_SKIPPED.name
+        ),
         0
     );
     drop(other_server);
@@ -399,4 +402,59 @@ async fn a_dropped_slot_is_refused_then_recovered_under_load_at_least_once() -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_slot_is_refused_then_recovered_under_load_exactly_once() -> anyhow::Result<()> {
     a_dropped_slot_is_refused_then_recovered_under_load(DeliveryMode::ExactlyOnce).await
+}
+
+/// `ledger relay recover --events-since`: events whose outbox rows retention removed are
+/// published again from the ledger's `events`, each once, beside the outbox rows still kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_publishes_events_retention_removed_from_the_outbox() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let pool = ra_ledger::db::pool(&database.url, "recover-test", 4)?;
+    let ledger = ra_ledger::commands::Ledger::new(pool.clone());
+    let metadata = ra_ledger::store::Metadata {
+        actor: "recover-test".into(),
+        correlation_id: uuid::Uuid::now_v7(),
+        causation_id: None,
+        traceparent: None,
+    };
+    let since = chrono::Utc::now();
+    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata).await?;
+    let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
+    ra_ledger::testing::seed_assignments(&pool, texas, contact, 50, 10, |_| {}).await?;
+    let client = database.connect().await?;
+    // Their outbox rows are gone (as retention removes them once a slot confirmed them).
+    client.execute("DELETE FROM outbox", &[]).await?;
+    let kept: HashSet<String> = insert_backlog(&client, 2, 5, 16)
+        .await?
+        .into_iter()
+        .collect();
+    let events: HashSet<String> = client
+        .query("SELECT event_id::text FROM events", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&config.slot])
+        .await?;
+    let mut collector = Collector::new(&topics)?;
+    let recovered = recover(
+        &config,
+        &RecoverOptions {
+            events_since: Some(since),
+        },
+    )
+    .await?;
+    println!("recover --events-since: {recovered:?}");
+    assert_eq!((recovered.events, recovered.outbox_rows), (51, 10));
+    let expected: HashSet<String> = events.union(&kept).cloned().collect();
+    let all = collector
+        .until_all(Duration::from_secs(60), &expected)
+        .await;
+    let tally = Tally::of("recover --events-since", &expected, &collector.received);
+    assert!(all, "{tally:?}");
+    assert_eq!(tally.duplicates, 0, "{tally:?}");
+    Ok(())
 }

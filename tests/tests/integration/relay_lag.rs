@@ -12,7 +12,10 @@ use ra_ledger_tests::{TestDatabase, TestTopics};
 fn age(relay: &RunningRelay) -> f64 {
     let text = relay.metrics.render();
     text.lines()
-        .find_map(|line| line.strip_prefix("ra_relay_oldest_unconfirmed_commit_age_seconds "))
+        .find_map(|line| {
+            line.strip_prefix(ra_ledger_cdc::metrics::OLDEST_UNCONFIRMED_COMMIT_AGE.name)?
+                .strip_prefix(' ')
+        })
         .and_then(|value| value.parse().ok())
         .unwrap_or(f64::NAN)
 }

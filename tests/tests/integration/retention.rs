@@ -197,7 +197,7 @@ async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> any
     let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
     let published_before = async || -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
         // What the console reads.
-        let progress = retention::slot_progress(&pool.get().await?, &slot).await?;
+        let progress = ra_ledger::lag::slot_progress(&pool.get().await?, &slot).await?;
         Ok(progress.and_then(|progress| progress.published_before))
     };
     insert_backlog(&client, 2, 10, 8).await?;

@@ -44,7 +44,7 @@ async fn the_app_role_runs_the_flow_but_cannot_alter_drop_or_rewrite_events() ->
     // the relay role.
     let mut topics = TestTopics::new();
     let mut relay_config = test_config(&database, &mut topics).await?;
-    relay_config.database_url = as_role(&admin_url, &relay_role, "relay-password")?;
+    relay_config.database_url = as_role(&admin_url, &relay_role, "relay-password")?.into();
     let slot = relay_config.slot.clone();
     let relay = RunningRelay::start(relay_config);
     database.url = app_url.clone();
@@ -73,7 +73,7 @@ async fn the_app_role_runs_the_flow_but_cannot_alter_drop_or_rewrite_events() ->
     // Digests as the app role: the appends it made marked their streams (through the
     // trigger's SECURITY DEFINER function), and it may seal them.
     let key = ra_ledger::digest::DigestKey::from_seed(&[3; 32]);
-    let built = ra_ledger::digest::build::build(&pool, &key, 1).await?;
+    let built = ra_ledger::digest::build::build(&pool, &key).await?;
     assert!(
         matches!(
             built,

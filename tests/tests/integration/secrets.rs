@@ -99,7 +99,7 @@ async fn secrets_from_files_stay_out_of_arguments_logs_debug_and_errors() -> any
     let tokens = file("tokens", &token_entry(Role::Writer, "cs", TOKEN_SECRET))?;
     let cursor_key = file("cursor-key", CURSOR_SECRET)?;
     let config = ServeConfig {
-        database_url: url.clone(),
+        database_url: url.as_str().into(),
         database_password_file: Some(database_password.into()),
         tokens_file: Some(tokens.into()),
         cursor_key_file: Some(cursor_key.into()),

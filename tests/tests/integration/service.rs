@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 fn config(database: &TestDatabase, port: u16) -> ServeConfig {
     ServeConfig {
-        database_url: database.url.clone(),
+        database_url: database.url.as_str().into(),
         listen: format!("127.0.0.1:{port}"),
         tokens: token_entry(Role::Writer, "service-test", WRITER),
         ..ServeConfig::default()

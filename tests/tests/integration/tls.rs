@@ -388,7 +388,7 @@ async fn the_api_serves_https_with_rustls_and_refuses_plain_http_on_that_port() 
     let pki = pki()?;
     let database = TestDatabase::new().await?;
     let config = ra_ledger::config::ServeConfig {
-        database_url: database.url.clone(),
+        database_url: database.url.as_str().into(),
         tokens: token_entry(Role::Auditor, "audit", "an-auditor-token-for-https"),
         tls_cert_file: Some(pki.server_cert.clone()),
         tls_key_file: Some(pki.server_key.clone()),

@@ -308,12 +308,7 @@ async fn json_reassignment_topic_still_drives_the_worker() -> anyhow::Result<()>
             json!({"name": "Second Office", "address": contact_body("TX", "x")["address"], "page_size": 2}),
         )
         .await;
-    assert_eq!(
-        superseded.status,
-        StatusCode::ACCEPTED,
-        "{:?}",
-        superseded.body
-    );
+    superseded.expect(StatusCode::ACCEPTED);
     let run_id: Uuid = superseded.str("run_id").parse()?;
     let run = wait_for_run(&database, run_id, Duration::from_secs(120), |status| {
         status.status == RunState::Completed
@@ -402,7 +397,10 @@ async fn a_newer_envelope_holds_a_json_topic_rather_than_lose_a_field() -> anyho
     let mut collector = Collector::new(&topics)?;
     let relay = RunningRelay::start(config);
     collector.until(Duration::from_secs(8), |_| false).await;
-    let sessions = ra_ledger_tests::metric(&relay.metrics.render(), "ra_relay_sessions_total");
+    let sessions = ra_ledger_tests::metric(
+        &relay.metrics.render(),
+        ra_ledger_cdc::metrics::SESSIONS.name,
+    );
     relay.stop().await?;
     assert!(
         collector.received.is_empty(),

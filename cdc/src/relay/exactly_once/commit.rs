@@ -37,6 +37,18 @@ impl ExactlyOnce<'_> {
             }
             self.begin_kafka_transaction()?;
         }
+        if self
+            .kafka_started
+            .is_some_and(|started| started.elapsed() >= self.config.transaction_timeout())
+        {
+            // Past its timeout the broker may abort the transaction at any moment (it looks
+            // every few seconds), so a commit now would race that abort: an unknown outcome
+            // by construction. Never commit it; the next session fences this producer.
+            let error =
+                KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
+            self.failed(&error);
+            return Err(self.too_large(error.into()));
+        }
         let record = Position::new(
             &self.config.slot,
             &self.identity,

@@ -105,7 +105,7 @@ pub(super) async fn run(
     let resume = resume_from(&sql, &server, stored).await?;
     let parked = parked_above(&sql, resume.commit_lsn).await?;
     info!(
-        position = %publish::format_lsn(resume.commit_lsn),
+        position = %crate::lsn::format_lsn(resume.commit_lsn),
         transactional_id = %config.transactional_id(&server.identity.system_id),
         parked = parked.len(),
         "streaming from the slot, exactly once"
@@ -140,7 +140,7 @@ pub(super) async fn run(
         .await?;
     replication.stop();
     let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    info!(confirmed = %publish::format_lsn(confirmed), "relay stopped cleanly");
+    info!(confirmed = %crate::lsn::format_lsn(confirmed), "relay stopped cleanly");
     Ok(())
 }
 
@@ -218,7 +218,7 @@ async fn parked_above(sql: &Client, position: u64) -> Result<HashSet<String>, Re
     let rows = sql
         .query(
             include_str!("../../sql/parked_above.sql"),
-            &[&publish::format_lsn(position)],
+            &[&crate::lsn::format_lsn(position)],
         )
         .await?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
@@ -432,9 +432,13 @@ impl ExactlyOnce<'_> {
         if started.elapsed() < timeout {
             return error;
         }
-        let (commit_lsn, messages) = match (&self.open, self.group.transactions) {
-            (Some(open), 0) => (open.commit.commit_lsn, open.messages),
-            (None, 1) => (self.group.last_commit_lsn, self.group.messages),
+        // Transactions without messages (heartbeats) do not count: they cost nothing.
+        let carried = self.group.commit_times_micros.len();
+        let (commit_lsn, messages) = match &self.open {
+            Some(open) if open.messages > 0 && carried == 0 => {
+                (open.commit.commit_lsn, open.messages)
+            }
+            None if carried == 1 => (self.group.last_carried_lsn, self.group.messages),
             _ => return error,
         };
         RelayError::TransactionTooLarge {

@@ -79,13 +79,7 @@ impl Builder<'_> {
     /// A digest as of now, and how long it took.
     async fn build(&self) -> anyhow::Result<(Built, Duration)> {
         let started = Instant::now();
-        let built = build_cached(
-            self.pool,
-            self.key,
-            chrono::Utc::now().timestamp_micros(),
-            self.cache,
-        )
-        .await?;
+        let built = build_cached(self.pool, self.key, self.cache).await?;
         Ok((built, started.elapsed()))
     }
 }

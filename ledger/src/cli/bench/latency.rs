@@ -34,6 +34,33 @@ impl Variant {
         }
     }
 
+    /// Every combination of `modes` and the settings under test (the defaults where none).
+    pub(super) fn every(
+        modes: Vec<DeliveryMode>,
+        lingers: Option<Vec<u64>>,
+        flushes: Option<Vec<bool>>,
+    ) -> Vec<Self> {
+        let lingers: Vec<Option<u64>> = lingers.map_or(vec![None], |lingers| {
+            lingers.into_iter().map(Some).collect()
+        });
+        let flushes: Vec<Option<bool>> = flushes.map_or(vec![None], |flushes| {
+            flushes.into_iter().map(Some).collect()
+        });
+        let mut variants = Vec::new();
+        for delivery in modes {
+            for linger_ms in &lingers {
+                for flush_when_idle in &flushes {
+                    variants.push(Self {
+                        delivery,
+                        linger_ms: *linger_ms,
+                        flush_when_idle: *flush_when_idle,
+                    });
+                }
+            }
+        }
+        variants
+    }
+
     fn apply(&self, config: &mut RelayConfig) {
         if let Some(linger) = self.linger_ms {
             config.kafka.insert("linger.ms".into(), linger.to_string());

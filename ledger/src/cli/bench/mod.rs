@@ -21,7 +21,7 @@ use ra_ledger::domain::PostalAddress;
 use ra_ledger::reassign::DEFAULT_PAGE_SIZE;
 use ra_ledger::testing::ScratchDatabase;
 use ra_ledger_cdc::config::DeliveryMode;
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 use ra_ledger_cdc::metrics::{RelayMetrics, TRANSACTION_COMMIT, TRANSACTION_MESSAGES};
 use ra_ledger_cdc::value_format::ValueFormat;
 
@@ -73,7 +73,7 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000)]
         retention_interval_ms: u64,
         /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
     },
     /// Relay throughput draining an outbox backlog, against pg_recvlogical and rdkafka alone.
@@ -95,7 +95,7 @@ pub enum BenchCommand {
         #[arg(long, default_value = "binary", value_parser = relay::parse_pgoutput)]
         pgoutput: std::vec::Vec<relay::Pgoutput>,
         /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
     },
     /// Commit → consumer receipt latency under a steady load through the relay.
@@ -117,7 +117,7 @@ pub enum BenchCommand {
         #[arg(long, value_parser = latency::parse_flush)]
         flush_when_idle: Option<std::vec::Vec<bool>>,
         /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
     },
     /// The relay and Debezium side by side, one at a time, with the same load and consumer:
@@ -140,7 +140,7 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         continue_chain: bool,
         /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
     },
     /// Sealing a signed digest over many streams when few changed since the last one.
@@ -185,7 +185,7 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 30)]
         seconds: u64,
         /// Kafka bootstrap servers.
-        #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
     },
     /// As-of query latency (p50/p99) over a large assignment history.
@@ -245,24 +245,7 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
             flush_when_idle,
             brokers,
         } => {
-            let lingers: Vec<Option<u64>> = linger_ms.map_or(vec![None], |lingers| {
-                lingers.into_iter().map(Some).collect()
-            });
-            let flushes: Vec<Option<bool>> = flush_when_idle.map_or(vec![None], |flushes| {
-                flushes.into_iter().map(Some).collect()
-            });
-            let mut variants = Vec::new();
-            for delivery in modes(delivery) {
-                for linger_ms in &lingers {
-                    for flush_when_idle in &flushes {
-                        variants.push(latency::Variant {
-                            delivery,
-                            linger_ms: *linger_ms,
-                            flush_when_idle: *flush_when_idle,
-                        });
-                    }
-                }
-            }
+            let variants = latency::Variant::every(modes(delivery), linger_ms, flush_when_idle);
             latency::run(database_url, &brokers, rate, seconds, variants).await
         }
         BenchCommand::Peers(arguments) => {

@@ -216,7 +216,7 @@ async fn pipeline(
     let worker_tasks = (0..workers.count.max(1))
         .map(|_| {
             let mut config = WorkerConfig {
-                database_url: scratch.url.clone(),
+                database_url: scratch.url.as_str().into(),
                 brokers: brokers.into(),
                 topic: format!("{prefix}reassignment"),
                 group_id: format!("{prefix}workers"),

@@ -297,19 +297,23 @@ impl std::fmt::Display for WalsenderCpu {
     }
 }
 
-/// Samples the walsender of a slot: it finds its pid once a client holds the slot, then
-/// reads its CPU ticks when first seen and at the end.
+/// Samples the walsender of a slot every 100 ms once a client holds it, from its first
+/// sight to its last: a drain's walsender exits when its client is done, so the last sample
+/// before that stands for the end.
 struct WalsenderSampler {
-    task: tokio::task::JoinHandle<Option<(u32, u64, Instant)>>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Option<((u64, Instant), (u64, Instant))>>,
 }
 
 impl WalsenderSampler {
     async fn start(url: &str, slot: &str) -> anyhow::Result<Self> {
         let client = db::connect(url, "ledger-bench-walsender").await?;
         let slot = slot.to_owned();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
+            let pid = loop {
                 let pid: Option<i32> = client
                     .query_opt(
                         "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
@@ -319,30 +323,39 @@ impl WalsenderSampler {
                     .ok()
                     .flatten()
                     .and_then(|row| row.get(0));
-                if let Some(pid) = pid.and_then(|pid| u32::try_from(pid).ok())
-                    && let Some(ticks) = cpu_ticks(pid)
-                {
-                    return Some((pid, ticks, Instant::now()));
+                if let Some(pid) = pid.and_then(|pid| u32::try_from(pid).ok()) {
+                    break pid;
+                }
+                if Instant::now() > deadline || stopped.is_cancelled() {
+                    return None;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            let first = (cpu_ticks(pid)?, Instant::now());
+            let mut last = first;
+            loop {
+                match cpu_ticks(pid) {
+                    Some(ticks) => last = (ticks, Instant::now()),
+                    None => break,
+                }
+                tokio::select! {
+                    () = stopped.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
             }
-            None
+            Some((first, last))
         });
-        Ok(Self { task })
+        Ok(Self { stop, task })
     }
 
-    /// The walsender's cores from its first sight until now. Call right after the drain,
-    /// while the walsender still runs (a drain's client exits when it is done: its last
-    /// ticks are then read from its final sample, which is close enough).
+    /// The walsender's cores from its first sample to its last.
     async fn finish(self) -> WalsenderCpu {
-        let Ok(Some((pid, first, seen))) = self.task.await else {
-            return WalsenderCpu::default();
-        };
-        let Some(last) = cpu_ticks(pid) else {
+        self.stop.cancel();
+        let Ok(Some(((first, from), (last, to)))) = self.task.await else {
             return WalsenderCpu::default();
         };
         // /proc counts in USER_HZ, 100 a second on Linux.
-        let seconds = seen.elapsed().as_secs_f64();
+        let seconds = to.duration_since(from).as_secs_f64();
         WalsenderCpu {
             cores: (seconds > 0.0).then(|| (last - first) as f64 / 100.0 / seconds),
         }

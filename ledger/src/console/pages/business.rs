@@ -14,6 +14,7 @@ use crate::console::html::{
     Page, address, api_error, bad_request, error_page, instant, time, uuid,
 };
 use crate::console::layout::layout;
+use crate::console::pictures::timeline::{Asked, timeline};
 use crate::console::session::Session;
 use crate::domain::Jurisdiction;
 use crate::queries::{self, ContactView, RegisteredAgent, Timeline};
@@ -73,6 +74,10 @@ pub(in crate::console) async fn business(
     };
     let proofs = state.digest_public_key.is_some();
     let jurisdiction = answer_jurisdiction.as_deref();
+    let asked_instants = answer.as_ref().map(|answer| Asked {
+        at: answer.at,
+        known_at: known_at.map(|_| answer.known),
+    });
     let body = html! {
         p.subtitle { "Business " code { (business_id) } }
         (as_of_form(business_id, &record.timelines, jurisdiction, asked_text("at"), asked_text("known_at")))
@@ -80,6 +85,10 @@ pub(in crate::console) async fn business(
             (as_of_answer(answer, jurisdiction.unwrap_or("")))
         } @else if at.is_some() {
             p.error role="alert" { "Choose a jurisdiction." }
+        }
+        figure.picture #ra-timeline {
+            (timeline(&record.timelines, &record.contacts, asked_instants, Utc::now()))
+            figcaption { "Who served when: a band per assignment, from its start to its end; the question's instants as lines." }
         }
         @for (code, timeline) in &record.timelines {
             (timeline_section(code, timeline, &record.contacts, proofs))

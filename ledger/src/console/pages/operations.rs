@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use axum::Form;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect};
 use chrono::Utc;
@@ -16,11 +16,15 @@ use crate::api::{ApiError, AppState};
 use crate::console::guard::checked_operation;
 use crate::console::html::{Page, api_error, bad_request, error_page, time};
 use crate::console::layout::layout;
+use crate::console::pictures::chart::{Series, line_over_time};
+use crate::console::pictures::progress;
 use crate::console::session::Session;
-use crate::digest::{DigestDocument, hex};
+use crate::digest::DigestDocument;
+use crate::hex::hex;
+use crate::lag::history::{self, Point, Window};
+use crate::lag::{self, SlotProgress, Waiting};
 use crate::reassign;
 use crate::replay::{self, ReplaySummary};
-use crate::retention::{self, SlotProgress};
 
 /// Most parked messages the page lists.
 const PARKED_LISTED: i64 = 100;
@@ -30,11 +34,14 @@ const REPLAYS_LISTED: i64 = 20;
 pub(in crate::console) async fn operations(
     State(state): State<AppState>,
     session: Session,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Page {
+    let window = Window::parse(query.get("lag").map_or("", String::as_str));
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let slot = retention::slot_progress(&client, &state.relay_slot)
+    let slot = lag::slot_progress(&client, &state.console.relay_slot)
         .await
         .map_err(api_error)?;
+    let lag_history = history::read(&client, window).await.map_err(api_error)?;
     let parked = parking::waiting(&client, PARKED_LISTED)
         .await
         .map_err(api_error)?;
@@ -52,7 +59,8 @@ pub(in crate::console) async fn operations(
     let body = html! {
         section #relay {
             h2 { "Relay" }
-            (relay_slot(&state.relay_slot, slot.as_ref()))
+            (relay_slot(&state.console.relay_slot, slot.as_ref()))
+            (lag_pictures(window, &lag_history))
             h3 { "Parked messages" }
             (parked_messages(&parked, csrf.as_deref()))
         }
@@ -80,14 +88,69 @@ fn relay_slot(name: &str, slot: Option<&SlotProgress>) -> Markup {
                     dt { "Slot" } dd { code { (name) } }
                     dt { "Streaming" } dd #streaming { (if slot.streaming { "yes" } else { "no (no relay connected)" }) }
                     dt { "Lag" } dd #lag-bytes { (slot.lag_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
-                    dt { "Lag in time" } dd #lag-seconds {
-                        @match (slot.lag_bytes, slot.published_before) {
-                            (Some(0), _) => "0 s (nothing to publish)",
-                            (_, Some(at)) => { "at most " (format!("{:.0}", (Utc::now() - at).as_seconds_f64())) " s (everything committed before " (time(at)) " is published)" }
-                            _ => "unknown (no retention mark confirmed yet)",
-                        }
+                    dt { "WAL kept" } dd #retained-bytes { (slot.retained_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
+                    dt { "Oldest unpublished commit" } dd #lag-seconds data-seconds=(format!("{:.3}", slot.waited_seconds(Utc::now()))) {
+                        (waiting(slot.waiting()))
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The lag over `window`: the slot's lag in bytes, the oldest unpublished commit's wait, and
+/// events appended per second, one picture each on one time axis.
+fn lag_pictures(window: Window, points: &[Point]) -> Markup {
+    let end = Utc::now();
+    let start = end - chrono::Duration::from_std(window.length()).unwrap_or_default();
+    let series = |value: fn(&Point) -> Option<f64>| -> Vec<_> {
+        points
+            .iter()
+            .map(|point| (point.at, value(point)))
+            .collect()
+    };
+    let bytes = Series {
+        title: "Slot lag (WAL bytes not confirmed)",
+        class: "lag-bytes",
+        unit: " B",
+    };
+    let waited = Series {
+        title: "Oldest unpublished commit's wait (seconds)",
+        class: "lag-waited",
+        unit: " s",
+    };
+    let rate = Series {
+        title: "Events appended per second",
+        class: "lag-rate",
+        unit: "/s",
+    };
+    html! {
+        figure.picture #lag-history data-window=(window.as_str()) {
+            nav.windows {
+                "Lag over the last "
+                @for each in [Window::Hour, Window::Day] {
+                    @if each == window { strong { (each.as_str()) } } @else {
+                        a href={"/operations?lag=" (each.as_str()) "#lag-history"} { (each.as_str()) }
+                    }
+                    " "
+                }
+            }
+            (line_over_time(&bytes, start, end, &series(|p| p.lag_bytes.map(|b| b as f64))))
+            (line_over_time(&waited, start, end, &series(|p| p.waited_seconds)))
+            (line_over_time(&rate, start, end, &series(|p| p.events_per_second)))
+            figcaption { "Sampled by ledger serve every retention round, the worst of each " (window.length().as_secs() / u64::from(history::POINTS)) " s; kept a day." }
+        }
+    }
+}
+
+/// How long the oldest commit not yet published has waited, in words.
+fn waiting(waiting: Waiting) -> Markup {
+    html! {
+        @match waiting {
+            Waiting::Nothing => "0 s (everything committed is published)",
+            Waiting::AtMostSince { since, marked } => {
+                "waited at most " (format!("{:.0}", (Utc::now() - since).as_seconds_f64().max(0.0))) " s (committed after " (time(since)) ")"
+                @if !marked { " — no retention mark confirmed yet: is outbox retention on?" }
             }
         }
     }
@@ -153,6 +216,10 @@ fn worker_runs(running: &[Uuid], stalled: &[Uuid]) -> Markup {
 fn replay_list(replays: &[ReplaySummary]) -> Markup {
     html! {
         @if replays.is_empty() { p { "None." } } @else {
+            figure.picture #replay-progress {
+                (progress::replays(replays))
+                figcaption { "Published (dark) against selected (light), per replay." }
+            }
             table.list {
                 thead { tr { th { "Replay" } th { "Status" } th { "Published" } th { "Of" } th { "Requested" } } }
                 tbody {

@@ -6,14 +6,19 @@ use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use maud::html;
+use chrono::Utc;
+use maud::{Markup, html};
 
 use crate::api::AppState;
 use crate::console::guard::checked_write;
 use crate::console::html::{Page, api_error, error_page, uuid};
 use crate::console::layout::layout;
+use crate::console::pictures::chart::{self, Bar, Series};
 use crate::console::session::Session;
-use crate::reassign::{self, RunStatus};
+use crate::reassign::{self, PageRecord, RunStatus};
+
+/// Most pages the run page draws: the newest.
+const PAGES_DRAWN: i64 = 500;
 
 fn percent(run: &RunStatus) -> f64 {
     if run.completed_at.is_some() {
@@ -49,6 +54,10 @@ pub(in crate::console) async fn run(
 ) -> Page {
     let run = run_status(&state, &id).await?;
     let percent = percent(&run);
+    let client = state.ledger.pool().get().await.map_err(api_error)?;
+    let pages = reassign::pages(&client, run.run_id, PAGES_DRAWN)
+        .await
+        .map_err(api_error)?;
     let body = html! {
         section.run #run data-progress={"/runs/" (run.run_id) "/progress"} {
             progress #bar max="100" value=(format!("{percent:.1}")) { (format!("{percent:.1}")) "%" }
@@ -67,6 +76,7 @@ pub(in crate::console) async fn run(
                 dt { "ETA" } dd #eta { (run.eta_seconds.map_or("—".into(), |s| format!("{s:.0} s"))) }
                 dt { "Stalled" } dd #stalled { (if run.stalled { "yes" } else { "no" }) }
             }
+            (page_pictures(&run, &pages))
             @if let Some(error) = &run.last_error { p.error #last-error { "Last page error: " (error) } }
             @if !run.failures.is_empty() {
                 h2 { "Failed rows" }
@@ -94,6 +104,47 @@ pub(in crate::console) async fn run(
         }
     };
     Ok(layout("Reassignment run", Some(&session), &state, body))
+}
+
+/// Rows per second page by page, and pages done over time, as of the page's load.
+fn page_pictures(run: &RunStatus, pages: &[PageRecord]) -> Markup {
+    let bars: Vec<Bar> = pages
+        .iter()
+        .map(|page| Bar {
+            label: page.page.to_string(),
+            value: page.rows_per_second(),
+            title: format!(
+                "page {} (pass {}): {} rows in {:.3} s",
+                page.page,
+                page.pass,
+                page.rows,
+                (page.finished_at - page.started_at).as_seconds_f64()
+            ),
+        })
+        .collect();
+    let end = run.completed_at.unwrap_or_else(Utc::now);
+    let done: Vec<_> = pages
+        .iter()
+        .enumerate()
+        .map(|(index, page)| (page.finished_at, Some((index + 1) as f64)))
+        .collect();
+    let per_page = Series {
+        title: "Rows per second, page by page",
+        class: "run-rate",
+        unit: "/s",
+    };
+    let over_time = Series {
+        title: "Pages done over time",
+        class: "run-pages",
+        unit: "",
+    };
+    html! {
+        figure.picture #run-pictures {
+            (chart::bars(&per_page, &bars))
+            (chart::line_over_time(&over_time, run.started_at, end, &done))
+            figcaption { "As of this page's load" @if pages.len() as i64 == PAGES_DRAWN { " (the newest " (PAGES_DRAWN) " pages)" } "." }
+        }
+    }
 }
 
 /// The run page's feed: the same status the API gives, read with the session.

@@ -17,7 +17,7 @@ async fn a_batch_starts_every_item_or_none_and_names_the_bad_one() -> anyhow::Re
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
     let api = &world.api;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     let taken = item(&world.business, "TX");
     let mut one_bad = fresh(4);
     one_bad.insert(2, item(&Uuid::now_v7().to_string(), "XX"));
@@ -94,7 +94,7 @@ async fn a_batch_starts_every_item_or_none_and_names_the_bad_one() -> anyhow::Re
         assert_eq!(reply.status.as_u16(), status, "{what}: {:?}", reply.body);
         let message = reply.body["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(names), "{what}: {message}");
-        assert_eq!(counts(&database).await?, before, "{what} wrote something");
+        assert_eq!(database.counts().await?, before, "{what} wrote something");
     }
     let auditor = api
         .call(
@@ -105,7 +105,7 @@ async fn a_batch_starts_every_item_or_none_and_names_the_bad_one() -> anyhow::Re
         )
         .await;
     assert_eq!(auditor.status, StatusCode::FORBIDDEN);
-    assert_eq!(counts(&database).await?, before);
+    assert_eq!(database.counts().await?, before);
 
     // 1,000 good items (over the single-request body limit): every one started, in order,
     // each with its event, outbox row and projection row.
@@ -113,14 +113,14 @@ async fn a_batch_starts_every_item_or_none_and_names_the_bad_one() -> anyhow::Re
     let reply = api
         .post("/v1/assignments/batch", json!({"items": items}))
         .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+    reply.expect(StatusCode::CREATED);
     let started = reply.body["items"].as_array().expect("items");
     assert_eq!(started.len(), 1_000);
     for (sent, got) in items.iter().zip(started) {
         assert_eq!(sent["business_id"], got["business_id"]);
         assert_eq!(got["contact_id"], json!(world.contact));
     }
-    let after = counts(&database).await?;
+    let after = database.counts().await?;
     assert_eq!(after[0] - before[0], 1_000, "events");
     assert_eq!(after[1] - before[1], 1_000, "outbox rows");
     assert_eq!(after[3] - before[3], 1_000, "assignments");
@@ -135,7 +135,7 @@ async fn a_batch_starts_every_item_or_none_and_names_the_bad_one() -> anyhow::Re
             .unwrap_or_default()
             .contains("items[0]")
     );
-    assert_eq!(counts(&database).await?, after);
+    assert_eq!(database.counts().await?, after);
     Ok(())
 }
 
@@ -144,7 +144,7 @@ async fn two_batches_racing_for_the_same_businesses_start_each_once() -> anyhow:
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
     let api = &world.api;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     for round in 0..3 {
         let items = fresh(300);
         let reversed: Vec<Value> = items.iter().rev().cloned().collect();
@@ -165,7 +165,7 @@ async fn two_batches_racing_for_the_same_businesses_start_each_once() -> anyhow:
             .unwrap_or_default();
         assert!(message.starts_with("items["), "round {round}: {message}");
     }
-    let after = counts(&database).await?;
+    let after = database.counts().await?;
     assert_eq!(after[0] - before[0], 900, "events");
     assert_eq!(after[1] - before[1], 900, "outbox rows");
     assert_eq!(after[3] - before[3], 900, "assignments");

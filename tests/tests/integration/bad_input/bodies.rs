@@ -6,7 +6,7 @@ use super::*;
 async fn bodies_that_are_not_one_json_object_are_refused() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     for (uri, _) in world.writes() {
         for body in [
             json!([]),
@@ -65,7 +65,7 @@ async fn bodies_that_are_not_one_json_object_are_refused() -> anyhow::Result<()>
         );
     }
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?,
         before,
         "refused requests wrote nothing"
     );
@@ -76,7 +76,7 @@ async fn bodies_that_are_not_one_json_object_are_refused() -> anyhow::Result<()>
 async fn control_characters_in_any_text_field_are_refused_naming_the_field() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     let text_fields: Vec<(String, Value, Vec<&str>)> = world
         .writes()
         .into_iter()
@@ -126,7 +126,7 @@ async fn control_characters_in_any_text_field_are_refused_naming_the_field() -> 
         }
     }
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?,
         before,
         "refused requests wrote nothing"
     );

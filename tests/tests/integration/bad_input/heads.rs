@@ -9,7 +9,7 @@ use super::*;
 async fn unknown_routes_wrong_methods_and_bad_tokens_answer_in_json() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     let contact = &world.contact;
     for (method, uri, status, code) in [
         (Method::GET, "/nope".to_owned(), 404, "not_found"),
@@ -100,7 +100,7 @@ async fn unknown_routes_wrong_methods_and_bad_tokens_answer_in_json() -> anyhow:
         check(&format!("auditor POST {uri}"), &reply, 403, "forbidden");
     }
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?,
         before,
         "refused requests wrote nothing"
     );
@@ -186,7 +186,7 @@ async fn malformed_and_oversized_heads_over_tcp_get_hypers_bare_status() -> anyh
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
     let address = world.api.serve().await?;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     let uri = format!("/v1/contacts/{}", world.contact);
     let good = format!("GET {uri} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {AUDITOR}\r\n\r\n");
     let big = "b".repeat(100_000);
@@ -263,7 +263,7 @@ async fn malformed_and_oversized_heads_over_tcp_get_hypers_bare_status() -> anyh
     .await?;
     assert_served("after the refusals", &after[0]);
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?,
         before,
         "refused requests wrote nothing"
     );

@@ -19,20 +19,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
-/// Rows in the ledger's tables that a write would change.
-pub(super) async fn counts(database: &TestDatabase) -> anyhow::Result<[i64; 5]> {
-    let client = database.connect().await?;
-    let row = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM outbox), \
-                    (SELECT count(*) FROM contacts), (SELECT count(*) FROM assignments), \
-                    (SELECT count(*) FROM reassignment_runs)",
-            &[],
-        )
-        .await?;
-    Ok([row.get(0), row.get(1), row.get(2), row.get(3), row.get(4)])
-}
-
 /// Checks one refused request: its status, its code and the documented body shape.
 pub(super) fn assert_refused(
     case: &str,

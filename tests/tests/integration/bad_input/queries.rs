@@ -6,7 +6,7 @@ use super::*;
 async fn control_characters_in_paths_and_queries_of_reads_are_refused() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     let business = &world.business;
     for bad in ["%00", "%1B%5B31m", "%0A", "%7F", "%E2%80%AE"] {
         for (uri, code) in [
@@ -50,7 +50,7 @@ async fn control_characters_in_paths_and_queries_of_reads_are_refused() -> anyho
         }
     }
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?,
         before,
         "refused requests wrote nothing"
     );
@@ -61,7 +61,7 @@ async fn control_characters_in_paths_and_queries_of_reads_are_refused() -> anyho
 async fn out_of_range_and_malformed_times_are_refused() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let world = world(&database).await;
-    let before = counts(&database).await?;
+    let before = database.counts().await?;
     let registration = format!("/v1/businesses/{}/jurisdictions/TX", world.business);
     // Query times: a year PostgreSQL cannot store, a year RFC 3339 cannot write, and text.
     for (value, status, code) in [
@@ -106,7 +106,7 @@ async fn out_of_range_and_malformed_times_are_refused() -> anyhow::Result<()> {
         }
     }
     assert_eq!(
-        counts(&database).await?,
+        database.counts().await?,
         before,
         "refused requests wrote nothing"
     );

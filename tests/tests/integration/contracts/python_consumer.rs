@@ -126,7 +126,7 @@ async fn the_python_consumer_applies_a_replay_then_the_live_topic_exactly_once_a
             json!({"aggregate_types": ["assignment"], "topic_prefix": relay_config.topic_prefix, "rate": 1_000}),
         )
         .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     let replay_id: Uuid = reply.str("replay_id").parse()?;
 
     let team = TestDatabase::unmigrated().await?;

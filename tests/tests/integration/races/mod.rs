@@ -33,7 +33,7 @@ pub(super) async fn seeded(
     let created = api
         .post("/v1/contacts", contact_body(TX, "First Office"))
         .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    created.expect(StatusCode::CREATED);
     let contact: Uuid = created.str("contact_id").parse()?;
     let businesses = ra_ledger::testing::seed_assignments(
         api.ledger.pool(),
@@ -55,7 +55,7 @@ pub(super) async fn supersede(api: &TestApi, contact: Uuid, page_size: u32) -> (
             json!({"name": "Next Office", "address": contact_body(TX, "x")["address"], "page_size": page_size}),
         )
         .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     (
         reply.str("run_id").parse().expect("a run id"),
         reply.body["new"]["contact_id"]
@@ -143,7 +143,7 @@ async fn a_replace_racing_a_supersede_never_leaves_a_row_on_the_old_contact() ->
     hold.rollback().await?;
     let replaced = replace.await?;
     let (run, new) = superseding.await?;
-    assert_eq!(replaced.status, StatusCode::CREATED, "{:?}", replaced.body);
+    replaced.expect(StatusCode::CREATED);
     // It committed before the supersede did, on what was then the primary contact...
     assert_eq!(replaced.body["contact_id"], json!(old.to_string()));
     // ...so the run, which starts after it, moves it on.
@@ -176,7 +176,7 @@ async fn a_replace_after_a_supersede_lands_on_the_new_contact() -> anyhow::Resul
     let replaced = api
         .post(&format!("/v1/assignments/{x}/replace"), json!({}))
         .await;
-    assert_eq!(replaced.status, StatusCode::CREATED, "{:?}", replaced.body);
+    replaced.expect(StatusCode::CREATED);
     assert_eq!(replaced.body["contact_id"], json!(new.to_string()));
     let status = follow_chain(&database, run).await?;
     assert_eq!((status.replaced, status.remaining), (2, 0), "{status:#?}");
@@ -225,7 +225,7 @@ async fn command_racing_a_page(path: &str) -> anyhow::Result<()> {
         panic!("the page must run: {page:?}");
     };
     assert_eq!((report.replaced, report.skipped), (10, 0), "{report:?}");
-    assert_eq!(reply.status, StatusCode::CONFLICT, "{:?}", reply.body);
+    reply.expect(StatusCode::CONFLICT);
     assert_eq!(reply.error_code(), "conflict");
     assert!(
         reply.body["error"]["message"]

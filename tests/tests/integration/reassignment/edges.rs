@@ -54,7 +54,7 @@ async fn double_clicks_one_after_the_other_and_at_the_same_moment() -> anyhow::R
             json!({"page_size": 50}),
         )
         .await;
-    assert_eq!(second.status, StatusCode::ACCEPTED, "{:?}", second.body);
+    second.expect(StatusCode::ACCEPTED);
     let second_run: Uuid = second.str("run_id").parse()?;
     let workers = [
         RunningWorker::start(config.clone()),
@@ -80,7 +80,7 @@ async fn double_clicks_one_after_the_other_and_at_the_same_moment() -> anyhow::R
         .api
         .post(&format!("/v1/contacts/{old}/reassignment-runs"), json!({}))
         .await;
-    assert_eq!(third.status, StatusCode::ACCEPTED, "{:?}", third.body);
+    third.expect(StatusCode::ACCEPTED);
     let third_run: Uuid = third.str("run_id").parse()?;
     let c = wait_for_run(&database, third_run, Duration::from_secs(60), completed).await?;
     assert_eq!((c.replaced, c.skipped, c.failed, c.pages), (0, 0, 0, 1));
@@ -366,7 +366,7 @@ async fn an_assign_racing_a_supersede_never_lands_on_the_old_contact_afterwards(
     assigning.commit().await?;
     let (_, new) = supersede.await?;
     let assigned = assign.await?;
-    assert_eq!(assigned.status, StatusCode::CREATED, "{:?}", assigned.body);
+    assigned.expect(StatusCode::CREATED);
     assert_eq!(assigned.body["contact_id"], json!(new.to_string()));
     Ok(())
 }

@@ -13,7 +13,7 @@ use super::*;
 
 /// A worker's stall counter, from its metrics.
 fn stalls(worker: &RunningWorker) -> u64 {
-    ra_ledger_tests::metric(&worker.metrics.render(), "ra_reassignment_stalls_total")
+    ra_ledger_tests::metric(&worker.metrics.render(), ra_ledger::metrics::STALLS.name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,7 +51,7 @@ pub(super) async fn poisoned_then_seeded(
     let created = api
         .post("/v1/contacts", contact_body(TX, "First Office"))
         .await;
-    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    created.expect(StatusCode::CREATED);
     let contact_id: Uuid = created.str("contact_id").parse()?;
     let future = Utc::now() + chrono::Duration::minutes(4);
     let mut poison = Vec::new();
@@ -63,7 +63,7 @@ pub(super) async fn poisoned_then_seeded(
                 json!({"business_id": business, "jurisdiction": TX, "effective_at": future}),
             )
             .await;
-        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        reply.expect(StatusCode::CREATED);
         poison.push(business);
     }
     let businesses = ra_ledger::testing::seed_assignments(
@@ -112,7 +112,7 @@ pub(super) async fn supersede(api: &TestApi, contact_id: Uuid, page_size: u32) -
             }),
         )
         .await;
-    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    reply.expect(StatusCode::ACCEPTED);
     let run_id: Uuid = reply.str("run_id").parse().expect("a run id");
     assert_eq!(
         reply.str("status_url"),

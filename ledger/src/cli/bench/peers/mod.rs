@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use ra_ledger::db;
 use ra_ledger::testing;
-use ra_ledger_cdc::infra::settings::local;
+use ra_ledger_cdc::infra::settings::{env, local};
 use uuid::Uuid;
 
 use super::scratch;
@@ -99,7 +99,7 @@ pub struct Arguments {
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Kafka bootstrap servers.
-    #[arg(long, env = "LEDGER_KAFKA_BROKERS", default_value = local::KAFKA_BROKERS)]
+    #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
     brokers: String,
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ra_ledger::testing::{ScratchDatabase, debezium};
 use ra_ledger_cdc::infra::pg::ReplicationTarget;
+use ra_ledger_cdc::infra::settings::env;
 use tokio::process::{Child, Command};
 
 use super::Options;
@@ -170,13 +171,13 @@ pub fn relay_launch(
         program: std::env::current_exe()?,
         args: vec!["relay".into()],
         env: vec![
-            ("LEDGER_DATABASE_URL".into(), scratch.url.clone()),
-            ("LEDGER_RELAY_SLOT".into(), slot.into()),
-            ("LEDGER_KAFKA_BROKERS".into(), brokers.into()),
-            ("LEDGER_TOPIC_PREFIX".into(), prefix.into()),
-            ("LEDGER_METRICS_LISTEN".into(), String::new()),
+            (env::DATABASE_URL.into(), scratch.url.clone()),
+            (env::RELAY_SLOT.into(), slot.into()),
+            (env::KAFKA_BROKERS.into(), brokers.into()),
+            (env::TOPIC_PREFIX.into(), prefix.into()),
+            (env::METRICS_LISTEN.into(), String::new()),
         ],
-        removed: vec!["LEDGER_RELAY_CONFIG", "LEDGER_DATABASE_PASSWORD_FILE"],
+        removed: vec![env::RELAY_CONFIG, env::DATABASE_PASSWORD_FILE],
         log: dir.join("relay.log"),
     })
 }

@@ -4,7 +4,6 @@
 
 pub mod debezium;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -108,13 +107,11 @@ impl ScratchDatabase {
     /// without a metrics endpoint.
     /// Kafka security comes from the environment, as for every tool.
     pub fn relay_config(&self, slot: String, topic_prefix: String, brokers: &str) -> RelayConfig {
-        let mut kafka = ra_ledger_cdc::infra::kafka::KafkaSettings {
-            properties: BTreeMap::from([("bootstrap.servers".into(), brokers.into())]),
-            secret_files: BTreeMap::new(),
-        };
+        let mut kafka =
+            ra_ledger_cdc::infra::kafka::KafkaSettings::default().with_brokers(&brokers.into());
         kafka.apply_env();
         RelayConfig {
-            database_url: self.url.clone(),
+            database_url: self.url.as_str().into(),
             slot,
             topic_prefix,
             kafka: kafka.properties,
@@ -130,7 +127,7 @@ impl ScratchDatabase {
         let admin = db::connect(&self.admin_url, "ledger-scratch").await?;
         for attempt in 0..100 {
             let active: i64 = admin
-                .query_one(include_str!("sql/testing/drop_slots.sql"), &[&self.name])
+                .query_one(include_str!("../sql/testing/drop_slots.sql"), &[&self.name])
                 .await?
                 .get(0);
             if active == 0 {
@@ -310,7 +307,7 @@ pub async fn max_pages_in_flight(
 ) -> Result<i64, TestingError> {
     Ok(client
         .query_one(
-            include_str!("sql/testing/max_pages_in_flight.sql"),
+            include_str!("../sql/testing/max_pages_in_flight.sql"),
             &[&run_id],
         )
         .await?
@@ -335,7 +332,7 @@ pub async fn page_timing(
     run_id: Uuid,
 ) -> Result<PageTiming, TestingError> {
     let row = client
-        .query_one(include_str!("sql/testing/page_timing.sql"), &[&run_id])
+        .query_one(include_str!("../sql/testing/page_timing.sql"), &[&run_id])
         .await?;
     Ok(PageTiming {
         in_pages: row.get(0),

@@ -685,5 +685,5 @@ mod tests {
     }
 
     // A throwaway self-signed CA (openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256).
-    const TEST_CA: &str = include_str!("pg/test-ca.pem");
+    const TEST_CA: &str = include_str!("test-ca.pem");
 }

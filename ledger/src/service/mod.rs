@@ -1,6 +1,7 @@
 //! `ledger serve` assembled: the state, the routers, the tasks beside the API (outbox
-//! retention, signed digests) and the HTTP/1.1 serve loop. The CLI runs it whole with
-//! [`run`]; the test harness builds the same [`app`] and [`serve`]s it.
+//! retention, signed digests, the gauges on `/metrics`) and the HTTP/1.1 serve loop. The
+//! CLI runs it whole with [`run`]; the test harness builds the same [`app`] and [`serve`]s
+//! it.
 //!
 //! The serve loop is `axum::serve` with the bounds it does not expose. The server bounds
 //! what slow clients can hold ([`Limits`]): a head must arrive within 30 s, a body within
@@ -23,22 +24,23 @@ use tokio_util::sync::CancellationToken;
 
 use ra_ledger_cdc::infra::write_stall::WriteStall;
 
-use crate::api::AppState;
+use crate::api::{AppState, ConsoleState};
 use crate::commands::Ledger;
-use crate::config::Service;
 use crate::db::{self, DbError};
 use crate::digest::build::TreeCache;
 use crate::migrate::{self, MigrateError};
-use crate::{api, console, digest, health, retention};
+use crate::{api, console, digest, gauges, health, retention};
 
 mod deadline;
 mod limits;
+pub mod settings;
 
 use limits::ConnectionSlots;
 pub use limits::{
     ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };
+pub use settings::{Digests, Retention, Service};
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 32 * 1024;
@@ -91,20 +93,23 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         .map_err(|cause| ServeError::Listen { listen, cause })?;
     // The digest builder's tree, shared with the proofs.
     let digest_tree = TreeCache::default();
+    let gauges = spawn_gauges(&service, &shutdown).await?;
     let state = AppState {
         digest_tree: digest_tree.clone(),
         ledger: Ledger::new(pool.clone()),
         tokens: service.tokens,
         cursor_key: service.cursor_key,
-        session_keys: service.session_keys,
         digest_public_key: service
             .digests
             .as_ref()
             .map(|digests| digests.key.public_pem()),
-        secure_cookies: service.secure_cookies,
-        relay_slot: service.relay_slot,
+        console: ConsoleState {
+            session_keys: service.session_keys,
+            secure_cookies: service.secure_cookies,
+            relay_slot: service.relay_slot,
+        },
     };
-    let mut tasks = Vec::new();
+    let mut tasks = vec![gauges];
     if let Some(settings) = service.retention {
         tracing::info!(
             slot = %settings.slot,
@@ -186,11 +191,44 @@ fn warn_of_random_keys(service: &Service) {
     }
 }
 
+/// The gauges' task, and their `/metrics` when `metrics_listen` is set. They read the marks
+/// retention takes: at its pace when it is on.
+async fn spawn_gauges(
+    service: &Service,
+    shutdown: &CancellationToken,
+) -> Result<JoinHandle<()>, ServeError> {
+    let gauges = gauges::Gauges {
+        slot: service.relay_slot.clone(),
+        interval: service
+            .retention
+            .as_ref()
+            .map_or(gauges::DEFAULT_INTERVAL, |settings| settings.interval),
+        digests: service.digests.is_some(),
+    };
+    let metrics = Arc::new(crate::metrics::ServiceMetrics::default());
+    if let Some(address) = service.metrics_listen {
+        let rendered = metrics.clone();
+        ra_ledger_cdc::infra::runtime::serve(
+            address,
+            ra_ledger_cdc::infra::runtime::text_router(move || rendered.render()),
+            shutdown.clone(),
+        )
+        .await;
+    }
+    let pool = db::pool(&service.database_url, "ledger-gauges", 1)?;
+    Ok(tokio::spawn(gauges::run(
+        pool,
+        gauges,
+        metrics,
+        shutdown.clone(),
+    )))
+}
+
 /// The digest builder when a key is configured; without one, the task that clears the
 /// marks appends leave for the builder, so they never pile up.
 fn spawn_digests(
     pool: Pool,
-    digests: Option<crate::config::Digests>,
+    digests: Option<Digests>,
     tree: TreeCache,
     shutdown: &CancellationToken,
 ) -> JoinHandle<()> {
@@ -213,7 +251,7 @@ fn spawn_digests(
     }
 }
 
-/// Serves `app` (layered by [`api::service`]) on `listener` over HTTP/1.1, and over TLS
+/// Serves `app` (layered by [`api::layered`]) on `listener` over HTTP/1.1, and over TLS
 /// with `tls`, until `shutdown`, each connection held to `limits`, then lets requests in
 /// progress finish for up to [`SHUTDOWN_GRACE`]. `stats` counts the connections.
 ///
@@ -233,7 +271,7 @@ pub async fn serve(
     stats: Arc<ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let service = api::service(app).layer(axum::middleware::from_fn_with_state(
+    let service = api::layered(app).layer(axum::middleware::from_fn_with_state(
         limits.body_read_timeout,
         deadline::body_deadline,
     ));

@@ -152,7 +152,7 @@ async fn replay(
         (report.differences, report.examples) = differences(&tx, "pg_temp").await?;
         tx.rollback().await?;
     } else {
-        tx.batch_execute(include_str!("sql/tools/swap_projections.sql"))
+        tx.batch_execute(include_str!("../sql/tools/swap_projections.sql"))
             .await?;
         tx.commit().await?;
     }
@@ -165,7 +165,7 @@ pub(crate) async fn refuse_outside_references(
     client: &impl deadpool_postgres::GenericClient,
 ) -> Result<(), RebuildError> {
     let outside: Vec<String> = client
-        .query(include_str!("sql/tools/outside_references.sql"), &[])
+        .query(include_str!("../sql/tools/outside_references.sql"), &[])
         .await?
         .iter()
         .map(|row| row.get(0))

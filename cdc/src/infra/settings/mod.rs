@@ -2,8 +2,20 @@
 //! file and secret files, and the checks of names and addresses. The relay's own
 //! configuration ([`crate::config`]), the Kafka settings ([`super::kafka`]) and the ledger's
 //! build on these.
+//!
+//! - [`declare`]: how a config declares each setting once ([`crate::settings!`]) and loads:
+//!   file, environment, command line, then secrets and checks.
+//! - [`env`](mod@env): the name of every environment variable the project reads.
+//! - [`connection`]: the connection block, a [`DatabaseUrl`] that never prints its password.
 
 use std::net::SocketAddr;
+
+pub mod connection;
+pub mod declare;
+pub mod env;
+
+pub use connection::DatabaseUrl;
+pub use declare::{EnvVar, KafkaMaps, Settings, flag, listen, non_empty, number, overlay, within};
 
 /// The local stack's addresses and names (`deploy/stack up`), written once: the default of
 /// every process, tool and benchmark comes from here.
@@ -30,6 +42,8 @@ pub mod local {
     pub const RELAY_METRICS: &str = "127.0.0.1:19100";
     /// The worker's `/metrics`.
     pub const WORKER_METRICS: &str = "127.0.0.1:19101";
+    /// `ledger serve`'s `/metrics` (19102 is `ledger reconcile --every`'s).
+    pub const SERVE_METRICS: &str = "127.0.0.1:19103";
 }
 
 /// A configuration that cannot work.
@@ -110,29 +124,6 @@ pub fn read_secret(field: &str, path: &std::path::Path) -> Result<String, Config
     Ok(secret)
 }
 
-/// `url` with the password in `password_file` (when given): `database_password_file`, or
-/// `LEDGER_DATABASE_PASSWORD_FILE`.
-pub fn with_password_file(
-    url: &str,
-    password_file: Option<&std::path::Path>,
-) -> Result<String, ConfigError> {
-    let Some(path) = password_file else {
-        return Ok(url.to_owned());
-    };
-    let password = read_secret("database_password_file", path)?;
-    super::pg::with_password(url, &password)
-        .map_err(|error| ConfigError::invalid("database_url", "<redacted>", error.to_string()))
-}
-
-/// Checks `database_url` the way a connection would read it (host, port, TLS settings), so a
-/// bad URL stops the process before it starts. The error never shows the URL: it may carry
-/// a password.
-pub fn check_database_url(url: &str) -> Result<(), ConfigError> {
-    super::pg::config(url, "check")
-        .map(drop)
-        .map_err(|error| ConfigError::invalid("database_url", "<redacted>", error.to_string()))
-}
-
 /// Whether `name` is a slot or publication name we accept: 1-63 characters of a-z, 0-9
 /// and `_` (PostgreSQL's own rules for slots, kept for publications too).
 pub fn identifier(name: &str) -> bool {
@@ -154,11 +145,6 @@ pub fn check_identifier(field: &str, kind: &str, name: &str) -> Result<(), Confi
         name,
         format!("a {kind} name is 1-63 characters of a-z, 0-9 and _"),
     ))
-}
-
-/// The value of environment variable `name`, when set.
-pub fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 /// A `host:port` to listen on, or `None` for an empty value (disabled).

@@ -1,19 +1,21 @@
-//! What `ledger serve` runs with: the [`Service`] a [`super::ServeConfig`] validates into,
-//! every secret read and every value checked.
+//! What `ledger serve` runs with: the [`Service`] a [`crate::config::ServeConfig`] validates
+//! into, every secret read and every value checked.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ra_ledger_cdc::infra::settings::DatabaseUrl;
+
+use super::Limits;
 use crate::api::{CursorKey, Tokens};
-use crate::service::Limits;
 use crate::session_key::SessionKeys;
 
-/// A [`ServeConfig`] that passed validation: what the service runs with.
+/// A [`crate::config::ServeConfig`] that passed validation: what the service runs with.
 #[derive(Clone)]
 pub struct Service {
     /// The ledger database.
-    pub database_url: String,
+    pub database_url: DatabaseUrl,
     /// Where to listen.
     pub listen: SocketAddr,
     /// HTTPS, when configured.
@@ -43,6 +45,8 @@ pub struct Service {
     pub secure_cookies: bool,
     /// The relay's replication slot, whose lag the console shows.
     pub relay_slot: String,
+    /// Where `/metrics` is served, unless off.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// How `ledger serve` seals digests.
@@ -77,6 +81,7 @@ impl std::fmt::Debug for Service {
             .field("retention", &self.retention)
             .field("digests", &self.digests)
             .field("limits", &self.limits)
+            .field("metrics_listen", &self.metrics_listen)
             .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,1 @@
+SELECT status FROM replays WHERE id = $1
