@@ -13,6 +13,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -26,6 +27,36 @@ use crate::broker::{BrokerServer, kafka_libs};
 /// How long the whole cluster may take to start: three JVMs on two cores.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Whether a cluster of this test process runs, and its waiters' bell.
+///
+/// One cluster at a time: three JVMs and two relays under load fill two cores, and two
+/// such clusters side by side (the test harness runs tests in parallel) starved each
+/// other's restarted nodes past their start timeout. The other tests still run beside it.
+static CLUSTER_RUNS: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// A cluster's turn: taken when it starts (waiting while another cluster of the process
+/// runs), given back when it is dropped.
+struct Turn;
+
+impl Turn {
+    fn take() -> Self {
+        let (runs, bell) = &CLUSTER_RUNS;
+        let mut runs = bell
+            .wait_while(runs.lock().unwrap_or_else(|e| e.into_inner()), |runs| *runs)
+            .unwrap_or_else(|e| e.into_inner());
+        *runs = true;
+        Self
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let (runs, bell) = &CLUSTER_RUNS;
+        *runs.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        bell.notify_one();
+    }
+}
+
 /// Nodes of an Apache Kafka cluster started by the harness.
 pub struct BrokerCluster {
     /// Its brokers, `node_id` 1, 2, 3 in this order.
@@ -34,6 +65,9 @@ pub struct BrokerCluster {
     pub controller: Option<BrokerServer>,
     /// A client for metadata requests, bootstrapped from every node.
     probe: BaseConsumer,
+    /// Its turn, given back after its nodes were killed (the field is dropped after
+    /// [`BrokerCluster::drop`] ran).
+    _turn: Turn,
 }
 
 impl std::fmt::Debug for BrokerCluster {
@@ -44,8 +78,10 @@ impl std::fmt::Debug for BrokerCluster {
 
 impl BrokerCluster {
     /// Starts `size` brokers (and their controller, by `layout`) in `dir` together and
-    /// waits until the metadata lists every broker.
+    /// waits until the metadata lists every broker; first waits until no other cluster of
+    /// the test process runs.
     pub fn start(dir: &Path, size: usize, layout: QuorumLayout) -> anyhow::Result<Self> {
+        let turn = Turn::take();
         let mut nodes = BrokerServer::members(dir, size, layout)?;
         // Formatted and spawned side by side: a format is a JVM run of its own, seconds on
         // a busy machine, and no node is ready before a majority of its quorum runs.
@@ -74,6 +110,7 @@ impl BrokerCluster {
             nodes,
             controller,
             probe,
+            _turn: turn,
         };
         cluster.wait_for(START_TIMEOUT, "every broker in the metadata", |metadata| {
             metadata.brokers().len() == size
@@ -213,7 +250,8 @@ impl BrokerCluster {
 
 impl Drop for BrokerCluster {
     /// Kills every node still running: a cluster lives as long as its test, not as long as
-    /// the test binary (the keeper would otherwise hold its JVMs until the run ends).
+    /// the test binary (the keeper would otherwise hold its JVMs until the run ends). Then
+    /// the next cluster may start (its turn, a field, is dropped after this).
     fn drop(&mut self) {
         for node in self.nodes.iter().chain(&self.controller) {
             if node.running()
