@@ -366,6 +366,38 @@ pub async fn spawn_paced_writer(
 ///
 /// # Panics
 /// When `text` is not an LSN.
+/// Drops `slot` once no walsender holds it: a relay that stopped has closed its replication
+/// connection, but the server's walsender lets the slot go a moment later, and a drop before
+/// then fails with "is active for PID".
+pub async fn drop_slot_once_released(
+    client: &tokio_postgres::Client,
+    slot: &str,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let active: bool = client
+            .query_one(
+                "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots \
+                  WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?
+            .get(0);
+        if !active {
+            break;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "slot {slot} still held 30 s after its relay stopped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await?;
+    Ok(())
+}
+
 pub fn parse_lsn(text: &str) -> u64 {
     let (high, low) = text.split_once('/').expect("an LSN is X/Y");
     (u64::from_str_radix(high, 16).expect("hex") << 32) | u64::from_str_radix(low, 16).expect("hex")

@@ -15,7 +15,8 @@ use ra_ledger_cdc::relay::RelayError;
 use ra_ledger_cdc::relay::recover::{RecoverOptions, recover};
 use ra_ledger_cdc::relay::slot::SlotError;
 use ra_ledger_tests::relay::{
-    Collector, Isolation, RunningRelay, Tally, insert_backlog, spawn_paced_writer, test_config,
+    Collector, Isolation, RunningRelay, Tally, drop_slot_once_released, insert_backlog,
+    spawn_paced_writer, test_config,
 };
 use ra_ledger_tests::stack::PostgresServer;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
@@ -359,9 +360,7 @@ async fn a_dropped_slot_is_refused_then_recovered_under_load(
     let relay = RunningRelay::start(config.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
     relay.stop().await?;
-    client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&config.slot])
-        .await?;
+    drop_slot_once_released(&client, &config.slot).await?;
     let error = stopped(RunningRelay::start(config.clone()), Duration::from_secs(60)).await?;
     assert!(
         matches!(error, RelayError::Slot(SlotError::Lost { .. })),
@@ -436,9 +435,7 @@ async fn recover_publishes_events_retention_removed_from_the_outbox() -> anyhow:
         .iter()
         .map(|row| row.get(0))
         .collect();
-    client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&config.slot])
-        .await?;
+    drop_slot_once_released(&client, &config.slot).await?;
     let mut collector = Collector::new(&topics)?;
     let recovered = recover(
         &config,
