@@ -1,7 +1,7 @@
 //! Apache Kafka brokers of the test run: KRaft nodes (broker and controller in one JVM),
 //! from the jars `deploy/test` fetches from Maven Central into the cache. A node is a
 //! cluster of its own ([`BrokerServer::new`]) or one of several voters of a cluster's
-//! quorum ([`BrokerServer::member`], which [`crate::cluster`] starts three of).
+//! quorum ([`BrokerServer::members`], which [`crate::cluster`] starts).
 //!
 //! A broker has two listeners: `INTERNAL`, plaintext, for the node itself (inter-broker
 //! traffic, and the harness's readiness probe), and `CLIENT`, the one tests connect to,
