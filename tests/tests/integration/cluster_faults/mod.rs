@@ -58,8 +58,11 @@ use uuid::Uuid;
 
 use figures::{Figures, Window};
 
-/// Events per second the load writes: above the 2,000 the issue asks the faults to meet.
+/// Events per second the load writes: above the [`REQUIRED_RATE`] the faults must meet.
 const RATE: u64 = 2_500;
+/// The rate the faults are to meet (issue 33). A run below it says so (printed: a machine
+/// too busy to write at that rate is no fault of the relay's, and time is not asserted).
+const REQUIRED_RATE: f64 = 2_000.0;
 /// Events per load transaction (one every `1 s / (RATE / PER_TRANSACTION)`, 40 ms).
 const PER_TRANSACTION: u64 = 100;
 /// How long the load runs before the first fault and after the last heal: samples from
@@ -349,6 +352,13 @@ impl<'a> Scenario<'a> {
         tokio::time::sleep(QUIET).await;
         self.ensure_relays_run()?;
         let (written, rate) = self.load.take().expect("the load runs").finish().await?;
+        if rate < REQUIRED_RATE {
+            println!(
+                "{}: note: the load wrote {rate:.0} events/s, under the {REQUIRED_RATE:.0} the faults \
+                 are to meet (the machine could not keep {RATE}/s)",
+                self.name
+            );
+        }
         let expected: HashSet<String> = self
             .database
             .connect()
