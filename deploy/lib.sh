@@ -318,3 +318,35 @@ pid_alive() {
     fi
     return 0
 }
+
+# True when something listens on 127.0.0.1 port $1.
+port_in_use() {
+    (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Stops the process of pid file $2 (command line with $3) with TERM, then KILL after $4
+# seconds (default 15).
+stop_pidfile() {
+    local name=$1 file=$2 binary=$3 grace=${4:-15}
+    # Not running, a zombie, or a stale pid file naming a pid the system has since given
+    # to another program: nothing to stop.
+    if ! pid_alive "$file" "$binary"; then
+        rm -f "$file"
+        log "$name not running"
+        return 0
+    fi
+    local pid; pid=$(cat "$file")
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid"
+    local tries=0
+    while pid_alive "$file" "$binary"; do
+        tries=$((tries + 1))
+        if [ $tries -ge $((grace * 10)) ]; then
+            log "$name did not stop within $grace s; killing it"
+            kill -KILL "$pid" 2>/dev/null || true
+            break
+        fi
+        sleep 0.1
+    done
+    rm -f "$file"
+}

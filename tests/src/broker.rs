@@ -1,5 +1,7 @@
-//! Apache Kafka brokers of the test run: one KRaft node each (broker and controller in one
-//! JVM), from the jars `deploy/test` fetches from Maven Central into the cache.
+//! Apache Kafka brokers of the test run: KRaft nodes (broker and controller in one JVM),
+//! from the jars `deploy/test` fetches from Maven Central into the cache. A node is a
+//! cluster of its own ([`BrokerServer::new`]) or one of several voters of a cluster's
+//! quorum ([`BrokerServer::members`], which [`crate::cluster`] starts).
 //!
 //! A broker has two listeners: `INTERNAL`, plaintext, for the node itself (inter-broker
 //! traffic, and the harness's readiness probe), and `CLIENT`, the one tests connect to,
@@ -62,27 +64,143 @@ pub struct BrokerServer {
     pub dir: PathBuf,
     /// What the `CLIENT` listener asks of a client.
     pub security: Security,
+    /// Its `node.id`.
+    pub node_id: i32,
     internal_port: u16,
     controller_port: u16,
+    quorum: Quorum,
+    cluster_id: String,
     libs: PathBuf,
     log: PathBuf,
     pid: Arc<Mutex<Option<u32>>>,
 }
 
+/// The KRaft quorum a node belongs to.
+#[derive(Debug, Clone)]
+enum Quorum {
+    /// The node is its own only voter (formatted `--standalone`).
+    Standalone,
+    /// A node of a cluster of `brokers` brokers whose quorum `controller.quorum.voters`
+    /// names (`id@host:port,...`).
+    Member {
+        voters: String,
+        brokers: usize,
+        roles: Roles,
+    },
+}
+
+/// What a cluster's node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Roles {
+    /// A broker and a voter of the quorum, in one JVM (`process.roles=broker,controller`).
+    BrokerAndController,
+    /// A broker only; the quorum runs elsewhere.
+    Broker,
+    /// A controller only: no client listener, it holds the cluster's metadata.
+    Controller,
+}
+
+impl Roles {
+    fn process_roles(self) -> &'static str {
+        match self {
+            Self::BrokerAndController => "broker,controller",
+            Self::Broker => "broker",
+            Self::Controller => "controller",
+        }
+    }
+}
+
+/// Where a cluster's KRaft quorum runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuorumLayout {
+    /// On the brokers: every broker is a voter (Kafka's own system tests, and small
+    /// deployments). Two of three nodes down is then a quorum lost too: no leader moves,
+    /// no in-sync set shrinks, and produces time out rather than being refused.
+    OnTheBrokers,
+    /// On one controller-only node beside the brokers (production's layout of dedicated
+    /// controllers, with one of them): brokers can fail while the metadata stays
+    /// writable, so with two of three down the survivor's in-sync set shrinks to itself
+    /// and `acks=all` produces are refused with NOT_ENOUGH_REPLICAS.
+    OwnController,
+}
+
+/// The settings of a cluster's nodes that the harness shortens for test speed, with
+/// Kafka's defaults beside them. `docs/benchmarks.md` (faults on a cluster) says so too.
+pub mod cluster_timing {
+    /// `broker.session.timeout.ms` (default 9,000): how long the controller waits for a
+    /// silent broker's heartbeat before it fences it and moves its leaderships.
+    pub const BROKER_SESSION_TIMEOUT_MS: u64 = 6_000;
+    /// `broker.heartbeat.interval.ms` (default 2,000).
+    pub const BROKER_HEARTBEAT_INTERVAL_MS: u64 = 1_000;
+    /// `replica.lag.time.max.ms` (default 30,000): how long a follower may not fetch before
+    /// its leader drops it from the in-sync replicas.
+    pub const REPLICA_LAG_TIME_MAX_MS: u64 = 10_000;
+}
+
 impl BrokerServer {
-    /// A broker (not started yet) on free ports, keeping its files in `dir`.
+    /// A broker (not started yet) on free ports, keeping its files in `dir`: a cluster of
+    /// one node, its own KRaft quorum.
     pub fn new(dir: &Path, security: Security) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         Ok(Self {
             port: free_port()?,
             dir: dir.to_owned(),
             security,
+            node_id: 1,
             internal_port: free_port()?,
             controller_port: free_port()?,
+            quorum: Quorum::Standalone,
+            cluster_id: cluster_id(),
             libs: kafka_libs()?,
             log: dir.join("kafka.log"),
             pid: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// The nodes of one cluster of `brokers` brokers (not started yet), plaintext, on
+    /// free ports, each keeping its files in `dir/node-<id>`: brokers `1..=brokers`, and
+    /// with [`QuorumLayout::OwnController`] a controller after them, the last node.
+    pub fn members(dir: &Path, brokers: usize, layout: QuorumLayout) -> anyhow::Result<Vec<Self>> {
+        let cluster_id = cluster_id();
+        let roles = |id: usize| match layout {
+            QuorumLayout::OnTheBrokers => Roles::BrokerAndController,
+            QuorumLayout::OwnController if id <= brokers => Roles::Broker,
+            QuorumLayout::OwnController => Roles::Controller,
+        };
+        let size = match layout {
+            QuorumLayout::OnTheBrokers => brokers,
+            QuorumLayout::OwnController => brokers + 1,
+        };
+        let mut nodes = (1..=size)
+            .map(|id| {
+                let mut node = Self::new(&dir.join(format!("node-{id}")), Security::Plaintext)?;
+                node.node_id = i32::try_from(id)?;
+                node.cluster_id.clone_from(&cluster_id);
+                Ok(node)
+            })
+            .collect::<anyhow::Result<Vec<Self>>>()?;
+        let voters = (1..=size)
+            .zip(&nodes)
+            .filter(|(id, _)| roles(*id) != Roles::Broker)
+            .map(|(_, node)| format!("{}@127.0.0.1:{}", node.node_id, node.controller_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        for (id, node) in (1..=size).zip(&mut nodes) {
+            node.quorum = Quorum::Member {
+                voters: voters.clone(),
+                brokers,
+                roles: roles(id),
+            };
+        }
+        Ok(nodes)
+    }
+
+    /// What it runs: a node of its own is a broker and its controller.
+    pub fn roles(&self) -> Roles {
+        match self.quorum {
+            Quorum::Standalone => Roles::BrokerAndController,
+            Quorum::Member { roles, .. } => roles,
+        }
     }
 
     /// Bootstrap servers of the `CLIENT` listener.
@@ -96,6 +214,14 @@ impl BrokerServer {
     /// Starts the broker (again, after [`BrokerServer::kill`], on the same ports and log
     /// directory) and waits until it answers metadata requests with itself as a broker.
     pub fn start(&self) -> anyhow::Result<()> {
+        let pid = self.spawn()?;
+        self.wait_until_ready(pid)
+    }
+
+    /// Starts the JVM and returns its pid at once; [`BrokerServer::wait_until_ready`]
+    /// waits for it. The nodes of a cluster are spawned together: none is ready until a
+    /// majority of its quorum runs.
+    pub(crate) fn spawn(&self) -> anyhow::Result<u32> {
         let properties = self.dir.join("server.properties");
         std::fs::write(&properties, self.properties())?;
         if !self.dir.join("data/meta.properties").exists() {
@@ -125,7 +251,29 @@ impl BrokerServer {
             .stderr(log);
         let pid = spawn_kept(command).context("starting java (Kafka)")?;
         *self.pid.lock().expect("pid lock") = Some(pid);
-        self.wait_until_ready(pid)
+        Ok(pid)
+    }
+
+    /// Stops the broker cleanly (SIGTERM: a controlled shutdown, which hands its
+    /// leaderships over first) and waits until it exited.
+    pub fn stop(&self) -> anyhow::Result<()> {
+        let pid = self
+            .pid
+            .lock()
+            .expect("pid lock")
+            .take()
+            .context("the broker is not running")?;
+        stop_kept(pid, "TERM")
+    }
+
+    /// Whether the harness started it and has not killed or stopped it since.
+    pub fn running(&self) -> bool {
+        self.pid.lock().expect("pid lock").is_some()
+    }
+
+    /// The pid of its JVM.
+    pub fn pid(&self) -> Option<u32> {
+        *self.pid.lock().expect("pid lock")
     }
 
     /// Kills the broker with SIGKILL and waits until it is gone.
@@ -157,6 +305,9 @@ impl BrokerServer {
     /// `server.properties` of a one-node cluster, its `CLIENT` listener after
     /// [`BrokerServer::security`].
     fn properties(&self) -> String {
+        if self.roles() == Roles::Controller {
+            return self.controller_properties();
+        }
         let client_host = match self.security {
             Security::Plaintext => "127.0.0.1",
             _ => "localhost",
@@ -166,36 +317,36 @@ impl BrokerServer {
             Security::Ssl { .. } => "SSL",
             Security::SaslSsl { .. } => "SASL_SSL",
         };
+        let controller_listener = match self.roles() {
+            Roles::Broker => String::new(),
+            _ => format!(",CONTROLLER://127.0.0.1:{}", self.controller_port),
+        };
         let mut text = format!(
-            "process.roles=broker,controller\n\
-             node.id=1\n\
-             listeners=CLIENT://127.0.0.1:{client},INTERNAL://127.0.0.1:{internal},CONTROLLER://127.0.0.1:{controller}\n\
+            "process.roles={roles}\n\
+             node.id={node_id}\n\
+             listeners=CLIENT://127.0.0.1:{client},INTERNAL://127.0.0.1:{internal}{controller_listener}\n\
              advertised.listeners=CLIENT://{client_host}:{client},INTERNAL://127.0.0.1:{internal}\n\
              listener.security.protocol.map=CLIENT:{protocol},INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
              inter.broker.listener.name=INTERNAL\n\
              controller.listener.names=CONTROLLER\n\
-             controller.quorum.bootstrap.servers=127.0.0.1:{controller}\n\
              log.dirs={data}\n\
              auto.create.topics.enable=false\n\
              num.partitions=3\n\
-             offsets.topic.replication.factor=1\n\
              offsets.topic.num.partitions=4\n\
-             transaction.state.log.replication.factor=1\n\
-             transaction.state.log.min.isr=1\n\
              transaction.state.log.num.partitions=4\n\
-             share.coordinator.state.topic.replication.factor=1\n\
-             share.coordinator.state.topic.min.isr=1\n\
              group.initial.rebalance.delay.ms=0\n\
              # Few threads: a test run has several brokers on two cores.\n\
              num.network.threads=2\n\
              num.io.threads=2\n\
              num.recovery.threads.per.data.dir=1\n\
              background.threads=2\n",
+            roles = self.roles().process_roles(),
+            node_id = self.node_id,
             client = self.port,
             internal = self.internal_port,
-            controller = self.controller_port,
             data = self.dir.join("data").display(),
         );
+        text.push_str(&self.quorum_properties());
         let tls = |pki: &Pki| {
             format!(
                 "listener.name.client.ssl.keystore.type=PEM\n\
@@ -227,15 +378,94 @@ impl BrokerServer {
         text
     }
 
-    /// Formats the log directory once (`kafka-storage format --standalone`), creating the
-    /// SCRAM users.
+    /// The quorum's settings, and the replication of the internal topics: one copy on a
+    /// node of its own; on a cluster three, two in sync, as production runs them, and
+    /// the shorter failure detection of [`cluster_timing`].
+    fn quorum_properties(&self) -> String {
+        match &self.quorum {
+            Quorum::Standalone => format!(
+                "controller.quorum.bootstrap.servers=127.0.0.1:{controller}\n\
+                 offsets.topic.replication.factor=1\n\
+                 transaction.state.log.replication.factor=1\n\
+                 transaction.state.log.min.isr=1\n\
+                 share.coordinator.state.topic.replication.factor=1\n\
+                 share.coordinator.state.topic.min.isr=1\n",
+                controller = self.controller_port,
+            ),
+            Quorum::Member {
+                voters, brokers, ..
+            } => {
+                let replicas = (*brokers).min(3);
+                let in_sync = replicas.saturating_sub(1).max(1);
+                format!(
+                    "controller.quorum.voters={voters}\n\
+                     offsets.topic.replication.factor={replicas}\n\
+                     transaction.state.log.replication.factor={replicas}\n\
+                     transaction.state.log.min.isr={in_sync}\n\
+                     share.coordinator.state.topic.replication.factor={replicas}\n\
+                     share.coordinator.state.topic.min.isr={in_sync}\n\
+                     default.replication.factor={replicas}\n\
+                     min.insync.replicas={in_sync}\n\
+                     unclean.leader.election.enable=false\n\
+                     broker.session.timeout.ms={session}\n\
+                     broker.heartbeat.interval.ms={heartbeat}\n\
+                     replica.lag.time.max.ms={lag}\n",
+                    session = cluster_timing::BROKER_SESSION_TIMEOUT_MS,
+                    heartbeat = cluster_timing::BROKER_HEARTBEAT_INTERVAL_MS,
+                    lag = cluster_timing::REPLICA_LAG_TIME_MAX_MS,
+                )
+            }
+        }
+    }
+
+    /// `server.properties` of a controller-only node: its quorum listener and its log.
+    fn controller_properties(&self) -> String {
+        let Quorum::Member {
+            voters, brokers, ..
+        } = &self.quorum
+        else {
+            unreachable!("a node of its own runs a broker");
+        };
+        let replicas = (*brokers).min(3);
+        format!(
+            "process.roles=controller\n\
+             node.id={node_id}\n\
+             listeners=CONTROLLER://127.0.0.1:{controller}\n\
+             listener.security.protocol.map=CONTROLLER:PLAINTEXT\n\
+             controller.listener.names=CONTROLLER\n\
+             controller.quorum.voters={voters}\n\
+             log.dirs={data}\n\
+             default.replication.factor={replicas}\n\
+             min.insync.replicas={in_sync}\n\
+             unclean.leader.election.enable=false\n\
+             broker.session.timeout.ms={session}\n\
+             broker.heartbeat.interval.ms={heartbeat}\n\
+             num.network.threads=2\n\
+             num.io.threads=2\n\
+             background.threads=2\n",
+            in_sync = replicas.saturating_sub(1).max(1),
+            node_id = self.node_id,
+            controller = self.controller_port,
+            data = self.dir.join("data").display(),
+            session = cluster_timing::BROKER_SESSION_TIMEOUT_MS,
+            heartbeat = cluster_timing::BROKER_HEARTBEAT_INTERVAL_MS,
+        )
+    }
+
+    /// Formats the log directory once, creating the SCRAM users: `--standalone` for a node
+    /// of its own; a cluster's nodes name their voters in their properties, and share the
+    /// cluster id.
     fn format(&self, properties: &Path) -> anyhow::Result<()> {
         let mut command = Command::new("java");
         command
             .args(self.jvm_logging())
-            .args(["kafka.tools.StorageTool", "format", "--standalone"])
+            .args(["kafka.tools.StorageTool", "format"]);
+        if let Quorum::Standalone = self.quorum {
+            command.arg("--standalone");
+        }
+        command
             // One argument: a random id may start with '-', which would read as an option.
-            .arg(format!("--cluster-id={}", cluster_id()))
+            .arg(format!("--cluster-id={}", self.cluster_id))
             .arg("--config")
             .arg(properties);
         if let Security::SaslSsl { users, .. } = &self.security {
@@ -263,7 +493,10 @@ impl BrokerServer {
     /// Waits until a metadata request on the plaintext `INTERNAL` listener names this node as
     /// a broker: it then has registered with its controller and been unfenced, and takes
     /// topic creations and produce requests.
-    fn wait_until_ready(&self, pid: u32) -> anyhow::Result<()> {
+    pub(crate) fn wait_until_ready(&self, pid: u32) -> anyhow::Result<()> {
+        if self.roles() == Roles::Controller {
+            return self.wait_until_listening(pid);
+        }
         let probe: BaseConsumer = ClientConfig::new()
             .set(
                 "bootstrap.servers",
@@ -274,7 +507,7 @@ impl BrokerServer {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(metadata) = probe.fetch_metadata(None, Duration::from_millis(500))
-                && !metadata.brokers().is_empty()
+                && metadata.brokers().iter().any(|b| b.id() == self.node_id)
             {
                 return Ok(());
             }
@@ -288,6 +521,27 @@ impl BrokerServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+impl BrokerServer {
+    /// A controller-only node has no client listener to ask for metadata: it is up once
+    /// its quorum listener takes connections (the brokers' readiness says the rest).
+    fn wait_until_listening(&self, pid: u32) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.controller_port));
+        while std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+            if !Path::new(&format!("/proc/{pid}")).exists() || Instant::now() > deadline {
+                bail!(
+                    "the Kafka controller in {} did not listen within {START_TIMEOUT:?}; see {}:\n{}",
+                    self.dir.display(),
+                    self.log.display(),
+                    tail(&self.log, 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 }
 

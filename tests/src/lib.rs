@@ -1,10 +1,12 @@
 //! Test harness of RA Ledger: a real PostgreSQL (`wal_level=logical`) and a real
-//! Apache Kafka broker per test run, a fresh database and fresh topics per test.
+//! Apache Kafka broker per test run, a fresh database and fresh topics per test; brokers
+//! and three-node clusters of their own for the tests that break them.
 
 pub mod api;
 pub mod background;
 pub mod broker;
 pub mod browser;
+pub mod cluster;
 pub mod database;
 pub mod kafka;
 pub mod postgres;

@@ -98,6 +98,8 @@ pub struct Received {
     pub payload: Vec<u8>,
     /// Headers.
     pub headers: HashMap<String, String>,
+    /// When the consumer got it (this machine's clock, as the relay's `commit_timestamp`).
+    pub received_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl<M: rdkafka::Message> From<&M> for Received {
@@ -119,11 +121,20 @@ impl<M: rdkafka::Message> From<&M> for Received {
                         .collect()
                 })
                 .unwrap_or_default(),
+            received_at: chrono::Utc::now(),
         }
     }
 }
 
 impl Received {
+    /// The `commit_timestamp` header: when its PostgreSQL transaction committed.
+    pub fn committed_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let text = self.headers.get("commit_timestamp")?;
+        chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|time| time.with_timezone(&chrono::Utc))
+    }
+
     /// The `id` header: the event id.
     pub fn id(&self) -> &str {
         self.headers

@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use anyhow::Context;
 
 use crate::broker::{BrokerServer, Security};
+use crate::cluster::{BrokerCluster, QuorumLayout};
 pub use crate::postgres::PostgresServer;
 
 /// Prefix of the per-run folders under the system temporary folder.
@@ -121,6 +122,18 @@ pub fn private_broker_with(security: Security) -> anyhow::Result<BrokerServer> {
     let server = BrokerServer::new(&dir, security)?;
     server.start()?;
     Ok(server)
+}
+
+/// A cluster of `size` brokers of its own ([`BrokerCluster`]), its quorum as `layout`
+/// says, for tests of broker faults.
+pub fn private_cluster(size: usize, layout: QuorumLayout) -> anyhow::Result<BrokerCluster> {
+    // The shared stack clears the run folder when it starts: start it first.
+    stack();
+    BrokerCluster::start(
+        &run_dir().join(format!("cluster-{}", crate::random_suffix())),
+        size,
+        layout,
+    )
 }
 
 /// Removes folders of earlier runs whose test process is gone.

@@ -1,6 +1,6 @@
 //! `ledger topics create`: the relay's topics, with their configs, where missing.
 
-use ra_ledger::topics::{self, Outcome};
+use ra_ledger::topics::{self, Outcome, Replication};
 use ra_ledger_cdc::infra::settings::{env, local};
 
 use super::parse_key_value;
@@ -21,10 +21,11 @@ pub enum TopicsCommand {
         /// Partitions of each topic.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=1000))]
         partitions: i32,
-        /// Replicas of each partition; -1 for the cluster's `default.replication.factor`.
-        #[arg(long, default_value_t = topics::BROKER_DEFAULT_REPLICATION, allow_negative_numbers = true,
-              value_parser = parse_replication_factor)]
-        replication_factor: i32,
+        /// Copies of each partition. Without it: 3, or one per broker on a cluster of fewer,
+        /// counted in the cluster's metadata; a factor larger than that is refused.
+        /// `min.insync.replicas` is set beside it (2 for 3 copies) unless `--config` sets it.
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..=32_767))]
+        replication_factor: Option<i32>,
         /// A topic config, `topic:key=value` (e.g. `assignment:retention.ms=604800000`);
         /// repeatable.
         #[arg(long = "config")]
@@ -45,37 +46,34 @@ pub async fn run(command: TopicsCommand) -> anyhow::Result<()> {
         kafka,
     } = command;
     let mut specs = topics::plan(&prefix, partitions);
-    for spec in &mut specs {
-        spec.replication_factor = replication_factor;
+    if let Some(factor) = replication_factor {
+        for spec in &mut specs {
+            spec.replication = Replication::Exactly(factor);
+        }
     }
     topics::configure(&mut specs, &configs).map_err(|error| anyhow::anyhow!("--config {error}"))?;
     let settings = kafka.into_iter().collect();
-    for (topic, outcome) in topics::create_missing(&brokers, &settings, &specs).await? {
-        let spec = specs.iter().find(|spec| spec.name == topic);
+    let created = topics::create_missing(&brokers, &settings, &specs).await?;
+    println!("{} broker(s) in the cluster's metadata", created.brokers);
+    if replication_factor.is_none() && created.brokers < topics::PREFERRED_REPLICATION {
+        println!(
+            "note: fewer than {} brokers, so one copy per broker; a broker that is down is not \
+             counted (run this with every broker up, or give --replication-factor)",
+            topics::PREFERRED_REPLICATION
+        );
+    }
+    for (spec, outcome) in created.topics {
         let configs = spec
-            .map(|spec| {
-                spec.configs
-                    .iter()
-                    .map(|(key, value)| format!("{key}={value}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
+            .configs
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let replicas = spec.replication_factor().unwrap_or_default();
         match outcome {
-            Outcome::Created => println!("created {topic} ({configs})"),
-            Outcome::Existed => println!("exists  {topic} (left as it is)"),
+            Outcome::Created => println!("created {} ({replicas} replicas, {configs})", spec.name),
+            Outcome::Existed => println!("exists  {} (left as it is)", spec.name),
         }
     }
     Ok(())
-}
-
-/// `-1` (the cluster's default) or 1 to 32767 replicas.
-fn parse_replication_factor(text: &str) -> Result<i32, String> {
-    match text.parse::<i32>() {
-        Ok(-1) => Ok(-1),
-        Ok(n) if (1..=i32::from(i16::MAX)).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "{text:?} is not a replication factor: give -1 (the cluster's default) or 1 to 32767"
-        )),
-    }
 }

@@ -231,7 +231,7 @@ async fn ensure_replay_topic(
     partitions: i32,
 ) -> Result<(), RunError> {
     let spec = topics::replay(topic, partitions);
-    let outcomes = topics::create(config, std::slice::from_ref(&spec))
+    let created = topics::create(config, std::slice::from_ref(&spec))
         .await
         .map_err(|error| match error {
             TopicError::Kafka(error) => RunError::Kafka(format!("creating {topic}: {error}")),
@@ -240,7 +240,7 @@ async fn ensure_replay_topic(
             }
             error => RunError::Kafka(format!("creating {topic}: {error}")),
         })?;
-    for (_, outcome) in outcomes {
+    for (_, outcome) in created.topics {
         match outcome {
             Outcome::Created => info!(%topic, partitions, "replay topic created"),
             Outcome::Existed => {

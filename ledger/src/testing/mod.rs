@@ -190,8 +190,10 @@ pub async fn create_topics(
     create_topics_with(kafka_client(brokers)?, topics, partitions).await
 }
 
-/// Creates `topics` with `partitions` partitions each (one replica, the broker's default
-/// configs), with a client made of `config`; one that exists already is an error.
+/// Creates `topics` with `partitions` partitions each (replicated as the cluster allows,
+/// with the matching `min.insync.replicas`, as `ledger topics create` does; the broker's
+/// defaults for the rest), with a client made of `config`; one that exists already is an
+/// error.
 pub async fn create_topics_with(
     config: rdkafka::ClientConfig,
     topics: &[String],
@@ -199,19 +201,20 @@ pub async fn create_topics_with(
 ) -> Result<(), TestingError> {
     let specs: Vec<TopicSpec> = topics
         .iter()
-        .map(|topic| TopicSpec::plain(topic, partitions, 1))
+        .map(|topic| TopicSpec::plain(topic, partitions))
         .collect();
-    let outcomes = crate::topics::create(&config, &specs)
+    let created = crate::topics::create(&config, &specs)
         .await
         .map_err(|error| match error {
             TopicError::Kafka(error) => TestingError::Kafka(error),
             error => TestingError::Refused(error.to_string()),
         })?;
-    for (topic, outcome) in outcomes {
+    for (spec, outcome) in created.topics {
         if outcome == Outcome::Existed {
             let code = rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists;
             return Err(TestingError::Refused(format!(
-                "cannot create topic {topic}: {code}"
+                "cannot create topic {}: {code}",
+                spec.name
             )));
         }
     }

@@ -1,9 +1,10 @@
 //! The relay's topics as `ledger topics create` makes them: once, with explicit configs the
-//! broker reports back.
+//! broker reports back, replicated as the run's one broker allows (a factor beyond it is
+//! refused). On three brokers: `cluster_faults::topics`.
 
 use std::collections::BTreeMap;
 
-use ra_ledger::topics::{self, Outcome};
+use ra_ledger::topics::{self, Outcome, Replication, TopicError};
 use ra_ledger_tests::TestTopics;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
@@ -16,17 +17,42 @@ async fn topics_are_created_once_with_the_configs_asked_for() -> anyhow::Result<
         .map_err(anyhow::Error::msg)?;
     let no_settings = BTreeMap::new();
 
+    // More copies than the run's one broker can hold: refused, and nothing made.
+    let mut too_many = specs.clone();
+    for spec in &mut too_many {
+        spec.replication = Replication::Exactly(2);
+    }
+    let refused = topics::create_missing(&namespace.brokers, &no_settings, &too_many)
+        .await
+        .expect_err("two replicas on one broker");
+    assert!(
+        matches!(
+            refused,
+            TopicError::TooFewBrokers {
+                asked: 2,
+                brokers: 1,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+
     let first = topics::create_missing(&namespace.brokers, &no_settings, &specs).await?;
+    assert_eq!(first.brokers, 1);
     assert!(
         first
+            .topics
             .iter()
-            .all(|(_, outcome)| *outcome == Outcome::Created),
+            .all(|(spec, outcome)| *outcome == Outcome::Created
+                && spec.replication_factor() == Some(1)
+                && spec.configs[topics::MIN_INSYNC_REPLICAS] == "1"),
         "{first:?}"
     );
     // Again: nothing is created twice, nothing fails.
     let again = topics::create_missing(&namespace.brokers, &no_settings, &specs).await?;
     assert!(
         again
+            .topics
             .iter()
             .all(|(_, outcome)| *outcome == Outcome::Existed),
         "{again:?}"
@@ -35,14 +61,16 @@ async fn topics_are_created_once_with_the_configs_asked_for() -> anyhow::Result<
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &namespace.brokers)
         .create()?;
-    let resources: Vec<ResourceSpecifier> = specs
+    // As settled: with the min.insync.replicas that went with their factor.
+    let settled: Vec<_> = first.topics.iter().map(|(spec, _)| spec).collect();
+    let resources: Vec<ResourceSpecifier> = settled
         .iter()
         .map(|spec| ResourceSpecifier::Topic(&spec.name))
         .collect();
     let described = admin
         .describe_configs(&resources, &AdminOptions::new())
         .await?;
-    for (spec, result) in specs.iter().zip(described) {
+    for (spec, result) in settled.iter().zip(described) {
         let resource = result.map_err(|code| anyhow::anyhow!("{}: {code}", spec.name))?;
         for (key, value) in &spec.configs {
             let reported = resource.get(key).and_then(|entry| entry.value.as_deref());

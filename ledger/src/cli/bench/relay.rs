@@ -302,8 +302,11 @@ impl std::fmt::Display for WalsenderCpu {
 /// before that stands for the end.
 struct WalsenderSampler {
     stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<Option<((u64, Instant), (u64, Instant))>>,
+    task: tokio::task::JoinHandle<Option<(CpuReading, CpuReading)>>,
 }
+
+/// A walsender's CPU ticks and when they were read.
+type CpuReading = (u64, Instant);
 
 impl WalsenderSampler {
     async fn start(url: &str, slot: &str) -> anyhow::Result<Self> {
@@ -333,11 +336,8 @@ impl WalsenderSampler {
             };
             let first = (cpu_ticks(pid)?, Instant::now());
             let mut last = first;
-            loop {
-                match cpu_ticks(pid) {
-                    Some(ticks) => last = (ticks, Instant::now()),
-                    None => break,
-                }
+            while let Some(ticks) = cpu_ticks(pid) {
+                last = (ticks, Instant::now());
                 tokio::select! {
                     () = stopped.cancelled() => break,
                     () = tokio::time::sleep(Duration::from_millis(100)) => {}
