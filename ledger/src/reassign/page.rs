@@ -1,5 +1,5 @@
 //! One page of a run, in one transaction, as named steps: lock the run and check the fence
-//! ([`fence`]); read the candidates, lock and re-check them, replace them, all at once or
+//! ([`fence`](super::fence)); read the candidates, lock and re-check them, replace them, all at once or
 //! row by row after repeated failures ([`rows`]); decide how the chain goes on, append the
 //! run's events and record the progress ([`progress`]). A failed attempt is counted on the
 //! run and retried by the worker.

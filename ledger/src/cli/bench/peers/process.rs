@@ -57,7 +57,7 @@ impl Peer {
     }
 
     /// User plus system CPU seconds of this process and those it replaced, from
-    /// /proc/<pid>/stat.
+    /// `/proc/<pid>/stat`.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
         Ok(self.past_cpu + process_cpu_seconds(self.pid()?)?)
     }
@@ -134,7 +134,7 @@ fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
         .ok_or_else(|| anyhow::anyhow!("cannot read utime and stime in /proc/{pid}/stat"))
 }
 
-/// utime + stime (fields 14 and 15) of a /proc/<pid>/stat line, in clock ticks. The command
+/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line, in clock ticks. The command
 /// name (field 2) may hold spaces and parentheses, so fields are counted after its last `)`.
 fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let after_name = &stat[stat.rfind(')')? + 1..];
