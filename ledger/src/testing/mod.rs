@@ -45,8 +45,9 @@ pub enum TestingError {
 }
 
 /// A database that exists for one test or benchmark, next to the one an admin URL names
-/// (the role needs CREATEDB), dropped by [`ScratchDatabase::drop`] with its slots.
-#[derive(Debug)]
+/// (the role needs CREATEDB), dropped by [`ScratchDatabase::drop`] with its slots. A clone
+/// names the same database: dropping it twice is harmless.
+#[derive(Debug, Clone)]
 pub struct ScratchDatabase {
     admin_url: String,
     /// Its name.
@@ -123,8 +124,19 @@ impl ScratchDatabase {
 
     /// Drops the database and its replication slots. A relay still stopping holds its slot
     /// for a moment: it is waited for, then its connection ended.
+    /// Dropping one that is gone already does nothing.
     pub async fn drop(self) -> Result<(), TestingError> {
         let admin = db::connect(&self.admin_url, "ledger-scratch").await?;
+        let exists = admin
+            .query_opt(
+                "SELECT 1 FROM pg_database WHERE datname = $1",
+                &[&self.name],
+            )
+            .await?
+            .is_some();
+        if !exists {
+            return Ok(());
+        }
         for attempt in 0..100 {
             let active: i64 = admin
                 .query_one(include_str!("../sql/testing/drop_slots.sql"), &[&self.name])

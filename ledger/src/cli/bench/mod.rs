@@ -2,6 +2,9 @@
 //!
 //! Each benchmark works in a scratch database it creates next to the configured one (the
 //! role needs CREATEDB) and drops afterwards, so the ledger's own data is never touched.
+//! Afterwards means whatever way the benchmark ends: a failure, SIGTERM or Ctrl-C included.
+//! A scratch database's replication slots pin WAL for the whole server, so one left behind
+//! fills the disk in the end.
 
 mod as_of;
 mod digest;
@@ -201,6 +204,34 @@ pub enum BenchCommand {
 
 /// Runs one benchmark: the command line's values turned into the benchmark's own options.
 pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<()> {
+    let interrupted = tokio_util::sync::CancellationToken::new();
+    ra_ledger_cdc::infra::runtime::cancel_on_signal(interrupted.clone());
+    let outcome = tokio::select! {
+        outcome = dispatch(database_url, benchmark) => outcome,
+        () = interrupted.cancelled() => Err(anyhow::anyhow!("interrupted")),
+    };
+    interrupted.cancel();
+    drop_leftovers().await;
+    outcome
+}
+
+/// The scratch databases made by this run: each benchmark drops its own when it ends
+/// well; these are dropped again (a no-op for those) whatever way it ended.
+static MADE: std::sync::Mutex<Vec<ScratchDatabase>> = std::sync::Mutex::new(Vec::new());
+
+/// Drops what [`MADE`] holds, its slots first; a failure is said, not raised, so that it
+/// does not hide the benchmark's own outcome.
+async fn drop_leftovers() {
+    let made = std::mem::take(&mut *MADE.lock().unwrap_or_else(|poison| poison.into_inner()));
+    for database in made {
+        let name = database.name.clone();
+        if let Err(error) = database.drop().await {
+            eprintln!("cannot drop the scratch database {name}: {error}");
+        }
+    }
+}
+
+async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<()> {
     match benchmark {
         BenchCommand::Write {
             rows,
@@ -304,9 +335,14 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
     }
 }
 
-/// A scratch database next to `database_url`.
+/// A scratch database next to `database_url`, dropped when the run ends ([`MADE`]) if
+/// the benchmark has not dropped it.
 async fn scratch(database_url: &str) -> anyhow::Result<ScratchDatabase> {
-    Ok(ScratchDatabase::create(database_url, SCRATCH_PREFIX).await?)
+    let database = ScratchDatabase::create(database_url, SCRATCH_PREFIX).await?;
+    MADE.lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .push(database.clone());
+    Ok(database)
 }
 
 /// The benches' metadata, and a Texas primary contact created through the ledger.
