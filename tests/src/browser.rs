@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::json;
 
@@ -106,4 +106,34 @@ pub async fn screenshot(browser: &Client, name: &str) -> anyhow::Result<PathBuf>
     let path = artifacts()?.join(format!("{name}.png"));
     std::fs::write(&path, png).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// Signs in to the console at `base` with `token`, and waits until it lands on the search
+/// page.
+pub async fn sign_in(browser: &Client, base: &str, token: &str) -> anyhow::Result<()> {
+    browser.goto(&format!("{base}/sign-in")).await?;
+    browser
+        .find(Locator::Id("token"))
+        .await?
+        .send_keys(token)
+        .await?;
+    browser
+        .find(Locator::Css("main form button[type=submit]"))
+        .await?
+        .click()
+        .await?;
+    wait_for_path(browser, "/search").await
+}
+
+/// Waits up to 20 s until the browser's page is at a path starting with `path`.
+pub async fn wait_for_path(browser: &Client, path: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let url = browser.current_url().await?;
+        if url.path().starts_with(path) {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "still at {url}, not {path}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

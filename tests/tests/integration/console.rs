@@ -7,7 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use fantoccini::{Client, Locator};
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::{AUDITOR, OPERATOR, TestApi, WRITER, contact_body};
-use ra_ledger_tests::browser::{Driver, screenshot};
+use ra_ledger_tests::browser::{Driver, screenshot, sign_in, wait_for_path};
 use ra_ledger_tests::runs::count;
 use ra_ledger_tests::worker::RunningWorker;
 use reqwest::redirect::Policy;
@@ -443,33 +443,6 @@ async fn the_console_refuses_forged_writes_bad_input_and_foreign_sites() -> anyh
             .contains("Max-Age=0")
     );
     Ok(())
-}
-
-async fn sign_in(browser: &Client, base: &str, token: &str) -> anyhow::Result<()> {
-    browser.goto(&format!("{base}/sign-in")).await?;
-    browser
-        .find(Locator::Id("token"))
-        .await?
-        .send_keys(token)
-        .await?;
-    browser
-        .find(Locator::Css("main form button[type=submit]"))
-        .await?
-        .click()
-        .await?;
-    wait_for_path(browser, "/search").await
-}
-
-async fn wait_for_path(browser: &Client, path: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let url = browser.current_url().await?;
-        if url.path().starts_with(path) {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "still at {url}, not {path}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn text(browser: &Client, id: &str) -> anyhow::Result<String> {

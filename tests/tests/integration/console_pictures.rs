@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, SecondsFormat, Utc};
 use fantoccini::{Client, Locator};
 use ra_ledger_tests::api::{OPERATOR, TestApi, contact_body};
-use ra_ledger_tests::browser::{Driver, artifacts};
+use ra_ledger_tests::browser::{Driver, artifacts, sign_in};
 use ra_ledger_tests::relay::{RunningRelay, test_config};
 use ra_ledger_tests::worker::{self, RunningWorker};
 use ra_ledger_tests::{TestDatabase, TestTopics};
@@ -31,26 +31,6 @@ const ROUND: Duration = Duration::from_millis(200);
 
 fn stamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
-async fn sign_in(browser: &Client, base: &str) -> anyhow::Result<()> {
-    browser.goto(&format!("{base}/sign-in")).await?;
-    browser
-        .find(Locator::Id("token"))
-        .await?
-        .send_keys(OPERATOR)
-        .await?;
-    browser
-        .find(Locator::Css("main form button[type=submit]"))
-        .await?
-        .click()
-        .await?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !browser.current_url().await?.path().starts_with("/search") {
-        anyhow::ensure!(Instant::now() < deadline, "sign-in did not land");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 /// Runs `script` (a function body) in the page and returns its value.
@@ -255,7 +235,7 @@ async fn the_console_pictures_draw_the_ledger_in_a_real_browser() -> anyhow::Res
     let driver = Driver::start().await?;
     let browser = driver.browser(true).await?;
     browser.set_window_size(1280, 1400).await?;
-    sign_in(&browser, &base).await?;
+    sign_in(&browser, &base, OPERATOR).await?;
 
     // The timeline, asked about an instant inside the corrected band, as known before its
     // end was recorded.
