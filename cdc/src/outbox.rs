@@ -187,18 +187,25 @@ fn uuid(column: &'static str, value: &ColumnValue) -> Result<String, OutboxError
         ColumnValue::Binary(bytes) => {
             let raw = <[u8; 16]>::try_from(bytes.as_ref())
                 .map_err(|_| invalid(column, format!("{} bytes, expected 16", bytes.len())))?;
-            let hex: String = raw.iter().map(|byte| format!("{byte:02x}")).collect();
-            Ok(format!(
-                "{}-{}-{}-{}-{}",
-                &hex[0..8],
-                &hex[8..12],
-                &hex[12..16],
-                &hex[16..20],
-                &hex[20..32]
-            ))
+            Ok(canonical_uuid(&raw))
         }
         _ => text(column, value),
     }
+}
+
+/// A UUID's 16 bytes in canonical text form (`8-4-4-4-12` lowercase hex digits), built in
+/// one allocation: the relay does this for every row.
+fn canonical_uuid(raw: &[u8; 16]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(36);
+    for (index, byte) in raw.iter().enumerate() {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 /// `bytea` arrives in text format as `\x` followed by hex digits.
@@ -320,6 +327,11 @@ mod tests {
             .unwrap();
         assert_eq!(row.id, 5);
         assert_eq!(row.event_id, "00010203-0405-0607-0809-0a0b0c0d0e0f");
+        let high: [u8; 16] = std::array::from_fn(|index| 0xf0 + index as u8);
+        assert_eq!(
+            canonical_uuid(&high),
+            "f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff"
+        );
         assert_eq!(row.payload, Bytes::from_static(&[1, 2]));
     }
 

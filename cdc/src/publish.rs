@@ -39,6 +39,26 @@ pub struct CommitInfo {
     pub commit_time_micros: i64,
 }
 
+/// The headers every outbox row of one transaction shares, rendered once for the
+/// transaction rather than once a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitHeaders {
+    commit_lsn: String,
+    txid: String,
+    commit_timestamp: String,
+}
+
+impl CommitHeaders {
+    /// The headers of `commit`.
+    pub fn of(commit: &CommitInfo) -> Self {
+        Self {
+            commit_lsn: format_lsn(commit.commit_lsn),
+            txid: commit.xid.to_string(),
+            commit_timestamp: format_micros(commit.commit_time_micros),
+        }
+    }
+}
+
 /// One message ready to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingMessage {
@@ -69,7 +89,7 @@ impl OutgoingMessage {
     pub fn new(
         config: &RelayConfig,
         row: OutboxRow,
-        commit: &CommitInfo,
+        commit: &CommitHeaders,
         ordinal: usize,
     ) -> Result<Self, Unrenderable> {
         Self::with_origin(config, row, Origin::Wal { commit, ordinal })
@@ -121,8 +141,8 @@ pub enum Origin<'a> {
     /// The relay, decoding the WAL: the transaction's Begin message and the row's place
     /// among the transaction's outbox rows.
     Wal {
-        /// The transaction.
-        commit: &'a CommitInfo,
+        /// The transaction's headers.
+        commit: &'a CommitHeaders,
         /// The row's position in it, from 0.
         ordinal: usize,
     },
@@ -154,12 +174,9 @@ pub fn event_headers(
     headers.push((header::EVENT_TYPE, event_type.to_owned()));
     match origin {
         Origin::Wal { commit, ordinal } => {
-            headers.push((header::COMMIT_LSN, format_lsn(commit.commit_lsn)));
-            headers.push((header::TXID, commit.xid.to_string()));
-            headers.push((
-                header::COMMIT_TIMESTAMP,
-                format_micros(commit.commit_time_micros),
-            ));
+            headers.push((header::COMMIT_LSN, commit.commit_lsn.clone()));
+            headers.push((header::TXID, commit.txid.clone()));
+            headers.push((header::COMMIT_TIMESTAMP, commit.commit_timestamp.clone()));
             headers.push((header::ORDINAL, ordinal.to_string()));
         }
         Origin::Events { xid } => {
@@ -323,7 +340,9 @@ mod tests {
             xid: 742,
             commit_time_micros: 1_767_225_600_000_001,
         };
-        let message = OutgoingMessage::new(&RelayConfig::default(), row, &commit, 3).unwrap();
+        let message =
+            OutgoingMessage::new(&RelayConfig::default(), row, &CommitHeaders::of(&commit), 3)
+                .unwrap();
         assert_eq!(message.topic, "outbox.event.contact");
         assert_eq!(message.value, Bytes::from_static(b"p"));
         assert_eq!(
@@ -356,11 +375,11 @@ mod tests {
             payload: Bytes::from(payload),
             traceparent: None,
         };
-        let commit = CommitInfo {
+        let commit = CommitHeaders::of(&CommitInfo {
             commit_lsn: 1,
             xid: 1,
             commit_time_micros: 0,
-        };
+        });
         let json = RelayConfig {
             value_formats: BTreeMap::from([("contact".into(), ValueFormat::Json)]),
             ..RelayConfig::default()

@@ -36,7 +36,7 @@ use crate::config::RelayConfig;
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
 use crate::outbox::OutboxLayout;
 use crate::pgoutput::{self, DecodeError, LogicalMessage};
-use crate::publish::{CommitInfo, OutgoingMessage, Unrenderable};
+use crate::publish::{CommitHeaders, CommitInfo, OutgoingMessage, Unrenderable};
 
 /// An outbox row's message, or why it has none in its topic's format (to park).
 pub(super) type Rendered = Result<OutgoingMessage, Unrenderable>;
@@ -92,10 +92,10 @@ pub(super) trait Delivery {
 /// The transaction being streamed.
 struct Open {
     commit: CommitInfo,
+    /// Its headers, when its rows are wanted ([`Delivery::begin`]).
+    headers: Option<CommitHeaders>,
     /// The next row's place in the transaction.
     ordinal: usize,
-    /// As [`Delivery::begin`] said.
-    wanted: bool,
 }
 
 /// Heartbeats emitted and not yet confirmed, with their emit times: while one waits, the
@@ -267,8 +267,8 @@ impl<'a, D: Delivery> Reader<'a, D> {
                 }
                 self.open = Some(Open {
                     commit,
+                    headers: wanted.then(|| CommitHeaders::of(&commit)),
                     ordinal: 0,
-                    wanted,
                 });
             }
             ReplicationEvent::XLogData { data, wal_end, .. } => {
@@ -287,7 +287,9 @@ impl<'a, D: Delivery> Reader<'a, D> {
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.metrics.observe_wal_end(end_lsn.as_u64());
                 if let Some(open) = self.open.take()
-                    && self.delivery.close(end_lsn.as_u64(), open.wanted)
+                    && self
+                        .delivery
+                        .close(end_lsn.as_u64(), open.headers.is_some())
                 {
                     self.flush(replication).await?;
                 }
@@ -313,11 +315,11 @@ impl<'a, D: Delivery> Reader<'a, D> {
         let Some(open) = self.open.as_mut() else {
             return Err(protocol("an insert outside a transaction"));
         };
-        if !open.wanted {
+        let Some(headers) = &open.headers else {
             return Ok(());
-        }
+        };
         let row = layout.row(new)?;
-        let message = OutgoingMessage::new(self.config, row, &open.commit, open.ordinal);
+        let message = OutgoingMessage::new(self.config, row, headers, open.ordinal);
         if let Err(unrenderable) = &message
             && unrenderable.error.holds_the_stream()
         {
