@@ -51,9 +51,9 @@ pub async fn park(
     error: &str,
 ) -> Result<(), tokio_postgres::Error> {
     let headers: serde_json::Map<String, serde_json::Value> = message
-        .headers
-        .iter()
-        .map(|(key, value)| ((*key).to_owned(), serde_json::Value::String(value.clone())))
+        .headers()
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), serde_json::Value::String(value)))
         .collect();
     client
         .execute(

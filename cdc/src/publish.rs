@@ -1,5 +1,7 @@
 //! Turning outbox rows into Kafka messages, and deciding what a delivery error means.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -66,11 +68,37 @@ pub struct OutgoingMessage {
     pub topic: String,
     /// The row.
     pub row: OutboxRow,
-    /// Headers as (name, value) pairs.
-    pub headers: Vec<(&'static str, String)>,
+    /// What the headers beyond the row's own come from: they are rendered when sent
+    /// ([`OutgoingMessage::kafka_headers`]), straight from the row and its transaction,
+    /// without a string of their own each.
+    provenance: Provenance,
     /// The value: the row's payload in its topic's format (the payload itself for
     /// protobuf, the default).
     pub value: Bytes,
+}
+
+/// [`Origin`], owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Provenance {
+    Wal {
+        commit: Arc<CommitHeaders>,
+        ordinal: usize,
+    },
+    Events {
+        xid: Option<u32>,
+    },
+}
+
+impl Provenance {
+    fn origin(&self) -> Origin<'_> {
+        match self {
+            Self::Wal { commit, ordinal } => Origin::Wal {
+                commit,
+                ordinal: *ordinal,
+            },
+            Self::Events { xid } => Origin::Events { xid: *xid },
+        }
+    }
 }
 
 /// A row whose payload has no rendering in its topic's format: the message, with the
@@ -89,7 +117,7 @@ impl OutgoingMessage {
     pub fn new(
         config: &RelayConfig,
         row: OutboxRow,
-        commit: &CommitHeaders,
+        commit: &Arc<CommitHeaders>,
         ordinal: usize,
     ) -> Result<Self, Unrenderable> {
         Self::with_origin(config, row, Origin::Wal { commit, ordinal })
@@ -102,12 +130,13 @@ impl OutgoingMessage {
         row: OutboxRow,
         origin: Origin<'_>,
     ) -> Result<Self, Unrenderable> {
-        let headers = event_headers(
-            &row.event_id,
-            &row.event_type,
-            row.traceparent.as_deref(),
-            origin,
-        );
+        let provenance = match origin {
+            Origin::Wal { commit, ordinal } => Provenance::Wal {
+                commit: Arc::clone(commit),
+                ordinal,
+            },
+            Origin::Events { xid } => Provenance::Events { xid },
+        };
         let rendered = config
             .value_format(&row.aggregate_type)
             .render(&row.payload);
@@ -115,7 +144,7 @@ impl OutgoingMessage {
             topic: config.topic(&row.aggregate_type),
             value: row.payload.clone(),
             row,
-            headers,
+            provenance,
         };
         match rendered {
             Ok(value) => {
@@ -129,9 +158,63 @@ impl OutgoingMessage {
         }
     }
 
-    /// The rdkafka headers.
+    /// The headers as (name, value) pairs, in [`event_headers`]'s order.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        event_headers(
+            &self.row.event_id,
+            &self.row.event_type,
+            self.row.traceparent.as_deref(),
+            self.provenance.origin(),
+        )
+    }
+
+    /// The rdkafka headers: [`OutgoingMessage::headers`], each value copied once, into
+    /// librdkafka.
     pub fn kafka_headers(&self) -> OwnedHeaders {
-        kafka_headers(&self.headers)
+        fn pair<'a>(key: &'a str, value: &'a [u8]) -> Header<'a, &'a [u8]> {
+            Header {
+                key,
+                value: Some(value),
+            }
+        }
+        let row = &self.row;
+        let mut kafka = OwnedHeaders::new_with_capacity(7)
+            .insert(pair(header::ID, row.event_id.as_bytes()))
+            .insert(pair(header::EVENT_TYPE, row.event_type.as_bytes()));
+        match &self.provenance {
+            Provenance::Wal { commit, ordinal } => {
+                let mut digits = [0u8; 20];
+                kafka = kafka
+                    .insert(pair(header::COMMIT_LSN, commit.commit_lsn.as_bytes()))
+                    .insert(pair(header::TXID, commit.txid.as_bytes()))
+                    .insert(pair(
+                        header::COMMIT_TIMESTAMP,
+                        commit.commit_timestamp.as_bytes(),
+                    ))
+                    .insert(pair(header::ORDINAL, decimal(*ordinal, &mut digits)));
+            }
+            Provenance::Events { .. } => {
+                // A replayed event's headers are few and rare: rendered as text first.
+                return kafka_headers(&self.headers());
+            }
+        }
+        if let Some(traceparent) = &row.traceparent {
+            kafka = kafka.insert(pair(header::TRACEPARENT, traceparent.as_bytes()));
+        }
+        kafka
+    }
+}
+
+/// `value` in decimal digits, written at the end of `digits`.
+fn decimal(mut value: usize, digits: &mut [u8; 20]) -> &[u8] {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &digits[start..];
+        }
     }
 }
 
@@ -142,7 +225,7 @@ pub enum Origin<'a> {
     /// among the transaction's outbox rows.
     Wal {
         /// The transaction's headers.
-        commit: &'a CommitHeaders,
+        commit: &'a Arc<CommitHeaders>,
         /// The row's position in it, from 0.
         ordinal: usize,
     },
@@ -340,13 +423,17 @@ mod tests {
             xid: 742,
             commit_time_micros: 1_767_225_600_000_001,
         };
-        let message =
-            OutgoingMessage::new(&RelayConfig::default(), row, &CommitHeaders::of(&commit), 3)
-                .unwrap();
+        let message = OutgoingMessage::new(
+            &RelayConfig::default(),
+            row,
+            &Arc::new(CommitHeaders::of(&commit)),
+            3,
+        )
+        .unwrap();
         assert_eq!(message.topic, "outbox.event.contact");
         assert_eq!(message.value, Bytes::from_static(b"p"));
         assert_eq!(
-            message.headers,
+            message.headers(),
             vec![
                 ("id", "e-1".to_owned()),
                 ("event_type", "ContactCreated".to_owned()),
@@ -356,6 +443,56 @@ mod tests {
                 ("ordinal", "3".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn the_kafka_headers_are_the_headers_in_their_order() {
+        use rdkafka::message::Headers as _;
+        let row = OutboxRow {
+            id: 1,
+            event_id: "e-1".into(),
+            aggregate_type: "contact".into(),
+            aggregate_id: "c-1".into(),
+            event_type: "ContactCreated".into(),
+            payload: Bytes::from_static(b"p"),
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        };
+        let commit = Arc::new(CommitHeaders::of(&CommitInfo {
+            commit_lsn: 0x1_0000_00A0,
+            xid: 742,
+            commit_time_micros: 1_767_225_600_000_001,
+        }));
+        let config = RelayConfig::default();
+        let messages = [0, 7, 10, 4_294_967_296]
+            .map(|ordinal| OutgoingMessage::new(&config, row.clone(), &commit, ordinal).unwrap())
+            .into_iter()
+            .chain([OutgoingMessage::with_origin(
+                &config,
+                row.clone(),
+                Origin::Events { xid: Some(9) },
+            )
+            .unwrap()]);
+        for message in messages {
+            let kafka = message.kafka_headers();
+            let pairs: Vec<(&str, String)> = kafka
+                .iter()
+                .map(|header| {
+                    let value = std::str::from_utf8(header.value.unwrap()).unwrap();
+                    (header.key, value.to_owned())
+                })
+                .collect();
+            let expected = message.headers();
+            assert_eq!(pairs.len(), expected.len());
+            for ((key, value), (expected_key, expected_value)) in pairs.iter().zip(&expected) {
+                assert_eq!((*key, value), (*expected_key, expected_value));
+            }
+        }
+        let ordinal = |ordinal| {
+            let message = OutgoingMessage::new(&config, row.clone(), &commit, ordinal).unwrap();
+            message.headers()[5].1.clone()
+        };
+        assert_eq!(ordinal(4_294_967_296), "4294967296");
+        assert_eq!(ordinal(0), "0");
     }
 
     #[test]
@@ -375,11 +512,11 @@ mod tests {
             payload: Bytes::from(payload),
             traceparent: None,
         };
-        let commit = CommitHeaders::of(&CommitInfo {
+        let commit = Arc::new(CommitHeaders::of(&CommitInfo {
             commit_lsn: 1,
             xid: 1,
             commit_time_micros: 0,
-        });
+        }));
         let json = RelayConfig {
             value_formats: BTreeMap::from([("contact".into(), ValueFormat::Json)]),
             ..RelayConfig::default()
@@ -393,7 +530,7 @@ mod tests {
             br#"{"eventId":"e-1","streamVersion":"2","eventType":"ContactCreated"}"#
         );
         assert_eq!(as_json.row.payload.as_ref(), stored.as_slice());
-        assert_eq!(as_json.headers, as_protobuf.headers);
+        assert_eq!(as_json.headers(), as_protobuf.headers());
         assert_eq!(as_json.topic, as_protobuf.topic);
         let garbage = OutgoingMessage::new(&json, row(vec![0xff; 3]), &commit, 0).unwrap_err();
         assert_eq!(garbage.message.value.as_ref(), &[0xff; 3]);

@@ -25,6 +25,7 @@
 //! before anything newer.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
@@ -93,7 +94,7 @@ pub(super) trait Delivery {
 struct Open {
     commit: CommitInfo,
     /// Its headers, when its rows are wanted ([`Delivery::begin`]).
-    headers: Option<CommitHeaders>,
+    headers: Option<Arc<CommitHeaders>>,
     /// The next row's place in the transaction.
     ordinal: usize,
 }
@@ -267,7 +268,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
                 }
                 self.open = Some(Open {
                     commit,
-                    headers: wanted.then(|| CommitHeaders::of(&commit)),
+                    headers: wanted.then(|| Arc::new(CommitHeaders::of(&commit))),
                     ordinal: 0,
                 });
             }
