@@ -97,6 +97,15 @@ pub async fn run(
             ceiling.walsender
         );
     }
+    for shared in &figures.shared_ceilings {
+        println!(
+            "shared ceiling (both at once, sharing the machine, pgoutput {}): slot {:.0}, broker {:.0} rows/s; {}",
+            shared.format.as_str(),
+            shared.slot,
+            shared.broker,
+            shared.cpu.describe(0.0),
+        );
+    }
     for run in &figures.relays {
         let slot_ceiling = figures
             .slot_ceilings
@@ -116,6 +125,19 @@ pub async fn run(
             run.rate / ceiling,
             run.walsender,
         );
+        let shared = figures
+            .shared_ceilings
+            .iter()
+            .find(|ceiling| ceiling.format == run.format);
+        if let Some(shared) = shared {
+            println!(
+                "  relay / shared ceiling = {:.2}; {}",
+                run.rate / shared.rate(),
+                run.cpu.describe(run.rate)
+            );
+        } else {
+            println!("  {}", run.cpu.describe(run.rate));
+        }
         if let Some(summary) = &run.transactions {
             println!("  {summary}");
         }
@@ -153,6 +175,8 @@ struct RelayRun {
     transactions: Option<String>,
     /// The walsender's CPU during the drain.
     walsender: WalsenderCpu,
+    /// The machine's and the relay's CPU during the drain.
+    cpu: CpuUse,
 }
 
 /// `pg_recvlogical` draining the slot: PostgreSQL's own ceiling for one format.
@@ -164,6 +188,26 @@ struct SlotCeiling {
     walsender: WalsenderCpu,
 }
 
+/// `pg_recvlogical` and rdkafka alone draining at the same time, one format: the two ends
+/// sharing the machine, as they do under the relay.
+#[derive(Debug, Clone)]
+struct SharedCeiling {
+    format: Pgoutput,
+    /// `pg_recvlogical`'s rows/s.
+    slot: f64,
+    /// rdkafka's rows/s.
+    broker: f64,
+    cpu: CpuUse,
+}
+
+impl SharedCeiling {
+    /// The lower of the two: what a relay that costs nothing could reach on this machine
+    /// (a little above it, as the one that ends first leaves the other the machine).
+    fn rate(&self) -> f64 {
+        self.slot.min(self.broker)
+    }
+}
+
 /// Figures of the relay benchmark.
 #[derive(Debug, Clone)]
 struct RelayFigures {
@@ -173,6 +217,8 @@ struct RelayFigures {
     slot_ceilings: Vec<SlotCeiling>,
     /// rdkafka alone producing the same messages: the broker's ceiling, rows/s.
     broker_ceiling: f64,
+    /// Both ends at once, per format.
+    shared_ceilings: Vec<SharedCeiling>,
     /// The relay draining the backlog to the broker, in each mode.
     relays: Vec<RelayRun>,
     /// Size of each row's payload (the protobuf envelope).
@@ -195,9 +241,12 @@ async fn measure(
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let mut recvlogical_slots = Vec::new();
+    let mut shared_slots = Vec::new();
     for format in formats {
         let purpose = format!("recv_{}", format.as_str());
         recvlogical_slots.push((*format, scratch.create_slot(&client, &purpose).await?));
+        let purpose = format!("both_{}", format.as_str());
+        shared_slots.push((*format, scratch.create_slot(&client, &purpose).await?));
     }
     let prefix = format!("bench{}.", Uuid::new_v4().simple());
     // A slot and topics per mode and format, all made before the backlog so each slot
@@ -236,20 +285,37 @@ async fn measure(
         .map(|(_, config)| config.clone())
         .ok_or_else(|| anyhow::anyhow!("no delivery mode to measure"))?;
     // The ceiling produces the values the relay publishes, in the topic's format.
+    let keys = backlog_keys(&client).await?;
     let broker_ceiling =
-        rdkafka_alone(&client, &baseline, &raw_topic, per_transaction, &value).await?;
+        rdkafka_alone(&baseline, &raw_topic, &keys, per_transaction, &value).await?;
     let mut relays = Vec::new();
     for (format, config) in configs {
         let delivery = config.delivery;
         let slot = config.slot.clone();
         let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
+        let clock = CpuClock::start();
         let (rate, transactions) = relay_drain(config, backlog.rows).await?;
         relays.push(RelayRun {
             delivery,
             format,
             rate,
             transactions,
+            cpu: clock.finish(),
             walsender: sampler.finish().await,
+        });
+    }
+    let mut shared_ceilings = Vec::new();
+    for (format, slot) in shared_slots {
+        let clock = CpuClock::start();
+        let (slot, broker) = tokio::try_join!(
+            recvlogical_drain(&scratch, &slot, &backlog, format),
+            rdkafka_alone(&baseline, &raw_topic, &keys, per_transaction, &value),
+        )?;
+        shared_ceilings.push(SharedCeiling {
+            format,
+            slot,
+            broker,
+            cpu: clock.finish(),
         });
     }
     // The slot itself, read by PostgreSQL's own client. It runs last, so the relay, not
@@ -270,6 +336,7 @@ async fn measure(
         rows: backlog.rows,
         slot_ceilings,
         broker_ceiling,
+        shared_ceilings,
         relays,
         payload_bytes: payload.len(),
         value_bytes: value.len(),
@@ -362,6 +429,105 @@ impl WalsenderSampler {
     }
 }
 
+/// The machine's busy cores and this process's over a stretch (the relay runs in this
+/// process), from `/proc/stat` and `/proc/self/stat`. With every core busy, a drain is bound
+/// by the CPU that PostgreSQL, the broker and the relay share, not by either end alone.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuUse {
+    /// Busy cores of the machine; `None` when `/proc/stat` could not be read.
+    machine: Option<f64>,
+    /// The machine's cores.
+    cores: usize,
+    /// This process's cores.
+    process: Option<f64>,
+}
+
+impl CpuUse {
+    /// What it says, with the process's CPU per row at `rate` rows/s.
+    fn describe(&self, rate: f64) -> String {
+        let machine = match self.machine {
+            Some(busy) => format!("machine {busy:.2} of {} cores busy", self.cores),
+            None => "machine CPU not read".to_owned(),
+        };
+        match self.process {
+            Some(process) if rate > 0.0 => format!(
+                "{machine}; relay {process:.2} cores, {:.1} µs CPU a row",
+                process / rate * 1e6
+            ),
+            _ => machine,
+        }
+    }
+}
+
+/// Where [`CpuUse`] starts counting.
+struct CpuClock {
+    machine: Option<MachineTicks>,
+    process: Option<u64>,
+    at: Instant,
+}
+
+impl CpuClock {
+    fn start() -> Self {
+        Self {
+            machine: machine_ticks(),
+            process: cpu_ticks(std::process::id()),
+            at: Instant::now(),
+        }
+    }
+
+    fn finish(self) -> CpuUse {
+        let seconds = self.at.elapsed().as_secs_f64();
+        let end = machine_ticks();
+        // /proc counts in USER_HZ, 100 a second on Linux.
+        let cores = |ticks: u64| (seconds > 0.0).then(|| ticks as f64 / 100.0 / seconds);
+        let machine = match (self.machine, end) {
+            (Some(from), Some(to)) => cores(to.busy.saturating_sub(from.busy)),
+            _ => None,
+        };
+        let process = match (self.process, cpu_ticks(std::process::id())) {
+            (Some(from), Some(to)) => cores(to.saturating_sub(from)),
+            _ => None,
+        };
+        CpuUse {
+            machine,
+            cores: end.map_or(0, |ticks| ticks.cores),
+            process,
+        }
+    }
+}
+
+/// The machine's busy ticks, all cores together, and how many cores it has.
+#[derive(Debug, Clone, Copy)]
+struct MachineTicks {
+    busy: u64,
+    cores: usize,
+}
+
+/// From `/proc/stat`: busy is every state but idle and iowait (and guest time, which user
+/// time already counts).
+fn machine_ticks() -> Option<MachineTicks> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let total = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = total
+        .split_whitespace()
+        .map(|field| field.parse().ok())
+        .collect::<Option<_>>()?;
+    let busy = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(state, _)| !matches!(state, 3 | 4))
+        .map(|(_, ticks)| ticks)
+        .sum();
+    let cores = stat
+        .lines()
+        .filter(|line| {
+            line.starts_with("cpu") && line.as_bytes().get(3).is_some_and(u8::is_ascii_digit)
+        })
+        .count();
+    Some(MachineTicks { busy, cores })
+}
+
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -438,20 +604,14 @@ async fn insert_backlog(
 /// The broker's ceiling: the same messages (`value` each) produced by rdkafka alone, with
 /// the relay's producer settings and in-flight bound. Rows/s.
 pub(super) async fn rdkafka_alone(
-    client: &tokio_postgres::Client,
     relay_config: &RelayConfig,
     topic: &str,
+    keys: &[(Uuid, String)],
     per_transaction: u64,
     value: &[u8],
 ) -> anyhow::Result<f64> {
     use futures::StreamExt;
     use rdkafka::message::{Header, OwnedHeaders};
-    let keys: Vec<(Uuid, String)> = client
-        .query("SELECT event_id, aggregate_id FROM outbox ORDER BY id", &[])
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
     let producer = ra_ledger_cdc::publish::producer(relay_config)?;
     let started = Instant::now();
     let mut pending = futures::stream::FuturesUnordered::new();
@@ -489,6 +649,18 @@ pub(super) async fn rdkafka_alone(
         result?.map_err(|(error, _)| error)?;
     }
     Ok(keys.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The backlog's event ids and keys, in outbox order, for [`rdkafka_alone`].
+pub(super) async fn backlog_keys(
+    client: &tokio_postgres::Client,
+) -> anyhow::Result<Vec<(Uuid, String)>> {
+    Ok(client
+        .query("SELECT event_id, aggregate_id FROM outbox ORDER BY id", &[])
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect())
 }
 
 /// The relay draining the backlog until Kafka acknowledged (exactly once: committed) every

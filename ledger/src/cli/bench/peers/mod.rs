@@ -175,10 +175,11 @@ async fn ceiling(url: &str, brokers: &str, options: &Options) -> anyhow::Result<
     testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
     let config = scratch.relay_config(String::new(), String::new(), brokers);
     // 120-byte values, as the backlog's payloads are.
+    let keys = super::relay::backlog_keys(&client).await?;
     let produce = super::relay::rdkafka_alone(
-        &client,
         &config,
         &topic,
+        &keys,
         options.per_transaction,
         &[b'x'; 120],
     )
