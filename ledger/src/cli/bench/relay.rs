@@ -506,7 +506,11 @@ struct MachineTicks {
 /// From `/proc/stat`: busy is every state but idle and iowait (and guest time, which user
 /// time already counts).
 fn machine_ticks() -> Option<MachineTicks> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_machine_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// [`machine_ticks`] of the text of `/proc/stat`.
+fn parse_machine_ticks(stat: &str) -> Option<MachineTicks> {
     let total = stat.lines().next()?.strip_prefix("cpu ")?;
     let ticks: Vec<u64> = total
         .split_whitespace()
@@ -722,4 +726,24 @@ fn pg_recvlogical() -> anyhow::Result<std::path::PathBuf> {
     candidates
         .pop()
         .ok_or_else(|| anyhow::anyhow!("pg_recvlogical not found under /usr/lib/postgresql"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_is_busy_in_every_state_but_idle_and_iowait() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let stat = "cpu  100 20 30 4000 50 6 7 8 90 10\n\
+                    cpu0 50 10 15 2000 25 3 3 4 45 5\n\
+                    cpu1 50 10 15 2000 25 3 4 4 45 5\n\
+                    intr 12345\n\
+                    cpufreq 1\n";
+        let ticks = parse_machine_ticks(stat).unwrap();
+        assert_eq!(ticks.busy, 100 + 20 + 30 + 6 + 7 + 8);
+        assert_eq!(ticks.cores, 2);
+        assert!(parse_machine_ticks("intr 1\n").is_none());
+        assert!(parse_machine_ticks("cpu  1 x 3\n").is_none());
+    }
 }
