@@ -177,31 +177,26 @@ impl OutgoingMessage {
                 value: Some(value),
             }
         }
+        let Provenance::Wal { commit, ordinal } = &self.provenance else {
+            // Read from a snapshot by `ledger relay recover`: few, and rare; as text first.
+            return kafka_headers(&self.headers());
+        };
         let row = &self.row;
-        let mut kafka = OwnedHeaders::new_with_capacity(7)
+        let mut digits = [0u8; 20];
+        let kafka = OwnedHeaders::new_with_capacity(7)
             .insert(pair(header::ID, row.event_id.as_bytes()))
-            .insert(pair(header::EVENT_TYPE, row.event_type.as_bytes()));
-        match &self.provenance {
-            Provenance::Wal { commit, ordinal } => {
-                let mut digits = [0u8; 20];
-                kafka = kafka
-                    .insert(pair(header::COMMIT_LSN, commit.commit_lsn.as_bytes()))
-                    .insert(pair(header::TXID, commit.txid.as_bytes()))
-                    .insert(pair(
-                        header::COMMIT_TIMESTAMP,
-                        commit.commit_timestamp.as_bytes(),
-                    ))
-                    .insert(pair(header::ORDINAL, decimal(*ordinal, &mut digits)));
-            }
-            Provenance::Events { .. } => {
-                // A replayed event's headers are few and rare: rendered as text first.
-                return kafka_headers(&self.headers());
-            }
+            .insert(pair(header::EVENT_TYPE, row.event_type.as_bytes()))
+            .insert(pair(header::COMMIT_LSN, commit.commit_lsn.as_bytes()))
+            .insert(pair(header::TXID, commit.txid.as_bytes()))
+            .insert(pair(
+                header::COMMIT_TIMESTAMP,
+                commit.commit_timestamp.as_bytes(),
+            ))
+            .insert(pair(header::ORDINAL, decimal(*ordinal, &mut digits)));
+        match &row.traceparent {
+            Some(traceparent) => kafka.insert(pair(header::TRACEPARENT, traceparent.as_bytes())),
+            None => kafka,
         }
-        if let Some(traceparent) = &row.traceparent {
-            kafka = kafka.insert(pair(header::TRACEPARENT, traceparent.as_bytes()));
-        }
-        kafka
     }
 }
 
