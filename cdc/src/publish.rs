@@ -68,37 +68,12 @@ pub struct OutgoingMessage {
     pub topic: String,
     /// The row.
     pub row: OutboxRow,
-    /// What the headers beyond the row's own come from: they are rendered when sent
-    /// ([`OutgoingMessage::kafka_headers`]), straight from the row and its transaction,
-    /// without a string of their own each.
-    provenance: Provenance,
+    /// Where the headers beyond the row's own come from; they are rendered when asked for
+    /// ([`OutgoingMessage::headers`], [`OutgoingMessage::kafka_headers`]).
+    origin: Origin,
     /// The value: the row's payload in its topic's format (the payload itself for
     /// protobuf, the default).
     pub value: Bytes,
-}
-
-/// [`Origin`], owned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Provenance {
-    Wal {
-        commit: Arc<CommitHeaders>,
-        ordinal: usize,
-    },
-    Events {
-        xid: Option<u32>,
-    },
-}
-
-impl Provenance {
-    fn origin(&self) -> Origin<'_> {
-        match self {
-            Self::Wal { commit, ordinal } => Origin::Wal {
-                commit,
-                ordinal: *ordinal,
-            },
-            Self::Events { xid } => Origin::Events { xid: *xid },
-        }
-    }
 }
 
 /// A row whose payload has no rendering in its topic's format: the message, with the
@@ -120,6 +95,7 @@ impl OutgoingMessage {
         commit: &Arc<CommitHeaders>,
         ordinal: usize,
     ) -> Result<Self, Unrenderable> {
+        let commit = Arc::clone(commit);
         Self::with_origin(config, row, Origin::Wal { commit, ordinal })
     }
 
@@ -128,15 +104,8 @@ impl OutgoingMessage {
     pub fn with_origin(
         config: &RelayConfig,
         row: OutboxRow,
-        origin: Origin<'_>,
+        origin: Origin,
     ) -> Result<Self, Unrenderable> {
-        let provenance = match origin {
-            Origin::Wal { commit, ordinal } => Provenance::Wal {
-                commit: Arc::clone(commit),
-                ordinal,
-            },
-            Origin::Events { xid } => Provenance::Events { xid },
-        };
         let rendered = config
             .value_format(&row.aggregate_type)
             .render(&row.payload);
@@ -144,7 +113,7 @@ impl OutgoingMessage {
             topic: config.topic(&row.aggregate_type),
             value: row.payload.clone(),
             row,
-            provenance,
+            origin,
         };
         match rendered {
             Ok(value) => {
@@ -160,67 +129,46 @@ impl OutgoingMessage {
 
     /// The headers as (name, value) pairs, in [`event_headers`]'s order.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let row = &self.row;
         event_headers(
-            &self.row.event_id,
-            &self.row.event_type,
-            self.row.traceparent.as_deref(),
-            self.provenance.origin(),
+            &row.event_id,
+            &row.event_type,
+            row.traceparent.as_deref(),
+            &self.origin,
         )
     }
 
-    /// The rdkafka headers: [`OutgoingMessage::headers`], each value copied once, into
-    /// librdkafka.
+    /// The rdkafka headers, the same: each value copied once, straight into librdkafka's
+    /// (the relay does this for every row).
     pub fn kafka_headers(&self) -> OwnedHeaders {
-        fn pair<'a>(key: &'a str, value: &'a [u8]) -> Header<'a, &'a [u8]> {
-            Header {
-                key,
-                value: Some(value),
-            }
-        }
-        let Provenance::Wal { commit, ordinal } = &self.provenance else {
-            // Read from a snapshot by `ledger relay recover`: few, and rare; as text first.
-            return kafka_headers(&self.headers());
-        };
         let row = &self.row;
-        let mut digits = [0u8; 20];
-        let kafka = OwnedHeaders::new_with_capacity(7)
-            .insert(pair(header::ID, row.event_id.as_bytes()))
-            .insert(pair(header::EVENT_TYPE, row.event_type.as_bytes()))
-            .insert(pair(header::COMMIT_LSN, commit.commit_lsn.as_bytes()))
-            .insert(pair(header::TXID, commit.txid.as_bytes()))
-            .insert(pair(
-                header::COMMIT_TIMESTAMP,
-                commit.commit_timestamp.as_bytes(),
-            ))
-            .insert(pair(header::ORDINAL, decimal(*ordinal, &mut digits)));
-        match &row.traceparent {
-            Some(traceparent) => kafka.insert(pair(header::TRACEPARENT, traceparent.as_bytes())),
-            None => kafka,
-        }
-    }
-}
-
-/// `value` in decimal digits, written at the end of `digits`.
-fn decimal(mut value: usize, digits: &mut [u8; 20]) -> &[u8] {
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            return &digits[start..];
-        }
+        let mut kafka = Some(OwnedHeaders::new_with_capacity(7));
+        each_header(
+            &row.event_id,
+            &row.event_type,
+            row.traceparent.as_deref(),
+            &self.origin,
+            |key, value| {
+                kafka = kafka.take().map(|headers| {
+                    headers.insert(Header {
+                        key,
+                        value: Some(value.as_bytes()),
+                    })
+                });
+            },
+        );
+        kafka.unwrap_or_default()
     }
 }
 
 /// Where the facts behind an event's headers come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
     /// The relay, decoding the WAL: the transaction's Begin message and the row's place
     /// among the transaction's outbox rows.
     Wal {
         /// The transaction's headers.
-        commit: &'a Arc<CommitHeaders>,
+        commit: Arc<CommitHeaders>,
         /// The row's position in it, from 0.
         ordinal: usize,
     },
@@ -245,28 +193,56 @@ pub fn event_headers(
     event_id: &str,
     event_type: &str,
     traceparent: Option<&str>,
-    origin: Origin<'_>,
+    origin: &Origin,
 ) -> Vec<(&'static str, String)> {
     let mut headers = Vec::with_capacity(7);
-    headers.push((header::ID, event_id.to_owned()));
-    headers.push((header::EVENT_TYPE, event_type.to_owned()));
+    each_header(event_id, event_type, traceparent, origin, |key, value| {
+        headers.push((key, value.to_owned()));
+    });
+    headers
+}
+
+/// [`event_headers`] one by one, each handed to `emit` as (name, value), numbers written
+/// on the stack: the one place that knows which headers there are and their order.
+fn each_header(
+    event_id: &str,
+    event_type: &str,
+    traceparent: Option<&str>,
+    origin: &Origin,
+    mut emit: impl FnMut(&'static str, &str),
+) {
+    let mut digits = [0u8; 20];
+    emit(header::ID, event_id);
+    emit(header::EVENT_TYPE, event_type);
     match origin {
         Origin::Wal { commit, ordinal } => {
-            headers.push((header::COMMIT_LSN, commit.commit_lsn.clone()));
-            headers.push((header::TXID, commit.txid.clone()));
-            headers.push((header::COMMIT_TIMESTAMP, commit.commit_timestamp.clone()));
-            headers.push((header::ORDINAL, ordinal.to_string()));
+            emit(header::COMMIT_LSN, &commit.commit_lsn);
+            emit(header::TXID, &commit.txid);
+            emit(header::COMMIT_TIMESTAMP, &commit.commit_timestamp);
+            emit(header::ORDINAL, decimal(*ordinal as u64, &mut digits));
         }
-        Origin::Events { xid } => {
-            if let Some(xid) = xid {
-                headers.push((header::TXID, xid.to_string()));
-            }
+        Origin::Events { xid: Some(xid) } => {
+            emit(header::TXID, decimal(u64::from(*xid), &mut digits));
         }
+        Origin::Events { xid: None } => {}
     }
     if let Some(traceparent) = traceparent {
-        headers.push((header::TRACEPARENT, traceparent.to_owned()));
+        emit(header::TRACEPARENT, traceparent);
     }
-    headers
+}
+
+/// `value` in decimal digits, written at the end of `digits`.
+fn decimal(mut value: u64, digits: &mut [u8; 20]) -> &str {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[start..]).expect("ASCII digits")
 }
 
 /// `headers` as rdkafka headers, in their order.
@@ -529,7 +505,7 @@ mod tests {
                 "e-1",
                 "ContactCreated",
                 Some(traceparent),
-                Origin::Events { xid: Some(742) }
+                &Origin::Events { xid: Some(742) }
             ),
             vec![
                 ("id", "e-1".to_owned()),
@@ -539,7 +515,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            event_headers("e-1", "ContactCreated", None, Origin::Events { xid: None }),
+            event_headers("e-1", "ContactCreated", None, &Origin::Events { xid: None }),
             vec![
                 ("id", "e-1".to_owned()),
                 ("event_type", "ContactCreated".to_owned()),

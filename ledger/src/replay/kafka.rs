@@ -69,7 +69,7 @@ pub(super) fn produce_batch(
             event_id,
             row.get("event_type"),
             row.get("traceparent"),
-            Origin::Events { xid },
+            &Origin::Events { xid },
         );
         headers.push((header::REPLAY_ID, id_text.to_owned()));
         let payload: &[u8] = row.get("payload");
