@@ -103,7 +103,7 @@ pub async fn run(
             shared.format.as_str(),
             shared.slot,
             shared.broker,
-            shared.cpu.describe(0.0),
+            shared.cpu.describe(None),
         );
     }
     for run in &figures.relays {
@@ -133,10 +133,10 @@ pub async fn run(
             println!(
                 "  relay / shared ceiling = {:.2}; {}",
                 run.rate / shared.rate(),
-                run.cpu.describe(run.rate)
+                run.cpu.describe(Some(run.rate))
             );
         } else {
-            println!("  {}", run.cpu.describe(run.rate));
+            println!("  {}", run.cpu.describe(Some(run.rate)));
         }
         if let Some(summary) = &run.transactions {
             println!("  {summary}");
@@ -443,14 +443,15 @@ struct CpuUse {
 }
 
 impl CpuUse {
-    /// What it says, with the process's CPU per row at `rate` rows/s.
-    fn describe(&self, rate: f64) -> String {
+    /// What it says; with `relay_rate` (rows/s, when this process ran the relay), the
+    /// relay's cores and CPU a row too.
+    fn describe(&self, relay_rate: Option<f64>) -> String {
         let machine = match self.machine {
             Some(busy) => format!("machine {busy:.2} of {} cores busy", self.cores),
             None => "machine CPU not read".to_owned(),
         };
-        match self.process {
-            Some(process) if rate > 0.0 => format!(
+        match (self.process, relay_rate) {
+            (Some(process), Some(rate)) if rate > 0.0 => format!(
                 "{machine}; relay {process:.2} cores, {:.1} µs CPU a row",
                 process / rate * 1e6
             ),
