@@ -317,23 +317,11 @@ pub fn indefinite(error: &KafkaError) -> bool {
     )
 }
 
-/// The relay's idempotent producer.
+/// The relay's idempotent producer, as a `FutureProducer` (for what produces now and then:
+/// a republish of parked messages). The relay's sessions use [`crate::relay`]'s own.
 pub fn producer(config: &RelayConfig) -> Result<FutureProducer, KafkaError> {
     config
         .kafka_settings()
-        .client_config()
-        .map_err(|error| KafkaError::ClientCreation(error.to_string()))?
-        .create()
-}
-
-/// The exactly-once relay's transactional producer (the `transactional.id` of its slot on
-/// the cluster `system_id`). Call `init_transactions` before using it.
-pub fn transactional_producer(
-    config: &RelayConfig,
-    system_id: &str,
-) -> Result<FutureProducer, KafkaError> {
-    config
-        .transactional_producer_settings(system_id)
         .client_config()
         .map_err(|error| KafkaError::ClientCreation(error.to_string()))?
         .create()

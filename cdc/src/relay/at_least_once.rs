@@ -9,16 +9,13 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::producer::FutureProducer;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::RelayError;
+use super::in_flight::{self, InFlight};
 use super::reader::{Delivery, Reader, Rendered};
 use super::setup::Opened;
 use crate::ack::{AckTracker, TransactionSeq};
@@ -27,7 +24,7 @@ use crate::metrics::{RelayMetrics, now_micros};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
 /// A message handed to librdkafka, and what became of it.
-type Outcome = super::Delivered<(TransactionSeq, u64)>;
+type Outcome = in_flight::Delivered<(TransactionSeq, u64)>;
 
 /// Runs one at-least-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -41,15 +38,14 @@ pub(super) async fn run(
         mut replication,
         ..
     } = opened;
-    let producer = publish::producer(config)?;
+    let producer = in_flight::idempotent(config)?;
     metrics.set_streaming(true);
     let delivery = AtLeastOnce {
         config,
         metrics,
         sql: &sql,
-        producer,
         tracker: AckTracker::new(),
-        deliveries: FuturesUnordered::new(),
+        in_flight: InFlight::new(producer),
         current: None,
         unflushed: false,
     };
@@ -67,9 +63,8 @@ struct AtLeastOnce<'a> {
     config: &'a RelayConfig,
     metrics: &'a RelayMetrics,
     sql: &'a Client,
-    producer: FutureProducer,
     tracker: AckTracker,
-    deliveries: FuturesUnordered<BoxFuture<'static, Outcome>>,
+    in_flight: InFlight<(TransactionSeq, u64)>,
     /// The open transaction's entry in the tracker.
     current: Option<TransactionSeq>,
     /// Messages were sent since the stream last went idle (`flush_when_idle`).
@@ -98,11 +93,8 @@ impl Delivery for AtLeastOnce<'_> {
                     .await;
             }
         };
-        match super::produce(&self.producer, message, (seq, commit.commit_lsn)) {
-            Ok(delivery) => {
-                self.deliveries.push(delivery);
-                self.unflushed = true;
-            }
+        match self.in_flight.send(message, (seq, commit.commit_lsn)) {
+            Ok(()) => self.unflushed = true,
             Err(refused) => {
                 let (message, error) = *refused;
                 self.on_outcome(((seq, commit.commit_lsn), message, Err(error)))
@@ -120,15 +112,15 @@ impl Delivery for AtLeastOnce<'_> {
     }
 
     fn can_read(&self) -> bool {
-        self.tracker.in_flight() < self.config.max_in_flight
+        self.in_flight.len() < self.config.max_in_flight
     }
 
     fn has_pending(&self) -> bool {
-        !self.deliveries.is_empty()
+        !self.in_flight.is_empty()
     }
 
     async fn next_outcome(&mut self) -> Option<Outcome> {
-        self.deliveries.next().await
+        self.in_flight.next().await
     }
 
     /// Books one outcome: success, or a permanent refusal parked durably first. A passing
@@ -173,7 +165,7 @@ impl Delivery for AtLeastOnce<'_> {
     /// stay as large as linger makes them.
     async fn flush(&mut self) -> Result<(), RelayError> {
         self.unflushed = false;
-        let producer = self.producer.clone();
+        let producer = self.in_flight.producer().clone();
         let linger = Duration::from_millis(self.config.linger_ms());
         tokio::task::spawn_blocking(move || {
             // A timeout (what is in flight outlasts the linger) is fine: it only ends the
@@ -215,8 +207,8 @@ impl Delivery for AtLeastOnce<'_> {
         );
         let grace = Duration::from_millis(self.config.shutdown_grace_ms);
         let deadline = tokio::time::Instant::now() + grace;
-        while !self.deliveries.is_empty() {
-            match tokio::time::timeout_at(deadline, self.deliveries.next()).await {
+        while !self.in_flight.is_empty() {
+            match tokio::time::timeout_at(deadline, self.in_flight.next()).await {
                 Ok(Some(outcome)) => self.on_outcome(outcome).await?,
                 Ok(None) => break,
                 Err(_) => {

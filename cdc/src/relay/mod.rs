@@ -28,6 +28,7 @@ mod exactly_once;
 pub mod gate;
 mod group;
 mod health;
+mod in_flight;
 mod reader;
 pub mod recover;
 mod setup;
@@ -37,10 +38,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use pgwire_replication::PgWireError;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -354,37 +353,6 @@ async fn park(
     Ok(())
 }
 
-/// A message Kafka acknowledged or refused, with the tag the session sent it with.
-type Delivered<T> = (T, OutgoingMessage, Result<(), KafkaError>);
-
-/// A message librdkafka would not queue, with why.
-type NotQueued = Box<(OutgoingMessage, KafkaError)>;
-
-/// Hands one message to librdkafka, for both delivery modes: the future resolves with the
-/// message and `tag` (what the session needs back with it) once Kafka acknowledged or
-/// refused it. A message librdkafka would not even queue comes back at once.
-fn produce<T: Send + 'static>(
-    producer: &FutureProducer,
-    message: OutgoingMessage,
-    tag: T,
-) -> Result<BoxFuture<'static, Delivered<T>>, NotQueued> {
-    let record = FutureRecord::to(&message.topic)
-        .key(message.row.aggregate_id.as_bytes())
-        .payload(message.value.as_ref())
-        .headers(message.kafka_headers());
-    match producer.send_result(record) {
-        Ok(future) => Ok(Box::pin(async move {
-            let result = match future.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((error, _))) => Err(error),
-                Err(_canceled) => Err(KafkaError::Canceled),
-            };
-            (tag, message, result)
-        })),
-        Err((error, _record)) => Err(Box::new((message, error))),
-    }
-}
-
 /// librdkafka's own `rd_kafka_flush`: while it runs, the producer sends without lingering,
 /// and it returns once every message's delivery report was served (by rdkafka's polling
 /// thread: the producer hands reports out as events), or after `timeout`. Blocking.
@@ -393,7 +361,10 @@ fn produce<T: Send + 'static>(
 /// 100 ms steps, so it made every commit take at least 100 ms. After this flush the one in
 /// `commit_transaction` finds nothing left and returns at once.
 #[allow(unsafe_code)]
-pub(crate) fn kafka_flush(producer: &FutureProducer, timeout: Duration) -> Result<(), KafkaError> {
+pub(crate) fn kafka_flush(
+    producer: &in_flight::Producer,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
     use rdkafka::producer::Producer as _;
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: the pointer is the producer's live librdkafka handle (`producer` holds it for

@@ -27,13 +27,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use pgwire_replication::ReplicationClient;
 use rdkafka::producer::Producer as _;
 use tokio_postgres::{Client, IsolationLevel};
 use tracing::{info, warn};
 
+use super::in_flight::{self, InFlight};
 use super::{RelayError, setup, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
@@ -115,8 +114,8 @@ pub async fn recover(
     replication.start().await?;
     replication.wait_started().await?;
     slot::register_as(&writer, &config.slot, "recover").await?;
-    let producer = publish::producer(config)?;
-    let mut published = Publisher::new(config, &producer, &writer, consistent_point);
+    let producer = in_flight::idempotent(config)?;
+    let mut published = Publisher::new(config, producer, &writer, consistent_point);
     publish_snapshot(&reading, &mut published, options).await?;
     published.settle().await?;
     reading.commit().await?;
@@ -273,10 +272,9 @@ fn event_row(row: &tokio_postgres::Row) -> (OutboxRow, Option<u32>) {
 /// parks what Kafka refuses for good, as the relay does.
 struct Publisher<'a> {
     config: &'a RelayConfig,
-    producer: &'a rdkafka::producer::FutureProducer,
     writer: &'a Client,
     consistent_point: u64,
-    deliveries: FuturesUnordered<futures::future::BoxFuture<'static, super::Delivered<()>>>,
+    in_flight: InFlight<()>,
     outbox_rows: u64,
     events: u64,
     parked: u64,
@@ -285,16 +283,15 @@ struct Publisher<'a> {
 impl<'a> Publisher<'a> {
     fn new(
         config: &'a RelayConfig,
-        producer: &'a rdkafka::producer::FutureProducer,
+        producer: in_flight::Producer,
         writer: &'a Client,
         consistent_point: u64,
     ) -> Self {
         Self {
             config,
-            producer,
             writer,
             consistent_point,
-            deliveries: FuturesUnordered::new(),
+            in_flight: InFlight::new(producer),
             outbox_rows: 0,
             events: 0,
             parked: 0,
@@ -302,7 +299,7 @@ impl<'a> Publisher<'a> {
     }
 
     async fn send(&mut self, (row, xid): (OutboxRow, Option<u32>)) -> Result<(), RelayError> {
-        while self.deliveries.len() >= self.config.max_in_flight {
+        while self.in_flight.len() >= self.config.max_in_flight {
             self.settle_one().await?;
         }
         let message = match OutgoingMessage::with_origin(self.config, row, Origin::Events { xid }) {
@@ -313,8 +310,8 @@ impl<'a> Publisher<'a> {
                     .await;
             }
         };
-        match super::produce(self.producer, message, ()) {
-            Ok(delivery) => self.deliveries.push(delivery),
+        match self.in_flight.send(message, ()) {
+            Ok(()) => {}
             Err(refused) => {
                 let (message, error) = *refused;
                 self.refused(&message, error).await?;
@@ -324,7 +321,7 @@ impl<'a> Publisher<'a> {
     }
 
     async fn settle_one(&mut self) -> Result<(), RelayError> {
-        if let Some(((), message, result)) = self.deliveries.next().await
+        if let Some(((), message, result)) = self.in_flight.next().await
             && let Err(error) = result
         {
             self.refused(&message, error).await?;
@@ -333,7 +330,7 @@ impl<'a> Publisher<'a> {
     }
 
     async fn settle(&mut self) -> Result<(), RelayError> {
-        while !self.deliveries.is_empty() {
+        while !self.in_flight.is_empty() {
             self.settle_one().await?;
         }
         Ok(())
@@ -366,7 +363,7 @@ async fn commit_position(
     identity: &Identity,
     point: u64,
 ) -> Result<(), RelayError> {
-    let producer = publish::transactional_producer(config, &identity.system_id)?;
+    let producer = in_flight::transactional(config, &identity.system_id)?;
     let record = Position::new(&config.slot, identity, point, point, None).encode();
     let topic = config.position_topic();
     let slot = config.slot.clone();
@@ -374,9 +371,10 @@ async fn commit_position(
     tokio::task::spawn_blocking(move || -> Result<(), rdkafka::error::KafkaError> {
         producer.init_transactions(timeout)?;
         producer.begin_transaction()?;
+        // Its delivery report goes unread: the commit fails unless Kafka took it.
         producer
-            .send_result(
-                rdkafka::producer::FutureRecord::to(&topic)
+            .send(
+                rdkafka::producer::BaseRecord::with_opaque_to(&topic, 0)
                     .partition(0)
                     .key(slot.as_bytes())
                     .payload(&record),

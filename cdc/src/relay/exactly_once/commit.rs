@@ -3,19 +3,17 @@
 
 use std::time::Instant;
 
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::Producer as _;
 use tracing::warn;
 
-use super::{ExactlyOnce, Outcome, blocking};
+use super::{ExactlyOnce, blocking};
 use crate::metrics::now_micros;
 use crate::position::Position;
 use crate::publish::OutgoingMessage;
 use crate::relay::RelayError;
 use crate::relay::group::Group;
+use crate::relay::in_flight::InFlight;
 
 impl ExactlyOnce<'_> {
     /// Commits the group: the position record, then `commit_transaction`, then (only on
@@ -56,19 +54,15 @@ impl ExactlyOnce<'_> {
             self.group.last_end_lsn,
             self.last_event.clone(),
         );
-        let value = record.encode();
-        let position = self
-            .producer
-            .send_result(
-                FutureRecord::to(&self.position_topic)
-                    .partition(0)
-                    .key(self.config.slot.as_bytes())
-                    .payload(&value),
-            )
-            .map_err(|(error, _)| error)?;
+        self.in_flight.send_record(
+            &self.position_topic,
+            0,
+            self.config.slot.as_bytes(),
+            &record.encode(),
+        )?;
         let started = Instant::now();
         let timeout = self.config.transaction_timeout();
-        match settle(&mut self.deliveries, &self.producer, position, timeout).await {
+        match settle(&mut self.in_flight, timeout).await {
             Ok(()) => {}
             Err(Unsettled::Refused(message, commit_lsn, error)) => {
                 self.failed(&error);
@@ -109,14 +103,14 @@ impl ExactlyOnce<'_> {
             return;
         }
         self.metrics.transaction_aborted();
-        self.deliveries.clear();
+        self.in_flight.clear();
         if self.unusable {
             // Not even an abort on an instance whose last call may still land: the next
             // session's init_transactions aborts the transaction and fences this producer.
             return;
         }
         let timeout = self.config.transaction_timeout();
-        if let Err(error) = blocking(&self.producer, move |producer| {
+        if let Err(error) = blocking(self.in_flight.producer(), move |producer| {
             producer.abort_transaction(timeout)
         })
         .await
@@ -138,27 +132,23 @@ pub(super) enum Unsettled {
 /// Kafka acknowledged every message of the group and its position record, then commits
 /// the Kafka transaction.
 pub(super) async fn settle(
-    deliveries: &mut FuturesUnordered<BoxFuture<'static, Outcome>>,
-    producer: &FutureProducer,
-    position: DeliveryFuture,
+    in_flight: &mut InFlight<u64>,
     timeout: std::time::Duration,
 ) -> Result<(), Unsettled> {
-    blocking(producer, move |producer| {
+    blocking(in_flight.producer(), move |producer| {
         crate::relay::kafka_flush(producer, timeout)
     })
     .await
     .map_err(Unsettled::Kafka)?;
-    while let Some((commit_lsn, message, result)) = deliveries.next().await {
+    while let Some((commit_lsn, message, result)) = in_flight.next().await {
         if let Err(error) = result {
             return Err(Unsettled::Refused(Box::new(message), commit_lsn, error));
         }
     }
-    match position.await {
-        Ok(Ok(_)) => {}
-        Ok(Err((error, _))) => return Err(Unsettled::Kafka(error)),
-        Err(_canceled) => return Err(Unsettled::Kafka(KafkaError::Canceled)),
+    if let Some(error) = in_flight.take_record_error() {
+        return Err(Unsettled::Kafka(error));
     }
-    blocking(producer, move |producer| {
+    blocking(in_flight.producer(), move |producer| {
         producer.commit_transaction(timeout)
     })
     .await

@@ -53,11 +53,8 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, Producer as _};
+use rdkafka::producer::Producer as _;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -66,6 +63,7 @@ mod commit;
 
 use super::RelayError;
 use super::group::{Bounds, Group};
+use super::in_flight::{self, InFlight, Producer};
 use super::reader::{Delivery, Reader, Rendered};
 use super::setup::Opened;
 use crate::config::RelayConfig;
@@ -75,7 +73,7 @@ use crate::position::{self, LastEvent, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
 /// A message handed to librdkafka, and what became of it.
-pub(super) type Outcome = super::Delivered<u64>;
+pub(super) type Outcome = in_flight::Delivered<u64>;
 
 /// Runs one exactly-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -92,7 +90,7 @@ pub(super) async fn run(
         server,
         ..
     } = opened;
-    let producer = publish::transactional_producer(config, &server.identity.system_id)?;
+    let producer = in_flight::transactional(config, &server.identity.system_id)?;
     let timeout = config.transaction_timeout();
     blocking(&producer, move |producer| {
         producer.init_transactions(timeout)
@@ -115,7 +113,7 @@ pub(super) async fn run(
         config,
         metrics,
         sql: &sql,
-        producer,
+        in_flight: InFlight::new(producer),
         bounds: Bounds {
             messages: config.transaction_max_messages,
             bytes: config.transaction_max_bytes,
@@ -127,7 +125,6 @@ pub(super) async fn run(
         position_end: resume.end_lsn,
         last_event: resume.last_event,
         parked,
-        deliveries: FuturesUnordered::new(),
         open: None,
         group: Group::default(),
         in_kafka_transaction: false,
@@ -147,8 +144,8 @@ pub(super) async fn run(
 /// Runs a blocking producer call (`init_transactions`, `commit_transaction`,
 /// `abort_transaction`) on a blocking thread.
 async fn blocking(
-    producer: &FutureProducer,
-    call: impl FnOnce(&FutureProducer) -> Result<(), KafkaError> + Send + 'static,
+    producer: &Producer,
+    call: impl FnOnce(&Producer) -> Result<(), KafkaError> + Send + 'static,
 ) -> Result<(), KafkaError> {
     let producer = producer.clone();
     tokio::task::spawn_blocking(move || call(&producer))
@@ -237,7 +234,8 @@ struct ExactlyOnce<'a> {
     config: &'a RelayConfig,
     metrics: &'a RelayMetrics,
     sql: &'a Client,
-    producer: FutureProducer,
+    /// The group's messages and its position record, on the transactional producer.
+    in_flight: InFlight<u64>,
     bounds: Bounds,
     position_topic: String,
     /// The server streamed from: what every position record names.
@@ -251,7 +249,6 @@ struct ExactlyOnce<'a> {
     last_event: Option<LastEvent>,
     /// Event ids parked above the position: not sent again.
     parked: HashSet<String>,
-    deliveries: FuturesUnordered<BoxFuture<'static, Outcome>>,
     open: Option<OpenTransaction>,
     group: Group,
     /// Whether a Kafka transaction is open (begun at the group's first message).
@@ -305,8 +302,8 @@ impl Delivery for ExactlyOnce<'_> {
         }
         self.group.sent(message.value.len(), Instant::now());
         self.last_event = Some(LastEvent::new(&message.row.event_id, commit.commit_lsn));
-        match super::produce(&self.producer, message, commit.commit_lsn) {
-            Ok(delivery) => self.deliveries.push(delivery),
+        match self.in_flight.send(message, commit.commit_lsn) {
+            Ok(()) => {}
             Err(refused) => {
                 let (message, error) = *refused;
                 if publish::classify(&error) != DeliveryFailure::Permanent {
@@ -342,15 +339,15 @@ impl Delivery for ExactlyOnce<'_> {
     }
 
     fn can_read(&self) -> bool {
-        self.deliveries.len() < self.config.max_in_flight
+        self.in_flight.len() < self.config.max_in_flight
     }
 
     fn has_pending(&self) -> bool {
-        !self.deliveries.is_empty()
+        !self.in_flight.is_empty()
     }
 
     async fn next_outcome(&mut self) -> Option<Outcome> {
-        self.deliveries.next().await
+        self.in_flight.next().await
     }
 
     /// Books an outcome. Any failure ends the session (the reader aborts); a refusal for
@@ -404,7 +401,7 @@ impl Delivery for ExactlyOnce<'_> {
 impl ExactlyOnce<'_> {
     /// Begins the Kafka transaction of a group.
     fn begin_kafka_transaction(&mut self) -> Result<(), RelayError> {
-        self.producer.begin_transaction()?;
+        self.in_flight.producer().begin_transaction()?;
         self.in_kafka_transaction = true;
         self.kafka_started = Some(Instant::now());
         Ok(())

@@ -607,7 +607,8 @@ async fn insert_backlog(
 }
 
 /// The broker's ceiling: the same messages (`value` each) produced by rdkafka alone, with
-/// the relay's producer settings and in-flight bound. Rows/s.
+/// the relay's producer settings and in-flight bound, and a producer that does nothing
+/// with Kafka's answers but count them. Rows/s.
 pub(super) async fn rdkafka_alone(
     relay_config: &RelayConfig,
     topic: &str,
@@ -615,11 +616,14 @@ pub(super) async fn rdkafka_alone(
     per_transaction: u64,
     value: &[u8],
 ) -> anyhow::Result<f64> {
-    use futures::StreamExt;
     use rdkafka::message::{Header, OwnedHeaders};
-    let producer = ra_ledger_cdc::publish::producer(relay_config)?;
+    use rdkafka::producer::{BaseRecord, Producer as _, ThreadedProducer};
+    let producer: ThreadedProducer<Counted> = relay_config
+        .kafka_settings()
+        .client_config()?
+        .create_with_context(Counted::default())?;
+    let counted = producer.context().clone();
     let started = Instant::now();
-    let mut pending = futures::stream::FuturesUnordered::new();
     for (index, (event_id, key)) in keys.iter().enumerate() {
         let id = event_id.to_string();
         let ordinal = (index % per_transaction as usize).to_string();
@@ -640,20 +644,56 @@ pub(super) async fn rdkafka_alone(
                 key: "ordinal",
                 value: Some(ordinal.as_bytes()),
             });
-        let record = rdkafka::producer::FutureRecord::to(topic)
+        let record = BaseRecord::to(topic)
             .key(key.as_bytes())
             .payload(value)
             .headers(headers);
-        pending.push(producer.send_result(record).map_err(|(error, _)| error)?);
+        producer.send(record).map_err(|(error, _)| error)?;
         // Same bound as the relay's max_in_flight.
-        while pending.len() >= relay_config.max_in_flight {
-            pending.next().await;
-        }
+        counted
+            .wait_until((index + 1).saturating_sub(relay_config.max_in_flight))
+            .await;
     }
-    while let Some(result) = pending.next().await {
-        result?.map_err(|(error, _)| error)?;
+    counted.wait_until(keys.len()).await;
+    if let Some(error) = counted.failure.lock().expect("not poisoned").take() {
+        return Err(error.into());
     }
     Ok(keys.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+/// A producer context that counts Kafka's answers and keeps the first failure.
+#[derive(Default)]
+struct Counted {
+    answered: std::sync::atomic::AtomicUsize,
+    failure: std::sync::Mutex<Option<rdkafka::error::KafkaError>>,
+    arrival: tokio::sync::Notify,
+}
+
+impl Counted {
+    /// Waits until Kafka answered `count` messages.
+    async fn wait_until(&self, count: usize) {
+        while self.answered.load(std::sync::atomic::Ordering::Acquire) < count {
+            self.arrival.notified().await;
+        }
+    }
+}
+
+impl rdkafka::ClientContext for Counted {}
+
+impl rdkafka::producer::ProducerContext for Counted {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, (): ()) {
+        if let Err((error, _)) = result {
+            self.failure
+                .lock()
+                .expect("not poisoned")
+                .get_or_insert_with(|| error.clone());
+        }
+        self.answered
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.arrival.notify_one();
+    }
 }
 
 /// The backlog's event ids and keys, in outbox order, for [`rdkafka_alone`].
