@@ -37,7 +37,8 @@ pub(crate) type NotQueued = Box<(OutgoingMessage, KafkaError)>;
 #[derive(Default)]
 pub(crate) struct Reports {
     arrived: Mutex<Vec<(usize, Result<(), KafkaError>)>>,
-    /// Woken when reports arrive (a wake-up while nobody waits is kept for the next wait).
+    /// Woken when the first report arrives in an empty list (a wake-up while nobody waits
+    /// is kept for the next wait).
     arrival: Notify,
 }
 
@@ -51,11 +52,13 @@ impl ProducerContext for Reports {
             Ok(_) => Ok(()),
             Err((error, _)) => Err(error.clone()),
         };
-        self.arrived
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((id, outcome));
-        self.arrival.notify_one();
+        let mut arrived = self.arrived.lock().unwrap_or_else(PoisonError::into_inner);
+        arrived.push((id, outcome));
+        // Only the first report the session has not taken wakes it: it takes the others
+        // with that one.
+        if arrived.len() == 1 {
+            self.arrival.notify_one();
+        }
     }
 }
 
