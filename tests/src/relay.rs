@@ -362,10 +362,45 @@ pub async fn spawn_paced_writer(
     }))
 }
 
-/// An LSN header (`X/Y`) as a number.
-///
-/// # Panics
-/// When `text` is not an LSN.
+/// Writes bursts of [`insert_backlog`] on its own connection, `pause` apart, in a task of
+/// its own, until [`OpenEndedWriter::finish`]: for a test whose faults must all land while
+/// events are still being written, however long each recovery takes (a writer of a fixed
+/// number of bursts can finish before the last fault, which then proves nothing).
+#[derive(Debug)]
+pub struct OpenEndedWriter {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<Vec<String>>>,
+}
+
+impl OpenEndedWriter {
+    /// Starts writing bursts of `transactions` transactions of `per_transaction` rows.
+    pub async fn spawn(
+        database: &crate::TestDatabase,
+        transactions: usize,
+        per_transaction: usize,
+        pause: Duration,
+    ) -> anyhow::Result<Self> {
+        let client = database.connect().await?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut ids = Vec::new();
+            while !token.is_cancelled() {
+                ids.extend(insert_backlog(&client, transactions, per_transaction, 64).await?);
+                tokio::time::sleep(pause).await;
+            }
+            Ok(ids)
+        });
+        Ok(Self { stop, task })
+    }
+
+    /// Stops after the burst under way; every event id it wrote.
+    pub async fn finish(self) -> anyhow::Result<Vec<String>> {
+        self.stop.cancel();
+        self.task.await?
+    }
+}
+
 /// Drops `slot` once no walsender holds it: a relay that stopped has closed its replication
 /// connection, but the server's walsender lets the slot go a moment later, and a drop before
 /// then fails with "is active for PID".
@@ -398,6 +433,10 @@ pub async fn drop_slot_once_released(
     Ok(())
 }
 
+/// An LSN header (`X/Y`) as a number.
+///
+/// # Panics
+/// When `text` is not an LSN.
 pub fn parse_lsn(text: &str) -> u64 {
     let (high, low) = text.split_once('/').expect("an LSN is X/Y");
     (u64::from_str_radix(high, 16).expect("hex") << 32) | u64::from_str_radix(low, 16).expect("hex")

@@ -204,7 +204,9 @@ async fn clients_that_never_read_their_answers_are_closed_and_free_the_cap() -> 
         // A fixed receive buffer: the kernel's autotuning may not grow it to hold the answers.
         socket.set_recv_buffer_size(16 * 1024)?;
         let mut stream = socket.connect(address).await?;
-        stream.write_all(&pipelined_openapi(SILENT_REQUESTS)).await?;
+        stream
+            .write_all(&pipelined_openapi(SILENT_REQUESTS))
+            .await?;
         silent.push(stream);
     }
     let mut fifth = TcpStream::connect(address).await?;
