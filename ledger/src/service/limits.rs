@@ -93,16 +93,31 @@ pub(super) struct ConnectionSlots {
     unreported: u64,
 }
 
-/// A connection's place, given back when it is dropped.
+/// A connection's place, given back when it is dropped. It is taken before the accept it
+/// waits for, and counted as open only once that accept gave it a connection
+/// ([`Slot::occupy`]): an idle service has no connection open, though one place waits.
 #[derive(Debug)]
 pub(super) struct Slot {
     _permit: OwnedSemaphorePermit,
     stats: Arc<ConnectionStats>,
+    occupied: bool,
+}
+
+impl Slot {
+    /// A connection was accepted into this place: it counts as open until dropped.
+    pub(super) fn occupy(&mut self) {
+        if !self.occupied {
+            self.occupied = true;
+            self.stats.open.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.stats.open.fetch_sub(1, Ordering::Relaxed);
+        if self.occupied {
+            self.stats.open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -130,10 +145,10 @@ impl ConnectionSlots {
                 }
             }
         };
-        self.stats.open.fetch_add(1, Ordering::Relaxed);
         Slot {
             _permit: permit,
             stats: self.stats.clone(),
+            occupied: false,
         }
     }
 
@@ -169,15 +184,31 @@ mod tests {
     async fn a_full_cap_waits_until_a_connection_closes_and_counts_the_wait() {
         let stats = Arc::new(ConnectionStats::default());
         let mut slots = ConnectionSlots::new(2, stats.clone());
-        let first = slots.next().await;
-        let _second = slots.next().await;
+        let mut first = slots.next().await;
+        let mut second = slots.next().await;
+        assert_eq!(
+            stats.open(),
+            0,
+            "a place waiting for its accept is not open"
+        );
+        first.occupy();
+        second.occupy();
+        second.occupy();
         assert_eq!((stats.open(), stats.cap_reached()), (2, 0));
         let third = tokio::time::timeout(Duration::from_millis(50), slots.next()).await;
         assert!(third.is_err(), "no third place while two are taken");
         assert_eq!(stats.cap_reached(), 1);
         drop(first);
         assert_eq!(stats.open(), 1);
-        let _third = slots.next().await;
+        let mut third = slots.next().await;
+        third.occupy();
         assert_eq!((stats.open(), stats.cap_reached()), (2, 1));
+        drop(third);
+        drop(slots.next().await);
+        assert_eq!(
+            stats.open(),
+            1,
+            "a place dropped unoccupied leaves the count alone"
+        );
     }
 }

@@ -288,7 +288,7 @@ pub async fn serve(
     loop {
         // Shutdown first; then a place for the connection before accepting it: while none
         // is free, connections wait in the listen backlog (see `Limits::max_connections`).
-        let slot = tokio::select! {
+        let mut slot = tokio::select! {
             biased;
             _ = &mut shutdown => break,
             slot = slots.next() => slot,
@@ -306,6 +306,7 @@ pub async fn serve(
                 }
             },
         };
+        slot.occupy();
         // Small JSON answers: send them now rather than wait for more.
         let _ = stream.set_nodelay(true);
         let stream = WriteStall::over_tcp(stream, limits.write_stall_timeout);

@@ -303,6 +303,12 @@ async fn reading_a_topic_to_its_end_logs_no_error() -> anyhow::Result<()> {
             .with_writer(move || writer.clone())
             .finish();
         let messages = tracing::subscriber::with_default(subscriber, || {
+            // Another test's thread may have registered the reader's `debug!` callsite just
+            // then, its interest worked out before this subscriber existed and kept after
+            // (tracing caches it per callsite): it would then never reach this subscriber,
+            // and the log came back empty once under load. Worked out again now, with this
+            // subscriber in place.
+            tracing::callsite::rebuild_interest_cache();
             ra_ledger::digest::topic::read_blocking(config, &read_topic, Duration::from_secs(60))
         });
         (messages, log.text())
