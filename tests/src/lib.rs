@@ -32,6 +32,21 @@ pub fn random_suffix() -> String {
         .collect()
 }
 
+/// How many times a fault test repeats its fault: the environment variable `name` when set
+/// (a longer run for the docs' figures), else `default` (the everyday suite's, within its
+/// time budget).
+///
+/// # Panics
+/// When `name` is set to anything but a count: a typo must not run the default in silence.
+pub fn repetitions(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?}: expected a count")),
+        Err(_) => default,
+    }
+}
+
 /// The value of an unlabelled metric `name` in a Prometheus text rendering; 0 when absent.
 pub fn metric(rendered: &str, name: &str) -> u64 {
     rendered

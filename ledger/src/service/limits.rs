@@ -93,31 +93,36 @@ pub(super) struct ConnectionSlots {
     unreported: u64,
 }
 
-/// A connection's place, given back when it is dropped. It is taken before the accept it
-/// waits for, and counted as open only once that accept gave it a connection
-/// ([`Slot::occupy`]): an idle service has no connection open, though one place waits.
+/// A place taken for the next connection, before the accept it waits for: given back when
+/// dropped, and counted as open only once [`Place::occupy`] made it a [`Slot`] (an idle
+/// service has no connection open, though one place waits).
 #[derive(Debug)]
-pub(super) struct Slot {
-    _permit: OwnedSemaphorePermit,
+pub(super) struct Place {
+    permit: OwnedSemaphorePermit,
     stats: Arc<ConnectionStats>,
-    occupied: bool,
 }
 
-impl Slot {
-    /// A connection was accepted into this place: it counts as open until dropped.
-    pub(super) fn occupy(&mut self) {
-        if !self.occupied {
-            self.occupied = true;
-            self.stats.open.fetch_add(1, Ordering::Relaxed);
+impl Place {
+    /// A connection was accepted into this place: it counts as open until the slot drops.
+    pub(super) fn occupy(self) -> Slot {
+        self.stats.open.fetch_add(1, Ordering::Relaxed);
+        Slot {
+            _permit: self.permit,
+            stats: self.stats,
         }
     }
 }
 
+/// An accepted connection's place, given back when it is dropped.
+#[derive(Debug)]
+pub(super) struct Slot {
+    _permit: OwnedSemaphorePermit,
+    stats: Arc<ConnectionStats>,
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
-        if self.occupied {
-            self.stats.open.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -133,7 +138,7 @@ impl ConnectionSlots {
     }
 
     /// A place for the next connection, waiting (and saying so) while all are taken.
-    pub(super) async fn next(&mut self) -> Slot {
+    pub(super) async fn next(&mut self) -> Place {
         let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
@@ -145,10 +150,9 @@ impl ConnectionSlots {
                 }
             }
         };
-        Slot {
-            _permit: permit,
+        Place {
+            permit,
             stats: self.stats.clone(),
-            occupied: false,
         }
     }
 
@@ -184,24 +188,22 @@ mod tests {
     async fn a_full_cap_waits_until_a_connection_closes_and_counts_the_wait() {
         let stats = Arc::new(ConnectionStats::default());
         let mut slots = ConnectionSlots::new(2, stats.clone());
-        let mut first = slots.next().await;
-        let mut second = slots.next().await;
+        let first = slots.next().await;
+        let second = slots.next().await;
         assert_eq!(
             stats.open(),
             0,
             "a place waiting for its accept is not open"
         );
-        first.occupy();
-        second.occupy();
-        second.occupy();
+        let first = first.occupy();
+        let _second = second.occupy();
         assert_eq!((stats.open(), stats.cap_reached()), (2, 0));
         let third = tokio::time::timeout(Duration::from_millis(50), slots.next()).await;
         assert!(third.is_err(), "no third place while two are taken");
         assert_eq!(stats.cap_reached(), 1);
         drop(first);
         assert_eq!(stats.open(), 1);
-        let mut third = slots.next().await;
-        third.occupy();
+        let third = slots.next().await.occupy();
         assert_eq!((stats.open(), stats.cap_reached()), (2, 1));
         drop(third);
         drop(slots.next().await);

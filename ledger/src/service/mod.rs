@@ -288,10 +288,10 @@ pub async fn serve(
     loop {
         // Shutdown first; then a place for the connection before accepting it: while none
         // is free, connections wait in the listen backlog (see `Limits::max_connections`).
-        let mut slot = tokio::select! {
+        let place = tokio::select! {
             biased;
             _ = &mut shutdown => break,
-            slot = slots.next() => slot,
+            place = slots.next() => place,
         };
         let (stream, _) = tokio::select! {
             biased;
@@ -306,7 +306,7 @@ pub async fn serve(
                 }
             },
         };
-        slot.occupy();
+        let slot = place.occupy();
         // Small JSON answers: send them now rather than wait for more.
         let _ = stream.set_nodelay(true);
         let stream = WriteStall::over_tcp(stream, limits.write_stall_timeout);

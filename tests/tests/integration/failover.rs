@@ -28,10 +28,7 @@ use tokio_util::sync::CancellationToken;
 /// Rounds of kill and promote per delivery mode (`LEDGER_FAILOVER_ROUNDS`; the 10
 /// in the failover target, fewer in the everyday suite to keep it under its time budget).
 fn rounds() -> usize {
-    std::env::var("LEDGER_FAILOVER_ROUNDS")
-        .ok()
-        .and_then(|rounds| rounds.parse().ok())
-        .unwrap_or(2)
+    ra_ledger_tests::repetitions("LEDGER_FAILOVER_ROUNDS", 2)
 }
 
 /// How long the standby's copy of the slot may take to be ready: slot sync naps up to 30 s.

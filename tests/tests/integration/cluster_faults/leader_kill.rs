@@ -18,10 +18,7 @@ use super::*;
 /// the everyday suite makes two, each a minute of a busy cluster, to keep it under its time
 /// budget.
 fn kills() -> usize {
-    std::env::var("LEDGER_CLUSTER_KILLS")
-        .ok()
-        .and_then(|kills| kills.parse().ok())
-        .unwrap_or(2)
+    ra_ledger_tests::repetitions("LEDGER_CLUSTER_KILLS", 2)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
