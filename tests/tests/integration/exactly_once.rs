@@ -1,8 +1,8 @@
 //! The relay in `exactly_once` mode against a real Kafka: kill -9 mid-transaction, a
 //! broker killed mid-transaction, a second relay on the same slot, and whole PostgreSQL
-//! transactions. A `read_committed` consumer must see every event once, in key order; a
-//! `read_uncommitted` one beside it shows the aborted records the kills left, which is
-//! what makes the first one's zero mean something.
+//! transactions. A `read_committed` consumer must see every event once, in key order. In
+//! the relay's kill -9 test a `read_uncommitted` one beside it shows the aborted records
+//! the kills left, which is what makes the first one's zero mean something.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -344,10 +344,15 @@ async fn a_1000_row_transaction_appears_to_read_committed_readers_all_at_once() 
     Ok(())
 }
 
+/// Three broker kills -9 mid-transaction: read_committed sees every event once, in order.
+///
+/// Nothing is aborted here, and the test does not ask for it: librdkafka rides out a
+/// single broker down for up to 1.5 s, and the restarted coordinator resumes the open
+/// transaction from `__transaction_state`, so the relay commits it (every run so far: one
+/// relay session, no Kafka transaction aborted). Aborted records are the relay kill's test.
 // Longer than our usual function on purpose: one scenario read top to bottom.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_once()
--> anyhow::Result<()> {
+async fn a_broker_killed_mid_transaction_loses_and_duplicates_nothing() -> anyhow::Result<()> {
     let (broker, database, topics, config) = on_private_broker().await?;
     let relay = RunningRelay::start(RelayConfig {
         delivery: DeliveryMode::ExactlyOnce,
@@ -426,7 +431,8 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
         &expected,
         &committed.received,
     );
-    let loose = Tally::of(
+    // Printed, not asserted: see the doc above.
+    Tally::of(
         "broker kill -9 x3, read_uncommitted",
         &expected,
         &uncommitted.received,
@@ -448,7 +454,6 @@ async fn a_broker_killed_mid_transaction_hides_aborted_records_and_resends_them_
             order_violations: 0
         }
     );
-    let _ = loose;
     Ok(())
 }
 
