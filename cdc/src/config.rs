@@ -167,7 +167,9 @@ crate::settings! {
         /// At least once: when the relay has read all the server sent, it flushes the
         /// producer (librdkafka's flush sends at once what lingers), so a quiet stream's last
         /// messages do not wait out `linger.ms`; a busy stream never goes idle and keeps its
-        /// batches. Exactly once always commits, and so flushes, when idle.
+        /// batches, and so does a drain: the relay does not flush while the newest
+        /// transaction it read committed a second ago or more. Exactly once always commits,
+        /// and so flushes, when idle.
         flush_when_idle: bool = true;
         /// Exactly once: `transaction.timeout.ms`, how long one Kafka transaction may take
         /// before the broker aborts it. A PostgreSQL transaction is never split, so the

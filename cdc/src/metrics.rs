@@ -39,6 +39,11 @@ pub const PARKED_MESSAGES: Metric = Metric::counter(
     "ra_relay_parked_messages_total",
     "Messages Kafka refused for good, parked in outbox_parked.",
 );
+/// At least once's flushes when the stream went idle (`flush_when_idle`).
+pub const IDLE_FLUSHES: Metric = Metric::counter(
+    "ra_relay_idle_flushes_total",
+    "Producer flushes because the relay read all the server sent (at least once, flush_when_idle).",
+);
 /// Messages sent to Kafka and not yet acknowledged.
 pub const IN_FLIGHT: Metric = Metric::gauge(
     "ra_relay_in_flight_messages",
@@ -121,6 +126,7 @@ pub struct RelayMetrics {
     oldest_unconfirmed_micros: AtomicI64,
     events_published: AtomicU64,
     parked: AtomicU64,
+    idle_flushes: AtomicU64,
     in_flight: AtomicU64,
     sessions: AtomicU64,
     streaming: AtomicU64,
@@ -156,6 +162,7 @@ impl Default for RelayMetrics {
             oldest_unconfirmed_micros: AtomicI64::new(0),
             events_published: AtomicU64::new(0),
             parked: AtomicU64::new(0),
+            idle_flushes: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             streaming: AtomicU64::new(0),
@@ -245,6 +252,11 @@ impl RelayMetrics {
         self.parked.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The producer was flushed because the stream went idle.
+    pub fn idle_flushed(&self) {
+        self.idle_flushes.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Messages currently in flight.
     pub fn set_in_flight(&self, count: usize) {
         self.in_flight.store(count as u64, Ordering::Relaxed);
@@ -286,6 +298,11 @@ impl RelayMetrics {
         self.events_published.load(Ordering::Relaxed)
     }
 
+    /// Idle flushes so far.
+    pub fn idle_flushes_total(&self) -> u64 {
+        self.idle_flushes.load(Ordering::Relaxed)
+    }
+
     /// Messages parked so far.
     pub fn parked_total(&self) -> u64 {
         self.parked.load(Ordering::Relaxed)
@@ -315,6 +332,7 @@ impl RelayMetrics {
         OLDEST_UNCONFIRMED_COMMIT_AGE.render(&mut out, format!("{waiting:.3}"));
         EVENTS_PUBLISHED.render(&mut out, load(&self.events_published));
         PARKED_MESSAGES.render(&mut out, load(&self.parked));
+        IDLE_FLUSHES.render(&mut out, load(&self.idle_flushes));
         IN_FLIGHT.render(&mut out, load(&self.in_flight));
         SESSIONS.render(&mut out, load(&self.sessions));
         STREAMING.render(&mut out, load(&self.streaming));
@@ -340,13 +358,14 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 19] = [
+    const ALL: [Metric; 20] = [
         REPLICATION_LAG_BYTES,
         NEWEST_PUBLISHED_COMMIT_AGE,
         OLDEST_UNCONFIRMED_COMMIT_AGE,
         EVENTS_PUBLISHED,
         COMMIT_TO_ACK,
         PARKED_MESSAGES,
+        IDLE_FLUSHES,
         IN_FLIGHT,
         SESSIONS,
         STREAMING,

@@ -48,6 +48,7 @@ pub(super) async fn run(
         in_flight: InFlight::new(producer),
         current: None,
         unflushed: false,
+        newest_commit_micros: 0,
     };
     let confirmed = Reader::new(config, metrics, &sql, delivery)
         .run(&mut replication, shutdown)
@@ -69,12 +70,33 @@ struct AtLeastOnce<'a> {
     current: Option<TransactionSeq>,
     /// Messages were sent since the stream last went idle (`flush_when_idle`).
     unflushed: bool,
+    /// The commit time of the newest transaction read, microseconds since the Unix epoch.
+    newest_commit_micros: i64,
+}
+
+/// How long ago the newest transaction read may have committed for the relay to flush when
+/// the stream goes idle. Further behind, the relay is draining a backlog: it reads faster
+/// than the server decodes, so it catches up with what the server sent every few rows, and
+/// a flush each time (about 70 a second in a 1,000,000-row drain) kept the producer from
+/// lingering most of the time. A millisecond saved on a message a second late is worth
+/// nothing, while batches are less work for both ends (issue 34's fifth round in
+/// docs/benchmarks.md). A relay that keeps up reads each transaction within milliseconds of
+/// its commit. The comparison crosses the database's clock and the relay's: a database
+/// clock a second behind turns the flush off (latency back to `linger.ms`), never anything
+/// worse.
+const BEHIND: Duration = Duration::from_secs(1);
+
+/// Whether a relay whose newest transaction read committed at `commit_micros` is behind at
+/// `now_micros` ([`BEHIND`]).
+fn behind(commit_micros: i64, now_micros: i64) -> bool {
+    now_micros.saturating_sub(commit_micros) >= BEHIND.as_micros() as i64
 }
 
 impl Delivery for AtLeastOnce<'_> {
     type Outcome = Outcome;
 
     fn begin(&mut self, commit: &CommitInfo) -> bool {
+        self.newest_commit_micros = commit.commit_time_micros;
         self.current = Some(self.tracker.open(commit.commit_time_micros));
         true
     }
@@ -154,16 +176,19 @@ impl Delivery for AtLeastOnce<'_> {
     }
 
     /// With `flush_when_idle`: the stream went idle with messages lingering in the
-    /// producer.
+    /// producer, and the relay is not behind ([`BEHIND`]).
     fn due_when_caught_up(&self) -> bool {
-        self.config.flush_when_idle && self.unflushed
+        self.config.flush_when_idle
+            && self.unflushed
+            && !behind(self.newest_commit_micros, now_micros())
     }
 
     /// Starts librdkafka's flush on a thread of its own and returns at once: while it runs,
     /// what the producer holds is sent without waiting out `linger.ms`, and what is sent
-    /// meanwhile too. The outcomes arrive as usual; a busy stream never flushes, so batches
-    /// stay as large as linger makes them.
+    /// meanwhile too. The outcomes arrive as usual; a busy stream never goes idle, and a relay
+    /// behind never flushes, so their batches stay as large as linger makes them.
     async fn flush(&mut self) -> Result<(), RelayError> {
+        self.metrics.idle_flushed();
         self.unflushed = false;
         let producer = self.in_flight.producer().clone();
         let linger = Duration::from_millis(self.config.linger_ms());
@@ -239,5 +264,23 @@ impl AtLeastOnce<'_> {
         self.tracker.delivered(seq);
         self.metrics.set_in_flight(self.tracker.in_flight());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relay_a_second_behind_the_commits_it_reads_does_not_flush_when_idle() {
+        let now = 1_000_000_000_000;
+        assert!(!behind(now, now), "reading a transaction as it commits");
+        assert!(!behind(now - 999_999, now));
+        assert!(behind(now - 1_000_000, now), "a second behind");
+        assert!(behind(0, now), "before any transaction");
+        assert!(
+            !behind(now + 5_000, now),
+            "a database clock ahead: flush as before"
+        );
     }
 }

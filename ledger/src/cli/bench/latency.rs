@@ -123,9 +123,7 @@ pub async fn run(
             "{variant}: steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 15 ms at 10,000 events/s)",
             figures.sent, figures.latencies.count, figures.latencies
         );
-        if let Some(summary) = &figures.transactions {
-            println!("{}: {summary}", variant.delivery.as_str());
-        }
+        println!("{}: {}", variant.delivery.as_str(), figures.summary);
         p99s.push((variant, figures.latencies.p99));
     }
     if let [(first, at_least_once), (second, exactly_once)] = p99s[..]
@@ -147,8 +145,8 @@ pub(super) struct LatencyFigures {
     pub(super) sent: u64,
     /// Commit → consumer receipt, one sample per event received.
     pub(super) latencies: Latencies,
-    /// Exactly once: the relay's Kafka transactions (count, size, commit time).
-    pub(super) transactions: Option<String>,
+    /// How the relay delivered ([`super::delivery_summary`]).
+    pub(super) summary: String,
 }
 
 /// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
@@ -202,7 +200,7 @@ pub(super) async fn measure(
             .await?;
     }
     let latencies = receiver.await?;
-    let transactions = super::transaction_summary(&metrics);
+    let summary = super::delivery_summary(&metrics);
     // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
     for line in metrics
         .render()
@@ -220,7 +218,7 @@ pub(super) async fn measure(
     Ok(LatencyFigures {
         sent: expected,
         latencies,
-        transactions,
+        summary,
     })
 }
 

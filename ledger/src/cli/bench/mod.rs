@@ -388,10 +388,10 @@ fn modes(delivery: Option<DeliveryMode>) -> Vec<DeliveryMode> {
     )
 }
 
-/// An exactly-once relay's Kafka transactions, from its metrics: how many, their size and
-/// their commit time (mean, and p50/p99 as the bucket bounds that hold them); `None` when
-/// it committed none.
-pub(super) fn transaction_summary(metrics: &RelayMetrics) -> Option<String> {
+/// How a relay delivered, from its metrics: an exactly-once relay's Kafka transactions (how
+/// many, their size and their commit time: mean, and p50/p99 as the bucket bounds that hold
+/// them), or an at-least-once relay's flushes when the stream went idle.
+pub(super) fn delivery_summary(metrics: &RelayMetrics) -> String {
     let text = metrics.render();
     let histogram = |name: &str| -> (f64, f64, Vec<(f64, f64)>) {
         let (sum_key, count_key) = (format!("{name}_sum"), format!("{name}_count"));
@@ -425,17 +425,21 @@ pub(super) fn transaction_summary(metrics: &RelayMetrics) -> Option<String> {
     };
     let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES.name);
     let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT.name);
-    (transactions > 0.0).then(|| {
-        format!(
-            "{transactions:.0} Kafka transactions, {:.1} messages each on average (p50 <= {}, p99 <= {}); commit_transaction {:.2} ms on average (p50 <= {} ms, p99 <= {} ms)",
-            messages / transactions,
-            quantile(&size_buckets, transactions, 0.5),
-            quantile(&size_buckets, transactions, 0.99),
-            seconds / transactions * 1e3,
-            quantile(&time_buckets, transactions, 0.5) * 1e3,
-            quantile(&time_buckets, transactions, 0.99) * 1e3,
-        )
-    })
+    if transactions == 0.0 {
+        return format!(
+            "{} flushes when the stream went idle (flush_when_idle)",
+            metrics.idle_flushes_total()
+        );
+    }
+    format!(
+        "{transactions:.0} Kafka transactions, {:.1} messages each on average (p50 <= {}, p99 <= {}); commit_transaction {:.2} ms on average (p50 <= {} ms, p99 <= {} ms)",
+        messages / transactions,
+        quantile(&size_buckets, transactions, 0.5),
+        quantile(&size_buckets, transactions, 0.99),
+        seconds / transactions * 1e3,
+        quantile(&time_buckets, transactions, 0.5) * 1e3,
+        quantile(&time_buckets, transactions, 0.99) * 1e3,
+    )
 }
 
 /// The distribution of a set of measured durations.

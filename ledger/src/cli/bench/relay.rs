@@ -143,9 +143,7 @@ pub async fn run(
         } else {
             println!("  {}", run.cpu.describe(Some(run.rate)));
         }
-        if let Some(summary) = &run.transactions {
-            println!("  {summary}");
-        }
+        println!("  {}", run.summary);
     }
     for format in &formats {
         let rate = |mode| {
@@ -176,8 +174,8 @@ struct RelayRun {
     format: Pgoutput,
     /// Rows/s.
     rate: f64,
-    /// Exactly once: its Kafka transactions.
-    transactions: Option<String>,
+    /// How it delivered: exactly once's Kafka transactions, at least once's idle flushes.
+    summary: String,
     /// The walsender's CPU during the drain.
     walsender: WalsenderCpu,
     /// The machine's and the relay's CPU during the drain.
@@ -325,12 +323,12 @@ async fn measure(
         let slot = config.slot.clone();
         let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
         let clock = CpuClock::start();
-        let (rate, transactions) = relay_drain(config, backlog.rows).await?;
+        let (rate, summary) = relay_drain(config, backlog.rows).await?;
         relays.push(RelayRun {
             delivery,
             format,
             rate,
-            transactions,
+            summary,
             cpu: clock.finish(),
             walsender: sampler.finish().await,
         });
@@ -742,11 +740,8 @@ pub(super) async fn backlog_keys(
 }
 
 /// The relay draining the backlog until Kafka acknowledged (exactly once: committed) every
-/// row. Rows/s, and the Kafka transactions of an exactly-once relay.
-async fn relay_drain(
-    relay_config: RelayConfig,
-    rows: u64,
-) -> anyhow::Result<(f64, Option<String>)> {
+/// row. Rows/s, and how it delivered ([`super::delivery_summary`]).
+async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<(f64, String)> {
     let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let started = Instant::now();
@@ -762,7 +757,7 @@ async fn relay_drain(
     let rate = rows as f64 / started.elapsed().as_secs_f64();
     shutdown.cancel();
     task.await??;
-    Ok((rate, super::transaction_summary(&metrics)))
+    Ok((rate, super::delivery_summary(&metrics)))
 }
 
 /// The slot's ceiling: `pg_recvlogical` reading the backlog to /dev/null. Rows/s.
