@@ -79,40 +79,16 @@ impl Drop for TestTopics {
         // Kafka client still working when the process exits can crash it.
         let deleted = std::thread::Builder::new()
             .name("delete-test-topics".into())
-            .spawn(move || futures::executor::block_on(delete_topics(config, &prefix)))
+            .spawn(move || {
+                futures::executor::block_on(ra_ledger::testing::delete_topics_with(config, &prefix))
+            })
             .map(|thread| thread.join());
         match deleted {
-            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Ok(_))) => {}
             Ok(Ok(Err(error))) => eprintln!("deleting the topics {}.*: {error:#}", self.prefix),
             _ => eprintln!("deleting the topics {}.*: the thread failed", self.prefix),
         }
     }
-}
-
-/// Deletes every topic whose name starts with `prefix`.
-async fn delete_topics(mut config: ClientConfig, prefix: &str) -> anyhow::Result<()> {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = config.set("log_level", "3").create()?;
-    let metadata = admin
-        .inner()
-        .fetch_metadata(None, std::time::Duration::from_secs(10))?;
-    let names: Vec<&str> = metadata
-        .topics()
-        .iter()
-        .map(|topic| topic.name())
-        .filter(|name| name.starts_with(prefix))
-        .collect();
-    if names.is_empty() {
-        return Ok(());
-    }
-    let options = AdminOptions::new().operation_timeout(Some(std::time::Duration::from_secs(30)));
-    for result in admin.delete_topics(&names, &options).await? {
-        if let Err((topic, code)) = result {
-            anyhow::bail!("{topic}: {code}");
-        }
-    }
-    Ok(())
 }
 
 impl Default for TestTopics {

@@ -162,7 +162,7 @@ pub(super) async fn measure(
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let slot = scratch.create_slot(&client, "latency").await?;
-    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let prefix = super::topic_prefix(brokers, "");
     let topic = format!("{prefix}assignment");
     testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
     testing::create_topics(brokers, &[position_topic(&prefix)], 1).await?;

@@ -219,14 +219,35 @@ pub async fn run(database_url: &str, benchmark: BenchCommand) -> anyhow::Result<
 /// well; these are dropped again (a no-op for those) whatever way it ended.
 static MADE: std::sync::Mutex<Vec<ScratchDatabase>> = std::sync::Mutex::new(Vec::new());
 
-/// Drops what [`MADE`] holds, its slots first; a failure is said, not raised, so that it
-/// does not hide the benchmark's own outcome.
+/// The prefixes this run's benchmarks named their topics with, each with its brokers: the
+/// topics are deleted, with their data, however the run ended.
+static TOPICS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// A new prefix for a benchmark's topics on `brokers`, `bench<label><uuid>.`: every topic
+/// whose name starts with it is deleted when the run ends ([`TOPICS`]).
+fn topic_prefix(brokers: &str, label: &str) -> String {
+    let prefix = format!("bench{label}{}.", uuid::Uuid::new_v4().simple());
+    TOPICS
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .push((brokers.to_owned(), prefix.clone()));
+    prefix
+}
+
+/// Drops what [`MADE`] holds, its slots first, and deletes the topics of [`TOPICS`]; a
+/// failure is said, not raised, so that it does not hide the benchmark's own outcome.
 async fn drop_leftovers() {
     let made = std::mem::take(&mut *MADE.lock().unwrap_or_else(|poison| poison.into_inner()));
     for database in made {
         let name = database.name.clone();
         if let Err(error) = database.drop().await {
             eprintln!("cannot drop the scratch database {name}: {error}");
+        }
+    }
+    let topics = std::mem::take(&mut *TOPICS.lock().unwrap_or_else(|poison| poison.into_inner()));
+    for (brokers, prefix) in topics {
+        if let Err(error) = ra_ledger::testing::delete_topics(&brokers, &prefix).await {
+            eprintln!("cannot delete the topics {prefix}*: {error}");
         }
     }
 }

@@ -9,7 +9,6 @@ use ra_ledger::testing;
 use ra_ledger::{db, retention};
 use ra_ledger_cdc::metrics::RelayMetrics;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::scratch;
 
@@ -34,7 +33,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     let scratch = scratch(database_url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let slot = scratch.create_slot(&client, "relay").await?;
-    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let prefix = super::topic_prefix(brokers, "");
     testing::create_topics(brokers, &[format!("{prefix}assignment")], 3).await?;
     let mut relay_config = scratch.relay_config(slot.clone(), prefix, brokers);
     relay_config.heartbeat_interval_ms = 1_000;

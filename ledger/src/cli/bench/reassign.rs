@@ -199,7 +199,7 @@ async fn pipeline(
     workers: Workers,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<(Task<RelayError>, Vec<Task<WorkerError>>)> {
-    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let prefix = super::topic_prefix(brokers, "");
     let topics: Vec<String> = ["contact", "assignment", "reassignment"]
         .iter()
         .map(|aggregate| format!("{prefix}{aggregate}"))

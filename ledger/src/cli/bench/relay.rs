@@ -277,7 +277,7 @@ async fn measure(
         let purpose = format!("both_{}", format.as_str());
         shared_slots.push((*format, scratch.create_slot(&client, &purpose).await?));
     }
-    let prefix = format!("bench{}.", Uuid::new_v4().simple());
+    let prefix = super::topic_prefix(brokers, "");
     // A slot and topics per mode and format, all made before the backlog so each slot
     // holds it all.
     let mut configs = Vec::new();

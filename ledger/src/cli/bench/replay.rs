@@ -11,7 +11,6 @@ use ra_ledger::replay::{self, ReplayRequest};
 use ra_ledger::{db, testing};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::{bench_contact, latency, scratch};
 
@@ -44,7 +43,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         |_| {},
     )
     .await?;
-    let prefix = format!("benchreplay{}.", Uuid::new_v4().simple());
+    let prefix = super::topic_prefix(brokers, "replay");
     testing::create_topics(brokers, &[format!("{prefix}assignment")], 3).await?;
     let kafka = KafkaSettings::from_env(brokers)?;
 

@@ -171,7 +171,7 @@ async fn ceiling(url: &str, brokers: &str, options: &Options) -> anyhow::Result<
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     eprintln!("ceiling: {} rows…", options.rows);
     load::backlog(&client, "drain", 0, options.rows, options.per_transaction).await?;
-    let topic = format!("bench{}.raw", Uuid::new_v4().simple());
+    let topic = format!("{}raw", super::topic_prefix(brokers, ""));
     testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
     let config = scratch.relay_config(String::new(), String::new(), brokers);
     // 120-byte values, as the backlog's payloads are.
@@ -229,7 +229,7 @@ async fn measure(
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let slot = scratch.create_slot(&client, system.name()).await?;
-    let prefix = format!("bench{}.{}.", Uuid::new_v4().simple(), system.name());
+    let prefix = format!("{}{}.", super::topic_prefix(brokers, ""), system.name());
     let phases = phase_types(options);
     let topics: Vec<String> = phases
         .iter()
