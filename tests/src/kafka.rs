@@ -84,7 +84,7 @@ impl Drop for TestTopics {
             })
             .map(|thread| thread.join());
         match deleted {
-            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(error))) => eprintln!("deleting the topics {}.*: {error:#}", self.prefix),
             _ => eprintln!("deleting the topics {}.*: the thread failed", self.prefix),
         }

@@ -235,8 +235,8 @@ pub async fn create_topics_with(
 
 /// Deletes every topic on `brokers` whose name starts with `prefix`: what a benchmark made,
 /// with its data, so that runs do not pile up on the broker (each 1,000,000-row `ledger bench
-/// relay` left about 1.2 GB). How many it deleted.
-pub async fn delete_topics(brokers: &str, prefix: &str) -> Result<usize, TestingError> {
+/// relay` left about 1.2 GB).
+pub async fn delete_topics(brokers: &str, prefix: &str) -> Result<(), TestingError> {
     delete_topics_with(kafka_client(brokers)?, prefix).await
 }
 
@@ -244,7 +244,7 @@ pub async fn delete_topics(brokers: &str, prefix: &str) -> Result<usize, Testing
 pub async fn delete_topics_with(
     mut config: rdkafka::ClientConfig,
     prefix: &str,
-) -> Result<usize, TestingError> {
+) -> Result<(), TestingError> {
     use rdkafka::admin::AdminOptions;
     if prefix.is_empty() {
         return Err(TestingError::Refused(
@@ -262,7 +262,7 @@ pub async fn delete_topics_with(
         .filter(|name| name.starts_with(prefix))
         .collect();
     if names.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     for result in admin.delete_topics(&names, &options).await? {
@@ -272,7 +272,7 @@ pub async fn delete_topics_with(
             )));
         }
     }
-    Ok(names.len())
+    Ok(())
 }
 
 /// Assigns `count` new businesses to `contact_id` in `jurisdiction` through the real write

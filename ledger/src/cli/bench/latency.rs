@@ -200,7 +200,7 @@ pub(super) async fn measure(
             .await?;
     }
     let latencies = receiver.await?;
-    let summary = super::delivery_summary(&metrics);
+    let summary = super::delivery_summary(variant.delivery, &metrics);
     // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
     for line in metrics
         .render()

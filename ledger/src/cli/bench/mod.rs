@@ -409,10 +409,17 @@ fn modes(delivery: Option<DeliveryMode>) -> Vec<DeliveryMode> {
     )
 }
 
-/// How a relay delivered, from its metrics: an exactly-once relay's Kafka transactions (how
+/// How a relay in `delivery` mode delivered, from its metrics: an at-least-once relay's
+/// flushes when the stream went idle, or an exactly-once relay's Kafka transactions (how
 /// many, their size and their commit time: mean, and p50/p99 as the bucket bounds that hold
-/// them), or an at-least-once relay's flushes when the stream went idle.
-pub(super) fn delivery_summary(metrics: &RelayMetrics) -> String {
+/// them).
+pub(super) fn delivery_summary(delivery: DeliveryMode, metrics: &RelayMetrics) -> String {
+    if delivery == DeliveryMode::AtLeastOnce {
+        return format!(
+            "{} flushes when the stream went idle (flush_when_idle)",
+            metrics.idle_flushes_total()
+        );
+    }
     let text = metrics.render();
     let histogram = |name: &str| -> (f64, f64, Vec<(f64, f64)>) {
         let (sum_key, count_key) = (format!("{name}_sum"), format!("{name}_count"));
@@ -447,10 +454,7 @@ pub(super) fn delivery_summary(metrics: &RelayMetrics) -> String {
     let (messages, transactions, size_buckets) = histogram(TRANSACTION_MESSAGES.name);
     let (seconds, _, time_buckets) = histogram(TRANSACTION_COMMIT.name);
     if transactions == 0.0 {
-        return format!(
-            "{} flushes when the stream went idle (flush_when_idle)",
-            metrics.idle_flushes_total()
-        );
+        return "no Kafka transaction committed".to_owned();
     }
     format!(
         "{transactions:.0} Kafka transactions, {:.1} messages each on average (p50 <= {}, p99 <= {}); commit_transaction {:.2} ms on average (p50 <= {} ms, p99 <= {} ms)",

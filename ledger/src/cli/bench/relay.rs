@@ -742,6 +742,7 @@ pub(super) async fn backlog_keys(
 /// The relay draining the backlog until Kafka acknowledged (exactly once: committed) every
 /// row. Rows/s, and how it delivered ([`super::delivery_summary`]).
 async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<(f64, String)> {
+    let delivery = relay_config.delivery;
     let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let started = Instant::now();
@@ -757,7 +758,7 @@ async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<(f6
     let rate = rows as f64 / started.elapsed().as_secs_f64();
     shutdown.cancel();
     task.await??;
-    Ok((rate, super::delivery_summary(&metrics)))
+    Ok((rate, super::delivery_summary(delivery, &metrics)))
 }
 
 /// The slot's ceiling: `pg_recvlogical` reading the backlog to /dev/null. Rows/s.
