@@ -184,10 +184,10 @@ struct RelayRun {
 
 /// `pg_recvlogical` alone draining the slot, for one format. Not PostgreSQL's ceiling by
 /// itself: alone on a core of its own, `pg_recvlogical` sleeps as soon as its socket is
-/// empty and the walsender waits as soon as it is full, so the two wake each other every few
-/// messages. On 2 cores (2026-12-03) that ping-pong kept the walsender at one core for
-/// 120,000-130,000 rows/s, 7.5 µs a row, while the same slot drained at 187,000 rows/s
-/// beside a process that only burned CPU, and the walsender cost 3.3 µs a row under the
+/// empty, so the two wake each other every few messages. On 2 cores (2026-12-03) that
+/// ping-pong kept the walsender at one core, never waiting for a CPU or for its client, for
+/// 120,000-150,000 rows/s at 6.6-7.5 µs a row, while the same slot drained at 187,000 rows/s
+/// beside a process that only burned CPU, and the walsender cost 2.8-3.3 µs a row under the
 /// relay. The slot's ceiling is the faster of this and the shared drain
 /// ([`RelayFigures::slot_ceiling`]).
 #[derive(Debug, Clone)]
@@ -372,39 +372,71 @@ async fn measure(
     })
 }
 
-/// The walsender's CPU over a drain, from `/proc/<pid>/stat` (the bench runs beside the
-/// stack's PostgreSQL). A walsender at one core is not proof that the slot is at its
-/// ceiling: its CPU a row says how much of that core went into decoding and how much into
-/// waking for its client ([`SlotCeiling`]).
+/// The walsender over a drain: its CPU, the time it was ready to run and waited for a CPU,
+/// from `/proc/<pid>/schedstat` (the bench runs beside the stack's PostgreSQL), and how
+/// often it waited for its client to read, from its wait event in `pg_stat_activity`.
+///
+/// Together they say which end a drain waits on. A walsender at one core is not proof that
+/// the slot is at its ceiling: its CPU a row says how much of that core went into decoding
+/// and how much into waking for its client ([`SlotCeiling`]). Under the relay on 2 cores
+/// (2026-12-03) the walsender ran 0.5 of a core, waited 0.2 for a CPU the other processes
+/// held, and 0.15-0.2 for the relay to read what it had sent: the machine's CPU, not
+/// PostgreSQL's decoding, set the pace.
 #[derive(Debug, Clone, Copy, Default)]
 struct WalsenderCpu {
     /// CPU seconds per wall second; `None` when the walsender could not be read.
     cores: Option<f64>,
+    /// Seconds per wall second it was ready to run and waited for a CPU.
+    waiting_for_cpu: Option<f64>,
+    /// The share of samples in which it waited for its client to read
+    /// (`WalSenderWriteData`); `None` without samples.
+    waiting_for_client: Option<f64>,
 }
 
 impl WalsenderCpu {
-    /// Its cores and its CPU a row at `rate` rows/s.
+    /// Its cores and its CPU a row at `rate` rows/s, and what it waited for.
     fn describe(&self, rate: f64) -> String {
-        match self.cores {
+        let cpu = match self.cores {
             Some(cores) if rate > 0.0 => {
                 format!("{cores:.2} cores, {:.1} µs CPU a row", cores / rate * 1e6)
             }
             Some(cores) => format!("{cores:.2} cores"),
             None => "CPU not read (is PostgreSQL on this machine?)".to_owned(),
+        };
+        let waits: Vec<String> = [
+            self.waiting_for_cpu
+                .map(|share| format!("{share:.2} for a CPU")),
+            self.waiting_for_client
+                .map(|share| format!("{share:.2} for its client to read")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if waits.is_empty() {
+            cpu
+        } else {
+            format!("{cpu}; of the drain, waited {}", waits.join(" and "))
         }
     }
 }
 
-/// Samples the walsender of a slot every 100 ms once a client holds it, from its first
+/// Samples the walsender of a slot every 20 ms once a client holds it, from its first
 /// sight to its last: a drain's walsender exits when its client is done, so the last sample
 /// before that stands for the end.
 struct WalsenderSampler {
     stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<Option<(CpuReading, CpuReading)>>,
+    task: tokio::task::JoinHandle<Option<WalsenderSamples>>,
 }
 
-/// A walsender's CPU ticks and when they were read.
-type CpuReading = (u64, Instant);
+/// What [`WalsenderSampler`] saw.
+struct WalsenderSamples {
+    /// Its scheduler times at the first and the last sample, and when they were read.
+    first: Option<(SchedTimes, Instant)>,
+    last: Option<(SchedTimes, Instant)>,
+    /// Samples of its wait event, and those waiting for its client.
+    events: u32,
+    writing: u32,
+}
 
 impl WalsenderSampler {
     async fn start(url: &str, slot: &str) -> anyhow::Result<Self> {
@@ -424,7 +456,7 @@ impl WalsenderSampler {
                     .ok()
                     .flatten()
                     .and_then(|row| row.get(0));
-                if let Some(pid) = pid.and_then(|pid| u32::try_from(pid).ok()) {
+                if let Some(pid) = pid {
                     break pid;
                 }
                 if Instant::now() > deadline || stopped.is_cancelled() {
@@ -432,32 +464,85 @@ impl WalsenderSampler {
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             };
-            let first = (cpu_ticks(pid)?, Instant::now());
-            let mut last = first;
-            while let Some(ticks) = cpu_ticks(pid) {
-                last = (ticks, Instant::now());
+            let times = || {
+                let times = u32::try_from(pid).ok().and_then(sched_times)?;
+                Some((times, Instant::now()))
+            };
+            let mut samples = WalsenderSamples {
+                first: times(),
+                last: None,
+                events: 0,
+                writing: 0,
+            };
+            loop {
+                // One statement, one snapshot: each reads the wait event afresh.
+                let event = client
+                    .query_opt(
+                        "SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1",
+                        &[&pid],
+                    )
+                    .await
+                    .ok()
+                    .flatten();
+                let Some(event) = event else { break };
+                let event: String = event.get(0);
+                samples.events += 1;
+                samples.writing += u32::from(event == "WalSenderWriteData");
+                samples.last = times().or(samples.last);
                 tokio::select! {
                     () = stopped.cancelled() => break,
-                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 }
             }
-            Some((first, last))
+            Some(samples)
         });
         Ok(Self { stop, task })
     }
 
-    /// The walsender's cores from its first sample to its last.
+    /// The walsender from its first sample to its last.
     async fn finish(self) -> WalsenderCpu {
         self.stop.cancel();
-        let Ok(Some(((first, from), (last, to)))) = self.task.await else {
+        let Ok(Some(samples)) = self.task.await else {
             return WalsenderCpu::default();
         };
-        // /proc counts in USER_HZ, 100 a second on Linux.
+        let waiting_for_client =
+            (samples.events > 0).then(|| f64::from(samples.writing) / f64::from(samples.events));
+        let (Some((first, from)), Some((last, to))) = (samples.first, samples.last) else {
+            return WalsenderCpu {
+                waiting_for_client,
+                ..WalsenderCpu::default()
+            };
+        };
         let seconds = to.duration_since(from).as_secs_f64();
+        let share = |nanos: u64| (seconds > 0.0).then(|| nanos as f64 / 1e9 / seconds);
         WalsenderCpu {
-            cores: (seconds > 0.0).then(|| (last - first) as f64 / 100.0 / seconds),
+            cores: share(last.running.saturating_sub(first.running)),
+            waiting_for_cpu: share(last.waiting.saturating_sub(first.waiting)),
+            waiting_for_client,
         }
     }
+}
+
+/// A process's time on a CPU and ready to run but waiting for one, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SchedTimes {
+    running: u64,
+    waiting: u64,
+}
+
+/// [`SchedTimes`] of `pid`, from `/proc/<pid>/schedstat`.
+fn sched_times(pid: u32) -> Option<SchedTimes> {
+    parse_schedstat(&std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?)
+}
+
+/// [`SchedTimes`] of the text of a `/proc/<pid>/schedstat`: time on a CPU, time waiting in
+/// the run queue, time slices.
+fn parse_schedstat(text: &str) -> Option<SchedTimes> {
+    let mut fields = text.split_whitespace().map(str::parse::<u64>);
+    Some(SchedTimes {
+        running: fields.next()?.ok()?,
+        waiting: fields.next()?.ok()?,
+    })
 }
 
 /// The machine's busy cores and this process's over a stretch (the relay runs in this
@@ -838,11 +923,47 @@ mod tests {
     }
 
     #[test]
-    fn the_walsender_is_described_by_its_cores_and_its_cpu_a_row() {
-        let cpu = WalsenderCpu { cores: Some(0.5) };
+    fn the_walsender_is_described_by_its_cores_its_cpu_a_row_and_its_waits() {
+        let cpu = WalsenderCpu {
+            cores: Some(0.5),
+            ..WalsenderCpu::default()
+        };
         assert_eq!(cpu.describe(100_000.0), "0.50 cores, 5.0 µs CPU a row");
         assert_eq!(cpu.describe(0.0), "0.50 cores");
         assert!(WalsenderCpu::default().describe(1.0).contains("not read"));
+        let waiting = WalsenderCpu {
+            cores: Some(0.5),
+            waiting_for_cpu: Some(0.2),
+            waiting_for_client: Some(0.15),
+        };
+        assert_eq!(
+            waiting.describe(100_000.0),
+            "0.50 cores, 5.0 µs CPU a row; of the drain, waited 0.20 for a CPU and 0.15 for its client to read"
+        );
+        let remote = WalsenderCpu {
+            waiting_for_client: Some(0.05),
+            ..WalsenderCpu::default()
+        };
+        assert!(
+            remote
+                .describe(1.0)
+                .ends_with("not read (is PostgreSQL on this machine?); of the drain, waited 0.05 for its client to read"),
+            "{}",
+            remote.describe(1.0)
+        );
+    }
+
+    #[test]
+    fn schedstat_gives_the_time_on_a_cpu_and_the_time_waiting_for_one() {
+        assert_eq!(
+            parse_schedstat("1462879794 404313075 871\n"),
+            Some(SchedTimes {
+                running: 1_462_879_794,
+                waiting: 404_313_075,
+            })
+        );
+        assert_eq!(parse_schedstat("12\n"), None);
+        assert_eq!(parse_schedstat("x 1 2\n"), None);
     }
 
     #[test]
