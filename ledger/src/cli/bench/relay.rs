@@ -464,10 +464,9 @@ impl WalsenderSampler {
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             };
-            let times = || {
-                let times = u32::try_from(pid).ok().and_then(sched_times)?;
-                Some((times, Instant::now()))
-            };
+            // A PostgreSQL on another machine has its own pids: read only a local walsender.
+            let local = u32::try_from(pid).ok().filter(|pid| is_walsender(*pid));
+            let times = || Some((local.and_then(sched_times)?, Instant::now()));
             let mut samples = WalsenderSamples {
                 first: times(),
                 last: None,
@@ -528,6 +527,21 @@ impl WalsenderSampler {
 struct SchedTimes {
     running: u64,
     waiting: u64,
+}
+
+/// Whether `pid` is a walsender process on this machine.
+fn is_walsender(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|title| walsender_title(&title))
+}
+
+/// Whether a process title (`/proc/<pid>/cmdline`) is a walsender's: PostgreSQL titles it
+/// `postgres: [<cluster_name>: ]walsender <user> <client> <command>`.
+fn walsender_title(title: &[u8]) -> bool {
+    let Some(rest) = title.strip_prefix(b"postgres: ") else {
+        return false;
+    };
+    let word = b"walsender ";
+    rest.windows(word.len()).any(|window| window == word)
 }
 
 /// [`SchedTimes`] of `pid`, from `/proc/<pid>/schedstat`.
@@ -948,6 +962,23 @@ mod tests {
             remote.describe(1.0),
             "CPU not read (is PostgreSQL on this machine?); of the drain, waited 0.05 for its client to read"
         );
+    }
+
+    #[test]
+    fn only_a_walsender_is_read_as_one() {
+        assert!(walsender_title(
+            b"postgres: walsender ledger 127.0.0.1(56344) START_REPLICATION\0\0"
+        ));
+        assert!(walsender_title(
+            b"postgres: 15/main: walsender ledger [local] idle\0"
+        ));
+        assert!(!walsender_title(b"postgres: checkpointer \0"));
+        assert!(!walsender_title(b"/usr/bin/walsender-lookalike\0"));
+        assert!(
+            !is_walsender(std::process::id()),
+            "this test is no walsender"
+        );
+        assert!(!is_walsender(u32::MAX), "no such process");
     }
 
     #[test]
