@@ -176,8 +176,9 @@ struct RelayRun {
     rate: f64,
     /// How it delivered: exactly once's Kafka transactions, at least once's idle flushes.
     summary: String,
-    /// The walsender's CPU during the drain.
-    walsender: WalsenderCpu,
+    /// Where the walsender's time went during the drain: on a CPU, waiting for one, and
+    /// waiting for the relay.
+    walsender: WalsenderTime,
     /// The machine's and the relay's CPU during the drain.
     cpu: CpuUse,
 }
@@ -195,7 +196,7 @@ struct SlotCeiling {
     format: Pgoutput,
     /// Rows/s.
     rate: f64,
-    walsender: WalsenderCpu,
+    walsender: WalsenderTime,
 }
 
 /// `pg_recvlogical` and rdkafka alone draining at the same time, one format: the two ends
@@ -383,7 +384,7 @@ async fn measure(
 /// other processes held, and 0.09-0.15 for the relay to read what it had sent: the
 /// machine's CPU, not PostgreSQL's decoding, set the pace.
 #[derive(Debug, Clone, Copy, Default)]
-struct WalsenderCpu {
+struct WalsenderTime {
     /// CPU seconds per wall second; `None` when the walsender could not be read.
     cores: Option<f64>,
     /// Seconds per wall second it was ready to run and waited for a CPU.
@@ -393,7 +394,7 @@ struct WalsenderCpu {
     waiting_for_client: Option<f64>,
 }
 
-impl WalsenderCpu {
+impl WalsenderTime {
     /// Its cores and its CPU a row at `rate` rows/s, and what it waited for.
     fn describe(&self, rate: f64) -> String {
         let cpu = match self.cores {
@@ -499,22 +500,22 @@ impl WalsenderSampler {
     }
 
     /// The walsender from its first sample to its last.
-    async fn finish(self) -> WalsenderCpu {
+    async fn finish(self) -> WalsenderTime {
         self.stop.cancel();
         let Ok(Some(samples)) = self.task.await else {
-            return WalsenderCpu::default();
+            return WalsenderTime::default();
         };
         let waiting_for_client =
             (samples.events > 0).then(|| f64::from(samples.writing) / f64::from(samples.events));
         let (Some((first, from)), Some((last, to))) = (samples.first, samples.last) else {
-            return WalsenderCpu {
+            return WalsenderTime {
                 waiting_for_client,
-                ..WalsenderCpu::default()
+                ..WalsenderTime::default()
             };
         };
         let seconds = to.duration_since(from).as_secs_f64();
         let share = |nanos: u64| (seconds > 0.0).then(|| nanos as f64 / 1e9 / seconds);
-        WalsenderCpu {
+        WalsenderTime {
             cores: share(last.running.saturating_sub(first.running)),
             waiting_for_cpu: share(last.waiting.saturating_sub(first.waiting)),
             waiting_for_client,
@@ -906,7 +907,7 @@ mod tests {
         let alone = |format, rate| SlotCeiling {
             format,
             rate,
-            walsender: WalsenderCpu::default(),
+            walsender: WalsenderTime::default(),
         };
         let shared = |format, slot| SharedCeiling {
             format,
@@ -938,14 +939,14 @@ mod tests {
 
     #[test]
     fn the_walsender_is_described_by_its_cores_its_cpu_a_row_and_its_waits() {
-        let cpu = WalsenderCpu {
+        let cpu = WalsenderTime {
             cores: Some(0.5),
-            ..WalsenderCpu::default()
+            ..WalsenderTime::default()
         };
         assert_eq!(cpu.describe(100_000.0), "0.50 cores, 5.0 µs CPU a row");
         assert_eq!(cpu.describe(0.0), "0.50 cores");
-        assert!(WalsenderCpu::default().describe(1.0).contains("not read"));
-        let waiting = WalsenderCpu {
+        assert!(WalsenderTime::default().describe(1.0).contains("not read"));
+        let waiting = WalsenderTime {
             cores: Some(0.5),
             waiting_for_cpu: Some(0.2),
             waiting_for_client: Some(0.15),
@@ -954,9 +955,9 @@ mod tests {
             waiting.describe(100_000.0),
             "0.50 cores, 5.0 µs CPU a row; of the drain, waited 0.20 for a CPU and 0.15 for its client to read"
         );
-        let remote = WalsenderCpu {
+        let remote = WalsenderTime {
             waiting_for_client: Some(0.05),
-            ..WalsenderCpu::default()
+            ..WalsenderTime::default()
         };
         assert_eq!(
             remote.describe(1.0),
