@@ -471,10 +471,18 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
 async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::Result<()> {
     let (database, api) = with_a_contact().await?;
     let key = DigestKey::from_seed(&[6; 32]);
+    // The writers pause between appends, so that their appends span several builds however
+    // fast the machine writes: unpaced, under the whole suite's load, both once finished
+    // within a single build.
     let writers: Vec<_> = (0..2)
         .map(|_| {
             let api = api.clone();
-            tokio::spawn(async move { assign(&api, 60).await })
+            tokio::spawn(async move {
+                for _ in 0..60 {
+                    api.assign(uuid::Uuid::now_v7()).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            })
         })
         .collect();
     let mut built = 0;
