@@ -16,11 +16,32 @@ pub struct TransactionSeq(pub u64);
 #[derive(Debug)]
 struct Pending {
     seq: TransactionSeq,
+    commit_lsn: u64,
     end_lsn: u64,
     commit_time_micros: i64,
     messages: usize,
     remaining: usize,
     closed: bool,
+    /// The id of its first event, for the relay's position.
+    event: Option<String>,
+    /// The heartbeat count it carried, if it is a heartbeat.
+    heartbeats: Option<u64>,
+}
+
+/// The newest transaction acknowledged along with everything before it: where the slot
+/// may be confirmed, and what the relay's position record says of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acknowledged {
+    /// Its commit LSN.
+    pub commit_lsn: u64,
+    /// Its end LSN: where the slot may be confirmed.
+    pub end_lsn: u64,
+    /// Its commit time.
+    pub commit_time_micros: i64,
+    /// The newest event acknowledged (its id and its transaction's commit LSN).
+    pub last_event: Option<(String, u64)>,
+    /// The highest heartbeat count acknowledged.
+    pub heartbeats: Option<u64>,
 }
 
 /// A transaction whose messages, and every earlier one's, are all acknowledged.
@@ -41,7 +62,7 @@ pub struct AckTracker {
     pending: VecDeque<Pending>,
     next_seq: u64,
     in_flight_messages: usize,
-    confirmable: Option<(u64, i64)>,
+    confirmable: Option<Acknowledged>,
     settled: Vec<Settled>,
 }
 
@@ -53,37 +74,46 @@ impl AckTracker {
 
     /// Opens a transaction at its Begin; its messages follow with [`Self::sent`] and its end
     /// with [`Self::close`].
-    pub fn open(&mut self, commit_time_micros: i64) -> TransactionSeq {
+    pub fn open(&mut self, commit_lsn: u64, commit_time_micros: i64) -> TransactionSeq {
         let seq = TransactionSeq(self.next_seq);
         self.next_seq += 1;
         self.pending.push_back(Pending {
             seq,
+            commit_lsn,
             end_lsn: 0,
             commit_time_micros,
             messages: 0,
             remaining: 0,
             closed: false,
+            event: None,
+            heartbeats: None,
         });
         seq
     }
 
-    /// Counts one more message of the open transaction `seq`, about to be sent.
+    /// Counts one more message of the open transaction `seq`, about to be sent (the event
+    /// `event_id`).
     ///
     /// # Panics
     /// If `seq` is not open: a bookkeeping bug that must not pass silently.
-    pub fn sent(&mut self, seq: TransactionSeq) {
+    pub fn sent(&mut self, seq: TransactionSeq, event_id: &str) {
         let entry = self.entry(seq);
         assert!(!entry.closed, "a message after the Commit of {seq:?}");
         entry.messages += 1;
         entry.remaining += 1;
+        if entry.event.is_none() {
+            entry.event = Some(event_id.to_owned());
+        }
         self.in_flight_messages += 1;
     }
 
     /// Closes `seq` at its Commit: it becomes confirmable up to `end_lsn` once its messages,
-    /// and every earlier transaction's, are acknowledged.
-    pub fn close(&mut self, seq: TransactionSeq, end_lsn: u64) {
+    /// and every earlier transaction's, are acknowledged. `heartbeats`: the count a
+    /// heartbeat transaction carried.
+    pub fn close(&mut self, seq: TransactionSeq, end_lsn: u64, heartbeats: Option<u64>) {
         let entry = self.entry(seq);
         entry.end_lsn = end_lsn;
+        entry.heartbeats = heartbeats;
         entry.closed = true;
         self.settle();
     }
@@ -116,20 +146,32 @@ impl AckTracker {
             if head.remaining > 0 || !head.closed {
                 break;
             }
-            self.confirmable = Some((head.end_lsn, head.commit_time_micros));
+            let Some(head) = self.pending.pop_front() else {
+                break;
+            };
             self.settled.push(Settled {
                 end_lsn: head.end_lsn,
                 commit_time_micros: head.commit_time_micros,
                 messages: head.messages,
             });
-            self.pending.pop_front();
+            let before = self.confirmable.take().unwrap_or_default();
+            self.confirmable = Some(Acknowledged {
+                commit_lsn: head.commit_lsn,
+                end_lsn: head.end_lsn,
+                commit_time_micros: head.commit_time_micros,
+                last_event: head
+                    .event
+                    .map(|id| (id, head.commit_lsn))
+                    .or(before.last_event),
+                heartbeats: head.heartbeats.max(before.heartbeats),
+            });
         }
     }
 
-    /// The LSN the slot may confirm now, with the commit time of that transaction: the end
-    /// of the newest transaction that is acknowledged along with everything before it.
-    pub fn confirmable(&self) -> Option<(u64, i64)> {
-        self.confirmable
+    /// Where the slot may confirm now: the newest transaction that is acknowledged along
+    /// with everything before it.
+    pub fn confirmable(&self) -> Option<&Acknowledged> {
+        self.confirmable.as_ref()
     }
 
     /// Transactions settled since the last call, oldest first.
@@ -166,12 +208,18 @@ mod tests {
             commit_time_micros: i64,
             messages: usize,
         ) -> TransactionSeq {
-            let seq = self.open(commit_time_micros);
+            let seq = self.open(end_lsn - 1, commit_time_micros);
             for _ in 0..messages {
-                self.sent(seq);
+                self.sent(seq, &format!("e{end_lsn}"));
             }
-            self.close(seq, end_lsn);
+            self.close(seq, end_lsn, None);
             seq
+        }
+
+        /// The end LSN and commit time it may confirm.
+        fn at(&self) -> Option<(u64, i64)> {
+            self.confirmable()
+                .map(|acknowledged| (acknowledged.end_lsn, acknowledged.commit_time_micros))
         }
     }
 
@@ -181,21 +229,17 @@ mod tests {
         let first = tracker.begin(100, 1, 2);
         let second = tracker.begin(200, 2, 1);
         let third = tracker.begin(300, 3, 1);
-        assert_eq!(tracker.confirmable(), None);
+        assert_eq!(tracker.at(), None);
         assert_eq!(tracker.in_flight(), 4);
 
         // Later transactions acknowledged first do not move the position.
         tracker.delivered(third);
         tracker.delivered(second);
-        assert_eq!(tracker.confirmable(), None);
+        assert_eq!(tracker.at(), None);
         tracker.delivered(first);
-        assert_eq!(
-            tracker.confirmable(),
-            None,
-            "one message of the first is still out"
-        );
+        assert_eq!(tracker.at(), None, "one message of the first is still out");
         tracker.delivered(first);
-        assert_eq!(tracker.confirmable(), Some((300, 3)));
+        assert_eq!(tracker.at(), Some((300, 3)));
         let settled: Vec<(u64, usize)> = tracker
             .take_settled()
             .iter()
@@ -212,11 +256,11 @@ mod tests {
         let mut tracker = AckTracker::new();
         assert_eq!(tracker.oldest_pending_commit_micros(), None);
         let first = tracker.begin(100, 10, 1);
-        let open = tracker.open(20);
+        let open = tracker.open(19, 20);
         assert_eq!(tracker.oldest_pending_commit_micros(), Some(10));
         tracker.delivered(first);
         assert_eq!(tracker.oldest_pending_commit_micros(), Some(20));
-        tracker.close(open, 200);
+        tracker.close(open, 200, None);
         assert_eq!(tracker.oldest_pending_commit_micros(), None);
     }
 
@@ -225,44 +269,69 @@ mod tests {
         let mut tracker = AckTracker::new();
         let first = tracker.begin(100, 1, 1);
         tracker.begin(150, 2, 0); // a heartbeat
-        assert_eq!(tracker.confirmable(), None);
+        assert_eq!(tracker.at(), None);
         tracker.delivered(first);
-        assert_eq!(tracker.confirmable(), Some((150, 2)));
+        assert_eq!(tracker.at(), Some((150, 2)));
         tracker.begin(180, 3, 0);
-        assert_eq!(tracker.confirmable(), Some((180, 3)));
+        assert_eq!(tracker.at(), Some((180, 3)));
     }
 
     #[test]
     fn an_open_transaction_is_not_confirmable_until_its_commit() {
         let mut tracker = AckTracker::new();
         let first = tracker.begin(100, 1, 0);
-        assert_eq!(tracker.confirmable(), Some((100, 1)));
-        let open = tracker.open(2);
-        tracker.sent(open);
+        assert_eq!(tracker.at(), Some((100, 1)));
+        let open = tracker.open(249, 2);
+        tracker.sent(open, "e");
         tracker.delivered(open);
         assert_eq!(tracker.in_flight(), 0);
         assert_eq!(
-            tracker.confirmable(),
+            tracker.at(),
             Some((100, 1)),
             "all sent messages acknowledged, but more may follow before the Commit"
         );
-        tracker.sent(open);
-        tracker.close(open, 250);
-        assert_eq!(tracker.confirmable(), Some((100, 1)));
+        tracker.sent(open, "e");
+        tracker.close(open, 250, None);
+        assert_eq!(tracker.at(), Some((100, 1)));
         tracker.delivered(open);
-        assert_eq!(tracker.confirmable(), Some((250, 2)));
+        assert_eq!(tracker.at(), Some((250, 2)));
         assert_eq!(tracker.take_settled().len(), 2);
         let _ = first;
+    }
+
+    #[test]
+    fn the_position_carries_the_newest_event_and_heartbeat_acknowledged() {
+        let mut tracker = AckTracker::new();
+        let first = tracker.begin(100, 1, 2);
+        let beat = tracker.open(149, 2);
+        tracker.close(beat, 150, Some(7));
+        assert_eq!(tracker.confirmable(), None);
+        tracker.delivered(first);
+        tracker.delivered(first);
+        assert_eq!(
+            tracker.confirmable(),
+            Some(&Acknowledged {
+                commit_lsn: 149,
+                end_lsn: 150,
+                commit_time_micros: 2,
+                last_event: Some(("e100".into(), 99)),
+                heartbeats: Some(7),
+            }),
+            "the heartbeat carries no event: the newest one is the first transaction's"
+        );
+        tracker.begin(180, 3, 0);
+        let after = tracker.confirmable().unwrap();
+        assert_eq!((after.end_lsn, after.heartbeats), (180, Some(7)));
     }
 
     #[test]
     #[should_panic(expected = "after the Commit")]
     fn a_message_after_the_commit_is_a_bug() {
         let mut tracker = AckTracker::new();
-        let seq = tracker.open(1);
-        tracker.sent(seq);
-        tracker.close(seq, 100);
-        tracker.sent(seq);
+        let seq = tracker.open(99, 1);
+        tracker.sent(seq, "e");
+        tracker.close(seq, 100, None);
+        tracker.sent(seq, "e");
     }
 
     #[test]

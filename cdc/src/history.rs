@@ -24,12 +24,22 @@
 //!    before its switch point (the history both servers share). Past it, Kafka holds
 //!    transactions the new primary never had ([`HistoryError::Diverged`]);
 //! 4. the position must not be ahead of the server's WAL ([`HistoryError::Ahead`]);
-//! 5. the slot must not be ahead of the position: the relay confirms the slot only after
-//!    the Kafka commit of a position at or past it, so a slot past the position means it was
-//!    moved by something else, and what lies between is not in Kafka ([`HistoryError::Gap`]).
+//! 5. the slot must not be ahead of the position: the relay (in either mode) confirms the
+//!    slot only once Kafka holds a position at or past it, so a slot past the position means
+//!    it was moved by something else, and what lies between is not in Kafka
+//!    ([`HistoryError::Gap`]);
+//! 6. the database's heartbeat count must not be below the position's: every heartbeat
+//!    bumps it in the transaction that writes the heartbeat to the WAL, so a database
+//!    restored from a copy taken before a heartbeat the position covers has a lower count,
+//!    however far it has written since ([`HistoryError::Restored`]). Rule 4 misses that
+//!    case once the restored server's WAL has passed the position again.
 //!
 //! When all hold, the transactions at or below the position are the same ones Kafka holds:
 //! below a switch point the two timelines' WAL is one and the same.
+//!
+//! At least once skips nothing on a position's account, so [`continues`] applies only what
+//! would make it publish from the wrong server or lose: rules 1 to 3 (not the divergence:
+//! at least once never skips the new timeline's transactions), and rule 5.
 
 use std::fmt;
 
@@ -96,6 +106,8 @@ pub struct Stored {
     pub identity: Identity,
     /// End LSN of the last PostgreSQL transaction Kafka holds.
     pub end_lsn: u64,
+    /// The slot's heartbeat count then, when the position carries one.
+    pub heartbeats: Option<u64>,
 }
 
 /// What the relay knows of the server now.
@@ -109,6 +121,8 @@ pub struct Server {
     pub history: Vec<TimelineSwitch>,
     /// The slot's confirmed position.
     pub slot_confirmed: u64,
+    /// The slot's heartbeat count in the database (`relay_slots.heartbeats`).
+    pub heartbeats: u64,
 }
 
 /// Why a stored position does not describe this server's past. Each says what happened
@@ -180,6 +194,16 @@ pub enum HistoryError {
         /// Its commit LSN.
         commit_lsn: u64,
     },
+    /// The database's heartbeat count is below the position's: it was restored.
+    #[error(
+        "Kafka holds a position written after the slot's heartbeat {stored}, but this database's count is {database}: it was restored from a copy taken before that heartbeat, and the LSNs it has written since name other transactions than the ones Kafka holds. Run `ledger relay recover` to publish from this server's history on (docs/operators.md, \"Restores\")"
+    )]
+    Restored {
+        /// The position's count.
+        stored: u64,
+        /// The database's.
+        database: u64,
+    },
     /// The slot was moved past what Kafka holds.
     #[error(
         "the slot is confirmed to {} but Kafka holds transactions only up to {}: something other than the relay advanced the slot (pg_replication_slot_advance, or a slot created anew), and the transactions between are not in Kafka. Run `ledger relay recover` to publish the outbox rows still kept (docs/operators.md, \"Failover\")",
@@ -232,11 +256,52 @@ pub fn resume(stored: &Stored, server: &Server) -> Result<(), HistoryError> {
             wal_flush: server.wal_flush,
         });
     }
+    gap(stored, server)?;
+    if let Some(count) = stored.heartbeats
+        && server.heartbeats < count
+    {
+        return Err(HistoryError::Restored {
+            stored: count,
+            database: server.heartbeats,
+        });
+    }
+    Ok(())
+}
+
+/// Rule 5: the slot is not ahead of the position.
+fn gap(stored: &Stored, server: &Server) -> Result<(), HistoryError> {
     if server.slot_confirmed > stored.end_lsn {
         return Err(HistoryError::Gap {
             confirmed: server.slot_confirmed,
             position: stored.end_lsn,
         });
+    }
+    Ok(())
+}
+
+/// Whether at least once may stream from `server` given the newest position `stored`
+/// (rules 1 to 3 but the divergence, and rule 5 when `both_modes_record`: the position was
+/// written by a relay whose both modes write positions before they confirm, so the slot
+/// cannot be ahead of it but by something else).
+pub fn continues(
+    stored: &Stored,
+    server: &Server,
+    both_modes_record: bool,
+) -> Result<(), HistoryError> {
+    follows(&stored.identity, &server.identity)?;
+    if server.identity.timeline > stored.identity.timeline
+        && !server
+            .history
+            .iter()
+            .any(|switch| switch.timeline == stored.identity.timeline)
+    {
+        return Err(HistoryError::UnknownTimeline {
+            stored: stored.identity.timeline,
+            server: server.identity.timeline,
+        });
+    }
+    if both_modes_record {
+        gap(stored, server)?;
     }
     Ok(())
 }
@@ -285,6 +350,7 @@ mod tests {
                 })
                 .collect(),
             slot_confirmed: 500,
+            heartbeats: 40,
         }
     }
 
@@ -292,7 +358,79 @@ mod tests {
         Stored {
             identity: identity(timeline),
             end_lsn,
+            heartbeats: None,
         }
+    }
+
+    #[test]
+    fn a_database_whose_heartbeats_went_back_was_restored() {
+        let counted = |heartbeats| Stored {
+            heartbeats: Some(heartbeats),
+            ..stored(1, 600)
+        };
+        assert_eq!(resume(&counted(40), &server(1, &[])), Ok(()));
+        assert_eq!(resume(&counted(12), &server(1, &[])), Ok(()));
+        // The sketch: the WAL passed the position again, so rule 4 holds; the
+        // count did not come back.
+        assert_eq!(
+            resume(&counted(65), &server(1, &[])),
+            Err(HistoryError::Restored {
+                stored: 65,
+                database: 40
+            })
+        );
+        assert_eq!(
+            resume(&stored(1, 600), &server(1, &[])),
+            Ok(()),
+            "a position of an older relay carries no count"
+        );
+    }
+
+    #[test]
+    fn at_least_once_refuses_another_history_but_not_a_divergence_or_a_restore() {
+        let server_2 = server(2, &[(1, 800)]);
+        assert_eq!(
+            continues(&stored(1, 900), &server_2, true),
+            Ok(()),
+            "diverged: no loss"
+        );
+        assert_eq!(
+            continues(&stored(2, 600), &server(1, &[]), true),
+            Err(HistoryError::OlderTimeline {
+                stored: 2,
+                server: 1
+            })
+        );
+        assert_eq!(
+            continues(&stored(3, 600), &server(4, &[(1, 10), (2, 20)]), true),
+            Err(HistoryError::UnknownTimeline {
+                stored: 3,
+                server: 4
+            })
+        );
+        let mut other = server(1, &[]);
+        other.identity.system_id = "9".into();
+        assert!(matches!(
+            continues(&stored(1, 600), &other, true),
+            Err(HistoryError::Foreign { .. })
+        ));
+        assert_eq!(
+            continues(&stored(1, 400), &server(1, &[]), true),
+            Err(HistoryError::Gap {
+                confirmed: 500,
+                position: 400
+            })
+        );
+        assert_eq!(
+            continues(&stored(1, 400), &server(1, &[]), false),
+            Ok(()),
+            "an older relay's at least once moved the slot without writing positions"
+        );
+        let restored = Stored {
+            heartbeats: Some(99),
+            ..stored(1, 20_000)
+        };
+        assert_eq!(continues(&restored, &server(1, &[]), true), Ok(()));
     }
 
     #[test]

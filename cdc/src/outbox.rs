@@ -24,6 +24,44 @@ pub mod column {
     pub const TRACEPARENT: &str = "traceparent";
 }
 
+/// The OIDs PostgreSQL gives the built-in types the relay reads (fixed in `pg_type.dat`,
+/// the same on every server).
+pub mod type_oid {
+    /// `bigint`.
+    pub const INT8: u32 = 20;
+    /// `text`.
+    pub const TEXT: u32 = 25;
+    /// `bytea`.
+    pub const BYTEA: u32 = 17;
+    /// `uuid`.
+    pub const UUID: u32 = 2950;
+}
+
+/// Every column the relay reads: its name, its type, and whether it must be there. The one
+/// list: decoding ([`OutboxLayout::from_relation`]) and the publication check
+/// (`relay::publication`) both hold the outbox to it, so a column whose type changed is a
+/// refusal, not a mangled key (in binary mode any 8 bytes would pass as a `bigint`).
+pub const COLUMNS: [(&str, u32, bool); 7] = [
+    (column::ID, type_oid::INT8, true),
+    (column::EVENT_ID, type_oid::UUID, true),
+    (column::AGGREGATE_TYPE, type_oid::TEXT, true),
+    (column::AGGREGATE_ID, type_oid::TEXT, true),
+    (column::EVENT_TYPE, type_oid::TEXT, true),
+    (column::PAYLOAD, type_oid::BYTEA, true),
+    (column::TRACEPARENT, type_oid::TEXT, false),
+];
+
+/// The name of a type of [`type_oid`], for messages.
+pub fn type_name(oid: u32) -> &'static str {
+    match oid {
+        type_oid::INT8 => "bigint",
+        type_oid::TEXT => "text",
+        type_oid::BYTEA => "bytea",
+        type_oid::UUID => "uuid",
+        _ => "another type",
+    }
+}
+
 /// One outbox row, decoded from an Insert.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxRow {
@@ -55,6 +93,20 @@ pub enum OutboxError {
         table: String,
         /// The missing column.
         column: &'static str,
+    },
+    /// A column the relay reads is of another type than it reads.
+    #[error(
+        "outbox table {table} column {column:?} is of type OID {found}, and the relay reads {expected}; was the column's type changed?"
+    )]
+    ColumnType {
+        /// Qualified table name.
+        table: String,
+        /// The column.
+        column: &'static str,
+        /// Its type's OID.
+        found: u32,
+        /// The type the relay reads.
+        expected: &'static str,
     },
     /// A row carries fewer values than its relation announced.
     #[error("outbox row has {found} values but column {column:?} is at position {index}")]
@@ -95,24 +147,52 @@ pub struct OutboxLayout {
 }
 
 impl OutboxLayout {
-    /// Finds the needed columns of `relation` by name.
+    /// Finds the needed columns of `relation` by name, each of the type the relay reads
+    /// ([`COLUMNS`]).
     pub fn from_relation(relation: &Relation) -> Result<Self, OutboxError> {
-        let find = |column: &'static str| {
-            relation
-                .column_index(column)
-                .ok_or_else(|| OutboxError::MissingColumn {
-                    table: format!("{}.{}", relation.namespace, relation.name),
-                    column,
-                })
+        let table = || format!("{}.{}", relation.namespace, relation.name);
+        let mut found = [None; COLUMNS.len()];
+        for (place, (name, expected, required)) in found.iter_mut().zip(COLUMNS) {
+            let Some(index) = relation.column_index(name) else {
+                if required {
+                    return Err(OutboxError::MissingColumn {
+                        table: table(),
+                        column: name,
+                    });
+                }
+                continue;
+            };
+            let type_oid = relation.columns[index].type_oid;
+            if type_oid != expected {
+                return Err(OutboxError::ColumnType {
+                    table: table(),
+                    column: name,
+                    found: type_oid,
+                    expected: type_name(expected),
+                });
+            }
+            *place = Some(index);
+        }
+        let [
+            Some(id),
+            Some(event_id),
+            Some(aggregate_type),
+            Some(aggregate_id),
+            Some(event_type),
+            Some(payload),
+            traceparent,
+        ] = found
+        else {
+            unreachable!("every required column was found above");
         };
         Ok(Self {
-            id: find(column::ID)?,
-            event_id: find(column::EVENT_ID)?,
-            aggregate_type: find(column::AGGREGATE_TYPE)?,
-            aggregate_id: find(column::AGGREGATE_ID)?,
-            event_type: find(column::EVENT_TYPE)?,
-            payload: find(column::PAYLOAD)?,
-            traceparent: relation.column_index(column::TRACEPARENT),
+            id,
+            event_id,
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            payload,
+            traceparent,
         })
     }
 
@@ -243,6 +323,8 @@ mod tests {
     use super::*;
     use crate::pgoutput::RelationColumn;
 
+    /// The outbox relation with `names` as columns, each of the type the relay reads (a
+    /// column it does not read is a `timestamptz`).
     fn relation(names: &[&str]) -> Relation {
         Relation {
             oid: 1,
@@ -254,11 +336,56 @@ mod tests {
                 .map(|name| RelationColumn {
                     flags: 0,
                     name: (*name).into(),
-                    type_oid: 25,
+                    type_oid: COLUMNS
+                        .iter()
+                        .find(|(column, _, _)| column == name)
+                        .map_or(1184, |(_, type_oid, _)| *type_oid),
                     type_modifier: -1,
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_column_of_another_type_is_refused_not_mangled() {
+        let mut changed = relation(&[
+            "id",
+            "event_id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+        ]);
+        // `ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE bigint`: in binary mode its
+        // 8 bytes would pass as text of control characters, a mangled Kafka key.
+        changed.columns[3].type_oid = type_oid::INT8;
+        let error = OutboxLayout::from_relation(&changed).unwrap_err();
+        assert_eq!(
+            error,
+            OutboxError::ColumnType {
+                table: "public.outbox".into(),
+                column: "aggregate_id",
+                found: type_oid::INT8,
+                expected: "text",
+            }
+        );
+        let mut traceparent = relation(&[
+            "id",
+            "event_id",
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "payload",
+            "traceparent",
+        ]);
+        traceparent.columns[6].type_oid = type_oid::BYTEA;
+        assert!(matches!(
+            OutboxLayout::from_relation(&traceparent),
+            Err(OutboxError::ColumnType {
+                column: "traceparent",
+                ..
+            })
+        ));
     }
 
     fn text(value: &str) -> ColumnValue {

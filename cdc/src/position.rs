@@ -1,11 +1,17 @@
-//! The exactly-once relay's position: the commit LSN of the last PostgreSQL transaction it
-//! committed to Kafka, written as a record inside the same Kafka transaction as the events,
-//! to a compacted one-partition topic keyed by slot.
+//! The relay's position: the commit LSN of the last PostgreSQL transaction Kafka holds, on
+//! a compacted one-partition topic keyed by slot. Both delivery modes write it before they
+//! confirm the slot past it, so the slot is never ahead of the newest position, whichever
+//! mode ran last (a slot ahead means something else moved it: [`crate::history`]'s gap).
 //!
-//! Because the record and the events commit or abort together, the newest committed record
-//! of a slot names exactly what Kafka holds: every transaction at or below it is in Kafka,
-//! whole, and nothing above it is visible to a `read_committed` reader. At start the relay
-//! reads it back ([`read_committed`]) and skips what the slot resends at or below it.
+//! - Exactly once writes it inside the same Kafka transaction as the events. Because the
+//!   record and the events commit or abort together, the newest committed record of a slot
+//!   names exactly what Kafka holds: every transaction at or below it is in Kafka, whole,
+//!   and nothing above it is visible to a `read_committed` reader. At start the relay reads
+//!   it back ([`read`], committed) and skips what the slot resends at or below it.
+//! - At least once writes it with its idempotent producer once Kafka acknowledged
+//!   everything up to it, and confirms the slot only once Kafka acknowledged the record.
+//!   At start it reads the newest record (uncommitted too: it skips nothing on its account)
+//!   to refuse another server's history or an older timeline.
 //!
 //! An LSN alone names a place in one server's history only, so the record also names the
 //! server it was read from (system identifier, timeline, database) and the newest event it
@@ -24,7 +30,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::config::RelayConfig;
+use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::{Identity, Stored};
 use crate::lsn::{format_lsn, parse_lsn};
 
@@ -49,6 +55,15 @@ pub struct Position {
     /// The newest event Kafka holds from this slot, in this or an earlier transaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_event: Option<LastEvent>,
+    /// The slot's heartbeat count (`relay_slots.heartbeats`) as of the newest heartbeat at
+    /// or below the position: a database restored from a copy taken before it has a lower
+    /// count, whatever LSNs it has written since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeats: Option<u64>,
+    /// The delivery mode that wrote it (`at_least_once`, `exactly_once`); absent in records
+    /// of relays older than both modes writing positions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
 }
 
 /// The newest event a position covers: at start, an event above the slot's confirmed
@@ -79,13 +94,15 @@ impl LastEvent {
 
 impl Position {
     /// The position after the transaction that committed at `commit_lsn` and ended at
-    /// `end_lsn`, on the server `identity`, `slot` its slot.
+    /// `end_lsn`, on the server `identity`, `slot` its slot, written by `delivery`.
     pub fn new(
         slot: &str,
         identity: &Identity,
         commit_lsn: u64,
         end_lsn: u64,
         last_event: Option<LastEvent>,
+        heartbeats: Option<u64>,
+        delivery: DeliveryMode,
     ) -> Self {
         Self {
             slot: slot.to_owned(),
@@ -95,6 +112,8 @@ impl Position {
             timeline: Some(identity.timeline),
             database: Some(identity.database.clone()),
             last_event,
+            heartbeats,
+            delivery: Some(delivery.as_str().to_owned()),
         }
     }
 
@@ -135,6 +154,7 @@ impl Position {
                 database: self.database.clone()?,
             },
             end_lsn: self.end_lsn(),
+            heartbeats: self.heartbeats,
         })
     }
 }
@@ -164,16 +184,29 @@ pub enum PositionError {
 /// until found or the whole partition is read.
 const FIRST_WINDOW: i64 = 256;
 
-/// The newest committed position of `config.slot`, or `None` when it has none (first
-/// start in exactly-once mode). Blocking.
+/// Which records [`read`] looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// Committed records only, once every transaction begun before the read is decided:
+    /// what Kafka holds for sure (exactly once, after `init_transactions`).
+    Committed,
+    /// The newest record, committed or not, without waiting: what a relay about to check
+    /// that the position is of this server's history needs (at least once at start, and
+    /// exactly once before it fences anyone).
+    Newest,
+}
+
+/// The newest position of `config.slot` (see [`Read`]), or `None` when it has none (the
+/// slot's first start). Blocking.
 ///
-/// Call it after `init_transactions`: that waits until the slot's previous transaction
-/// (committed or aborted, by a crashed or fenced instance) is decided. The reader then
-/// waits until the partition's last stable offset reaches the end the partition had when
-/// it started, so that no transaction begun before then (another slot's, sharing the
-/// topic) is still undecided, and reads back from there: `read_committed` skips aborted
-/// records, so the newest record keyed by the slot is the committed position.
-pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, PositionError> {
+/// [`Read::Committed`]: call it after `init_transactions`, which waits until the slot's
+/// previous transaction (committed or aborted, by a crashed or fenced instance) is decided.
+/// The reader then waits until the partition's last stable offset reaches the end the
+/// partition had when it started, so that no transaction begun before then (another
+/// slot's, sharing the topic) is still undecided, and reads back from there:
+/// `read_committed` skips aborted records, so the newest record keyed by the slot is the
+/// committed position.
+pub fn read(config: &RelayConfig, which: Read) -> Result<Option<Position>, PositionError> {
     let topic = config.position_topic();
     let kafka = |error| PositionError::Kafka {
         topic: topic.clone(),
@@ -187,13 +220,16 @@ pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, Position
         .set("isolation.level", "read_uncommitted")
         .create()
         .map_err(kafka)?;
-    let mut committed_config = base;
-    committed_config
+    let isolation = match which {
+        Read::Committed => "read_committed",
+        Read::Newest => "read_uncommitted",
+    };
+    let mut reader_config = base;
+    reader_config
         .set("group.id", "ra-ledger-relay-position")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed");
-    let committed: BaseConsumer = committed_config.create().map_err(kafka)?;
+        .set("isolation.level", isolation);
     let timeout = Duration::from_secs(10);
     // With read_uncommitted the high watermark is the log's end; with read_committed,
     // librdkafka's ListOffsets returns the last stable offset.
@@ -203,24 +239,27 @@ pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, Position
     if end <= low {
         return Ok(None);
     }
-    let deadline = Instant::now() + config.transaction_timeout() + Duration::from_secs(10);
-    loop {
-        let (_, stable) = committed
-            .fetch_watermarks(&topic, 0, timeout)
-            .map_err(kafka)?;
-        if stable >= end {
-            break;
+    if which == Read::Committed {
+        let committed: BaseConsumer = reader_config.create().map_err(kafka)?;
+        let deadline = Instant::now() + config.transaction_timeout() + Duration::from_secs(10);
+        loop {
+            let (_, stable) = committed
+                .fetch_watermarks(&topic, 0, timeout)
+                .map_err(kafka)?;
+            if stable >= end {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(PositionError::Undecided(topic.clone()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if Instant::now() > deadline {
-            return Err(PositionError::Undecided(topic.clone()));
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
     let mut window = FIRST_WINDOW;
     loop {
         let start = (end - window).max(low);
         // A consumer of its own per read: partition EOF is signalled once per offset.
-        let reader: BaseConsumer = committed_config.create().map_err(kafka)?;
+        let reader: BaseConsumer = reader_config.create().map_err(kafka)?;
         if let Some(position) =
             newest_of_slot(&reader, &topic, &config.slot, start, end).map_err(kafka)?
         {
@@ -284,6 +323,8 @@ mod tests {
             0x1_0000_00A0,
             0x1_0000_00F0,
             Some(LastEvent::new("e1", 0x1_0000_0010)),
+            Some(42),
+            DeliveryMode::AtLeastOnce,
         );
         assert_eq!(position.commit_lsn, "1/A0");
         let decoded = Position::decode(&position.encode()).unwrap();
@@ -293,7 +334,8 @@ mod tests {
             decoded.stored(),
             Some(Stored {
                 identity,
-                end_lsn: 0x1_0000_00F0
+                end_lsn: 0x1_0000_00F0,
+                heartbeats: Some(42),
             })
         );
         assert_eq!(Position::decode(b"not json"), None);

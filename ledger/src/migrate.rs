@@ -4,7 +4,6 @@
 //! records what ran in `refinery_schema_history`), and a PostgreSQL advisory lock makes
 //! concurrent starters take turns, so two processes never apply the same migration.
 
-use ra_ledger_cdc::infra::settings::env;
 use tokio_postgres::Client;
 
 refinery::embed_migrations!("../migrations");
@@ -39,23 +38,16 @@ pub enum MigrateError {
     NotOwner(Vec<String>),
 }
 
-/// What `ledger migrate` and every service start do: apply pending migrations, then create
-/// the relay's slot (`LEDGER_RELAY_SLOT`, default [`DEFAULT_RELAY_SLOT`]) when missing.
-/// A role that may not create it gets a warning that says what is lost.
+/// What `ledger migrate` does: apply pending migrations.
+///
+/// It no longer creates the relay's slot (it did until issue 50): a slot created while
+/// writers commit misses the transaction that commits during its creation. The relay
+/// creates its first slot itself, with a snapshot whose outbox rows it publishes first
+/// (`ra_ledger_cdc::relay::slot`), so no row committed before the relay first runs is
+/// missed either way.
 pub async fn prepare(database_url: &str) -> Result<MigrationReport, MigrateError> {
     let mut client = crate::db::connect(database_url, "ledger-migrate").await?;
     let report = run(&mut client).await?;
-    let slot = env::read(env::RELAY_SLOT).unwrap_or_else(|| DEFAULT_RELAY_SLOT.to_owned());
-    match ensure_relay_slot(&client, &slot).await {
-        Ok(true) => tracing::info!(%slot,
-            "created the relay's replication slot; the outbox is captured from now on"),
-        Ok(false) => {}
-        Err(error) => tracing::warn!(
-            %slot, %error,
-            "cannot create the relay's replication slot (does the role have REPLICATION?); \
-             outbox rows committed before the relay first runs will not be published"
-        ),
-    }
     if report.applied.is_empty() {
         tracing::info!("schema is up to date");
     }
@@ -104,19 +96,17 @@ pub async fn run(client: &mut Client) -> Result<MigrationReport, MigrateError> {
 
 /// What a service does at start: nothing when the schema is current (no DDL, so a role
 /// without CREATE, as `ledger grant app` sets up, can start), else apply the pending
-/// migrations, which needs the owner role. Either way the relay's slot is created when
-/// missing and the role may.
+/// migrations, which needs the owner role.
 pub async fn prepare_service(database_url: &str) -> Result<MigrationReport, MigrateError> {
     let client = crate::db::connect(database_url, "ledger-migrate").await?;
     let pending = pending(&client).await.map_err(MigrateError::Lock)?;
     if pending.is_empty() {
-        drop(client);
-        ensure_slot_or_warn(database_url).await;
         tracing::info!("schema is up to date");
         return Ok(MigrationReport {
             applied: Vec::new(),
         });
     }
+    drop(client);
     tracing::info!(pending = ?pending, "applying pending migrations");
     prepare(database_url).await.map_err(|error| match error {
         MigrateError::Apply(_) if privilege_refused(&error) => MigrateError::NotOwner(pending),
@@ -166,24 +156,6 @@ pub async fn pending(client: &Client) -> Result<Vec<String>, tokio_postgres::Err
         .collect())
 }
 
-async fn ensure_slot_or_warn(database_url: &str) {
-    let slot = env::read(env::RELAY_SLOT).unwrap_or_else(|| DEFAULT_RELAY_SLOT.to_owned());
-    let Ok(client) = crate::db::connect(database_url, "ledger-migrate").await else {
-        return;
-    };
-    match ensure_relay_slot(&client, &slot).await {
-        Ok(true) => tracing::info!(%slot,
-            "created the relay's replication slot; the outbox is captured from now on"),
-        Ok(false) => {}
-        Err(error) => tracing::warn!(
-            %slot, error = %crate::db::describe(&error),
-            "the relay's replication slot is missing and this role cannot create it; run \
-             `ledger migrate` as the owner role: outbox rows committed before the slot exists \
-             are never published"
-        ),
-    }
-}
-
 /// Grants a role what `ledger serve` and `ledger worker` need, and nothing more: read the
 /// ledger; append events and outbox rows; maintain the projections, the runs and the outbox
 /// retention marks; remove published outbox rows. It gets no UPDATE, DELETE or TRUNCATE on
@@ -226,64 +198,19 @@ pub fn embedded() -> Vec<String> {
         .collect()
 }
 
-/// Default name of the relay's logical replication slot.
-pub const DEFAULT_RELAY_SLOT: &str = ra_ledger_cdc::infra::settings::local::SLOT;
-
-/// Creates the relay's logical replication slot when it is missing, so every outbox row
-/// committed from now on is kept for the relay even if it has never run: rows committed
-/// before a slot exists are never in it. Returns whether it created the slot.
-pub async fn ensure_relay_slot(client: &Client, slot: &str) -> Result<bool, tokio_postgres::Error> {
-    let exists = client
-        .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?
-        .is_some();
-    if exists {
-        return Ok(false);
-    }
-    match client
-        .query_one(
-            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[&slot],
-        )
-        .await
-    {
-        Ok(_) => {
-            // Remembered, so that the relay sees it lost if it ever goes missing (V12). A
-            // role that may not write the table leaves it to the relay, which registers
-            // the slot the first time it streams.
-            let registered = client
-                .execute(
-                    "INSERT INTO relay_slots (slot_name, registered_by) VALUES ($1, 'migrate') \
-                     ON CONFLICT (slot_name) DO NOTHING",
-                    &[&slot],
-                )
-                .await;
-            if let Err(error) = registered {
-                tracing::debug!(error = %crate::db::describe(&error), "the relay will register its slot");
-            }
-            Ok(true)
-        }
-        // Another process created it a moment ago.
-        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {
-            Ok(false)
-        }
-        Err(error) => Err(error),
-    }
-}
-
 /// Grants a relay role exactly what the relay needs in this database: read the outbox,
-/// park refused messages. The role itself (LOGIN REPLICATION) is created by the operator;
-/// it can read nothing else, and write nothing but `outbox_parked`.
+/// park refused messages, keep its slot's registration (migrations V12 and V17). The role
+/// itself (LOGIN REPLICATION) is created by the operator; it can read nothing else, and
+/// write nothing but `outbox_parked` and `relay_slots`.
 pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
     let role = quote_identifier(role);
     client
         .batch_execute(&format!(
             "GRANT SELECT ON outbox TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON outbox_parked TO {role}; \
-             GRANT SELECT, INSERT ON relay_slots TO {role};"
+             GRANT SELECT, INSERT ON relay_slots TO {role}; \
+             GRANT UPDATE (publication, publication_identity, heartbeats, ready) \
+                   ON relay_slots TO {role};"
         ))
         .await
 }

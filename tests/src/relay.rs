@@ -81,6 +81,23 @@ impl RunningRelay {
     pub fn start(config: RelayConfig) -> Self {
         Self::spawn(|metrics, shutdown| ra_ledger_cdc::relay::run(config, metrics, shutdown))
     }
+
+    /// The relay's error once it stopped by itself within `timeout` (a refusal); an error
+    /// when it went on, stopped cleanly or panicked.
+    pub async fn refusal(
+        self,
+        timeout: Duration,
+    ) -> anyhow::Result<ra_ledger_cdc::relay::RelayError> {
+        match tokio::time::timeout(timeout, self.task).await {
+            Ok(Ok(Err(error))) => Ok(error),
+            Ok(Ok(Ok(()))) => anyhow::bail!("the relay stopped without an error"),
+            Ok(Err(panic)) => anyhow::bail!("the relay panicked: {panic}"),
+            Err(_) => {
+                self.shutdown.cancel();
+                anyhow::bail!("the relay went on for {timeout:?}: it refused nothing")
+            }
+        }
+    }
 }
 
 /// One message as a consumer saw it.

@@ -1,13 +1,21 @@
 //! At-least-once delivery: an idempotent producer, every message sent as its row arrives,
 //! and the slot confirmed to the end of the newest transaction whose messages, and every
-//! earlier one's, Kafka acknowledged ([`AckTracker`]). After any crash the next session
-//! resumes from the slot: duplicates are possible, loss is not.
+//! earlier one's, Kafka acknowledged ([`AckTracker`]), once Kafka acknowledged a position
+//! record of it too ([`Recorder`]). After any crash the next session resumes from the slot:
+//! duplicates are possible, loss is not.
+//!
+//! The position record is exactly once's (`crate::position`), written outside any
+//! transaction: with both modes writing it before they confirm, the slot is never ahead
+//! of the newest position whichever mode ran last, so exactly once resumes after at least
+//! once without taking the slot for one moved by something else, and at least once refuses,
+//! at start, a server of another history or an older timeline than the one it published
+//! from, across restarts ([`crate::history::continues`]).
 //!
 //! A message Kafka refuses for good (or with no rendering in its topic's format) is parked
 //! durably, then booked as settled; a passing failure ends the session, and the next one
 //! resends from the slot.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::error::RDKafkaErrorCode;
 use tokio_postgres::Client;
@@ -15,16 +23,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::RelayError;
-use super::in_flight::{self, InFlight};
-use super::reader::{Delivery, Reader, Rendered};
+use super::in_flight::{self, Answer, InFlight};
+use super::reader::{Closed, Delivery, Reader, Rendered};
 use super::setup::Opened;
-use crate::ack::{AckTracker, TransactionSeq};
-use crate::config::RelayConfig;
+use crate::ack::{AckTracker, Acknowledged, TransactionSeq};
+use crate::config::{DeliveryMode, RelayConfig};
+use crate::history::{self, Identity};
 use crate::metrics::{RelayMetrics, now_micros};
+use crate::position::{LastEvent, Position, Read};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
-/// A message handed to librdkafka, and what became of it.
-type Outcome = in_flight::Delivered<(TransactionSeq, u64)>;
+/// What Kafka answered to a message (tagged with its transaction and commit LSN) or a
+/// position record.
+type Outcome = in_flight::Answer<(TransactionSeq, u64)>;
 
 /// Runs one at-least-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -36,8 +47,15 @@ pub(super) async fn run(
     let Opened {
         sql,
         mut replication,
+        server,
+        coverage,
         ..
     } = opened;
+    if let Some(position) = super::read_position(config, Read::Newest).await?
+        && let Some(stored) = position.stored()
+    {
+        history::continues(&stored, &server, position.delivery.is_some())?;
+    }
     let producer = in_flight::idempotent(config)?;
     metrics.set_streaming(true);
     let delivery = AtLeastOnce {
@@ -46,11 +64,12 @@ pub(super) async fn run(
         sql: &sql,
         tracker: AckTracker::new(),
         in_flight: InFlight::new(producer),
+        recorder: Recorder::new(config, server.identity),
         current: None,
         unflushed: false,
         newest_commit_micros: 0,
     };
-    let confirmed = Reader::new(config, metrics, &sql, delivery)
+    let confirmed = Reader::new(config, metrics, &sql, delivery, coverage)
         .run(&mut replication, shutdown)
         .await?;
     replication.stop();
@@ -66,6 +85,7 @@ struct AtLeastOnce<'a> {
     sql: &'a Client,
     tracker: AckTracker,
     in_flight: InFlight<(TransactionSeq, u64)>,
+    recorder: Recorder,
     /// The open transaction's entry in the tracker.
     current: Option<TransactionSeq>,
     /// Messages were sent since the stream last went idle (`flush_when_idle`).
@@ -97,7 +117,10 @@ impl Delivery for AtLeastOnce<'_> {
 
     fn begin(&mut self, commit: &CommitInfo) -> bool {
         self.newest_commit_micros = commit.commit_time_micros;
-        self.current = Some(self.tracker.open(commit.commit_time_micros));
+        self.current = Some(
+            self.tracker
+                .open(commit.commit_lsn, commit.commit_time_micros),
+        );
         true
     }
 
@@ -105,7 +128,11 @@ impl Delivery for AtLeastOnce<'_> {
         let Some(seq) = self.current else {
             return Err(super::reader::protocol("an insert outside a transaction"));
         };
-        self.tracker.sent(seq);
+        let event_id = match &message {
+            Ok(message) => &message.row.event_id,
+            Err(unrenderable) => &unrenderable.message.row.event_id,
+        };
+        self.tracker.sent(seq, event_id);
         let message = match message {
             Ok(message) => message,
             Err(unrenderable) => {
@@ -119,16 +146,20 @@ impl Delivery for AtLeastOnce<'_> {
             Ok(()) => self.unflushed = true,
             Err(refused) => {
                 let (message, error) = *refused;
-                self.on_outcome(((seq, commit.commit_lsn), message, Err(error)))
-                    .await?;
+                self.on_outcome(Answer::Message(
+                    (seq, commit.commit_lsn),
+                    message,
+                    Err(error),
+                ))
+                .await?;
             }
         }
         Ok(())
     }
 
-    fn close(&mut self, end_lsn: u64, _wanted: bool) -> bool {
+    fn close(&mut self, closed: Closed) -> bool {
         if let Some(seq) = self.current.take() {
-            self.tracker.close(seq, end_lsn);
+            self.tracker.close(seq, closed.end_lsn, closed.heartbeats);
         }
         false
     }
@@ -148,7 +179,10 @@ impl Delivery for AtLeastOnce<'_> {
     /// Books one outcome: success, or a permanent refusal parked durably first. A passing
     /// failure ends the session; the next one republishes from the slot.
     async fn on_outcome(&mut self, outcome: Outcome) -> Result<(), RelayError> {
-        let ((seq, commit_lsn), message, result) = outcome;
+        let ((seq, commit_lsn), message, result) = match outcome {
+            Answer::Message(tag, message, result) => (tag, message, result),
+            Answer::Record(mark, result) => return self.recorder.answered(mark, result),
+        };
         match result {
             Ok(()) => self.tracker.delivered(seq),
             Err(error) if publish::classify(&error) == DeliveryFailure::Permanent => {
@@ -200,31 +234,36 @@ impl Delivery for AtLeastOnce<'_> {
         Ok(())
     }
 
-    /// What every acknowledged transaction allows, with the metrics of what settled.
+    /// What Kafka holds a position record of, with the metrics of what settled; a record
+    /// of what every acknowledged transaction allows is sent when due.
     fn confirmable(&mut self) -> Option<(u64, i64)> {
         let settled = self.tracker.take_settled();
-        if settled.is_empty() {
-            return None;
-        }
-        let now = now_micros();
-        let mut events = 0u64;
-        for transaction in &settled {
-            if transaction.messages > 0 {
-                events += transaction.messages as u64;
-                self.metrics
-                    .commit_to_ack((now - transaction.commit_time_micros).max(0) as f64 / 1e6);
+        if !settled.is_empty() {
+            let now = now_micros();
+            let mut events = 0u64;
+            for transaction in &settled {
+                if transaction.messages > 0 {
+                    events += transaction.messages as u64;
+                    self.metrics
+                        .commit_to_ack((now - transaction.commit_time_micros).max(0) as f64 / 1e6);
+                }
             }
+            self.metrics.published(events);
+            self.metrics.set_in_flight(self.tracker.in_flight());
         }
-        self.metrics.published(events);
-        self.metrics.set_in_flight(self.tracker.in_flight());
-        self.tracker.confirmable()
+        if let Some(acknowledged) = self.tracker.confirmable() {
+            self.recorder
+                .record(acknowledged, &mut self.in_flight, Instant::now());
+        }
+        self.recorder.recorded
     }
 
     fn oldest_unconfirmed(&self) -> Option<i64> {
         self.tracker.oldest_pending_commit_micros()
     }
 
-    /// Shutdown: settles what is in flight within the grace period.
+    /// Shutdown: settles what is in flight within the grace period, then records the
+    /// position of what settled, so that the slot is confirmed to all of it.
     async fn finish(&mut self, _in_transaction: bool) -> Result<(), RelayError> {
         info!(
             in_flight = self.tracker.in_flight(),
@@ -232,6 +271,24 @@ impl Delivery for AtLeastOnce<'_> {
         );
         let grace = Duration::from_millis(self.config.shutdown_grace_ms);
         let deadline = tokio::time::Instant::now() + grace;
+        self.settle_until(deadline).await?;
+        if let Some(acknowledged) = self.tracker.confirmable() {
+            // Due now: the last one, whatever the interval.
+            self.recorder.record(
+                acknowledged,
+                &mut self.in_flight,
+                Instant::now() + RECORD_INTERVAL,
+            );
+        }
+        self.settle_until(deadline).await
+    }
+
+    async fn abort(&mut self) {}
+}
+
+impl AtLeastOnce<'_> {
+    /// Books the outcomes of what is in flight until none is left or `deadline`.
+    async fn settle_until(&mut self, deadline: tokio::time::Instant) -> Result<(), RelayError> {
         while !self.in_flight.is_empty() {
             match tokio::time::timeout_at(deadline, self.in_flight.next()).await {
                 Ok(Some(outcome)) => self.on_outcome(outcome).await?,
@@ -248,10 +305,6 @@ impl Delivery for AtLeastOnce<'_> {
         Ok(())
     }
 
-    async fn abort(&mut self) {}
-}
-
-impl AtLeastOnce<'_> {
     /// Parks a message Kafka would never take as it is durably, then books it as settled.
     async fn park(
         &mut self,
@@ -267,9 +320,163 @@ impl AtLeastOnce<'_> {
     }
 }
 
+/// How often at most a position record is sent: the slot's status goes to PostgreSQL every
+/// `status_interval_ms` anyway, and a busy stream would otherwise write one a round trip.
+const RECORD_INTERVAL: Duration = Duration::from_millis(50);
+
+/// At least once's position records ([`crate::position`]): the slot may be confirmed to a
+/// position once Kafka acknowledged a record of it, and no further. One record in flight
+/// at a time, at most one every [`RECORD_INTERVAL`].
+struct Recorder {
+    slot: String,
+    topic: String,
+    identity: Identity,
+    /// What Kafka acknowledged a record of: the end LSN and the commit time.
+    recorded: Option<(u64, i64)>,
+    /// The record in flight.
+    sending: Option<(u64, i64)>,
+    sent_at: Option<Instant>,
+}
+
+impl Recorder {
+    fn new(config: &RelayConfig, identity: Identity) -> Self {
+        Self {
+            slot: config.slot.clone(),
+            topic: config.position_topic(),
+            identity,
+            recorded: None,
+            sending: None,
+            sent_at: None,
+        }
+    }
+
+    /// Whether a record of `acknowledged` is due at `now`: none in flight, something newer
+    /// than what is recorded, and the interval passed. Pure.
+    fn due(&self, acknowledged: &Acknowledged, now: Instant) -> bool {
+        self.sending.is_none()
+            && self
+                .recorded
+                .is_none_or(|(recorded, _)| acknowledged.end_lsn > recorded)
+            && self
+                .sent_at
+                .is_none_or(|at| now.saturating_duration_since(at) >= RECORD_INTERVAL)
+    }
+
+    /// Sends a record of `acknowledged` when due. A record librdkafka would not queue (its
+    /// queue full) is tried again at the next call.
+    fn record<T>(
+        &mut self,
+        acknowledged: &Acknowledged,
+        in_flight: &mut InFlight<T>,
+        now: Instant,
+    ) {
+        if !self.due(acknowledged, now) {
+            return;
+        }
+        let record = Position::new(
+            &self.slot,
+            &self.identity,
+            acknowledged.commit_lsn,
+            acknowledged.end_lsn,
+            acknowledged
+                .last_event
+                .as_ref()
+                .map(|(id, commit_lsn)| LastEvent::new(id, *commit_lsn)),
+            acknowledged.heartbeats,
+            DeliveryMode::AtLeastOnce,
+        );
+        match in_flight.send_record(
+            &self.topic,
+            0,
+            self.slot.as_bytes(),
+            &record.encode(),
+            acknowledged.end_lsn,
+        ) {
+            Ok(()) => {
+                self.sending = Some((acknowledged.end_lsn, acknowledged.commit_time_micros));
+                self.sent_at = Some(now);
+            }
+            Err(error) => warn!(%error, "the position record was not queued; trying again"),
+        }
+    }
+
+    /// Kafka answered the record of `mark`: recorded, or the session ends (the next one
+    /// resends from the slot, which was not confirmed past the last record).
+    fn answered(
+        &mut self,
+        mark: u64,
+        result: Result<(), rdkafka::error::KafkaError>,
+    ) -> Result<(), RelayError> {
+        let sending = self.sending.take();
+        match result {
+            Ok(()) => {
+                if let Some(sent) = sending.filter(|(end_lsn, _)| *end_lsn == mark) {
+                    self.recorded = Some(sent);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                error!(
+                    topic = %self.topic,
+                    %error,
+                    "cannot write the relay's position: the slot is not confirmed past it. Check that the topic exists (`ledger topics create`) and that the relay may write it"
+                );
+                Err(error.into())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_position_record_is_due_one_at_a_time_and_not_too_often() {
+        let config = RelayConfig::default();
+        let identity = Identity {
+            system_id: "1".into(),
+            timeline: 1,
+            database: "ledger".into(),
+        };
+        let mut recorder = Recorder::new(&config, identity);
+        let at = |end_lsn| Acknowledged {
+            end_lsn,
+            ..Acknowledged::default()
+        };
+        let start = Instant::now();
+        assert!(recorder.due(&at(100), start), "nothing recorded yet");
+        recorder.sending = Some((100, 0));
+        recorder.sent_at = Some(start);
+        assert!(
+            !recorder.due(&at(200), start + RECORD_INTERVAL),
+            "one in flight"
+        );
+        recorder.answered(100, Ok(())).unwrap();
+        assert_eq!(recorder.recorded, Some((100, 0)));
+        assert!(
+            !recorder.due(&at(100), start + RECORD_INTERVAL),
+            "nothing newer"
+        );
+        assert!(!recorder.due(&at(200), start), "too soon");
+        assert!(recorder.due(&at(200), start + RECORD_INTERVAL));
+        recorder.sending = Some((200, 0));
+        assert!(
+            recorder
+                .answered(
+                    200,
+                    Err(rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+                    ))
+                )
+                .is_err()
+        );
+        assert_eq!(
+            recorder.recorded,
+            Some((100, 0)),
+            "a failed record confirms nothing"
+        );
+    }
 
     #[test]
     fn a_relay_a_second_behind_the_commits_it_reads_does_not_flush_when_idle() {

@@ -26,8 +26,14 @@ use crate::publish::OutgoingMessage;
 /// The relay's producer: librdkafka's reports go to its [`Reports`].
 pub(crate) type Producer = ThreadedProducer<Reports>;
 
-/// A message Kafka acknowledged or refused, with the tag the session sent it with.
-pub(crate) type Delivered<T> = (T, OutgoingMessage, Result<(), KafkaError>);
+/// What Kafka answered to something the session sent.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Answer<T> {
+    /// An outbox row's message, with the tag the session sent it with.
+    Message(T, OutgoingMessage, Result<(), KafkaError>),
+    /// A record of the relay's own (a position), with the mark it was sent with.
+    Record(u64, Result<(), KafkaError>),
+}
 
 /// A message librdkafka would not queue, with why.
 pub(crate) type NotQueued = Box<(OutgoingMessage, KafkaError)>;
@@ -68,8 +74,8 @@ impl ProducerContext for Reports {
 enum Sent<T> {
     /// An outbox row's message, with its tag.
     Message(T, OutgoingMessage),
-    /// A record of the relay's own (exactly once's position).
-    Record,
+    /// A record of the relay's own (a position), with its mark.
+    Record(u64),
 }
 
 /// The messages and records in flight on one producer.
@@ -83,8 +89,6 @@ pub(crate) struct InFlight<T> {
     unanswered: usize,
     /// Reports taken from the producer's list, not yet handed out; newest first.
     taken: Vec<(usize, Result<(), KafkaError>)>,
-    /// The first failure of a record since [`InFlight::take_record_error`].
-    record_error: Option<KafkaError>,
 }
 
 /// The relay's idempotent producer.
@@ -113,7 +117,6 @@ impl<T> InFlight<T> {
             next_id: 0,
             unanswered: 0,
             taken: Vec::new(),
-            record_error: None,
         }
     }
 
@@ -139,21 +142,21 @@ impl<T> InFlight<T> {
     }
 
     /// Hands a record of the relay's own to librdkafka (`key` and `payload` to `partition`
-    /// of `topic`). Its outcome is not handed out: a failure waits for
-    /// [`InFlight::take_record_error`].
+    /// of `topic`); its answer comes from [`InFlight::next`] with `mark`.
     pub(crate) fn send_record(
         &mut self,
         topic: &str,
         partition: i32,
         key: &[u8],
         payload: &[u8],
+        mark: u64,
     ) -> Result<(), KafkaError> {
         let record = BaseRecord::with_opaque_to(topic, self.next_id)
             .partition(partition)
             .key(key)
             .payload(payload);
         self.producer.send(record).map_err(|(error, _)| error)?;
-        self.sent(Sent::Record);
+        self.sent(Sent::Record(mark));
         Ok(())
     }
 
@@ -175,19 +178,16 @@ impl<T> InFlight<T> {
         self.unanswered == 0
     }
 
-    /// The next message Kafka answered, or `None` once nothing waits for an answer (a
-    /// record's answer is booked on the way). Cancel-safe: nothing is lost when it is
-    /// dropped unfinished.
-    pub(crate) async fn next(&mut self) -> Option<Delivered<T>> {
+    /// The next answer from Kafka, or `None` once nothing waits for one. Cancel-safe:
+    /// nothing is lost when it is dropped unfinished.
+    pub(crate) async fn next(&mut self) -> Option<Answer<T>> {
         loop {
             while let Some((id, result)) = self.taken.pop() {
                 match self.answered(id) {
-                    Some(Sent::Message(tag, message)) => return Some((tag, message, result)),
-                    Some(Sent::Record) => {
-                        if let Err(error) = result {
-                            self.record_error.get_or_insert(error);
-                        }
+                    Some(Sent::Message(tag, message)) => {
+                        return Some(Answer::Message(tag, message, result));
                     }
+                    Some(Sent::Record(mark)) => return Some(Answer::Record(mark, result)),
                     // Sent before a [`InFlight::clear`].
                     None => {}
                 }
@@ -219,18 +219,12 @@ impl<T> InFlight<T> {
         Some(entry)
     }
 
-    /// The first failure of a record since the last call.
-    pub(crate) fn take_record_error(&mut self) -> Option<KafkaError> {
-        self.record_error.take()
-    }
-
     /// Forgets what is in flight (after an abort, whose purge answers it): the reports
     /// still to come for it are dropped.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.unanswered = 0;
         self.taken.clear();
-        self.record_error = None;
     }
 }
 
@@ -288,30 +282,35 @@ mod tests {
             in_flight.send(message(&format!("e-{tag}")), tag).unwrap();
         }
         in_flight
-            .send_record("outbox.positions", 0, b"slot", b"position")
+            .send_record("outbox.positions", 0, b"slot", b"position", 7)
             .unwrap();
         assert_eq!(in_flight.len(), 51);
         let mut tags = Vec::new();
-        while let Some((tag, message, result)) = in_flight.next().await {
-            assert_eq!(message.row.event_id, format!("e-{tag}"));
-            assert_eq!(
-                result.unwrap_err().rdkafka_error_code(),
-                Some(RDKafkaErrorCode::MessageTimedOut)
-            );
-            tags.push(tag);
+        let mut records = Vec::new();
+        while let Some(answer) = in_flight.next().await {
+            match answer {
+                Answer::Message(tag, message, result) => {
+                    assert_eq!(message.row.event_id, format!("e-{tag}"));
+                    assert_eq!(
+                        result.unwrap_err().rdkafka_error_code(),
+                        Some(RDKafkaErrorCode::MessageTimedOut)
+                    );
+                    tags.push(tag);
+                }
+                Answer::Record(mark, result) => {
+                    assert_eq!(
+                        result.unwrap_err().rdkafka_error_code(),
+                        Some(RDKafkaErrorCode::MessageTimedOut)
+                    );
+                    records.push(mark);
+                }
+            }
         }
         tags.sort_unstable();
         assert_eq!(tags, (0..50).collect::<Vec<_>>());
+        assert_eq!(records, vec![7], "the record's answer comes with its mark");
         assert!(in_flight.is_empty());
         assert_eq!(in_flight.len(), 0);
-        assert_eq!(
-            in_flight
-                .take_record_error()
-                .and_then(|error| error.rdkafka_error_code()),
-            Some(RDKafkaErrorCode::MessageTimedOut),
-            "the record's failure is kept, not handed out"
-        );
-        assert!(in_flight.take_record_error().is_none());
     }
 
     #[tokio::test]
@@ -324,7 +323,9 @@ mod tests {
         assert!(in_flight.is_empty());
         assert!(in_flight.next().await.is_none());
         in_flight.send(message("kept"), 99).unwrap();
-        let (tag, message, _) = in_flight.next().await.unwrap();
+        let Some(Answer::Message(tag, message, _)) = in_flight.next().await else {
+            panic!("the message kept is answered");
+        };
         assert_eq!((tag, message.row.event_id.as_str()), (99, "kept"));
         assert!(in_flight.next().await.is_none());
     }

@@ -29,6 +29,7 @@ pub mod gate;
 mod group;
 mod health;
 mod in_flight;
+pub mod publication;
 mod reader;
 pub mod recover;
 mod setup;
@@ -117,16 +118,13 @@ pub enum RelayError {
     )]
     Decode(#[from] DecodeError),
     /// The outbox does not look like the relay expects.
-    #[error("{0}. Fix the schema or the publication, then restart the relay")]
+    #[error(
+        "{0}. The stream carries the outbox other than the relay reads it: the table or the publication changed. Put it right, then run `ledger relay recover`, which publishes from the outbox what the stream left out (docs/operators.md, \"What the relay checks\")"
+    )]
     Outbox(#[from] OutboxError),
-    /// The publication carries a table other than the outbox.
-    #[error("publication {publication} carries table {table}; it must carry only the outbox")]
-    ForeignTable {
-        /// The publication.
-        publication: String,
-        /// The unexpected table.
-        table: String,
-    },
+    /// The publication does not carry exactly the outbox, or changed.
+    #[error("{0}")]
+    Publication(#[from] publication::PublicationError),
     /// The database URL is unusable.
     #[error("database URL: {0}")]
     Url(String),
@@ -148,7 +146,7 @@ pub fn should_retry(error: &RelayError) -> bool {
         error,
         RelayError::Decode(_)
             | RelayError::Outbox(_)
-            | RelayError::ForeignTable { .. }
+            | RelayError::Publication(_)
             | RelayError::Url(_)
             | RelayError::Slot(_)
             | RelayError::History(_)
@@ -315,19 +313,18 @@ pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
     .await
 }
 
-/// Keeps the column layout of the outbox relation a session was told about; any other
-/// table in the publication is an error (the relay publishes the outbox only).
+/// Keeps the column layout of the outbox relation a session was told about; any table but
+/// the outbox the publication check found (by OID) is an error (the relay publishes the
+/// outbox only), and so is a column of another type than the relay reads.
 fn learn_relation(
-    config: &RelayConfig,
+    coverage: &publication::Coverage,
     layouts: &mut HashMap<u32, OutboxLayout>,
     relation: &Relation,
 ) -> Result<(), RelayError> {
-    if relation.name != "outbox" {
-        return Err(RelayError::ForeignTable {
-            publication: config.publication.clone(),
-            table: format!("{}.{}", relation.namespace, relation.name),
-        });
-    }
+    coverage.relation(
+        relation.oid,
+        &format!("{}.{}", relation.namespace, relation.name),
+    )?;
     layouts.insert(relation.oid, OutboxLayout::from_relation(relation)?);
     Ok(())
 }
@@ -351,6 +348,19 @@ async fn park(
     crate::parking::park(sql, message, commit_lsn, error).await?;
     metrics.parked();
     Ok(())
+}
+
+/// The slot's position as `which` reads it, on a blocking thread.
+async fn read_position(
+    config: &RelayConfig,
+    which: crate::position::Read,
+) -> Result<Option<crate::position::Position>, RelayError> {
+    let reader = config.clone();
+    Ok(
+        tokio::task::spawn_blocking(move || crate::position::read(&reader, which))
+            .await
+            .map_err(|_| RelayError::Kafka(KafkaError::Canceled))??,
+    )
 }
 
 /// librdkafka's own `rd_kafka_flush`: while it runs, the producer sends without lingering,

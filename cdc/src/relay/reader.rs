@@ -16,9 +16,16 @@
 //! 3. a heartbeat: a transactional message through the slot, so an idle outbox does not pin
 //!    WAL, and whose LSN and time let the age gauge see a transaction the server is still
 //!    decoding ([`Heartbeats`]);
-//! 4. new WAL, while the delivery has room;
-//! 5. last, when nothing else is ready: the reader has read all the server sent, so a
+//! 4. a check of the publication ([`super::publication`]): it must pass before the slot
+//!    is confirmed any further, and a failed one ends the session before anything more is
+//!    read or confirmed;
+//! 5. new WAL, while the delivery has room;
+//! 6. last, when nothing else is ready: the reader has read all the server sent, so a
 //!    delivery that groups (exactly once) flushes its group now rather than on a timer.
+//!
+//! The slot is confirmed to what the delivery says Kafka has, and never past what the
+//! publication's checks vouch for ([`Coverage`]): a publication that stopped carrying the
+//! outbox leaves rows out of the stream, and a confirm past them would let them go.
 //!
 //! While a delivery flushes, the reader goes on reading what the server sends (up to the
 //! byte bound) without handling it, so the server keeps decoding, and handles it in order
@@ -32,6 +39,7 @@ use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
+use super::publication::{self, Coverage};
 use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::config::RelayConfig;
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
@@ -54,9 +62,8 @@ pub(super) trait Delivery {
     /// One row of the open, wanted transaction.
     async fn send(&mut self, message: Rendered, commit: &CommitInfo) -> Result<(), RelayError>;
 
-    /// The open transaction ended whole at `end_lsn` (`wanted` as [`Delivery::begin`] said):
-    /// whether to flush now.
-    fn close(&mut self, end_lsn: u64, wanted: bool) -> bool;
+    /// The open transaction ended whole: whether to flush now.
+    fn close(&mut self, closed: Closed) -> bool;
 
     /// Whether the reader may read more WAL: false at the in-flight bound.
     fn can_read(&self) -> bool;
@@ -90,6 +97,16 @@ pub(super) trait Delivery {
     async fn abort(&mut self);
 }
 
+/// How a transaction ended, for [`Delivery::close`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Closed {
+    /// Its end LSN.
+    pub end_lsn: u64,
+    /// The slot's heartbeat count, when it was a heartbeat of this relay's: what the
+    /// position written past it carries ([`crate::history`], rule 6).
+    pub heartbeats: Option<u64>,
+}
+
 /// The transaction being streamed.
 struct Open {
     commit: CommitInfo,
@@ -97,6 +114,8 @@ struct Open {
     headers: Option<Arc<CommitHeaders>>,
     /// The next row's place in the transaction.
     ordinal: usize,
+    /// The heartbeat count it carries, if it is a heartbeat.
+    heartbeats: Option<u64>,
 }
 
 /// Heartbeats emitted and not yet confirmed, with their emit times: while one waits, the
@@ -142,6 +161,11 @@ pub(super) struct Reader<'a, D> {
     read_ahead: VecDeque<ReplicationEvent>,
     read_ahead_bytes: usize,
     heartbeats: Heartbeats,
+    /// What the publication's checks vouch for.
+    coverage: Coverage,
+    /// The newest position the delivery said Kafka has, with its commit time; confirmed
+    /// as far as the coverage allows.
+    settled: Option<(u64, i64)>,
     confirmed: u64,
 }
 
@@ -152,6 +176,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
         metrics: &'a RelayMetrics,
         sql: &'a Client,
         delivery: D,
+        coverage: Coverage,
     ) -> Self {
         Self {
             config,
@@ -163,6 +188,8 @@ impl<'a, D: Delivery> Reader<'a, D> {
             read_ahead: VecDeque::new(),
             read_ahead_bytes: 0,
             heartbeats: Heartbeats::default(),
+            coverage,
+            settled: None,
             confirmed: 0,
         }
     }
@@ -192,6 +219,8 @@ impl<'a, D: Delivery> Reader<'a, D> {
     ) -> Result<(), RelayError> {
         let mut heartbeat = tokio::time::interval(self.config.heartbeat_interval());
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check = tokio::time::interval(publication::CHECK_INTERVAL);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let can_read = self.delivery.can_read();
             if can_read && let Some(event) = self.read_ahead.pop_front() {
@@ -211,6 +240,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
                     self.delivery.on_outcome(outcome).await?;
                 }
                 _ = heartbeat.tick() => self.heartbeat().await?,
+                _ = check.tick() => self.check_publication().await?,
                 event = replication.recv(), if can_read => {
                     let Some(event) = event? else {
                         return Err(protocol("the server ended the stream"));
@@ -227,8 +257,8 @@ impl<'a, D: Delivery> Reader<'a, D> {
         let lsn: String = self
             .sql
             .query_one(
-                "SELECT pg_logical_emit_message(true, $1, '')::text",
-                &[&HEARTBEAT_PREFIX],
+                include_str!("../sql/heartbeat.sql"),
+                &[&HEARTBEAT_PREFIX, &self.config.slot],
             )
             .await?
             .get(0);
@@ -236,6 +266,14 @@ impl<'a, D: Delivery> Reader<'a, D> {
             self.heartbeats.emitted(lsn, now_micros());
             self.publish_oldest();
         }
+        Ok(())
+    }
+
+    /// Checks the publication; what it vouches for lets the slot be confirmed further.
+    async fn check_publication(&mut self) -> Result<(), RelayError> {
+        let catalog = publication::read(self.sql, &self.config.publication).await?;
+        let checked = publication::check(&self.config.publication, &catalog)?;
+        self.coverage.passed(&checked, &catalog)?;
         Ok(())
     }
 
@@ -270,13 +308,14 @@ impl<'a, D: Delivery> Reader<'a, D> {
                     commit,
                     headers: wanted.then(|| Arc::new(CommitHeaders::of(&commit))),
                     ordinal: 0,
+                    heartbeats: None,
                 });
             }
             ReplicationEvent::XLogData { data, wal_end, .. } => {
                 self.metrics.observe_wal_end(wal_end.as_u64());
                 match pgoutput::decode(&data)? {
                     LogicalMessage::Relation(relation) => {
-                        super::learn_relation(self.config, &mut self.layouts, &relation)?;
+                        super::learn_relation(&self.coverage, &mut self.layouts, &relation)?;
                     }
                     LogicalMessage::Insert { relation_oid, new } => {
                         self.on_row(relation_oid, &new).await?;
@@ -288,15 +327,23 @@ impl<'a, D: Delivery> Reader<'a, D> {
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.metrics.observe_wal_end(end_lsn.as_u64());
                 if let Some(open) = self.open.take()
-                    && self
-                        .delivery
-                        .close(end_lsn.as_u64(), open.headers.is_some())
+                    && self.delivery.close(Closed {
+                        end_lsn: end_lsn.as_u64(),
+                        heartbeats: open.heartbeats,
+                    })
                 {
                     self.flush(replication).await?;
                 }
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 self.metrics.observe_wal_end(wal_end.as_u64())
+            }
+            ReplicationEvent::Message {
+                prefix, content, ..
+            } if prefix == HEARTBEAT_PREFIX => {
+                if let Some(open) = self.open.as_mut() {
+                    open.heartbeats = heartbeat_count(&content, &self.config.slot);
+                }
             }
             ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
         }
@@ -361,15 +408,20 @@ impl<'a, D: Delivery> Reader<'a, D> {
         read_error.map_or(Ok(()), Err)
     }
 
-    /// Moves the slot to what the delivery has durably, and books the oldest waiting.
+    /// Moves the slot to what the delivery has durably, as far as the publication's checks
+    /// vouch for, and books the oldest waiting.
     fn confirm(&mut self, replication: &ReplicationClient) {
-        if let Some((lsn, commit_micros)) = self.delivery.confirmable()
-            && lsn > self.confirmed
-        {
-            replication.update_applied_lsn(Lsn::from_u64(lsn));
-            self.metrics.confirmed(lsn, commit_micros);
-            self.confirmed = lsn;
-            self.heartbeats.confirmed(lsn);
+        if let Some(settled) = self.delivery.confirmable() {
+            self.settled = Some(self.settled.map_or(settled, |before| before.max(settled)));
+        }
+        if let Some((settled, commit_micros)) = self.settled {
+            let lsn = settled.min(self.coverage.covered());
+            if lsn > self.confirmed {
+                replication.update_applied_lsn(Lsn::from_u64(lsn));
+                self.metrics.confirmed(lsn, commit_micros);
+                self.confirmed = lsn;
+                self.heartbeats.confirmed(lsn);
+            }
         }
         self.publish_oldest();
     }
@@ -388,10 +440,21 @@ impl<'a, D: Delivery> Reader<'a, D> {
     /// moment to record it.
     async fn finish(&mut self, replication: &mut ReplicationClient) -> Result<(), RelayError> {
         self.delivery.finish(self.open.is_some()).await?;
+        // Two checks: the second vouches for the WAL the first read, which is past all that
+        // was read, so a clean stop confirms everything Kafka has.
+        self.check_publication().await?;
+        self.check_publication().await?;
         self.confirm(replication);
         wait_for_confirmation(self.sql, self.config, self.confirmed).await;
         Ok(())
     }
+}
+
+/// The heartbeat count of `slot` a heartbeat's content (`<slot> <count>`) carries; `None`
+/// for another slot's heartbeat or anything else.
+fn heartbeat_count(content: &[u8], slot: &str) -> Option<u64> {
+    let (of, count) = std::str::from_utf8(content).ok()?.split_once(' ')?;
+    (of == slot).then(|| count.parse().ok()).flatten()
 }
 
 /// What a read-ahead event counts against the byte bound.
@@ -437,6 +500,15 @@ async fn wait_for_confirmation(sql: &Client, config: &RelayConfig, confirmed: u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_counts_for_its_own_slot_only() {
+        assert_eq!(heartbeat_count(b"relay_a 42", "relay_a"), Some(42));
+        assert_eq!(heartbeat_count(b"relay_b 42", "relay_a"), None);
+        assert_eq!(heartbeat_count(b"", "relay_a"), None);
+        assert_eq!(heartbeat_count(b"relay_a x", "relay_a"), None);
+        assert_eq!(heartbeat_count(&[0xff, b' ', b'1'], "relay_a"), None);
+    }
 
     #[test]
     fn a_heartbeat_waits_until_the_slot_passes_it() {

@@ -5,20 +5,29 @@
 //!
 //! # What it does, and why it loses nothing
 //!
-//! 1. Drops the slot if it is still there (a relay must not hold it), and creates it anew
+//! 1. Checks the publication (created when missing, which needs the outbox's owner; refused
+//!    when it does not carry exactly the outbox: [`super::publication`]), and registers the
+//!    slot as not ready, with that publication's identity.
+//! 2. Drops the slot if it is still there (a relay must not hold it), and creates it anew
 //!    with an exported snapshot (`CREATE_REPLICATION_SLOT … (SNAPSHOT 'export')`). The
 //!    snapshot sees exactly the transactions committed before the slot's consistent point;
 //!    the slot streams every one committed after it.
-//! 2. Reads, in that snapshot, every outbox row still kept: retention removes a row only
+//! 3. Reads, in that snapshot, every outbox row still kept: retention removes a row only
 //!    once a slot confirmed it, so every row Kafka may lack is among them (and, with
 //!    `--events-since`, the ledger's events recorded since then, for rows retention
 //!    removed: deduplicated by event id).
-//! 3. Holds the new slot (`START_REPLICATION` on the same session) while it publishes them
+//! 4. Holds the new slot (`START_REPLICATION` on the same session) while it publishes them
 //!    in per-aggregate order and waits for Kafka's acknowledgement: a relay that starts
 //!    meanwhile waits for the slot, so nothing newer overtakes them.
-//! 4. In exactly-once mode, commits a position at the slot's consistent point under the
-//!    relay's transactional id (fencing any relay still running), so the relay resumes
-//!    there; registers the slot; lets the slot go without confirming anything.
+//! 5. Writes the relay's position at the slot's consistent point, so the relay resumes
+//!    there (in exactly-once mode, committed under the relay's transactional id, which
+//!    fences any relay still running); marks the slot ready; lets it go without confirming
+//!    anything.
+//!
+//! A crash before step 5 leaves the slot not ready: the relay's next start does all of it
+//! again from a new snapshot ([`super::slot::decide`]). The relay's first start in a
+//! database is this too, so that a transaction committing while the first slot is created
+//! is published from the snapshot rather than lost.
 //!
 //! It is **at least once** in its window: rows Kafka already had are published again
 //! (consumers deduplicate on the event id), and they carry no `commit_lsn`, `commit_timestamp`
@@ -32,8 +41,8 @@ use rdkafka::producer::Producer as _;
 use tokio_postgres::{Client, IsolationLevel};
 use tracing::{info, warn};
 
-use super::in_flight::{self, InFlight};
-use super::{RelayError, setup, slot};
+use super::in_flight::{self, Answer, InFlight};
+use super::{RelayError, publication, setup, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
 use crate::lsn::{format_lsn, parse_lsn};
@@ -67,8 +76,6 @@ pub struct Recovered {
     pub events: u64,
     /// Rows parked (no rendering in their topic's format).
     pub parked: u64,
-    /// Whether an exactly-once position was committed.
-    pub position: bool,
 }
 
 /// Recovers the slot of `config` (see the module doc). The relay must not be streaming.
@@ -76,11 +83,30 @@ pub async fn recover(
     config: &RelayConfig,
     options: &RecoverOptions,
 ) -> Result<Recovered, RelayError> {
+    from_snapshot(config, options, "recover").await
+}
+
+/// Creates the slot of `config` anew from a snapshot and publishes what the snapshot holds
+/// (the module doc); `by` registers who did (`recover`, or `relay` for the first slot).
+pub(super) async fn from_snapshot(
+    config: &RelayConfig,
+    options: &RecoverOptions,
+    by: &str,
+) -> Result<Recovered, RelayError> {
     let application_name = format!("ledger-relay-recover:{}", config.slot);
     let (primary, sql, _) = setup::find_primary(config, &application_name).await?;
     // Parking and registering write; the snapshot's transaction only reads.
     let writer = crate::infra::pg::connect(&primary).await?;
-    setup::ensure_publication(&sql, config).await?;
+    let (checked, _) = publication::ensure(&sql, config, true).await?;
+    slot::register_snapshot(
+        &writer,
+        &config.slot,
+        by,
+        &config.publication,
+        &checked.identity,
+        false,
+    )
+    .await?;
     let dropped_slot = drop_old_slot(&sql, &config.slot).await?;
     let mut replication = ReplicationClient::connect_gated(setup::replication_config(
         config,
@@ -113,16 +139,24 @@ pub async fn recover(
     // command ends its export).
     replication.start().await?;
     replication.wait_started().await?;
-    slot::register_as(&writer, &config.slot, "recover").await?;
     let producer = in_flight::idempotent(config)?;
     let mut published = Publisher::new(config, producer, &writer, consistent_point);
     publish_snapshot(&reading, &mut published, options).await?;
     published.settle().await?;
     reading.commit().await?;
-    let position = config.delivery == DeliveryMode::ExactlyOnce;
-    if position {
-        commit_position(config, &identity, consistent_point).await?;
-    }
+    let heartbeats = slot::registration(&writer, &config.slot)
+        .await?
+        .map(|registration| registration.heartbeats);
+    commit_position(config, &identity, consistent_point, heartbeats).await?;
+    slot::register_snapshot(
+        &writer,
+        &config.slot,
+        by,
+        &config.publication,
+        &checked.identity,
+        true,
+    )
+    .await?;
     // Let the slot go without confirming anything: the relay streams from its start.
     replication.stop();
     let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
@@ -132,7 +166,6 @@ pub async fn recover(
         outbox_rows: published.outbox_rows,
         events: published.events,
         parked: published.parked,
-        position,
     };
     info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
     Ok(recovered)
@@ -321,10 +354,12 @@ impl<'a> Publisher<'a> {
     }
 
     async fn settle_one(&mut self) -> Result<(), RelayError> {
-        if let Some(((), message, result)) = self.in_flight.next().await
-            && let Err(error) = result
-        {
-            self.refused(&message, error).await?;
+        match self.in_flight.next().await {
+            Some(Answer::Message((), message, Err(error))) => {
+                self.refused(&message, error).await?;
+            }
+            // It sends no record of its own.
+            Some(Answer::Message(_, _, Ok(())) | Answer::Record(..)) | None => {}
         }
         Ok(())
     }
@@ -356,16 +391,36 @@ impl<'a> Publisher<'a> {
     }
 }
 
-/// Commits a position at `point` under the relay's transactional id: the relay resumes
-/// there, and any instance still running is fenced.
+/// Writes a position at `point`, so that the relay resumes there: the positions Kafka held
+/// name the old slot's history. Exactly once commits it under the relay's transactional id,
+/// which fences any instance still running; at least once writes it with its idempotent
+/// producer.
 async fn commit_position(
     config: &RelayConfig,
     identity: &Identity,
     point: u64,
+    heartbeats: Option<u64>,
 ) -> Result<(), RelayError> {
-    let producer = in_flight::transactional(config, &identity.system_id)?;
-    let record = Position::new(&config.slot, identity, point, point, None).encode();
+    let record = Position::new(
+        &config.slot,
+        identity,
+        point,
+        point,
+        None,
+        heartbeats,
+        config.delivery,
+    )
+    .encode();
     let topic = config.position_topic();
+    if config.delivery == DeliveryMode::AtLeastOnce {
+        let mut in_flight = InFlight::<()>::new(in_flight::idempotent(config)?);
+        in_flight.send_record(&topic, 0, config.slot.as_bytes(), &record, point)?;
+        return match in_flight.next().await {
+            Some(Answer::Record(_, Err(error))) => Err(error.into()),
+            _ => Ok(()),
+        };
+    }
+    let producer = in_flight::transactional(config, &identity.system_id)?;
     let slot = config.slot.clone();
     let timeout = config.transaction_timeout();
     tokio::task::spawn_blocking(move || -> Result<(), rdkafka::error::KafkaError> {

@@ -8,8 +8,10 @@
 //!    timeline 1, `TIMELINE_HISTORY`: what [`crate::history`] checks a stored position
 //!    against. It asks `pg_is_in_recovery()` on the same session, so a server promoted or
 //!    demoted between the two connections is seen.
-//! 3. **The publication and the slot** ([`super::slot`]): created the first time, refused
-//!    when lost; with `slot_failover`, a failover slot behind a set standby gate
+//! 3. **The slot and the publication** ([`super::slot`], [`super::publication`]): the
+//!    first slot created with a snapshot whose rows are published first, a lost one
+//!    refused; the publication carrying exactly the outbox, with the identity the slot's
+//!    registration knows; with `slot_failover`, a failover slot behind a set standby gate
 //!    ([`super::gate`]).
 //! 4. **The stream**, started on the same session: the slot is held from then on. Who else
 //!    holds it is read from `pg_replication_slots.active_pid`.
@@ -20,6 +22,7 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
+use super::publication::{self, Coverage};
 use super::{RelayError, gate, slot};
 use crate::config::RelayConfig;
 use crate::history::{self, Identity, Server};
@@ -41,6 +44,8 @@ pub(super) struct Opened {
     pub primary: Settings,
     /// The other hosts of the URL, for the health checks.
     pub standbys: Vec<Settings>,
+    /// What the publication's checks vouch for: how far the slot may be confirmed.
+    pub coverage: Coverage,
 }
 
 /// Connects to the primary, checks its identity and the slot, and starts the stream.
@@ -49,7 +54,22 @@ pub(super) async fn open(
     application_name: &str,
 ) -> Result<Opened, RelayError> {
     let (primary, sql, standbys) = find_primary(config, application_name).await?;
-    ensure_publication(&sql, config).await?;
+    let mut registration = slot::registration(&sql, &config.slot).await?;
+    let state = slot::inspect(&sql, &config.slot).await?;
+    if let slot::Start::FromSnapshot { first } =
+        slot::decide(&config.slot, state.as_ref(), registration.as_ref())?
+    {
+        if first {
+            info!(slot = %config.slot, "creating the relay's first slot, with a snapshot: the outbox rows committed before it are published from the snapshot");
+        } else {
+            warn!(slot = %config.slot, "the slot's snapshot was not all published when its creation last stopped (a crash?): creating it again with a new snapshot, publishing what that holds");
+        }
+        let by = if first { "relay" } else { "recover" };
+        super::recover::from_snapshot(config, &super::recover::RecoverOptions::default(), by)
+            .await?;
+        registration = slot::registration(&sql, &config.slot).await?;
+    }
+    let (coverage, checked) = publication::at_start(&sql, config, registration.as_ref()).await?;
     let (database, version): (String, i32) = {
         let row = sql
             .query_one(
@@ -76,7 +96,15 @@ pub(super) async fn open(
     } else {
         Vec::new()
     };
-    slot::prepare(&sql, &mut replication, config, &database, version).await?;
+    slot::prepare(
+        &sql,
+        &mut replication,
+        config,
+        &database,
+        version,
+        &checked.identity,
+    )
+    .await?;
     if config.slot_failover {
         gate::check(&sql).await?;
     }
@@ -115,9 +143,11 @@ pub(super) async fn open(
             wal_flush: identity.xlogpos.as_u64(),
             history,
             slot_confirmed: confirmed,
+            heartbeats: registration.map_or(0, |registration| registration.heartbeats),
         },
         primary,
         standbys,
+        coverage,
     })
 }
 
@@ -192,36 +222,6 @@ pub(super) async fn connect_sql(
 ) -> Result<Client, RelayError> {
     let (_, client, _) = find_primary(config, application_name).await?;
     Ok(client)
-}
-
-/// Creates the insert-only publication when missing.
-pub(super) async fn ensure_publication(
-    sql: &Client,
-    config: &RelayConfig,
-) -> Result<(), RelayError> {
-    let publication_exists = sql
-        .query_opt(
-            "SELECT 1 FROM pg_publication WHERE pubname = $1",
-            &[&config.publication],
-        )
-        .await?
-        .is_some();
-    if !publication_exists {
-        info!(publication = %config.publication, "creating the outbox publication");
-        let created = sql
-            .batch_execute(&format!(
-                "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
-                config.publication
-            ))
-            .await;
-        match created {
-            // Another relay created it at the same moment.
-            Err(error)
-                if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
-            other => other?,
-        }
-    }
-    Ok(())
 }
 
 /// The replication stream's settings, to the same host as the SQL connection.

@@ -2,15 +2,19 @@
 //! does about it before it streams.
 //!
 //! A slot is where the relay's progress lives: PostgreSQL keeps the WAL after its confirmed
-//! position and resends from there. A slot created now starts now, so whatever was committed
-//! between the old slot's position and now would never reach Kafka. Hence:
+//! position and resends from there. A slot created now starts at its consistent point, so
+//! whatever committed before that point is not in it, including a transaction that was
+//! committing while the slot was being created. Hence ([`decide`], pure):
 //!
-//! - the first slot of a database is created automatically, and registered in
-//!   `relay_slots` (migration V12; `ledger migrate` registers the slot it creates too);
-//! - a slot that is missing although it was registered was lost (a promotion without a
-//!   failover slot, a restore, a drop): the relay stops and names the recovery, `ledger relay
-//!   recover`, which publishes the outbox rows still kept and creates the slot. It never
-//!   re-creates a slot in silence;
+//! - a slot is only ever created with an exported snapshot, and the outbox rows that
+//!   snapshot holds (committed before the slot's consistent point) are published from it
+//!   ([`super::recover`]): the first slot of a database by the relay itself, a lost one by
+//!   `ledger relay recover`. It is registered in `relay_slots` (migration V12) as not ready
+//!   until Kafka acknowledged them (V17), so a crash meanwhile makes the next start publish
+//!   from a new snapshot again, never stream as if nothing were missing;
+//! - a slot that is missing although it was registered (and ready) was lost (a promotion
+//!   without a failover slot, a restore, a drop): the relay stops and names the recovery,
+//!   `ledger relay recover`. It never re-creates a slot in silence;
 //! - an invalidated slot (its WAL removed) or one of another kind, plugin or database is
 //!   refused the same way;
 //! - who holds the slot is read from `pg_replication_slots.active_pid`, not from the text
@@ -22,6 +26,7 @@
 use pgwire_replication::ReplicationClient;
 use serde::Deserialize;
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 use tracing::{info, warn};
 
 use super::RelayError;
@@ -77,14 +82,6 @@ pub enum SlotError {
         "the replication slot {slot} is missing, though the relay streamed from it before (it is in relay_slots): it was lost in a failover without a failover slot, a restore, or a drop. A new slot would start now and skip what was committed since the old one's position, so the relay does not create one. Run `ledger relay recover` (docs/operators.md, \"Failover\")"
     )]
     Lost {
-        /// The slot.
-        slot: String,
-    },
-    /// No slot, and outbox rows a new one would never carry.
-    #[error(
-        "the replication slot {slot} is missing and the outbox holds rows committed before it would exist: a new slot would never carry them. Run `ledger relay recover` to publish them and create the slot (docs/operators.md, \"Failover\")"
-    )]
-    MissingWithRows {
         /// The slot.
         slot: String,
     },
@@ -168,24 +165,90 @@ pub fn check(slot: &str, database: &str, state: &SlotState) -> Result<(), SlotEr
     Ok(())
 }
 
-/// Makes the slot ready before streaming: creates the first one (with `FAILOVER` when
-/// configured), refuses a lost or foreign one, turns failover on for an existing slot, and
-/// registers it. Returns its state. `replication` is the gated session, not yet started.
+/// What `relay_slots` remembers of a slot (migrations V12 and V17).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registration {
+    /// The publication it streams through (unknown before V17).
+    pub publication: Option<String>,
+    /// That publication's identity when the relay last found it right.
+    pub publication_identity: Option<String>,
+    /// Whether the rows committed before its consistent point were all published.
+    pub ready: bool,
+    /// How many heartbeats the relay wrote through it ([`crate::history`], rule 6).
+    pub heartbeats: u64,
+}
+
+/// The slot `slot`'s registration, if it has one.
+pub async fn registration(sql: &Client, slot: &str) -> Result<Option<Registration>, RelayError> {
+    let row = sql
+        .query_opt(include_str!("../sql/slot_registration.sql"), &[&slot])
+        .await
+        .map_err(|error| {
+            let missing = [SqlState::UNDEFINED_COLUMN, SqlState::UNDEFINED_TABLE];
+            match error.code() {
+                Some(code) if missing.contains(code) => RelayError::Catalog(format!(
+                    "relay_slots is older than this relay ({}): run `ledger migrate` (migration V17) first",
+                    crate::infra::pg::explain(&error)
+                )),
+                _ => error.into(),
+            }
+        })?;
+    Ok(row.map(|row| Registration {
+        publication: row.get(0),
+        publication_identity: row.get(1),
+        ready: row.get(2),
+        heartbeats: u64::try_from(row.get::<_, i64>(3)).unwrap_or(0),
+    }))
+}
+
+/// What the relay does about its slot before it streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Stream from it.
+    Stream,
+    /// Create it with a snapshot and publish what the snapshot holds first: the database's
+    /// first slot, or one whose rows were not all published when the last try stopped.
+    FromSnapshot {
+        /// Which of the two.
+        first: bool,
+    },
+}
+
+/// What to do about `slot` given its catalog row and its registration (the module doc).
+/// Pure.
+pub fn decide(
+    slot: &str,
+    state: Option<&SlotState>,
+    registration: Option<&Registration>,
+) -> Result<Start, SlotError> {
+    match (state, registration) {
+        (_, Some(registration)) if !registration.ready => Ok(Start::FromSnapshot { first: false }),
+        (None, Some(_)) => Err(SlotError::Lost {
+            slot: slot.to_owned(),
+        }),
+        (None, None) => Ok(Start::FromSnapshot { first: true }),
+        (Some(_), _) => Ok(Start::Stream),
+    }
+}
+
+/// Makes an existing slot ready to stream: refuses a lost, foreign or busy one, turns
+/// failover on when configured, and registers it with `checked`'s publication. Returns its
+/// state. `replication` is the gated session, not yet started.
 pub async fn prepare(
     sql: &Client,
     replication: &mut ReplicationClient,
     config: &RelayConfig,
     database: &str,
     version: i32,
+    identity: &str,
 ) -> Result<SlotState, RelayError> {
     if config.slot_failover && version < FAILOVER_VERSION {
         return Err(SlotError::FailoverUnsupported { version }.into());
     }
     let slot = &config.slot;
-    let state = match inspect(sql, slot).await? {
-        Some(state) => state,
-        None => create_first(sql, config, version).await?,
-    };
+    let state = inspect(sql, slot)
+        .await?
+        .ok_or_else(|| SlotError::Lost { slot: slot.clone() })?;
     check(slot, database, &state)?;
     if let Some(pid) = state.active_pid {
         return Err(RelayError::SlotBusy {
@@ -193,7 +256,7 @@ pub async fn prepare(
             pid,
         });
     }
-    register(sql, slot).await?;
+    register(sql, slot, "relay", &config.publication, identity).await?;
     if config.slot_failover && !state.failover {
         // Only a slot no session holds can be altered: checked just above.
         info!(%slot, "turning failover on for the existing slot");
@@ -208,61 +271,39 @@ pub async fn prepare(
     Ok(state)
 }
 
-/// The slot is missing: created when this database never had one (registered or implied by
-/// outbox rows), refused otherwise.
-async fn create_first(
+/// Records that the relay has a slot of this name, so that its loss is seen later (`by`:
+/// who saw it first), with the publication it streams through and that publication's
+/// identity, unless they are known already.
+pub async fn register(
     sql: &Client,
-    config: &RelayConfig,
-    version: i32,
-) -> Result<SlotState, RelayError> {
-    let slot = &config.slot;
-    let row = sql
-        .query_one(include_str!("../sql/slot_history.sql"), &[slot])
-        .await?;
-    let (registered, rows): (bool, bool) = (row.get(0), row.get(1));
-    if registered {
-        return Err(SlotError::Lost { slot: slot.clone() }.into());
-    }
-    if rows {
-        return Err(SlotError::MissingWithRows { slot: slot.clone() }.into());
-    }
-    info!(%slot, failover = config.slot_failover, "creating the relay's first replication slot");
-    let created = if version >= FAILOVER_VERSION {
-        sql.query_one(
-            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, $2)",
-            &[slot, &config.slot_failover],
-        )
-        .await
-    } else {
-        sql.query_one(
-            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[slot],
-        )
-        .await
-    };
-    match created {
-        Ok(_) => {}
-        // Another relay created it a moment ago.
-        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
-        Err(error) => return Err(error.into()),
-    }
-    register(sql, slot).await?;
-    inspect(sql, slot).await?.ok_or_else(|| {
-        RelayError::Url(format!(
-            "the slot {slot} was created but is not in pg_replication_slots"
-        ))
-    })
+    slot: &str,
+    by: &str,
+    publication: &str,
+    identity: &str,
+) -> Result<(), RelayError> {
+    sql.execute(
+        include_str!("../sql/register_slot.sql"),
+        &[&slot, &by, &publication, &identity],
+    )
+    .await?;
+    Ok(())
 }
 
-/// Records that the relay has a slot of this name, so that its loss is seen later.
-pub async fn register(sql: &Client, slot: &str) -> Result<(), RelayError> {
-    register_as(sql, slot, "relay").await
-}
-
-/// [`register`], naming who saw the slot first (`relay`, `recover`).
-pub async fn register_as(sql: &Client, slot: &str, by: &str) -> Result<(), RelayError> {
-    sql.execute(include_str!("../sql/register_slot.sql"), &[&slot, &by])
-        .await?;
+/// Registers a slot created with a snapshot anew ([`super::recover`]): its publication
+/// and identity as `checked` now, and whether what the snapshot holds is in Kafka yet.
+pub async fn register_snapshot(
+    sql: &Client,
+    slot: &str,
+    by: &str,
+    publication: &str,
+    identity: &str,
+    ready: bool,
+) -> Result<(), RelayError> {
+    sql.execute(
+        include_str!("../sql/register_snapshot.sql"),
+        &[&slot, &by, &publication, &identity, &ready],
+    )
+    .await?;
     Ok(())
 }
 
@@ -283,6 +324,40 @@ mod tests {
             confirmed_flush_lsn: Some("1/A0".into()),
             wal_status: Some("reserved".into()),
             ..SlotState::default()
+        }
+    }
+
+    #[test]
+    fn a_slot_is_created_only_from_a_snapshot_and_never_in_silence_again() {
+        let registered = |ready| Registration {
+            ready,
+            ..Registration::default()
+        };
+        assert_eq!(
+            decide("s", None, None),
+            Ok(Start::FromSnapshot { first: true }),
+            "the database's first slot"
+        );
+        assert_eq!(
+            decide("s", None, Some(&registered(true))),
+            Err(SlotError::Lost { slot: "s".into() }),
+            "a slot that streamed before"
+        );
+        assert_eq!(
+            decide("s", Some(&ours()), Some(&registered(true))),
+            Ok(Start::Stream)
+        );
+        assert_eq!(
+            decide("s", Some(&ours()), None),
+            Ok(Start::Stream),
+            "a slot created before it was registered (an older ledger migrate) streams"
+        );
+        for state in [None, Some(&ours())] {
+            assert_eq!(
+                decide("s", state, Some(&registered(false))),
+                Ok(Start::FromSnapshot { first: false }),
+                "a snapshot not yet all in Kafka when the last try stopped"
+            );
         }
     }
 

@@ -78,7 +78,7 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
             let options = ra_ledger_cdc::relay::recover::RecoverOptions { events_since };
             let recovered = ra_ledger_cdc::relay::recover::recover(&config, &options).await?;
             println!(
-                "slot {} created at {}{}; published again, at least once: {} outbox rows, {} events; parked {}{}",
+                "slot {} created at {}{}; published again, at least once: {} outbox rows, {} events; parked {}; the relay's position written there",
                 config.slot,
                 recovered.consistent_point,
                 if recovered.dropped_slot {
@@ -89,11 +89,6 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
                 recovered.outbox_rows,
                 recovered.events,
                 recovered.parked,
-                if recovered.position {
-                    "; exactly-once position committed there"
-                } else {
-                    ""
-                },
             );
             println!("start the relay: it streams from the new slot");
             Ok(())

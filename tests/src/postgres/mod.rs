@@ -131,6 +131,28 @@ impl PostgresServer {
         Ok(server)
     }
 
+    /// A copy of this cluster's files in `pg_dir`, on a port of its own, not started: a
+    /// clone as a file-system copy makes one (the same system identifier, timeline and
+    /// slots). Stop this one first: a copy of a running cluster's files is not consistent.
+    pub fn clone_to(&self, pg_dir: &Path) -> anyhow::Result<Self> {
+        prepare_dir(pg_dir, &self.owner)?;
+        let data_dir = pg_dir.join("data");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(&self.data_dir)
+            .arg(&data_dir)
+            .status()
+            .context("copying the data folder")?;
+        anyhow::ensure!(status.success(), "cp -a failed");
+        Ok(Self {
+            bindir: self.bindir.clone(),
+            data_dir,
+            port: free_port()?,
+            owner: self.owner.clone(),
+            pid: Arc::new(Mutex::new(None)),
+        })
+    }
+
     /// Makes the WAL of this new cluster start at segment `wal_file` (a WAL file name such
     /// as `000000010000000F000000FF`, which starts at LSN F/FF000000), with `pg_resetwal -l`.
     /// Call after [`PostgresServer::init`], before the first [`PostgresServer::start`]:

@@ -63,19 +63,6 @@ async fn identity(client: &tokio_postgres::Client) -> anyhow::Result<(String, i3
     Ok((row.get(0), row.get(1), row.get(2)))
 }
 
-/// The relay's result once it stopped by itself within `timeout`.
-async fn stopped(relay: RunningRelay, timeout: Duration) -> anyhow::Result<RelayError> {
-    match tokio::time::timeout(timeout, relay.task).await {
-        Ok(Ok(Err(error))) => Ok(error),
-        Ok(Ok(Ok(()))) => anyhow::bail!("the relay stopped without an error"),
-        Ok(Err(panic)) => anyhow::bail!("the relay panicked: {panic}"),
-        Err(_) => {
-            relay.shutdown.cancel();
-            anyhow::bail!("the relay did not stop within {timeout:?}")
-        }
-    }
-}
-
 fn exactly_once(config: RelayConfig) -> RelayConfig {
     RelayConfig {
         delivery: DeliveryMode::ExactlyOnce,
@@ -143,7 +130,9 @@ async fn a_position_ahead_of_the_servers_wal_is_refused() -> anyhow::Result<()> 
         )
         .await?
         .get(0);
-    let error = stopped(RunningRelay::start(config.clone()), Duration::from_secs(60)).await?;
+    let error = RunningRelay::start(config.clone())
+        .refusal(Duration::from_secs(60))
+        .await?;
     assert!(
         matches!(error, RelayError::History(HistoryError::Ahead { .. })),
         "{error}"
@@ -200,7 +189,9 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
     );
     // The second database has writes of its own, far below the first's position.
     insert_backlog(&second_client, 3, 1, 32).await?;
-    let error = stopped(RunningRelay::start(second), Duration::from_secs(90)).await?;
+    let error = RunningRelay::start(second)
+        .refusal(Duration::from_secs(90))
+        .await?;
     let text = error.to_string();
     assert!(
         matches!(error, RelayError::History(HistoryError::Foreign { .. })),
@@ -300,7 +291,9 @@ async fn a_restore_to_an_older_point_is_refused_and_recovered() -> anyhow::Resul
         relay.stop().await?;
     }
     restore(&server, &backup)?;
-    let error = stopped(RunningRelay::start(config.clone()), Duration::from_secs(60)).await?;
+    let error = RunningRelay::start(config.clone())
+        .refusal(Duration::from_secs(60))
+        .await?;
     assert!(
         matches!(error, RelayError::History(HistoryError::Ahead { .. })),
         "{error}"
@@ -312,9 +305,16 @@ async fn a_restore_to_an_older_point_is_refused_and_recovered() -> anyhow::Resul
         .await?
         .into_iter()
         .collect();
-    let error = stopped(RunningRelay::start(config.clone()), Duration::from_secs(60)).await?;
+    let error = RunningRelay::start(config.clone())
+        .refusal(Duration::from_secs(60))
+        .await?;
+    // The heartbeat count the position carries is above the restored one (rule 6), or,
+    // from a relay that wrote no count, its newest event is missing (the outbox check).
     assert!(
-        matches!(error, RelayError::History(HistoryError::Rewound { .. })),
+        matches!(
+            error,
+            RelayError::History(HistoryError::Restored { .. } | HistoryError::Rewound { .. })
+        ),
         "{error}"
     );
     assert!(
@@ -323,7 +323,7 @@ async fn a_restore_to_an_older_point_is_refused_and_recovered() -> anyhow::Resul
     );
     let recovered = recover(&config, &RecoverOptions::default()).await?;
     println!("recovered after a restore: {recovered:?}");
-    assert!(recovered.dropped_slot && recovered.position);
+    assert!(recovered.dropped_slot);
     let relay = RunningRelay::start(config.clone());
     let later: HashSet<String> = insert_backlog(&client, 20, 2, 64)
         .await?
@@ -361,7 +361,9 @@ async fn a_dropped_slot_is_refused_then_recovered_under_load(
     tokio::time::sleep(Duration::from_secs(2)).await;
     relay.stop().await?;
     drop_slot_once_released(&client, &config.slot).await?;
-    let error = stopped(RunningRelay::start(config.clone()), Duration::from_secs(60)).await?;
+    let error = RunningRelay::start(config.clone())
+        .refusal(Duration::from_secs(60))
+        .await?;
     assert!(
         matches!(error, RelayError::Slot(SlotError::Lost { .. })),
         "{error}"

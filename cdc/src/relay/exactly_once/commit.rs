@@ -8,12 +8,13 @@ use rdkafka::producer::Producer as _;
 use tracing::warn;
 
 use super::{ExactlyOnce, blocking};
+use crate::config::DeliveryMode;
 use crate::metrics::now_micros;
 use crate::position::Position;
 use crate::publish::OutgoingMessage;
 use crate::relay::RelayError;
 use crate::relay::group::Group;
-use crate::relay::in_flight::InFlight;
+use crate::relay::in_flight::{Answer, InFlight};
 
 impl ExactlyOnce<'_> {
     /// Commits the group: the position record, then `commit_transaction`, then (only on
@@ -53,12 +54,15 @@ impl ExactlyOnce<'_> {
             self.group.last_commit_lsn,
             self.group.last_end_lsn,
             self.last_event.clone(),
+            self.heartbeats,
+            DeliveryMode::ExactlyOnce,
         );
         self.in_flight.send_record(
             &self.position_topic,
             0,
             self.config.slot.as_bytes(),
             &record.encode(),
+            self.group.last_end_lsn,
         )?;
         let started = Instant::now();
         let timeout = self.config.transaction_timeout();
@@ -140,13 +144,14 @@ pub(super) async fn settle(
     })
     .await
     .map_err(Unsettled::Kafka)?;
-    while let Some((commit_lsn, message, result)) = in_flight.next().await {
-        if let Err(error) = result {
-            return Err(Unsettled::Refused(Box::new(message), commit_lsn, error));
+    while let Some(answer) = in_flight.next().await {
+        match answer {
+            Answer::Message(commit_lsn, message, Err(error)) => {
+                return Err(Unsettled::Refused(Box::new(message), commit_lsn, error));
+            }
+            Answer::Record(_, Err(error)) => return Err(Unsettled::Kafka(error)),
+            Answer::Message(_, _, Ok(())) | Answer::Record(_, Ok(())) => {}
         }
-    }
-    if let Some(error) = in_flight.take_record_error() {
-        return Err(Unsettled::Kafka(error));
     }
     blocking(in_flight.producer(), move |producer| {
         producer.commit_transaction(timeout)

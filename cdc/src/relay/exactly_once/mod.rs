@@ -63,8 +63,8 @@ mod commit;
 
 use super::RelayError;
 use super::group::{Bounds, Group};
-use super::in_flight::{self, InFlight, Producer};
-use super::reader::{Delivery, Reader, Rendered};
+use super::in_flight::{self, Answer, InFlight, Producer};
+use super::reader::{Closed, Delivery, Reader, Rendered};
 use super::setup::Opened;
 use crate::config::RelayConfig;
 use crate::history::{self, HistoryError, Identity, Server};
@@ -72,8 +72,8 @@ use crate::metrics::RelayMetrics;
 use crate::position::{self, LastEvent, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
-/// A message handed to librdkafka, and what became of it.
-pub(super) type Outcome = in_flight::Delivered<u64>;
+/// What Kafka answered to a message (tagged with its commit LSN) or a position record.
+pub(super) type Outcome = in_flight::Answer<u64>;
 
 /// Runs one exactly-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -88,18 +88,25 @@ pub(super) async fn run(
         sql,
         mut replication,
         server,
+        coverage,
         ..
     } = opened;
+    // Check first, fence second: a relay pointed at an old primary or a clone shares the
+    // transactional id of the real one, and fencing would abort the real one's transaction.
+    // The newest record, committed or not, names the server the slot's relay streams from.
+    resume_from(
+        &sql,
+        &server,
+        super::read_position(config, position::Read::Newest).await?,
+    )
+    .await?;
     let producer = in_flight::transactional(config, &server.identity.system_id)?;
     let timeout = config.transaction_timeout();
     blocking(&producer, move |producer| {
         producer.init_transactions(timeout)
     })
     .await?;
-    let reader = config.clone();
-    let stored = tokio::task::spawn_blocking(move || position::read_committed(&reader))
-        .await
-        .map_err(|_| RelayError::Kafka(KafkaError::Canceled))??;
+    let stored = super::read_position(config, position::Read::Committed).await?;
     let resume = resume_from(&sql, &server, stored).await?;
     let parked = parked_above(&sql, resume.commit_lsn).await?;
     info!(
@@ -124,6 +131,7 @@ pub(super) async fn run(
         position: resume.commit_lsn,
         position_end: resume.end_lsn,
         last_event: resume.last_event,
+        heartbeats: resume.heartbeats,
         parked,
         open: None,
         group: Group::default(),
@@ -132,7 +140,7 @@ pub(super) async fn run(
         unusable: false,
         confirm_to: None,
     };
-    let confirmed = Reader::new(config, metrics, &sql, delivery)
+    let confirmed = Reader::new(config, metrics, &sql, delivery, coverage)
         .run(&mut replication, shutdown)
         .await?;
     replication.stop();
@@ -162,6 +170,8 @@ struct Resume {
     end_lsn: u64,
     /// The newest event Kafka holds.
     last_event: Option<LastEvent>,
+    /// The heartbeat count the position carries.
+    heartbeats: Option<u64>,
 }
 
 /// Checks the stored position against the server (see [`crate::history`]) and the outbox:
@@ -206,6 +216,7 @@ async fn resume_from(
         commit_lsn: position.commit_lsn(),
         end_lsn: position.end_lsn(),
         last_event: position.last_event,
+        heartbeats: position.heartbeats,
     })
 }
 
@@ -247,6 +258,8 @@ struct ExactlyOnce<'a> {
     position_end: u64,
     /// The newest event Kafka holds, carried into every position.
     last_event: Option<LastEvent>,
+    /// The newest heartbeat count read, carried into every position.
+    heartbeats: Option<u64>,
     /// Event ids parked above the position: not sent again.
     parked: HashSet<String>,
     open: Option<OpenTransaction>,
@@ -319,10 +332,14 @@ impl Delivery for ExactlyOnce<'_> {
     }
 
     /// A PostgreSQL transaction ends whole: it joins the group, which is flushed when due.
-    fn close(&mut self, end_lsn: u64, _wanted: bool) -> bool {
+    fn close(&mut self, closed: Closed) -> bool {
         let Some(transaction) = self.open.take() else {
             return false;
         };
+        let end_lsn = closed.end_lsn;
+        if closed.heartbeats.is_some() {
+            self.heartbeats = closed.heartbeats;
+        }
         if transaction.skipped {
             // Kafka holds it (it is at or below the position): the slot may pass it.
             self.metrics.transaction_skipped();
@@ -353,13 +370,16 @@ impl Delivery for ExactlyOnce<'_> {
     /// Books an outcome. Any failure ends the session (the reader aborts); a refusal for
     /// good is parked first, so the next session leaves it out.
     async fn on_outcome(&mut self, outcome: Outcome) -> Result<(), RelayError> {
-        let (commit_lsn, message, result) = outcome;
-        match result {
-            Ok(()) => Ok(()),
-            Err(error) => {
+        match outcome {
+            Answer::Message(_, _, Ok(())) | Answer::Record(_, Ok(())) => Ok(()),
+            Answer::Message(commit_lsn, message, Err(error)) => {
                 self.failed(&error);
                 let error = self.refused(&message, commit_lsn, error).await;
                 Err(self.too_large(error))
+            }
+            Answer::Record(_, Err(error)) => {
+                self.failed(&error);
+                Err(self.too_large(error.into()))
             }
         }
     }

@@ -35,6 +35,12 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     let slot = scratch.create_slot(&client, "relay").await?;
     let prefix = super::topic_prefix(brokers, "");
     testing::create_topics(brokers, &[format!("{prefix}assignment")], 3).await?;
+    testing::create_topics(
+        brokers,
+        &[ra_ledger_cdc::config::position_topic(&prefix)],
+        1,
+    )
+    .await?;
     let mut relay_config = scratch.relay_config(slot.clone(), prefix, brokers);
     relay_config.heartbeat_interval_ms = 1_000;
 

@@ -205,6 +205,13 @@ async fn pipeline(
         .map(|aggregate| format!("{prefix}{aggregate}"))
         .collect();
     testing::create_topics(brokers, &topics, 3).await?;
+    // Both delivery modes write the relay's position there.
+    testing::create_topics(
+        brokers,
+        &[ra_ledger_cdc::config::position_topic(&prefix)],
+        1,
+    )
+    .await?;
     let relay = tokio::spawn(ra_ledger_cdc::relay::run(
         RelayConfig {
             status_interval_ms: 100,

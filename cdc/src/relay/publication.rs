@@ -1,0 +1,821 @@
+//! The publication the relay's slot streams through: checked before the slot is used and
+//! every [`CHECK_INTERVAL`] while it streams, and the slot is never confirmed past the WAL
+//! that a passed check vouches for ([`Coverage`]).
+//!
+//! # Why
+//!
+//! pgoutput decides what to send with the catalog as it was at each point of the WAL. While
+//! the publication does not carry the outbox (a table dropped from it, a row filter, a
+//! column list, `publish` without `insert`, the publication dropped, the outbox rebuilt
+//! under the same name), the rows committed meanwhile are not in the stream, and never will
+//! be: putting the publication right later does not bring them back. Heartbeats go on
+//! through the slot, so without a check the relay confirms the slot past those rows, and
+//! retention deletes them. The loss is silent and for good.
+//!
+//! # The rules ([`check`], pure), in the order applied
+//!
+//! 1. A table named `outbox` is on the relay's search path: a plain table whose columns the
+//!    relay reads have the types it reads ([`crate::outbox::COLUMNS`]).
+//! 2. The publication exists, is not `FOR ALL TABLES`, and publishes inserts only.
+//! 3. It carries no schema, and no table but that outbox (by OID).
+//! 4. It carries that outbox, with no row filter and no column list.
+//!
+//! Then [`Coverage`] adds the rule a look at the catalog now cannot make alone:
+//!
+//! 5. The publication's identity ([`Checked::identity`]: the OIDs and row versions of its
+//!    catalog rows) is the one the relay found before, in this session and in the ones
+//!    before it (`relay_slots.publication_identity`, migration V17). A publication altered
+//!    and altered back, dropped and re-created, or another one configured, has another
+//!    identity even when it looks right now: rows may have gone by in between.
+//!
+//! Each failure stops the relay (no retry helps: only the operator can put the publication
+//! right, and `ledger relay recover` publishes from the outbox what the stream left out).
+//!
+//! # What a passed check vouches for
+//!
+//! A check reads the catalog in one snapshot and the WAL insert position right after it. A
+//! command that changed the publication and committed before that position is seen by the
+//! next check at the latest: by then it is visible, or it is a transaction that committed
+//! but is not visible yet (a synchronous commit waiting for its standby), which the check
+//! names and [`Coverage`] waits out. So when two checks in a row pass with the same
+//! identity, and every transaction the later one found committed but invisible has ended,
+//! the WAL up to the position read by the earlier one was written with the publication
+//! right: the slot may be confirmed that far, and no further.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+use tracing::{info, warn};
+
+use super::RelayError;
+use super::slot::Registration;
+use crate::config::RelayConfig;
+use crate::lsn::{format_lsn, parse_lsn};
+use crate::outbox::COLUMNS;
+
+/// How often a streaming session checks its publication. The slot is confirmed at most
+/// about two of these behind Kafka's acknowledgements, so it is short; a check is one
+/// catalog read of a few rows.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What [`read`] finds in the catalog, in one snapshot (`sql/publication_state.sql`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Catalog {
+    /// The table named `outbox` on the search path.
+    pub outbox: Option<Outbox>,
+    /// The publication's row.
+    pub publication: Option<Publication>,
+    /// The tables it carries.
+    #[serde(default)]
+    pub tables: Vec<Member>,
+    /// The schemas it carries (`FOR TABLES IN SCHEMA`).
+    #[serde(default)]
+    pub schemas: Vec<String>,
+    /// Transactions that committed but were not visible to the snapshot yet.
+    #[serde(default)]
+    pub committed_invisible: Vec<String>,
+    /// Every transaction still running at the snapshot.
+    #[serde(default)]
+    pub running: Vec<String>,
+    /// `pg_event_trigger.evtenabled` of the DDL guard, when installed (`D` is disabled).
+    pub guard: Option<String>,
+    /// The WAL insert position, read after the snapshot.
+    pub wal: String,
+}
+
+/// The outbox table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Outbox {
+    /// Its OID: what pgoutput's Relation messages name.
+    pub oid: u32,
+    /// Its schema.
+    pub schema: String,
+    /// Its name.
+    pub name: String,
+    /// `pg_class.relkind`: `r` for a plain table.
+    pub kind: String,
+    /// Its columns, in order.
+    pub columns: Vec<Column>,
+}
+
+/// One column of the outbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Column {
+    /// Its name.
+    pub name: String,
+    /// Its type's OID.
+    pub type_oid: u32,
+    /// Its type, as PostgreSQL writes it.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// The publication's catalog row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Publication {
+    /// Its OID.
+    pub oid: u32,
+    /// The transaction that wrote this version of its row.
+    pub xmin: String,
+    /// `FOR ALL TABLES`.
+    pub all_tables: bool,
+    /// Publishes inserts.
+    pub insert: bool,
+    /// Publishes updates.
+    pub update: bool,
+    /// Publishes deletes.
+    pub delete: bool,
+    /// Publishes truncates.
+    pub truncate: bool,
+}
+
+/// One table a publication carries (`pg_publication_rel`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Member {
+    /// The membership row's OID.
+    pub oid: u32,
+    /// The transaction that wrote it.
+    pub xmin: String,
+    /// The table's OID.
+    pub relid: u32,
+    /// The table, as its name reads on the search path.
+    pub table: String,
+    /// Whether a row filter applies.
+    pub row_filter: bool,
+    /// Whether only some columns are carried.
+    pub column_list: bool,
+}
+
+/// What a passed check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The publication's identity: its row's OID and version, the outbox's OID, and the
+    /// membership row's OID and version. Another publication, or this one changed in any
+    /// way and changed back, has another.
+    pub identity: String,
+    /// The outbox's OID: a Relation message of any other table is refused.
+    pub outbox_oid: u32,
+    /// The outbox, `schema.name`.
+    pub outbox: String,
+}
+
+/// How to put the publication right, for the messages.
+fn fix(publication: &str) -> String {
+    format!(
+        "As the outbox's owner: `DROP PUBLICATION IF EXISTS {publication}; CREATE PUBLICATION {publication} FOR TABLE outbox WITH (publish = 'insert')` (with SET ra_ledger.allow_outbox_publication_change = on, which the guard of migration V17 asks for). Then run `ledger relay recover`, which publishes from the outbox what the stream left out (docs/operators.md, \"What the relay checks\")"
+    )
+}
+
+/// Why the relay will not stream through its publication.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublicationError {
+    /// No table named outbox on the search path, or not one the relay can read.
+    #[error(
+        "the outbox is not what the relay reads: {reason}. The relay publishes the table named outbox on its role's search path, as `ledger migrate` creates it; fix the schema, then run `ledger relay recover` if the relay streamed before"
+    )]
+    Outbox {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The publication does not exist.
+    #[error(
+        "the publication {publication} does not exist, and the slot streamed through it: outbox rows committed since it was dropped are not in the stream (PostgreSQL 15 to 17 end the stream with an error, 18 sends nothing), and the relay does not re-create it in silence. {}",
+        fix(.publication)
+    )]
+    Missing {
+        /// The publication.
+        publication: String,
+    },
+    /// The publication does not carry exactly the outbox.
+    #[error(
+        "the publication {publication} does not carry exactly the outbox ({outbox}): {reason}. While it does not, committed outbox rows are left out of the stream for good. {}",
+        fix(.publication)
+    )]
+    Wrong {
+        /// The publication.
+        publication: String,
+        /// The outbox, `schema.name`.
+        outbox: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The publication is not the one the relay found before.
+    #[error(
+        "the publication {publication} changed since the relay checked it (it was {before}, it is {now}; the slot is confirmed only up to {covered}): it was altered, dropped and re-created, or another publication is configured, and outbox rows committed meanwhile may be missing from the stream. Run `ledger relay recover`, which publishes from the outbox what the stream may have left out (docs/operators.md, \"What the relay checks\")"
+    )]
+    Changed {
+        /// The publication.
+        publication: String,
+        /// Its identity when last checked.
+        before: String,
+        /// Its identity now.
+        now: String,
+        /// How far the slot may have been confirmed.
+        covered: String,
+    },
+    /// The slot streamed through another publication.
+    #[error(
+        "the slot {slot} streams through the publication {streamed}, but the setting `publication` names {configured}: switching publications under a slot leaves out what the new one did not carry. Set it back to {streamed}, or run `ledger relay recover` with the new setting (docs/operators.md, \"What the relay checks\")"
+    )]
+    OtherPublication {
+        /// The slot.
+        slot: String,
+        /// What it streamed through.
+        streamed: String,
+        /// What the setting names now.
+        configured: String,
+    },
+    /// A Relation message of a table that is not the checked outbox.
+    #[error(
+        "the stream carries the table {table} (OID {oid}), which is not the outbox the relay reads ({outbox}, OID {outbox_oid}): the publication changed or the outbox was rebuilt. {}",
+        fix(.publication)
+    )]
+    ForeignRelation {
+        /// The publication.
+        publication: String,
+        /// The table in the stream, `schema.name`.
+        table: String,
+        /// Its OID.
+        oid: u32,
+        /// The outbox, `schema.name`.
+        outbox: String,
+        /// Its OID.
+        outbox_oid: u32,
+    },
+}
+
+/// Reads the catalog as [`check`] needs it.
+pub async fn read(sql: &Client, publication: &str) -> Result<Catalog, RelayError> {
+    let json: String = sql
+        .query_one(
+            include_str!("../sql/publication_state.sql"),
+            &[&publication],
+        )
+        .await?
+        .get(0);
+    serde_json::from_str(&json)
+        .map_err(|error| RelayError::Catalog(format!("the publication's catalog: {error}")))
+}
+
+/// The publication `config` names, checked (rules 1 to 4); created first when it does not
+/// exist and `create` allows it (a slot about to be created from a snapshot: nothing
+/// streamed through it before). Creating needs the outbox's owner; as another role, the
+/// error says what to run.
+pub async fn ensure(
+    sql: &Client,
+    config: &RelayConfig,
+    create: bool,
+) -> Result<(Checked, Catalog), RelayError> {
+    let mut catalog = read(sql, &config.publication).await?;
+    if catalog.publication.is_none() && create {
+        info!(publication = %config.publication, "creating the outbox publication");
+        let created = sql
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+                config.publication
+            ))
+            .await;
+        match created {
+            Ok(()) => {}
+            // Another relay created it at the same moment.
+            Err(error) if error.code() == Some(&SqlState::DUPLICATE_OBJECT) => {}
+            Err(error) if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                return Err(RelayError::Catalog(format!(
+                    "the publication {publication} does not exist, and the relay's role may not create it ({}): as the outbox's owner, run `CREATE PUBLICATION {publication} FOR TABLE outbox WITH (publish = 'insert')` (`ledger migrate` does)",
+                    crate::infra::pg::explain(&error),
+                    publication = config.publication
+                )));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        catalog = read(sql, &config.publication).await?;
+    }
+    let checked = check(&config.publication, &catalog)?;
+    Ok((checked, catalog))
+}
+
+/// The check at a session's start: rules 1 to 4, then rule 5 against what the slot's
+/// registration remembers (the publication and its identity when last found right). The
+/// first check of the session's [`Coverage`].
+pub async fn at_start(
+    sql: &Client,
+    config: &RelayConfig,
+    registration: Option<&Registration>,
+) -> Result<(Coverage, Checked), RelayError> {
+    let streamed = registration.and_then(|registration| registration.publication.as_deref());
+    if let Some(streamed) = streamed
+        && streamed != config.publication
+    {
+        return Err(PublicationError::OtherPublication {
+            slot: config.slot.clone(),
+            streamed: streamed.to_owned(),
+            configured: config.publication.clone(),
+        }
+        .into());
+    }
+    let (checked, catalog) = ensure(sql, config, registration.is_none()).await?;
+    match catalog.guard.as_deref() {
+        None => warn!(
+            "the outbox guard of migration V17 is not installed, so nothing refuses a command that takes the outbox out of the publication (the relay still stops on it): as a superuser, run `SELECT ra_ledger_install_outbox_guard()` in this database"
+        ),
+        Some("D") => warn!(
+            "the outbox guard of migration V17 is disabled (ALTER EVENT TRIGGER ra_ledger_outbox_guard ENABLE turns it on again)"
+        ),
+        Some(_) => {}
+    }
+    if let Some(before) =
+        registration.and_then(|registration| registration.publication_identity.as_deref())
+        && before != checked.identity
+    {
+        return Err(PublicationError::Changed {
+            publication: config.publication.clone(),
+            before: before.to_owned(),
+            now: checked.identity.clone(),
+            covered: "its confirmed position".into(),
+        }
+        .into());
+    }
+    let mut coverage = Coverage::new(&config.publication, &checked);
+    coverage.passed(&checked, &catalog)?;
+    Ok((coverage, checked))
+}
+
+/// Whether `publication` carries exactly the outbox as the relay reads it (rules 1 to 4 of
+/// the module doc). Pure.
+pub fn check(publication: &str, catalog: &Catalog) -> Result<Checked, PublicationError> {
+    let outbox = catalog
+        .outbox
+        .as_ref()
+        .ok_or_else(|| PublicationError::Outbox {
+            reason: "there is no table named outbox on the search path".into(),
+        })?;
+    let qualified = format!("{}.{}", outbox.schema, outbox.name);
+    if outbox.kind != "r" {
+        return Err(PublicationError::Outbox {
+            reason: format!("{qualified} is not a plain table (relkind {})", outbox.kind),
+        });
+    }
+    for (name, type_oid, required) in COLUMNS {
+        match outbox.columns.iter().find(|column| column.name == name) {
+            None if required => {
+                return Err(PublicationError::Outbox {
+                    reason: format!("{qualified} has no column {name}"),
+                });
+            }
+            Some(column) if column.type_oid != type_oid => {
+                return Err(PublicationError::Outbox {
+                    reason: format!(
+                        "{qualified}.{name} is of type {}, and the relay reads {}",
+                        column.type_name,
+                        crate::outbox::type_name(type_oid)
+                    ),
+                });
+            }
+            _ => {}
+        }
+    }
+    let wrong = |reason: String| PublicationError::Wrong {
+        publication: publication.to_owned(),
+        outbox: qualified.clone(),
+        reason,
+    };
+    let Some(row) = &catalog.publication else {
+        return Err(PublicationError::Missing {
+            publication: publication.to_owned(),
+        });
+    };
+    if row.all_tables {
+        return Err(wrong("it is FOR ALL TABLES".into()));
+    }
+    if !row.insert || row.update || row.delete || row.truncate {
+        let published: Vec<&str> = [
+            (row.insert, "insert"),
+            (row.update, "update"),
+            (row.delete, "delete"),
+            (row.truncate, "truncate"),
+        ]
+        .into_iter()
+        .filter_map(|(on, operation)| on.then_some(operation))
+        .collect();
+        return Err(wrong(format!(
+            "it publishes '{}', not 'insert' alone",
+            published.join(", ")
+        )));
+    }
+    if !catalog.schemas.is_empty() {
+        return Err(wrong(format!(
+            "it carries the schemas {}",
+            catalog.schemas.join(", ")
+        )));
+    }
+    let others: Vec<&str> = catalog
+        .tables
+        .iter()
+        .filter(|member| member.relid != outbox.oid)
+        .map(|member| member.table.as_str())
+        .collect();
+    if !others.is_empty() {
+        return Err(wrong(format!("it carries {} too", others.join(", "))));
+    }
+    let Some(member) = catalog
+        .tables
+        .iter()
+        .find(|member| member.relid == outbox.oid)
+    else {
+        return Err(wrong(format!("it does not carry {qualified}")));
+    };
+    if member.row_filter {
+        return Err(wrong(format!("it carries {qualified} with a row filter")));
+    }
+    if member.column_list {
+        return Err(wrong(format!("it carries {qualified} with a column list")));
+    }
+    Ok(Checked {
+        identity: format!(
+            "publication {}@{} outbox {} membership {}@{}",
+            row.oid, row.xmin, outbox.oid, member.oid, member.xmin
+        ),
+        outbox_oid: outbox.oid,
+        outbox: qualified,
+    })
+}
+
+/// One WAL position a check read, waiting to be vouched for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Candidate {
+    wal: u64,
+    /// Transactions committed but invisible to the check after it: vouched for once all
+    /// have ended.
+    waiting: Vec<String>,
+}
+
+/// How many positions may wait at once; older ones are merged into newer ones.
+const MAX_CANDIDATES: usize = 64;
+
+/// What the passed checks of a publication vouch for (the module doc): the slot may be
+/// confirmed up to [`Coverage::covered`] and no further.
+#[derive(Debug, Clone)]
+pub struct Coverage {
+    publication: String,
+    identity: String,
+    outbox_oid: u32,
+    outbox: String,
+    covered: u64,
+    /// The WAL position the previous passed check read.
+    previous: Option<u64>,
+    candidates: VecDeque<Candidate>,
+}
+
+impl Coverage {
+    /// Coverage of `publication`, whose identity must stay `checked.identity`; nothing is
+    /// vouched for yet.
+    pub fn new(publication: &str, checked: &Checked) -> Self {
+        Self {
+            publication: publication.to_owned(),
+            identity: checked.identity.clone(),
+            outbox_oid: checked.outbox_oid,
+            outbox: checked.outbox.clone(),
+            covered: 0,
+            previous: None,
+            candidates: VecDeque::new(),
+        }
+    }
+
+    /// The WAL position up to which the slot may be confirmed.
+    pub fn covered(&self) -> u64 {
+        self.covered
+    }
+
+    /// The outbox's OID.
+    pub fn outbox_oid(&self) -> u32 {
+        self.outbox_oid
+    }
+
+    /// A check whose rules held found `checked` in `catalog`: refused when the identity
+    /// changed, else what it vouches for is added. Pure.
+    pub fn passed(&mut self, checked: &Checked, catalog: &Catalog) -> Result<(), PublicationError> {
+        if checked.identity != self.identity {
+            return Err(PublicationError::Changed {
+                publication: self.publication.clone(),
+                before: self.identity.clone(),
+                now: checked.identity.clone(),
+                covered: format_lsn(self.covered),
+            });
+        }
+        let wal = parse_lsn(&catalog.wal).ok_or_else(|| PublicationError::Outbox {
+            reason: format!("the server gave the WAL position {:?}", catalog.wal),
+        })?;
+        if let Some(previous) = self.previous.replace(wal) {
+            self.candidates.push_back(Candidate {
+                wal: previous,
+                waiting: catalog.committed_invisible.clone(),
+            });
+        }
+        for candidate in &mut self.candidates {
+            candidate
+                .waiting
+                .retain(|xid| catalog.running.contains(xid));
+        }
+        while self
+            .candidates
+            .front()
+            .is_some_and(|candidate| candidate.waiting.is_empty())
+        {
+            if let Some(candidate) = self.candidates.pop_front() {
+                self.covered = self.covered.max(candidate.wal);
+            }
+        }
+        while self.candidates.len() > MAX_CANDIDATES {
+            // Waiting for both sets before vouching for the newer position is only slower.
+            if let Some(older) = self.candidates.pop_front()
+                && let Some(newer) = self.candidates.front_mut()
+            {
+                newer.waiting.extend(older.waiting);
+            }
+        }
+        Ok(())
+    }
+
+    /// A Relation message for `oid`, `schema.name`: refused unless it is the outbox.
+    pub fn relation(&self, oid: u32, table: &str) -> Result<(), PublicationError> {
+        if oid == self.outbox_oid {
+            return Ok(());
+        }
+        Err(PublicationError::ForeignRelation {
+            publication: self.publication.clone(),
+            table: table.to_owned(),
+            oid,
+            outbox: self.outbox.clone(),
+            outbox_oid: self.outbox_oid,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::type_oid;
+
+    fn ours() -> Catalog {
+        let column = |name: &str, type_oid: u32| Column {
+            name: name.into(),
+            type_oid,
+            type_name: crate::outbox::type_name(type_oid).into(),
+        };
+        Catalog {
+            outbox: Some(Outbox {
+                oid: 16_390,
+                schema: "public".into(),
+                name: "outbox".into(),
+                kind: "r".into(),
+                columns: vec![
+                    column("id", type_oid::INT8),
+                    column("event_id", type_oid::UUID),
+                    column("aggregate_type", type_oid::TEXT),
+                    column("aggregate_id", type_oid::TEXT),
+                    column("event_type", type_oid::TEXT),
+                    column("payload", type_oid::BYTEA),
+                    column("created_at", 1184),
+                    column("traceparent", type_oid::TEXT),
+                ],
+            }),
+            publication: Some(Publication {
+                oid: 16_400,
+                xmin: "745".into(),
+                insert: true,
+                ..Publication::default()
+            }),
+            tables: vec![Member {
+                oid: 16_401,
+                xmin: "745".into(),
+                relid: 16_390,
+                table: "outbox".into(),
+                ..Member::default()
+            }],
+            wal: "0/1000".into(),
+            ..Catalog::default()
+        }
+    }
+
+    fn reason(catalog: &Catalog) -> String {
+        check("pub", catalog).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_publication_the_migrations_make_passes_with_its_identity() {
+        let checked = check("pub", &ours()).unwrap();
+        assert_eq!(
+            checked.identity,
+            "publication 16400@745 outbox 16390 membership 16401@745"
+        );
+        assert_eq!(checked.outbox, "public.outbox");
+    }
+
+    #[test]
+    fn every_way_a_publication_stops_carrying_the_outbox_is_refused() {
+        let mut dropped = ours();
+        dropped.publication = None;
+        dropped.tables.clear();
+        assert_eq!(
+            check("pub", &dropped),
+            Err(PublicationError::Missing {
+                publication: "pub".into()
+            })
+        );
+
+        let mut table_dropped = ours();
+        table_dropped.tables.clear();
+        assert!(reason(&table_dropped).contains("it does not carry public.outbox"));
+
+        // Rebuilt (create, copy, drop, rename) and not added back: the new outbox is not
+        // carried. Added back, the rules hold, and the identity tells (see Coverage).
+        let mut rebuilt = ours();
+        rebuilt.outbox.as_mut().unwrap().oid = 17_000;
+        rebuilt.tables.clear();
+        assert!(reason(&rebuilt).contains("it does not carry public.outbox"));
+        rebuilt.tables.push(Member {
+            oid: 17_001,
+            xmin: "900".into(),
+            relid: 17_000,
+            table: "outbox".into(),
+            ..Member::default()
+        });
+        let added_back = check("pub", &rebuilt).unwrap();
+        assert_ne!(added_back.identity, check("pub", &ours()).unwrap().identity);
+
+        let mut other_schema = ours();
+        other_schema.tables[0].relid = 17_000;
+        other_schema.tables[0].table = "audit.outbox".into();
+        assert!(reason(&other_schema).contains("it carries audit.outbox too"));
+
+        let mut filtered = ours();
+        filtered.tables[0].row_filter = true;
+        assert!(reason(&filtered).contains("row filter"));
+
+        let mut columns = ours();
+        columns.tables[0].column_list = true;
+        assert!(reason(&columns).contains("column list"));
+
+        let mut updates_only = ours();
+        let publication = updates_only.publication.as_mut().unwrap();
+        publication.insert = false;
+        publication.update = true;
+        assert!(reason(&updates_only).contains("publishes 'update', not 'insert' alone"));
+
+        let mut all = ours();
+        all.publication.as_mut().unwrap().all_tables = true;
+        assert!(reason(&all).contains("FOR ALL TABLES"));
+
+        let mut schema = ours();
+        schema.schemas = vec!["public".into()];
+        assert!(reason(&schema).contains("the schemas public"));
+
+        let mut extra = ours();
+        extra.tables.push(Member {
+            relid: 20_000,
+            table: "events".into(),
+            ..Member::default()
+        });
+        assert!(reason(&extra).contains("it carries events too"));
+
+        let text = reason(&dropped);
+        assert!(
+            text.contains("CREATE PUBLICATION pub FOR TABLE outbox WITH (publish = 'insert')")
+                && text.contains("ledger relay recover"),
+            "names the fix: {text}"
+        );
+    }
+
+    #[test]
+    fn an_outbox_the_relay_cannot_read_is_refused() {
+        let mut missing = ours();
+        missing.outbox = None;
+        assert!(reason(&missing).contains("no table named outbox"));
+
+        let mut text_payload = ours();
+        text_payload.outbox.as_mut().unwrap().columns[5] = Column {
+            name: "payload".into(),
+            type_oid: type_oid::TEXT,
+            type_name: "text".into(),
+        };
+        let text = reason(&text_payload);
+        assert!(
+            text.contains("public.outbox.payload is of type text, and the relay reads bytea"),
+            "{text}"
+        );
+
+        let mut no_event_id = ours();
+        no_event_id.outbox.as_mut().unwrap().columns.remove(1);
+        assert!(reason(&no_event_id).contains("has no column event_id"));
+
+        let mut no_traceparent = ours();
+        no_traceparent.outbox.as_mut().unwrap().columns.pop();
+        assert!(
+            check("pub", &no_traceparent).is_ok(),
+            "traceparent is optional"
+        );
+
+        let mut partitioned = ours();
+        partitioned.outbox.as_mut().unwrap().kind = "p".into();
+        assert!(reason(&partitioned).contains("not a plain table"));
+    }
+
+    fn at(wal: &str, committed_invisible: &[&str], running: &[&str]) -> Catalog {
+        Catalog {
+            wal: wal.into(),
+            committed_invisible: committed_invisible.iter().map(|x| x.to_string()).collect(),
+            running: running.iter().map(|x| x.to_string()).collect(),
+            ..ours()
+        }
+    }
+
+    #[test]
+    fn a_check_vouches_for_the_wal_the_check_before_it_read() {
+        let checked = check("pub", &ours()).unwrap();
+        let mut coverage = Coverage::new("pub", &checked);
+        coverage.passed(&checked, &at("0/1000", &[], &[])).unwrap();
+        assert_eq!(coverage.covered(), 0, "one check vouches for nothing yet");
+        coverage.passed(&checked, &at("0/2000", &[], &[])).unwrap();
+        assert_eq!(coverage.covered(), 0x1000);
+        coverage.passed(&checked, &at("0/3000", &[], &[])).unwrap();
+        assert_eq!(coverage.covered(), 0x2000);
+    }
+
+    #[test]
+    fn a_commit_not_visible_yet_is_waited_out() {
+        let checked = check("pub", &ours()).unwrap();
+        let mut coverage = Coverage::new("pub", &checked);
+        coverage.passed(&checked, &at("0/1000", &[], &[])).unwrap();
+        // 900 committed (its standby has not answered) but is not visible: it could be a
+        // change of the publication written before 0/1000.
+        coverage
+            .passed(&checked, &at("0/2000", &["900"], &["900", "901"]))
+            .unwrap();
+        assert_eq!(coverage.covered(), 0);
+        coverage
+            .passed(&checked, &at("0/3000", &[], &["900"]))
+            .unwrap();
+        assert_eq!(coverage.covered(), 0, "900 still running");
+        coverage.passed(&checked, &at("0/4000", &[], &[])).unwrap();
+        assert_eq!(coverage.covered(), 0x3000, "900 ended, and nothing changed");
+    }
+
+    #[test]
+    fn another_identity_is_refused_and_says_how_far_the_slot_went() {
+        let checked = check("pub", &ours()).unwrap();
+        let mut coverage = Coverage::new("pub", &checked);
+        coverage.passed(&checked, &at("0/1000", &[], &[])).unwrap();
+        coverage.passed(&checked, &at("0/2000", &[], &[])).unwrap();
+        let mut altered_back = ours();
+        altered_back.publication.as_mut().unwrap().xmin = "802".into();
+        let again = check("pub", &altered_back).unwrap();
+        let error = coverage
+            .passed(&again, &at("0/3000", &[], &[]))
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error, PublicationError::Changed { .. })
+                && text.contains("publication 16400@802")
+                && text.contains("confirmed only up to 0/1000"),
+            "{text}"
+        );
+        assert_eq!(coverage.covered(), 0x1000, "nothing more vouched for");
+    }
+
+    #[test]
+    fn positions_waiting_on_a_long_commit_stay_bounded() {
+        let checked = check("pub", &ours()).unwrap();
+        let mut coverage = Coverage::new("pub", &checked);
+        for step in 1..=200u64 {
+            coverage
+                .passed(&checked, &at(&format_lsn(step * 0x100), &["900"], &["900"]))
+                .unwrap();
+        }
+        assert!(coverage.candidates.len() <= MAX_CANDIDATES);
+        assert_eq!(coverage.covered(), 0);
+        coverage.passed(&checked, &at("0/FFFF0", &[], &[])).unwrap();
+        assert_eq!(
+            coverage.covered(),
+            200 * 0x100,
+            "all vouched for once 900 ended"
+        );
+    }
+
+    #[test]
+    fn only_the_checked_outbox_may_appear_in_the_stream() {
+        let checked = check("pub", &ours()).unwrap();
+        let coverage = Coverage::new("pub", &checked);
+        assert!(coverage.relation(16_390, "public.outbox").is_ok());
+        let text = coverage
+            .relation(17_000, "audit.outbox")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("audit.outbox (OID 17000)") && text.contains("public.outbox, OID 16390"),
+            "{text}"
+        );
+    }
+}
