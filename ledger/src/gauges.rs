@@ -1,7 +1,8 @@
-//! `ledger serve`'s gauges: every round, one task reads the relay's slot and the outbox
-//! ([`crate::lag`]), the parked messages and, with digests on, whether changes wait for a
-//! digest; it sets [`ServiceMetrics`] (served on the service's `/metrics`) and records a
-//! sample of the lag history ([`crate::lag::history`]).
+//! `ledger serve`'s gauges: every round, one task reads the relay's slot (how far behind,
+//! and whether the server still keeps its WAL) and the outbox ([`crate::lag`]), the parked
+//! messages and, with digests on, whether changes wait for a digest; it sets
+//! [`ServiceMetrics`] (served on the service's `/metrics`) and records a sample of the lag
+//! history ([`crate::lag::history`]).
 //!
 //! From the database, not from the relay: these gauges go on telling the truth while the
 //! relay is down or frozen, when its own vanish or stand still.

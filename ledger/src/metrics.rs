@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use ra_ledger_cdc::infra::prometheus::{Histogram, Metric};
 
+use crate::lag::slot_wal::WalStatus;
+
 /// Pages processed (committed).
 pub const PAGES_PROCESSED: Metric = Metric::counter(
     "ra_reassignment_pages_processed_total",
@@ -293,10 +295,29 @@ pub const OLDEST_UNPUBLISHED_COMMIT_AGE: Metric = Metric::gauge(
     "ra_outbox_oldest_unpublished_commit_age_seconds",
     "At most how long the oldest outbox commit not yet published has waited (from the slot and the retention marks); 0 when everything committed is published.",
 );
-/// `ledger serve`: WAL the relay's slot keeps from being recycled.
+/// `ledger serve`: WAL the relay's slot keeps from being recycled, or once lost, needed
+/// ([`crate::lag::SlotProgress::needed_wal_bytes`]).
 pub const SLOT_RETAINED_WAL: Metric = Metric::gauge(
     "ra_slot_retained_wal_bytes",
-    "WAL bytes the relay's slot keeps from being recycled (from its restart_lsn).",
+    "WAL bytes the relay's slot keeps from being recycled (from its restart_lsn); once PostgreSQL removed WAL it needed (restart_lsn NULL), the WAL since its confirmed position.",
+);
+/// `ledger serve`: the relay slot's `wal_status`, as a set of states
+/// ([`crate::lag::slot_wal::WalStatus`]).
+pub const SLOT_WAL_STATUS: Metric = Metric::gauge(
+    "ra_slot_wal_status",
+    "1 for the relay slot's wal_status in pg_replication_slots, 0 for the others: reserved, extended (beyond max_wal_size), unreserved (the next checkpoint removes WAL it needs), lost (removed: the slot is invalidated).",
+);
+/// The label of [`SLOT_WAL_STATUS`]'s series, whose values are [`WalStatus::as_str`]'s.
+pub const SLOT_WAL_STATUS_LABEL: &str = "status";
+/// `ledger serve`: WAL that can still be written before the relay's slot is past the limit.
+pub const SLOT_SAFE_WAL: Metric = Metric::gauge(
+    "ra_slot_safe_wal_bytes",
+    "WAL bytes the server can still write before the relay's slot is past max_slot_wal_keep_size (pg_replication_slots.safe_wal_size); negative past it; absent when the slot is lost or there is no limit.",
+);
+/// `ledger serve`: the limit past which a checkpoint invalidates the relay's slot.
+pub const SLOT_WAL_KEEP_LIMIT: Metric = Metric::gauge(
+    "ra_slot_wal_keep_limit_bytes",
+    "WAL bytes the server keeps for a replication slot before a checkpoint invalidates it (max_slot_wal_keep_size, or wal_keep_size when larger, in whole segments); absent when there is no limit (-1).",
 );
 /// `ledger serve`: WAL the relay's slot has not confirmed.
 pub const SLOT_LAG: Metric = Metric::gauge(
@@ -377,8 +398,20 @@ impl ServiceMetrics {
             if let Some(bytes) = slot.lag_bytes {
                 SLOT_LAG.render(&mut out, bytes);
             }
-            if let Some(bytes) = slot.retained_bytes {
+            if let Some(bytes) = slot.needed_wal_bytes() {
                 SLOT_RETAINED_WAL.render(&mut out, bytes);
+            }
+            SLOT_WAL_STATUS.render_states(
+                &mut out,
+                SLOT_WAL_STATUS_LABEL,
+                &WalStatus::ALL.map(WalStatus::as_str),
+                slot.wal.status.map(WalStatus::as_str),
+            );
+            if let Some(bytes) = slot.wal.safe_bytes {
+                SLOT_SAFE_WAL.render(&mut out, bytes);
+            }
+            if let Some(bytes) = slot.wal.limit_bytes {
+                SLOT_WAL_KEEP_LIMIT.render(&mut out, bytes);
             }
             OLDEST_UNPUBLISHED_COMMIT_AGE
                 .render(&mut out, format!("{:.3}", slot.waited_seconds(now)));
@@ -396,6 +429,7 @@ impl ServiceMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lag::slot_wal::SlotWal;
 
     /// Every declaration above.
     const ALL: [Metric; 21] = [
@@ -453,6 +487,11 @@ mod tests {
             streaming: true,
             lag_bytes: Some(100),
             retained_bytes: Some(4_096),
+            wal: SlotWal {
+                status: Some(WalStatus::Reserved),
+                safe_bytes: Some(1 << 30),
+                limit_bytes: Some(1 << 30),
+            },
             published_before: Some(now - chrono::Duration::seconds(600)),
             first_uncovered_row: Some(now - chrono::Duration::seconds(90)),
         };
@@ -469,6 +508,9 @@ mod tests {
             SLOT_ACTIVE,
             SLOT_LAG,
             SLOT_RETAINED_WAL,
+            SLOT_WAL_STATUS,
+            SLOT_SAFE_WAL,
+            SLOT_WAL_KEEP_LIMIT,
             OLDEST_UNPUBLISHED_COMMIT_AGE,
             PARKED_WAITING,
             DIGEST_UNSEALED_AGE,
@@ -489,6 +531,17 @@ mod tests {
         assert!((90.0..100.0).contains(&value("ra_outbox_oldest_unpublished_commit_age_seconds")));
         assert!((30.0..40.0).contains(&value("ra_digest_unsealed_seconds")));
         assert_eq!(value("ra_slot_retained_wal_bytes"), 4_096.0);
+        assert_eq!(value("ra_slot_safe_wal_bytes"), 1_073_741_824.0);
+        assert_eq!(value("ra_slot_wal_keep_limit_bytes"), 1_073_741_824.0);
+        assert!(
+            text.contains(
+                "ra_slot_wal_status{status=\"reserved\"} 1\n\
+                 ra_slot_wal_status{status=\"extended\"} 0\n\
+                 ra_slot_wal_status{status=\"unreserved\"} 0\n\
+                 ra_slot_wal_status{status=\"lost\"} 0\n"
+            ),
+            "{text}"
+        );
         assert_eq!(value("ra_outbox_parked_waiting"), 2.0);
         // Digests off: no digest gauge; no slot: only that it is missing.
         metrics.read(ServiceGauges {
@@ -500,5 +553,41 @@ mod tests {
         assert!(text.contains("ra_slot_present 0\n"), "{text}");
         assert!(!text.contains("ra_digest_unsealed_seconds"), "{text}");
         assert!(!text.contains("ra_slot_retained_wal_bytes"), "{text}");
+        assert!(!text.contains("ra_slot_wal_status"), "{text}");
+    }
+
+    /// A slot PostgreSQL invalidated: its `restart_lsn` is NULL and so is `safe_wal_size`.
+    /// The kept WAL goes on as the WAL since the confirmed position (an alert on it does not
+    /// resolve at the loss), the status says lost, and the headroom is gone.
+    #[test]
+    fn a_lost_slot_keeps_its_wal_series_and_says_lost() {
+        let metrics = ServiceMetrics::default();
+        metrics.read(ServiceGauges {
+            read_at: 0,
+            slot: Some(crate::lag::SlotProgress {
+                streaming: false,
+                lag_bytes: Some(70_000_000),
+                retained_bytes: None,
+                wal: SlotWal {
+                    status: Some(WalStatus::Lost),
+                    safe_bytes: None,
+                    limit_bytes: Some(64 << 20),
+                },
+                published_before: None,
+                first_uncovered_row: None,
+            }),
+            parked_waiting: 0,
+            unsealed_since: None,
+        });
+        let text = metrics.render();
+        for line in [
+            "ra_slot_retained_wal_bytes 70000000\n",
+            "ra_slot_wal_status{status=\"unreserved\"} 0\n",
+            "ra_slot_wal_status{status=\"lost\"} 1\n",
+            "ra_slot_wal_keep_limit_bytes 67108864\n",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("ra_slot_safe_wal_bytes"), "{text}");
     }
 }

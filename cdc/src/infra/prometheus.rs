@@ -85,6 +85,25 @@ impl Metric {
         let _ = writeln!(out, "{} {value}", self.name);
     }
 
+    /// Appends this gauge as a set of states: one series per state of `states`, labelled
+    /// `label="<state>"`, 1 for `current` and 0 for the others (all 0 without one). The
+    /// states are the fixed words of a type, so the label's cardinality is theirs; they are
+    /// written as they are, so none may hold `"`, `\` or a line break.
+    pub fn render_states(
+        &self,
+        out: &mut String,
+        label: &str,
+        states: &[&str],
+        current: Option<&str>,
+    ) {
+        self.render_head(out);
+        for state in states {
+            debug_assert!(!state.contains(['"', '\\', '\n']), "{state:?}");
+            let value = u8::from(current == Some(*state));
+            let _ = writeln!(out, "{}{{{label}=\"{state}\"}} {value}", self.name);
+        }
+    }
+
     /// The `# HELP` and `# TYPE` lines.
     fn render_head(&self, out: &mut String) {
         let Self { name, help, kind } = self;
@@ -160,5 +179,25 @@ impl Histogram {
             self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
         let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_of_states_is_one_series_per_state_under_one_head() {
+        let status = Metric::gauge("ra_test_status", "The test's status.");
+        let mut out = String::new();
+        status.render_states(&mut out, "status", &["up", "down"], Some("down"));
+        assert_eq!(
+            out,
+            "# HELP ra_test_status The test's status.\n# TYPE ra_test_status gauge\n\
+             ra_test_status{status=\"up\"} 0\nra_test_status{status=\"down\"} 1\n"
+        );
+        let mut none = String::new();
+        status.render_states(&mut none, "status", &["up", "down"], None);
+        assert!(none.ends_with("{status=\"up\"} 0\nra_test_status{status=\"down\"} 0\n"));
     }
 }

@@ -11,12 +11,16 @@
 //! idle ledger too (the console once read "at most 357 s" on a healthy, idle one).
 //!
 //! - [`slot_progress`]: the slot now.
+//! - [`slot_wal`]: whether the server still keeps the WAL the slot needs, and for how long.
 //! - [`history`]: a sample of it every round, kept a day, for the console's pictures.
 
 pub mod history;
+pub mod slot_wal;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+
+use self::slot_wal::{SlotWal, WalStatus};
 
 /// How far the relay's slot has come, as the console shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +30,11 @@ pub struct SlotProgress {
     /// Bytes of WAL the slot has not confirmed; `None` when it has confirmed nothing.
     pub lag_bytes: Option<i64>,
     /// Bytes of WAL the slot keeps the server from recycling (from its `restart_lsn`): what
-    /// fills the disk while the relay is down.
+    /// fills the disk while the relay is down. `None` once PostgreSQL invalidated the slot
+    /// for removed WAL (its `restart_lsn` is then NULL).
     pub retained_bytes: Option<i64>,
+    /// Whether the server still keeps that WAL, and how much more it keeps.
+    pub wal: SlotWal,
     /// The time of the newest retention mark the slot confirmed: everything committed before
     /// it is published. `None` until the slot passed a mark.
     pub published_before: Option<DateTime<Utc>>,
@@ -70,6 +77,16 @@ impl SlotProgress {
         }
     }
 
+    /// The WAL the slot needs, in bytes: what it keeps ([`SlotProgress::retained_bytes`])
+    /// or, once PostgreSQL removed that WAL and cleared `restart_lsn`, the WAL written since
+    /// its confirmed position, the least a relay would have to read again and which the
+    /// server no longer has. So the figure goes on at the loss, a little lower (the
+    /// confirmed position is at or after `restart_lsn`) and growing with the WAL, instead of
+    /// vanishing the moment the data is lost.
+    pub fn needed_wal_bytes(&self) -> Option<i64> {
+        self.retained_bytes.or(self.lag_bytes)
+    }
+
     /// [`SlotProgress::waiting`] in seconds at `now`: 0 when nothing waits.
     pub fn waited_seconds(&self, now: DateTime<Utc>) -> f64 {
         match self.waiting() {
@@ -87,12 +104,20 @@ pub async fn slot_progress(
     Ok(client
         .query_opt(include_str!("../sql/lag/slot_progress.sql"), &[&slot])
         .await?
-        .map(|row| SlotProgress {
-            streaming: row.get(0),
-            lag_bytes: row.get(1),
-            retained_bytes: row.get(2),
-            published_before: row.get(3),
-            first_uncovered_row: row.get(4),
+        .map(|row| {
+            let status: Option<&str> = row.get("wal_status");
+            SlotProgress {
+                streaming: row.get("streaming"),
+                lag_bytes: row.get("lag_bytes"),
+                retained_bytes: row.get("retained_bytes"),
+                wal: SlotWal {
+                    status: status.and_then(WalStatus::parse),
+                    safe_bytes: row.get("safe_wal_bytes"),
+                    limit_bytes: row.get("wal_keep_limit_bytes"),
+                },
+                published_before: row.get("published_before"),
+                first_uncovered_row: row.get("first_uncovered_row"),
+            }
         }))
 }
 
@@ -107,6 +132,7 @@ mod tests {
             streaming: true,
             lag_bytes: Some(4_096),
             retained_bytes: Some(8_192),
+            wal: SlotWal::default(),
             published_before: mark,
             first_uncovered_row: row,
         }
@@ -121,6 +147,19 @@ mod tests {
         let idle = progress(Some(now - Duration::hours(1)), None);
         assert_eq!(idle.waiting(), Waiting::Nothing);
         assert_eq!(idle.waited_seconds(now), 0.0);
+    }
+
+    /// A slot PostgreSQL invalidated for removed WAL has no `restart_lsn`: the WAL it needs
+    /// is then counted from its confirmed position; otherwise from `restart_lsn`.
+    #[test]
+    fn a_lost_slot_needs_the_wal_since_its_confirmed_position() {
+        let kept = progress(None, None);
+        assert_eq!(kept.needed_wal_bytes(), Some(8_192));
+        let lost = SlotProgress {
+            retained_bytes: None,
+            ..kept
+        };
+        assert_eq!(lost.needed_wal_bytes(), Some(4_096));
     }
 
     /// Stuck: a row written 90 s ago after a mark of an hour ago waits since the row.

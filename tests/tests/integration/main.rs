@@ -44,6 +44,7 @@ mod retention;
 mod roles;
 mod secrets;
 mod service;
+mod slot_wal;
 mod slow_clients;
 mod smoke;
 mod tls;

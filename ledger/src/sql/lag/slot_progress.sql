@@ -1,8 +1,9 @@
 -- The relay's slot ($1) and how far behind it is: whether a relay streams from it, the WAL
 -- bytes it has not confirmed, the WAL it keeps the server from recycling (from its
--- restart_lsn), the time of the newest retention mark it confirmed, and the insert time
--- (`created_at`, the inserting transaction's start) of the first outbox row, by id, that
--- this mark does not cover.
+-- restart_lsn), whether the server still keeps that WAL (wal_status, safe_wal_size) and the
+-- limit past which it would not, the time of the newest retention mark it confirmed, and
+-- the insert time (`created_at`, the inserting transaction's start) of the first outbox
+-- row, by id, that this mark does not cover. Read by column name.
 --
 -- Why that row bounds the wait of every commit not yet published: a row the mark covers
 -- (id <= max_id, of a transaction older than oldest_xact) committed before the mark's
@@ -15,10 +16,19 @@
 -- ledger the answer is 0, however old the newest mark is.
 --
 -- The walk by id skips only covered rows retention has not removed yet (one round's worth).
+--
+-- The limit is what safe_wal_size counts from: max_slot_wal_keep_size, or wal_keep_size when
+-- larger, in whole WAL segments (PostgreSQL's XLogMBVarToSegs rounds down); NULL when
+-- max_slot_wal_keep_size is -1, no limit. Every column read here exists from PostgreSQL 13
+-- on, so one query fits every version the ledger supports.
 WITH slot AS (
-    SELECT active, confirmed_flush_lsn, restart_lsn
+    SELECT active, confirmed_flush_lsn, restart_lsn, wal_status, safe_wal_size
     FROM pg_replication_slots
     WHERE slot_name = $1
+), keep AS (
+    SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size')) AS slot_bytes,
+           pg_size_bytes(current_setting('wal_keep_size')) AS keep_bytes,
+           pg_size_bytes(current_setting('wal_segment_size')) AS segment_bytes
 ), mark AS (
     SELECT m.taken_at, m.max_id, m.oldest_xact
     FROM outbox_retention_marks m, slot s
@@ -26,14 +36,19 @@ WITH slot AS (
     ORDER BY m.lsn DESC
     LIMIT 1
 )
-SELECT s.active,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint,
-       (SELECT taken_at FROM mark),
+SELECT s.active AS streaming,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint AS lag_bytes,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint AS retained_bytes,
+       s.wal_status,
+       s.safe_wal_size AS safe_wal_bytes,
+       CASE WHEN k.slot_bytes >= 0
+            THEN greatest(k.slot_bytes, k.keep_bytes) / k.segment_bytes * k.segment_bytes
+       END AS wal_keep_limit_bytes,
+       (SELECT taken_at FROM mark) AS published_before,
        (SELECT o.created_at
         FROM outbox o
         WHERE NOT EXISTS (SELECT 1 FROM mark m
                           WHERE o.id <= m.max_id AND o.txid < m.oldest_xact)
         ORDER BY o.id
-        LIMIT 1)
-FROM slot s
+        LIMIT 1) AS first_uncovered_row
+FROM slot s, keep k
