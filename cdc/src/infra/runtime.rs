@@ -10,6 +10,18 @@ use tracing::{info, warn};
 
 use super::write_stall::{DEFAULT_WRITE_STALL_TIMEOUT, WriteStall};
 
+/// The exit status of a process that refused to go on because only an operator can mend
+/// what it found: a lost or invalidated slot, a position from another history, a
+/// configuration that cannot work. Restarting it would only repeat the refusal, so the
+/// systemd units do not (`RestartPreventExitStatus=78` in `deploy/systemd/`), and the unit
+/// shows failed; every other exit is restarted.
+///
+/// 78 is `EX_CONFIG` of sysexits(3), "something was found in an unconfigured or
+/// misconfigured state", which systemd shows as `status=78/CONFIG`. It is apart from what
+/// a transient failure exits with: 1 (any other error), 101 (a panic), a signal (a crash,
+/// a kill), and from clap's 2 (a usage error).
+pub const EXIT_REFUSED: u8 = 78;
+
 /// Runs `work` as a process does: `/metrics` (rendered by `render`) on `metrics_listen`
 /// when set, and SIGTERM or Ctrl-C cancelling the token `work` is given, which must then
 /// finish what it does and return.

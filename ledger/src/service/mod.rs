@@ -75,6 +75,15 @@ pub enum ServeError {
     },
 }
 
+impl ServeError {
+    /// Whether only an operator can mend it, so that starting again would only repeat it:
+    /// migrations this role may not apply (`ledger migrate` as the owner first). A database
+    /// not reachable yet, or an address another process still holds, may pass. Pure.
+    pub fn refused(&self) -> bool {
+        matches!(self, Self::Migrate(MigrateError::NotOwner(_)))
+    }
+}
+
 /// Runs `ledger serve` with `service` until `shutdown`: the schema migrated, the API, the
 /// console and the health endpoints served, outbox retention and the digest builder
 /// beside them. Returns once every task stopped.
@@ -353,5 +362,21 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("requests still in progress after {SHUTDOWN_GRACE:?}; stopping anyway");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_the_role_may_not_apply_are_refused_and_a_taken_address_is_not() {
+        let not_owner = ServeError::Migrate(MigrateError::NotOwner(vec!["V13__x".into()]));
+        assert!(not_owner.refused());
+        let taken = ServeError::Listen {
+            listen: "127.0.0.1:18080".parse().unwrap(),
+            cause: io::Error::from(io::ErrorKind::AddrInUse),
+        };
+        assert!(!taken.refused());
     }
 }
