@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RelayConfig;
 use crate::history::{Identity, Stored};
+use crate::infra::partition_end::PartitionEndContext;
 use crate::lsn::{format_lsn, parse_lsn};
 
 /// The position record's value.
@@ -193,7 +194,10 @@ pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, Position
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed");
-    let committed: BaseConsumer = committed_config.create().map_err(kafka)?;
+    // Its partition's end is no error (logged at debug).
+    let committed: BaseConsumer<PartitionEndContext> = committed_config
+        .create_with_context(PartitionEndContext)
+        .map_err(kafka)?;
     let timeout = Duration::from_secs(10);
     // With read_uncommitted the high watermark is the log's end; with read_committed,
     // librdkafka's ListOffsets returns the last stable offset.
@@ -220,7 +224,9 @@ pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, Position
     loop {
         let start = (end - window).max(low);
         // A consumer of its own per read: partition EOF is signalled once per offset.
-        let reader: BaseConsumer = committed_config.create().map_err(kafka)?;
+        let reader: BaseConsumer<PartitionEndContext> = committed_config
+            .create_with_context(PartitionEndContext)
+            .map_err(kafka)?;
         if let Some(position) =
             newest_of_slot(&reader, &topic, &config.slot, start, end).map_err(kafka)?
         {
@@ -236,7 +242,7 @@ pub fn read_committed(config: &RelayConfig) -> Result<Option<Position>, Position
 /// The newest position of `slot` among the committed records from `start` up to at least
 /// `end` (partition EOF, or a record at or past it).
 fn newest_of_slot(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<PartitionEndContext>,
     topic: &str,
     slot: &str,
     start: i64,

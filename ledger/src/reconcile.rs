@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::partition_end::PartitionEndContext;
 use ra_ledger_cdc::lsn::parse_lsn;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
@@ -298,12 +299,13 @@ fn read_topics(
     since: Option<DateTime<Utc>>,
     expected: &mut HashMap<u128, u32>,
 ) -> Result<Kafka, ReconcileError> {
-    let consumer: BaseConsumer = config
+    // A partition's end is how the read knows it is done, no error (logged at debug).
+    let consumer: BaseConsumer<PartitionEndContext> = config
         .set("group.id", "ra-ledger-reconcile")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create()?;
+        .create_with_context(PartitionEndContext)?;
     let (start, mut ends) = range(&consumer, topics, since)?;
     let mut counter = Counter {
         expected,
@@ -353,7 +355,7 @@ fn read_topics(
 /// The range of every partition of `topics`: from `since` (`offsets_for_times`) or the
 /// beginning, to the last stable offset now.
 fn range(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<PartitionEndContext>,
     topics: &[String],
     since: Option<DateTime<Utc>>,
 ) -> Result<Range, ReconcileError> {

@@ -4,6 +4,8 @@
 //! - [`settings`]: the local stack's defaults, TOML and secret files, checks of names.
 //! - [`pg`]: PostgreSQL connection settings and TLS.
 //! - [`kafka`]: librdkafka settings and their security checks.
+//! - [`partition_end`]: the context of consumers that read to a partition's end, which
+//!   logs that end at `debug`, not as an error.
 //! - [`runtime`]: `/metrics`, signals and periodic ticks of a long-running process.
 //! - [`prometheus`]: the text exposition format of counters, gauges and histograms.
 //! - [`write_stall`]: the write timeout of every HTTP server: a connection whose client
@@ -14,6 +16,7 @@
 //! never the other way round.
 
 pub mod kafka;
+pub mod partition_end;
 pub mod pg;
 pub mod prometheus;
 pub mod runtime;

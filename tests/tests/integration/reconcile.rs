@@ -2,13 +2,16 @@
 //! the ledger, and each kind of disagreement found and counted when one is made on purpose
 //! (an event the relay never saw, a record the ledger never had, a second copy, a record
 //! out of its stream's order). A relay that is stopped makes new events unseen, not lost.
+//! Run as an operator runs it, `ledger reconcile` logs no error for the partitions' ends.
 
 use std::time::Duration;
 
 use prost::Message as _;
 use ra_ledger::commands::Ledger;
 use ra_ledger::reconcile::{self, Options, Report};
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_proto::v1::Envelope;
+use ra_ledger_tests::cli;
 use ra_ledger_tests::relay::{Collector, RunningRelay, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -150,5 +153,46 @@ async fn reconcile_is_clean_on_equal_topics_and_counts_each_disagreement() -> an
         "{stuck:?}"
     );
     let _: &Report = &stuck;
+    Ok(())
+}
+
+/// Issue 50, item 9: `ledger reconcile` reads every partition of the event topics to its end
+/// (`enable.partition.eof`), and logged librdkafka's `PartitionEOF` as an ERROR line for
+/// each. The `ledger` binary against an exactly-once relay's topics (where a partition ends
+/// in a commit marker, which only the end's report passes): clean, exit 0, the ends logged
+/// at debug and nothing as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_reconcile_logs_no_error_for_the_ends_it_reads_to() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = RelayConfig {
+        delivery: DeliveryMode::ExactlyOnce,
+        ..test_config(&database, &mut topics).await?
+    };
+    let pool = ra_ledger::db::pool(&database.url, "reconcile-test", 4)?;
+    let ledger = Ledger::new(pool.clone());
+    let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
+    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata()).await?;
+    ra_ledger::testing::seed_assignments(&pool, texas, contact, 20, 10, |_| {}).await?;
+    let relay = RunningRelay::start(config.clone());
+    let outcome = cli::ledger(
+        &["reconcile"],
+        &[
+            ("LEDGER_DATABASE_URL", database.url.as_str()),
+            ("LEDGER_RELAY_SLOT", config.slot.as_str()),
+            (
+                "LEDGER_KAFKA_BROKERS",
+                config.kafka["bootstrap.servers"].as_str(),
+            ),
+            ("LEDGER_TOPIC_PREFIX", config.topic_prefix.as_str()),
+            ("RUST_LOG", "info,ra_ledger_cdc::infra::partition_end=debug"),
+        ],
+    )
+    .await;
+    relay.stop().await?;
+    let (code, log) = outcome?;
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+    assert!(log.contains("reached the end of a partition"), "{log}");
     Ok(())
 }
