@@ -163,6 +163,14 @@ ensure_python_env() {
     export LEDGER_PYTHON="$PYTHON_VENV/bin/python"
 }
 
+# The `ledger` binary, for the tests that run it as an operator does (its exit statuses):
+# cargo builds no other package's binaries for a test. A debug build with the tests'
+# `testing` feature, in the tests' target folder; exports LEDGER_BIN, its path.
+ensure_ledger_binary() {
+    (cd "$REPO_ROOT" && cargo build --locked --quiet -p ra-ledger --bin ledger --features testing)
+    export LEDGER_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ledger"
+}
+
 # schemathesis, pinned in tests/schemathesis/requirements.txt, which checks /openapi.json
 # against the service; exports LEDGER_SCHEMATHESIS, its command.
 ensure_schemathesis() {

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::{Identity, Stored};
+use crate::infra::partition_end::PartitionEndContext;
 use crate::lsn::{format_lsn, parse_lsn};
 
 /// The position record's value.
@@ -240,7 +241,9 @@ pub fn read(config: &RelayConfig, which: Read) -> Result<Option<Position>, Posit
         return Ok(None);
     }
     if which == Read::Committed {
-        let committed: BaseConsumer = reader_config.create().map_err(kafka)?;
+        let committed: BaseConsumer<PartitionEndContext> = reader_config
+            .create_with_context(PartitionEndContext)
+            .map_err(kafka)?;
         let deadline = Instant::now() + config.transaction_timeout() + Duration::from_secs(10);
         loop {
             let (_, stable) = committed
@@ -259,7 +262,10 @@ pub fn read(config: &RelayConfig, which: Read) -> Result<Option<Position>, Posit
     loop {
         let start = (end - window).max(low);
         // A consumer of its own per read: partition EOF is signalled once per offset.
-        let reader: BaseConsumer = reader_config.create().map_err(kafka)?;
+        // Its partition's end is no error (logged at debug).
+        let reader: BaseConsumer<PartitionEndContext> = reader_config
+            .create_with_context(PartitionEndContext)
+            .map_err(kafka)?;
         if let Some(position) =
             newest_of_slot(&reader, &topic, &config.slot, start, end).map_err(kafka)?
         {
@@ -275,7 +281,7 @@ pub fn read(config: &RelayConfig, which: Read) -> Result<Option<Position>, Posit
 /// The newest position of `slot` among the committed records from `start` up to at least
 /// `end` (partition EOF, or a record at or past it).
 fn newest_of_slot(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<PartitionEndContext>,
     topic: &str,
     slot: &str,
     start: i64,

@@ -14,8 +14,11 @@ use std::io::IsTerminal;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Exits 0, or prints the error with its causes (as `fn main() -> anyhow::Result<()>`
+/// would) and exits [`cli::exit_status`]: 78 for a refusal no restart mends, 1 for any
+/// other error.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
@@ -23,5 +26,11 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    cli::run().await
+    match cli::run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:?}");
+            std::process::ExitCode::from(cli::exit_status(&error))
+        }
+    }
 }

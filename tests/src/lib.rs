@@ -6,6 +6,7 @@ pub mod api;
 pub mod background;
 pub mod broker;
 pub mod browser;
+pub mod cli;
 pub mod cluster;
 pub mod database;
 pub mod kafka;

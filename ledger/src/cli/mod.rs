@@ -23,6 +23,7 @@ mod verify;
 mod worker;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use ra_ledger_cdc::infra::runtime::EXIT_REFUSED;
 use ra_ledger_cdc::infra::settings::{env, local};
 
 #[derive(Debug, Parser)]
@@ -176,6 +177,29 @@ pub async fn run() -> anyhow::Result<()> {
     }
 }
 
+/// An error no restart mends: the process found what only an operator can put right (a
+/// lost slot, a position from another history, a configuration that cannot work, migrations
+/// its role may not apply). `ledger` exits [`EXIT_REFUSED`] on it, which the systemd units
+/// do not restart; it shows as the error it wraps.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Refused(anyhow::Error);
+
+/// Marks `error` as a [`Refused`] one.
+pub fn refused(error: impl Into<anyhow::Error>) -> anyhow::Error {
+    Refused(error.into()).into()
+}
+
+/// The exit status of a command that failed: [`EXIT_REFUSED`] for a refusal, else 1, as for
+/// any error. Pure.
+pub fn exit_status(error: &anyhow::Error) -> u8 {
+    if error.is::<Refused>() {
+        EXIT_REFUSED
+    } else {
+        1
+    }
+}
+
 /// Parses `key=value`.
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -183,5 +207,19 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
             Ok((key.trim().to_owned(), value.trim().to_owned()))
         }
         _ => Err(format!("{text:?} is not key=value")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_exits_78_and_any_other_error_1() {
+        let slot_lost = anyhow::anyhow!("the replication slot s is missing");
+        assert_eq!(exit_status(&refused(slot_lost)), 78);
+        let described = refused(anyhow::anyhow!("bad")).context("ledger relay");
+        assert_eq!(exit_status(&described), 78, "context keeps the mark");
+        assert_eq!(exit_status(&anyhow::anyhow!("database down")), 1);
     }
 }

@@ -22,7 +22,8 @@ pub struct ReconcileArgs {
     /// for topics whose retention removed older records.
     #[arg(long, value_parser = parse_time, conflicts_with = "window")]
     since: Option<chrono::DateTime<chrono::Utc>>,
-    /// With --every: each run covers this much time back from its start (e.g. 1h, 30m).
+    /// Only events recorded within this long before the run (each run, with --every), by
+    /// the database's clock, and records from then on (e.g. 1h, 30m).
     #[arg(long, value_parser = parse_duration)]
     window: Option<Duration>,
     /// Run again and again, this far apart (e.g. 5m), serving the findings on
@@ -47,6 +48,7 @@ pub async fn run(database_url: &str, args: ReconcileArgs) -> anyhow::Result<()> 
     let Some(every) = args.every else {
         let options = Options {
             since: args.since,
+            window: args.window,
             settle: args.settle,
         };
         let report = reconcile::run(&pool, &relay, &options).await?;
@@ -68,12 +70,11 @@ pub async fn run(database_url: &str, args: ReconcileArgs) -> anyhow::Result<()> 
         |shutdown| async move {
             let mut ticks = ra_ledger_cdc::infra::runtime::Every::new(every, shutdown);
             while ticks.tick().await {
+                // The window goes back from the snapshot's time by the database's clock,
+                // not this host's.
                 let options = Options {
-                    since: args
-                        .window
-                        .and_then(|window| chrono::Duration::from_std(window).ok())
-                        .map(|window| chrono::Utc::now() - window)
-                        .or(args.since),
+                    since: args.since,
+                    window: args.window,
                     settle: args.settle,
                 };
                 match reconcile::run(&pool, &relay, &options).await {

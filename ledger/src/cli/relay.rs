@@ -4,8 +4,9 @@ use ra_ledger::{db, migrate};
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_cdc::infra::settings::{Settings, env};
 use ra_ledger_cdc::parking::{self, Republished};
+use ra_ledger_cdc::relay::should_retry;
 
-use super::DatabaseArg;
+use super::{DatabaseArg, refused};
 
 /// Arguments of `ledger relay`.
 #[derive(Debug, clap::Args)]
@@ -61,18 +62,29 @@ pub enum ParkedCommand {
     },
 }
 
+/// Runs `ledger relay` or one of its subcommands. A configuration that cannot work, and an
+/// error the relay stopped on ([`should_retry`] false), are [`refused`]: only an operator
+/// mends them. Every other error the relay rides out by reconnecting.
 pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> {
-    let mut config = RelayConfig::read(args.config.as_deref())?;
+    let mut config = RelayConfig::read(args.config.as_deref()).map_err(refused)?;
     if let Some(delivery) = args.delivery {
         config.delivery = delivery;
     }
     if database.explicit {
         config.database_url = database.url.as_str().into();
     }
-    config.resolve_secrets()?;
-    config.validate()?;
+    config.resolve_secrets().map_err(refused)?;
+    config.validate().map_err(refused)?;
     match args.command {
-        None => Ok(ra_ledger_cdc::relay::run_process(config).await?),
+        None => ra_ledger_cdc::relay::run_process(config)
+            .await
+            .map_err(|error| {
+                if should_retry(&error) {
+                    error.into()
+                } else {
+                    refused(error)
+                }
+            }),
         Some(RelayCommand::Parked { command }) => parked(&config, command).await,
         Some(RelayCommand::Recover { events_since }) => {
             let options = ra_ledger_cdc::relay::recover::RecoverOptions { events_since };

@@ -5,7 +5,7 @@ use ra_ledger::service;
 use ra_ledger_cdc::infra::settings::env;
 use tokio_util::sync::CancellationToken;
 
-use super::DatabaseArg;
+use super::{DatabaseArg, refused};
 
 /// Arguments of `ledger serve`; each overrides the config file and the environment
 /// variable of the same setting ([`ra_ledger::config::SERVE_ENV`]), which the config reads.
@@ -33,8 +33,11 @@ pub struct ServeArgs {
     outbox_retention_interval_ms: Option<u64>,
 }
 
+/// Runs `ledger serve`. A configuration that cannot work, and what the service refuses to
+/// start on ([`service::ServeError::refused`]), are [`refused`]; any other error (the
+/// database or the address not there yet) is worth a restart.
 pub async fn run(database: &DatabaseArg, args: ServeArgs) -> anyhow::Result<()> {
-    let mut config = ServeConfig::load(args.config.as_deref())?;
+    let mut config = ServeConfig::load(args.config.as_deref()).map_err(refused)?;
     if database.explicit {
         config.database_url = database.url.as_str().into();
     }
@@ -44,8 +47,14 @@ pub async fn run(database: &DatabaseArg, args: ServeArgs) -> anyhow::Result<()> 
     config.outbox_retention_interval_ms = args
         .outbox_retention_interval_ms
         .unwrap_or(config.outbox_retention_interval_ms);
-    let service = config.validate()?;
+    let service = config.validate().map_err(refused)?;
     let shutdown = CancellationToken::new();
     ra_ledger_cdc::infra::runtime::cancel_on_signal(shutdown.clone());
-    Ok(service::run(service, shutdown).await?)
+    service::run(service, shutdown).await.map_err(|error| {
+        if error.refused() {
+            refused(error)
+        } else {
+            error.into()
+        }
+    })
 }

@@ -3,7 +3,7 @@
 use ra_ledger::config::WorkerConfig;
 use ra_ledger_cdc::infra::settings::{env, listen_address};
 
-use super::{DatabaseArg, parse_key_value};
+use super::{DatabaseArg, parse_key_value, refused};
 
 /// Arguments of `ledger worker`; each overrides the config file and the environment
 /// variable of the same setting ([`ra_ledger::config::WORKER_ENV`]), which the config reads.
@@ -42,8 +42,12 @@ pub struct WorkerArgs {
     kafka: Vec<(String, String)>,
 }
 
+/// Runs `ledger worker`. Every error it returns is [`refused`]: a configuration that cannot
+/// work, or one the worker found before it started ([`ra_ledger::worker::WorkerError`]: a
+/// pool it cannot build, a consumer librdkafka refuses, a secret file gone). Once started it
+/// rides out every database and Kafka failure itself.
 pub async fn run(database: &DatabaseArg, args: WorkerArgs) -> anyhow::Result<()> {
-    let mut config = WorkerConfig::load(args.config.as_deref())?;
+    let mut config = WorkerConfig::load(args.config.as_deref()).map_err(refused)?;
     if database.explicit {
         config.database_url = database.url.as_str().into();
     }
@@ -56,11 +60,12 @@ pub async fn run(database: &DatabaseArg, args: WorkerArgs) -> anyhow::Result<()>
     config.instance_id = args.instance_id.or(config.instance_id);
     config.stall_after_ms = args.stall_after_ms.unwrap_or(config.stall_after_ms);
     if let Some(listen) = args.metrics_listen {
-        config.metrics_listen = listen_address("--metrics-listen", &listen)?;
+        config.metrics_listen = listen_address("--metrics-listen", &listen).map_err(refused)?;
     }
     config.kafka.extend(args.kafka);
-    config.resolve_secrets()?;
-    config.validate()?;
-    ra_ledger::worker::run_process(config).await?;
-    Ok(())
+    config.resolve_secrets().map_err(refused)?;
+    config.validate().map_err(refused)?;
+    ra_ledger::worker::run_process(config)
+        .await
+        .map_err(refused)
 }

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use ra_ledger_cdc::infra::partition_end::PartitionEndContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// Why a topic could not be read to its end.
@@ -50,28 +50,6 @@ pub enum TopicError {
     },
 }
 
-/// The reader's librdkafka context. rdkafka hands every error event to its context before
-/// the consumer sees it, and the default context logs each at `error`, the end of a
-/// partition included. That end is what `enable.partition.eof` asks for and how the read
-/// knows it is done (issue 35, item 10: an `ERROR librdkafka: Partition EOF` line ended
-/// every `ledger verify --digests`), so it is logged at `debug`; every other error as the
-/// default context does.
-#[derive(Debug, Clone, Copy)]
-struct TopicReader;
-
-impl ClientContext for TopicReader {
-    fn error(&self, error: KafkaError, reason: &str) {
-        match error {
-            KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {
-                tracing::debug!(reason, "reached the end of a partition")
-            }
-            error => tracing::error!("librdkafka: {error}: {reason}"),
-        }
-    }
-}
-
-impl ConsumerContext for TopicReader {}
-
 /// Every message of `topic`, read from the beginning up to each partition's end (no
 /// consumer group is joined, nothing is committed). Blocking.
 ///
@@ -92,7 +70,7 @@ pub fn read_blocking(
     topic: &str,
     timeout: Duration,
 ) -> Result<Vec<(String, Vec<u8>)>, TopicError> {
-    let consumer: BaseConsumer<TopicReader> = config
+    let consumer: BaseConsumer<PartitionEndContext> = config
         .set(
             "group.id",
             format!("ledger-verify-{}", uuid::Uuid::new_v4().simple()),
@@ -100,7 +78,7 @@ pub fn read_blocking(
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create_with_context(TopicReader)
+        .create_with_context(PartitionEndContext)
         .map_err(TopicError::Client)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -158,7 +136,7 @@ pub fn read_blocking(
 /// `partitions` of `topic` with the consumer's position in each, e.g. `1 (at offset 4), 2
 /// (nothing read)`, for an operator to see how far the read came.
 fn positions(
-    consumer: &BaseConsumer<TopicReader>,
+    consumer: &BaseConsumer<PartitionEndContext>,
     topic: &str,
     partitions: &BTreeSet<i32>,
 ) -> String {

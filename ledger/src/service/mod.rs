@@ -3,14 +3,15 @@
 //! CLI runs it whole with [`run`]; the test harness builds the same [`app`] and [`serve`]s
 //! it.
 //!
-//! The serve loop is `axum::serve` with the bounds it does not expose. The server bounds
-//! what slow clients can hold ([`Limits`]): a head must arrive within 30 s, a body within
-//! the body-read timeout (answered 408, see [`deadline`]), an answer the client reads none
-//! of within the write-stall timeout closes the connection, and at most so many connections
-//! are open at once. A head over [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`] lines is refused by
-//! hyper with a bare `431`, and a head it cannot parse with a bare `400`; both close the
-//! connection before any handler runs. They are the one exception to the API's JSON error
-//! shape: hyper offers no hook to shape them, and no conforming client sends such a head.
+//! The serve loop is every server's ([`ra_ledger_cdc::infra::server`]), which bounds what
+//! slow clients can hold ([`Limits`]): a head must arrive within 30 s, a body within the
+//! body-read timeout (answered 408, see [`deadline`], the one bound of the service's own),
+//! an answer the client reads none of within the write-stall timeout closes the connection,
+//! and at most so many connections are open at once. A head over [`MAX_HEAD_BYTES`] or
+//! [`MAX_HEADERS`] lines is refused by hyper with a bare `431`, and a head it cannot parse
+//! with a bare `400`; both close the connection before any handler runs. They are the one
+//! exception to the API's JSON error shape: hyper offers no hook to shape them, and no
+//! conforming client sends such a head.
 
 use std::io;
 use std::net::SocketAddr;
@@ -21,8 +22,6 @@ use deadpool_postgres::Pool;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-use ra_ledger_cdc::infra::write_stall::WriteStall;
 
 use crate::api::{AppState, ConsoleState};
 use crate::commands::Ledger;
@@ -35,26 +34,11 @@ mod deadline;
 mod limits;
 pub mod settings;
 
-use limits::ConnectionSlots;
 pub use limits::{
-    ConnectionStats, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_WRITE_STALL_TIMEOUT, Limits,
+    DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };
+pub use ra_ledger_cdc::infra::server::{ConnectionStats, MAX_HEAD_BYTES, MAX_HEADERS};
 pub use settings::{Digests, Retention, Service};
-
-/// Largest request head (request line and headers) accepted.
-pub const MAX_HEAD_BYTES: usize = 32 * 1024;
-/// Most header lines accepted (hyper's default, written out so the docs can name it).
-pub const MAX_HEADERS: usize = 100;
-
-/// How long a draining shutdown waits for requests in progress.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Longest a client may take over its TLS handshake.
-const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
-/// Longest a client may take to send a request head, and most a connection may sit idle
-/// between requests (hyper starts this clock as soon as it waits for a head).
-const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why `ledger serve` could not start, or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +57,15 @@ pub enum ServeError {
         /// Why.
         cause: io::Error,
     },
+}
+
+impl ServeError {
+    /// Whether only an operator can mend it, so that starting again would only repeat it:
+    /// migrations this role may not apply (`ledger migrate` as the owner first). A database
+    /// not reachable yet, or an address another process still holds, may pass. Pure.
+    pub fn refused(&self) -> bool {
+        matches!(self, Self::Migrate(MigrateError::NotOwner(_)))
+    }
 }
 
 /// Runs `ledger serve` with `service` until `shutdown`: the schema migrated, the API, the
@@ -251,18 +244,10 @@ fn spawn_digests(
     }
 }
 
-/// Serves `app` (layered by [`api::layered`]) on `listener` over HTTP/1.1, and over TLS
-/// with `tls`, until `shutdown`, each connection held to `limits`, then lets requests in
-/// progress finish for up to [`SHUTDOWN_GRACE`]. `stats` counts the connections.
-///
-/// This is `axum::serve` with settings it does not expose: half-closed connections are
-/// allowed, so a client that shuts its side down after its request still gets the answer;
-/// request heads must arrive within [`HEADER_READ_TIMEOUT`] and fit in [`MAX_HEAD_BYTES`]
-/// and [`MAX_HEADERS`]; bodies must arrive within [`Limits::body_read_timeout`]; a
-/// connection whose writes make no progress for [`Limits::write_stall_timeout`] is closed
-/// (hyper has no write timeout: the bound wraps the socket, under TLS, so it counts what
-/// the client reads, not what rustls buffers); and at most [`Limits::max_connections`] are
-/// open at once.
+/// Serves `app` (layered by [`api::layered`], bodies bounded by
+/// [`Limits::body_read_timeout`]) on `listener` over HTTP/1.1, and over TLS with `tls`,
+/// until `shutdown`, each connection held to `limits` and counted in `stats`: the loop of
+/// every server of the project ([`ra_ledger_cdc::infra::server::serve`]).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -271,87 +256,26 @@ pub async fn serve(
     stats: Arc<ConnectionStats>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let service = api::layered(app).layer(axum::middleware::from_fn_with_state(
+    let router = api::layered(app).layer(axum::middleware::from_fn_with_state(
         limits.body_read_timeout,
         deadline::body_deadline,
     ));
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .half_close(true)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_header_size(MAX_HEAD_BYTES)
-        .max_headers(MAX_HEADERS);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut slots = ConnectionSlots::new(limits.max_connections, stats);
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        // Shutdown first; then a place for the connection before accepting it: while none
-        // is free, connections wait in the listen backlog (see `Limits::max_connections`).
-        let place = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            place = slots.next() => place,
+    ra_ledger_cdc::infra::server::serve(listener, router, tls, limits.bounds(), stats, shutdown)
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_the_role_may_not_apply_are_refused_and_a_taken_address_is_not() {
+        let not_owner = ServeError::Migrate(MigrateError::NotOwner(vec!["V13__x".into()]));
+        assert!(not_owner.refused());
+        let taken = ServeError::Listen {
+            listen: "127.0.0.1:18080".parse().unwrap(),
+            cause: io::Error::from(io::ErrorKind::AddrInUse),
         };
-        let (stream, _) = tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                // Out of file descriptors and the like: wait, as axum does, not spin.
-                Err(error) => {
-                    tracing::warn!(%error, "cannot accept a connection; retrying in 1 s");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    continue;
-                }
-            },
-        };
-        let slot = place.occupy();
-        // Small JSON answers: send them now rather than wait for more.
-        let _ = stream.set_nodelay(true);
-        let stream = WriteStall::over_tcp(stream, limits.write_stall_timeout);
-        let service = hyper_util::service::TowerToHyperService::new(service.clone());
-        match &tls {
-            None => {
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let connection = graceful.watch(builder.serve_connection(io, service));
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "HTTP connection ended with an error");
-                    }
-                    drop(slot);
-                });
-            }
-            Some(config) => {
-                // The handshake runs on the connection's task: a slow client holds up
-                // nobody, and one that never finishes is dropped after TLS_HANDSHAKE.
-                let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let stream =
-                        match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(error)) => {
-                                return tracing::debug!(%error, "TLS handshake failed");
-                            }
-                            Err(_) => return tracing::debug!("TLS handshake timed out"),
-                        };
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let connection = watcher.watch(builder.serve_connection(io, service));
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "HTTPS connection ended with an error");
-                    }
-                    drop(slot);
-                });
-            }
-        }
-    }
-    drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("requests still in progress after {SHUTDOWN_GRACE:?}; stopping anyway");
+        assert!(!taken.refused());
     }
 }

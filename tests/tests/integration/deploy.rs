@@ -1,12 +1,16 @@
 //! What `deploy/` ships for production: systemd units that `systemd-analyze` accepts with
-//! their hardening, and example configs every key of which the services know.
+//! their hardening and that do not restart a refusal, example configs every key of which
+//! the services know, and the `ledger` binary's exit status when it refuses.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ra_ledger::config::{ServeConfig, WorkerConfig};
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::runtime::EXIT_REFUSED;
 use ra_ledger_cdc::infra::settings::read_file;
+use ra_ledger_tests::cli::ledger;
+use ra_ledger_tests::{TestDatabase, random_suffix, stack};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -42,6 +46,10 @@ fn systemd_units_verify_cleanly_and_are_hardened() -> anyhow::Result<()> {
         ] {
             assert!(text.contains(setting), "{unit} lacks {setting}");
         }
+        // Issue 50, item 6: a refusal is not restarted (with `Restart=always` and
+        // `RestartSec=2s` the start limit is never reached, and refusals repeated for ever).
+        let prevented = format!("\nRestartPreventExitStatus={EXIT_REFUSED}\n");
+        assert!(text.contains(&prevented), "{unit} lacks {prevented:?}");
         let path = dir.join(unit);
         std::fs::write(
             &path,
@@ -120,5 +128,52 @@ fn example_production_configs_use_only_known_keys_and_no_inline_secret() -> anyh
     assert!(relay.kafka_secret_files.contains_key("sasl.password"));
     assert!(worker.kafka_secret_files.contains_key("sasl.password"));
     assert!(relay.database_password_file.is_some() && worker.database_password_file.is_some());
+    Ok(())
+}
+
+/// Issue 50, item 6: `ledger relay` that refuses exits 78, which the units do not restart,
+/// and any other failure 1. A database whose slot is registered in `relay_slots` but missing
+/// (lost in a failover, a restore, a drop) is refused with `relay stopped`; so is a slot
+/// name the configuration cannot use. A parked message that is not there is an ordinary
+/// error: 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_relay_exits_78_on_a_refusal_and_1_on_another_error() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let slot = format!("relay_{}", random_suffix());
+    database
+        .connect()
+        .await?
+        .execute(
+            "INSERT INTO relay_slots (slot_name, registered_by) VALUES ($1, 'test')",
+            &[&slot],
+        )
+        .await?;
+    let brokers = stack().kafka_brokers.clone();
+    let env = [
+        ("LEDGER_DATABASE_URL", database.url.as_str()),
+        ("LEDGER_RELAY_SLOT", slot.as_str()),
+        ("LEDGER_KAFKA_BROKERS", brokers.as_str()),
+        ("LEDGER_METRICS_LISTEN", ""),
+    ];
+
+    let (code, log) = ledger(&["relay"], &env).await?;
+    assert_eq!(code, Some(78), "a lost slot:\n{log}");
+    assert!(log.contains("relay stopped"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "the replication slot {slot} is missing, though the relay streamed from it before"
+        )),
+        "{log}"
+    );
+
+    let mut bad_slot = env;
+    bad_slot[1] = ("LEDGER_RELAY_SLOT", "Not-A-Slot");
+    let (code, log) = ledger(&["relay"], &bad_slot).await?;
+    assert_eq!(code, Some(78), "a slot name that cannot work:\n{log}");
+    assert!(log.contains("Not-A-Slot"), "{log}");
+
+    let (code, log) = ledger(&["relay", "parked", "republish", "--id", "1"], &env).await?;
+    assert_eq!(code, Some(1), "no such parked message:\n{log}");
+    assert!(log.contains("no pending parked message with id 1"), "{log}");
     Ok(())
 }

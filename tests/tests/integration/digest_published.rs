@@ -292,26 +292,10 @@ async fn reading_a_topic_to_its_end_logs_no_error() -> anyhow::Result<()> {
     }
     let config = topics.client_config();
     let read_topic = topic.clone();
-    // rdkafka logs through `log`: bridged into tracing, as `ledger`'s own subscriber does.
-    let _ = tracing_log::LogTracer::init();
     let (messages, log) = tokio::task::spawn_blocking(move || {
-        let log = CapturedLog::default();
-        let writer = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let messages = tracing::subscriber::with_default(subscriber, || {
-            // Another test's thread may have registered the reader's `debug!` callsite just
-            // then, its interest worked out before this subscriber existed and kept after
-            // (tracing caches it per callsite): it would then never reach this subscriber,
-            // and the log came back empty once under load. Worked out again now, with this
-            // subscriber in place.
-            tracing::callsite::rebuild_interest_cache();
+        CapturedLog::while_running(|| {
             ra_ledger::digest::topic::read_blocking(config, &read_topic, Duration::from_secs(60))
-        });
-        (messages, log.text())
+        })
     })
     .await?;
     assert_eq!(messages?.len(), 2, "{log}");

@@ -583,3 +583,40 @@ async fn a_transaction_too_large_for_the_kafka_timeout_stops_the_relay_naming_th
     assert_eq!(confirmed().await?, before, "the slot did not pass it");
     Ok(())
 }
+
+/// Issue 50, item 9: the exactly-once relay reads its position back at every start, to the
+/// end of the position topic's partition (`enable.partition.eof`), and each read logged
+/// librdkafka's `PartitionEOF` as an ERROR line. Once a relay committed positions, the
+/// reader finds the newest, and logs the end at debug, nothing as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_the_position_back_logs_no_error() -> anyhow::Result<()> {
+    use crate::ledger::CapturedLog;
+
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = RelayConfig {
+        delivery: DeliveryMode::ExactlyOnce,
+        ..test_config(&database, &mut topics).await?
+    };
+    let client = database.connect().await?;
+    insert_backlog(&client, 3, 2, 64).await?;
+    let end = wal_end(&client).await?;
+    let relay = RunningRelay::start(config.clone());
+    until_confirmed(
+        &client,
+        &config.slot,
+        &end,
+        Duration::from_secs(60),
+        &mut [],
+    )
+    .await?;
+    relay.stop().await?;
+    let (position, log) = tokio::task::spawn_blocking(move || {
+        CapturedLog::while_running(|| ra_ledger_cdc::position::read_committed(&config))
+    })
+    .await?;
+    assert!(position?.is_some(), "no position read back:\n{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+    assert!(log.contains("reached the end of a partition"), "{log}");
+    Ok(())
+}

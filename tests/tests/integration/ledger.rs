@@ -127,6 +127,30 @@ impl CapturedLog {
     pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("the log")).into_owned()
     }
+
+    /// Runs `work` on this thread and returns what it logged at `debug` and above, records
+    /// of the `log` crate included (rdkafka logs through it), bridged into tracing as
+    /// `ledger`'s own subscriber does.
+    pub(crate) fn while_running<T>(work: impl FnOnce() -> T) -> (T, String) {
+        let _ = tracing_log::LogTracer::init();
+        let log = CapturedLog::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let outcome = tracing::subscriber::with_default(subscriber, || {
+            // Another test's thread may have registered a callsite of `work` just then, its
+            // interest worked out before this subscriber existed and kept after (tracing
+            // caches it per callsite): it would then never reach this subscriber, and the
+            // log came back empty once under load. Worked out again now, with this
+            // subscriber in place.
+            tracing::callsite::rebuild_interest_cache();
+            work()
+        });
+        (outcome, log.text())
+    }
 }
 
 // One thread: the request runs on the thread whose log is captured.

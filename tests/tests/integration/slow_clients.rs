@@ -2,7 +2,9 @@
 //! answered 408 within the body-read timeout and its connection closed; a client that never
 //! reads its answers is closed after the write-stall timeout, while one that reads slowly
 //! gets every byte; with the connection cap full of such clients, the next client waits
-//! only until they are cut off, and the cap is counted.
+//! only until they are cut off, and the cap is counted. The relay's `/metrics` closes a
+//! client that sends nothing, as the API does (the same server; its bounds are tested in
+//! `cdc/src/infra/runtime.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -312,4 +314,66 @@ fn count_answers(bytes: &[u8]) -> usize {
         rest = &body[length..];
     }
     complete
+}
+
+/// Issue 50, item 10: the relay's `/metrics` kept a connection that sent nothing for ever.
+/// The relay as its own process, `/metrics` on a free port: a client that sends nothing is
+/// closed once the head's timeout (30 s, the API's) has passed, and a scrape beside it is
+/// answered with the relay's metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_metrics_close_a_client_that_sends_nothing() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = ra_ledger_tests::TestTopics::new();
+    let config = ra_ledger_tests::relay::test_config(&database, &mut topics).await?;
+    let address = format!("127.0.0.1:{}", ra_ledger_tests::process::free_port()?);
+    let mut relay = crate::relay_faults::spawn_relay_with(
+        &config,
+        &[("LEDGER_METRICS_LISTEN", address.as_str())],
+    )?;
+    let outcome = async {
+        let connected = tokio::time::timeout(CUT_OFF_WITHIN, async {
+            loop {
+                match TcpStream::connect(&address).await {
+                    Ok(stream) => return stream,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        })
+        .await;
+        let mut silent = connected
+            .map_err(|_| anyhow::anyhow!("no /metrics on {address} after {CUT_OFF_WITHIN:?}"))?;
+        let mut scrape = TcpStream::connect(&address).await?;
+        scrape
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(CUT_OFF_WITHIN, scrape.read_to_end(&mut answer)).await??;
+        let answer = String::from_utf8_lossy(&answer);
+        anyhow::ensure!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        anyhow::ensure!(answer.contains("ra_relay_sessions_total"), "{answer}");
+        // 30 s of the head's timeout, and as much again.
+        let mut received = Vec::new();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(60), silent.read_to_end(&mut received))
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!("the relay still holds a silent /metrics client after 60 s")
+                })?;
+        anyhow::ensure!(
+            ended.is_ok()
+                || ended
+                    .as_ref()
+                    .is_err_and(|error| error.kind() == std::io::ErrorKind::ConnectionReset),
+            "{ended:?}"
+        );
+        anyhow::ensure!(
+            !String::from_utf8_lossy(&received).contains("ra_relay"),
+            "a client that sent nothing was answered"
+        );
+        Ok(())
+    }
+    .await;
+    let _ = relay.kill();
+    relay.wait()?;
+    outcome
 }

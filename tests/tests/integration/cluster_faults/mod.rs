@@ -369,8 +369,8 @@ impl<'a> Scenario<'a> {
             .map(|row| row.get(0))
             .collect();
         let options = reconcile::Options {
-            since: None,
             settle: Duration::from_secs(120),
+            ..reconcile::Options::default()
         };
         let windows: Vec<Window> = self.faults.iter().map(|f| f.window.clone()).collect();
         let mut outcomes = Vec::new();

@@ -4,15 +4,17 @@
 //! # How one run decides
 //!
 //! 1. **The ledger's side.** In one snapshot: every event of the range (all, or recorded
-//!    since a time), and `W`, the WAL insert position after the snapshot: every event the
-//!    snapshot sees committed before `W`.
+//!    since a time, or within a window back from the snapshot's time: every time here is
+//!    the database's clock, as `recorded_at` is), and `W`, the WAL insert position after
+//!    the snapshot: every event the snapshot sees committed before `W`.
 //! 2. **The relay's word.** It waits (up to `settle`) until the relay's slot is confirmed
 //!    at or past `W`. The relay confirms a transaction only once Kafka acknowledged all of
 //!    it (and, exactly once, committed it), so from then on every event of the snapshot
 //!    must be readable. Until then a missing event is *unseen*, not lost.
-//! 3. **Kafka's side.** Every partition of the event topics, from the range's first offset
-//!    (`offsets_for_times`: a record's timestamp is taken after its event was recorded) to
-//!    the end it has once the relay caught up, with `read_committed`.
+//! 3. **Kafka's side.** Every partition of the event topics, from the range's start to the
+//!    end it has once the relay caught up, with `read_committed`. The start is one the
+//!    records prove ([`start`]): the records' Kafka timestamps come from the relay's host
+//!    clock, which may be minutes off the database's, so they only guess it.
 //! 4. **The verdict.**
 //!    - *lost*: in the snapshot, confirmed, not parked, not on Kafka;
 //!    - *phantom*: on Kafka, not in `events` (asked again at the end, so that an event
@@ -38,6 +40,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::partition_end::PartitionEndContext;
 use ra_ledger_cdc::lsn::parse_lsn;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
@@ -46,6 +49,8 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 use tokio_postgres::IsolationLevel;
 
 use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE};
+
+mod start;
 
 /// The aggregate types whose topics carry the ledger's events.
 pub const EVENT_AGGREGATES: [&str; 2] = [CONTACT_AGGREGATE, ASSIGNMENT_AGGREGATE];
@@ -59,6 +64,9 @@ pub struct Options {
     /// Only events recorded at or after this time, and records from then on (topics whose
     /// retention removed older records can be checked this way).
     pub since: Option<DateTime<Utc>>,
+    /// Only events recorded within this long before the run's snapshot, by the database's
+    /// clock (`--window`); it wins over `since`.
+    pub window: Option<Duration>,
     /// How long to wait for the relay to confirm past the ledger's snapshot.
     pub settle: Duration,
 }
@@ -67,8 +75,24 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             since: None,
+            window: None,
             settle: Duration::from_secs(60),
         }
+    }
+}
+
+/// Where the range starts: `window` back from `database_now`, the snapshot's time by the
+/// database's clock, else `since`, else nowhere (everything). No host clock is read: a
+/// host whose clock is off would move the range, and `recorded_at` is the database's.
+/// Pure.
+fn range_start(
+    since: Option<DateTime<Utc>>,
+    window: Option<Duration>,
+    database_now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    match window.and_then(|window| chrono::TimeDelta::from_std(window).ok()) {
+        Some(window) => Some(database_now - window),
+        None => since,
     }
 }
 
@@ -144,14 +168,13 @@ pub async fn run(
     options: &Options,
 ) -> Result<Report, ReconcileError> {
     let started = Instant::now();
-    let (mut expected, wal) = snapshot(pool, options.since).await?;
+    let (mut expected, wal, since) = snapshot(pool, options).await?;
     let caught_up = wait_for_slot(pool, &relay.slot, &wal, options.settle).await?;
     let topics: Vec<String> = EVENT_AGGREGATES
         .iter()
         .map(|aggregate| relay.topic(aggregate))
         .collect();
     let consumer_config = relay.consumer_settings().client_config()?;
-    let since = options.since;
     let read = tokio::task::spawn_blocking(move || {
         read_topics(consumer_config, &topics, since, &mut expected).map(|kafka| (kafka, expected))
     })
@@ -199,12 +222,12 @@ pub async fn run(
     Ok(report)
 }
 
-/// The events of the range, as ids with no copy seen yet, and the WAL insert position
-/// after the snapshot that saw them.
+/// The events of the range, as ids with no copy seen yet, the WAL insert position after
+/// the snapshot that saw them, and where the range starts ([`range_start`]).
 async fn snapshot(
     pool: &Pool,
-    since: Option<DateTime<Utc>>,
-) -> Result<(HashMap<u128, u32>, String), ReconcileError> {
+    options: &Options,
+) -> Result<(HashMap<u128, u32>, String, Option<DateTime<Utc>>), ReconcileError> {
     let mut client = pool.get().await?;
     let transaction = client
         .build_transaction()
@@ -212,15 +235,17 @@ async fn snapshot(
         .read_only(true)
         .start()
         .await?;
-    // The first statement takes the snapshot; the position is read after it.
-    let wal: String = transaction
-        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
-        .await?
-        .get(0);
+    // The first statement takes the snapshot; the position is read after it, and the
+    // transaction's time (now(), the database's clock) from which a window goes back.
+    let row = transaction
+        .query_one("SELECT pg_current_wal_insert_lsn()::text, now()", &[])
+        .await?;
+    let wal: String = row.get(0);
+    let since = range_start(options.since, options.window, row.get(1));
     let aggregates: Vec<&str> = EVENT_AGGREGATES.to_vec();
     let portal = transaction
         .bind(
-            include_str!("sql/reconcile/events.sql"),
+            include_str!("../sql/reconcile/events.sql"),
             &[&since, &aggregates],
         )
         .await?;
@@ -236,7 +261,7 @@ async fn snapshot(
         }
     }
     transaction.commit().await?;
-    Ok((expected, wal))
+    Ok((expected, wal, since))
 }
 
 /// Waits until `slot` is confirmed at or past `wal`; whether it was within `settle`.
@@ -298,15 +323,23 @@ fn read_topics(
     since: Option<DateTime<Utc>>,
     expected: &mut HashMap<u128, u32>,
 ) -> Result<Kafka, ReconcileError> {
-    let consumer: BaseConsumer = config
+    // A partition's end is how the read knows it is done, no error (logged at debug).
+    let consumer: BaseConsumer<PartitionEndContext> = config
         .set("group.id", "ra-ledger-reconcile")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create()?;
-    let (start, mut ends) = range(&consumer, topics, since)?;
+        .create_with_context(PartitionEndContext)?;
+    // The probes of the range's start read with a consumer of their own: librdkafka tells
+    // a consumer of a partition's end once per offset, and the read below needs to hear it.
+    let prober = match since {
+        Some(_) => Some(config.create_with_context(PartitionEndContext)?),
+        None => None,
+    };
+    let (start, mut ends) = range(&consumer, prober.as_ref(), topics, since)?;
     let mut counter = Counter {
         expected,
+        since,
         kafka: Kafka::default(),
         last: HashMap::new(),
         extra: HashMap::new(),
@@ -350,16 +383,19 @@ fn read_topics(
     Ok(kafka)
 }
 
-/// The range of every partition of `topics`: from `since` (`offsets_for_times`) or the
-/// beginning, to the last stable offset now.
+/// The range of every partition of `topics`: from the beginning, or from a start proven
+/// before `since` ([`start::start_of`], its first guess `offsets_for_times`, its probes
+/// read by `prober`), to the last stable offset now.
 fn range(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<PartitionEndContext>,
+    prober: Option<&BaseConsumer<PartitionEndContext>>,
     topics: &[String],
     since: Option<DateTime<Utc>>,
 ) -> Result<Range, ReconcileError> {
     let timeout = Duration::from_secs(30);
     let mut start = TopicPartitionList::new();
     let mut ends: HashMap<(String, i32), i64> = HashMap::new();
+    let mut lows: HashMap<(String, i32), i64> = HashMap::new();
     for topic in topics {
         let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
         let partitions: Vec<i32> = metadata
@@ -376,6 +412,7 @@ fn range(
             if high > low {
                 ends.insert((topic.clone(), partition), high);
             }
+            lows.insert((topic.clone(), partition), low);
             let offset = match since {
                 Some(time) => Offset::Offset(time.timestamp_millis()),
                 None => Offset::Beginning,
@@ -383,8 +420,9 @@ fn range(
             start.add_partition_offset(topic, partition, offset)?;
         }
     }
-    if since.is_some() {
-        start = consumer.offsets_for_times(start, timeout)?;
+    if let (Some(since), Some(prober)) = (since, prober) {
+        let guesses = consumer.offsets_for_times(start, timeout)?;
+        start = start::proven(prober, &guesses, &lows, &ends, since)?;
     }
     // A partition whose start is at or past its end (nothing since then) is done.
     for element in start.elements() {
@@ -418,6 +456,9 @@ fn drop_finished(positions: &TopicPartitionList, ends: &mut HashMap<(String, i32
 struct Counter<'a> {
     /// The ledger's events, with the copies seen so far.
     expected: &'a mut HashMap<u128, u32>,
+    /// Where the range starts: a record of an event not expected counts only from there
+    /// ([`start::of_range`]).
+    since: Option<DateTime<Utc>>,
     kafka: Kafka,
     /// Per partition and topic-and-key, the last first copy.
     last: HashMap<(i32, Vec<u8>), Last>,
@@ -427,7 +468,6 @@ struct Counter<'a> {
 
 impl Counter<'_> {
     fn record(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) {
-        self.kafka.records += 1;
         let headers = message.headers();
         let header = |name: &str| -> Option<String> {
             headers.and_then(|headers| {
@@ -438,12 +478,26 @@ impl Counter<'_> {
                     .map(|value| String::from_utf8_lossy(value).into_owned())
             })
         };
-        let Some(id) = header("id").and_then(|id| uuid::Uuid::parse_str(&id).ok()) else {
+        let id = header("id")
+            .and_then(|id| uuid::Uuid::parse_str(&id).ok())
+            .map(|id| id.as_u128());
+        // The read starts before the range (see `start`): what it meets there of events the
+        // range does not expect is not this run's to judge.
+        if !id.is_some_and(|id| self.expected.contains_key(&id))
+            && !start::of_range(
+                self.since,
+                header(ra_ledger_cdc::publish::header::COMMIT_TIMESTAMP).as_deref(),
+                message.timestamp().to_millis(),
+            )
+        {
+            return;
+        }
+        self.kafka.records += 1;
+        let Some(id) = id else {
             // A record without an event id is no event of the ledger's.
             self.kafka.unexpected.push(0);
             return;
         };
-        let id = id.as_u128();
         let copies = match self.expected.get_mut(&id) {
             Some(copies) => copies,
             None => self.extra.entry(id).or_insert(0),
@@ -533,4 +587,26 @@ async fn among(
 
 fn uuid_text(id: u128) -> String {
     uuid::Uuid::from_u128(id).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_goes_back_from_the_databases_time_and_wins_over_since() {
+        let database_now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let since = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let hour = Some(Duration::from_secs(3_600));
+        assert_eq!(
+            range_start(Some(since), hour, database_now),
+            Some(database_now - chrono::TimeDelta::hours(1))
+        );
+        assert_eq!(
+            range_start(None, hour, database_now),
+            range_start(Some(since), hour, database_now)
+        );
+        assert_eq!(range_start(Some(since), None, database_now), Some(since));
+        assert_eq!(range_start(None, None, database_now), None);
+    }
 }

@@ -1,0 +1,44 @@
+//! The `ledger` binary, run as an operator runs it: for what only the process shows, its
+//! exit status and its log. `deploy/test` builds it and names it in `LEDGER_BIN` (cargo
+//! builds no other package's binaries for a test).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+/// The longest a command may run before the test gives up on it.
+const LONGEST: Duration = Duration::from_secs(120);
+
+/// The `ledger` binary's path, from `LEDGER_BIN`.
+pub fn binary() -> anyhow::Result<String> {
+    std::env::var("LEDGER_BIN").map_err(|_| {
+        anyhow::anyhow!(
+            "LEDGER_BIN is not set: run this test through deploy/test, which builds target/debug/ledger"
+        )
+    })
+}
+
+/// Runs `ledger` with `arguments` and `env` (over the test's environment, without its
+/// `LEDGER_RELAY_CONFIG` and `RUST_LOG`: set them in `env`) until it exits; its exit code
+/// and what it wrote to stderr, its log. Killed after [`LONGEST`].
+pub async fn ledger(
+    arguments: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(Option<i32>, String)> {
+    let child = tokio::process::Command::new(binary()?)
+        .args(arguments)
+        .env_remove("LEDGER_RELAY_CONFIG")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let output = tokio::time::timeout(LONGEST, child.wait_with_output())
+        .await
+        .map_err(|_| anyhow::anyhow!("ledger {arguments:?} still ran after {LONGEST:?}"))??;
+    Ok((
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
