@@ -612,7 +612,9 @@ async fn reading_the_position_back_logs_no_error() -> anyhow::Result<()> {
     .await?;
     relay.stop().await?;
     let (position, log) = tokio::task::spawn_blocking(move || {
-        CapturedLog::while_running(|| ra_ledger_cdc::position::read_committed(&config))
+        CapturedLog::while_running(|| {
+            ra_ledger_cdc::position::read(&config, ra_ledger_cdc::position::Read::Committed)
+        })
     })
     .await?;
     assert!(position?.is_some(), "no position read back:\n{log}");

@@ -181,10 +181,15 @@ async fn the_gauges_warn_before_a_slot_is_lost_and_go_on_saying_so() -> anyhow::
         "the test wants a limit of several whole segments; segments are {segment} bytes"
     );
 
-    // Shape 1: max_wal_size above the limit. The relay's slot, created as `ledger migrate`
-    // creates it, and never read from.
+    // Shape 1: max_wal_size above the limit. A pgoutput slot, as the relay's, never read
+    // from.
     let slot = format!("{}_relay", database.name);
-    ra_ledger::migrate::ensure_relay_slot(&ledger, &slot).await?;
+    ledger
+        .execute(
+            "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await?;
     let (reserved, past, text) = switch_until_not_reserved(&pool, &other, &slot).await?;
     println!(
         "server {version}, segments of {segment} bytes, limit {LIMIT}; max_wal_size 1GB: {}",
