@@ -3,8 +3,9 @@
 //! it. Two delivery modes (`delivery` in [`RelayConfig`]):
 //!
 //! - `at_least_once` (the default), an [`at_least_once`] delivery: an idempotent producer, the slot
-//!   confirmed behind Kafka's acknowledgements. After any crash it resumes from the slot:
-//!   duplicates are possible, loss is not; consumers deduplicate on the event id.
+//!   confirmed behind Kafka's acknowledgements and a position record of them
+//!   ([`crate::position`]). After any crash it resumes from the slot: duplicates are
+//!   possible, loss is not; consumers deduplicate on the event id.
 //! - `exactly_once`, an [`exactly_once`] delivery: a transactional producer per slot, whole
 //!   PostgreSQL transactions grouped into Kafka transactions ([`group`]) that also carry
 //!   the relay's position ([`crate::position`]), the slot confirmed after each commit. A
@@ -17,11 +18,12 @@
 //! deduplicating on the event id (docs/exactly-once.md).
 //!
 //! [`run`] reconnects with backoff; each connection is a session, set up by [`setup`] the
-//! same way for both modes: on the primary, its identity read, the slot checked
-//! ([`slot`], [`gate`]); while it streams, [`health`] watches what could stall it in
-//! silence. What ends a session is retried unless it needs an operator
-//! ([`should_retry`]): a lost slot, a position from another history, a configuration that
-//! cannot work.
+//! same way for both modes: on the primary, its identity read, the slot and the publication
+//! checked ([`slot`], [`publication`], [`gate`]); while it streams, the reader checks the
+//! publication again and confirms no further than those checks vouch for, and [`health`]
+//! watches what could stall it in silence. What ends a session is retried unless it needs
+//! an operator ([`should_retry`]): a lost slot, a publication that stopped carrying the
+//! outbox, a position from another history, a configuration that cannot work.
 
 mod at_least_once;
 mod exactly_once;

@@ -344,6 +344,19 @@ impl PostgresServer {
         }
     }
 
+    /// A fast shutdown, waited out: the server's files are still once this returns (its
+    /// `postmaster.pid` gone), ready to copy or replace.
+    pub fn stop_and_wait(&self) -> anyhow::Result<()> {
+        self.stop("INT")?;
+        let pid_file = self.data_dir.join("postmaster.pid");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pid_file.exists() {
+            anyhow::ensure!(Instant::now() < deadline, "postgres did not stop in 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// Stops the server: `INT` is a fast shutdown, `QUIT` an immediate one (a crash).
     pub fn stop(&self, signal: &'static str) -> anyhow::Result<()> {
         let pid = self

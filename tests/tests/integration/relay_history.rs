@@ -224,8 +224,7 @@ async fn two_databases_sharing_a_slot_name_and_topics_do_not_skip_each_others_ev
 
 /// Stops `server` (fast), copies its data folder to `backup`, starts it again.
 fn back_up(server: &PostgresServer, backup: &std::path::Path) -> anyhow::Result<()> {
-    server.stop("INT")?;
-    wait_stopped(server)?;
+    server.stop_and_wait()?;
     let status = std::process::Command::new("cp")
         .arg("-a")
         .arg(&server.data_dir)
@@ -238,8 +237,7 @@ fn back_up(server: &PostgresServer, backup: &std::path::Path) -> anyhow::Result<
 /// Stops `server`, puts `backup` in place of its data folder, starts it: a restore from a
 /// file-system snapshot, under the same slot name.
 fn restore(server: &PostgresServer, backup: &std::path::Path) -> anyhow::Result<()> {
-    server.stop("INT")?;
-    wait_stopped(server)?;
+    server.stop_and_wait()?;
     std::fs::remove_dir_all(&server.data_dir)?;
     let status = std::process::Command::new("cp")
         .arg("-a")
@@ -248,19 +246,6 @@ fn restore(server: &PostgresServer, backup: &std::path::Path) -> anyhow::Result<
         .status()?;
     anyhow::ensure!(status.success(), "cp -a failed");
     server.start()
-}
-
-fn wait_stopped(server: &PostgresServer) -> anyhow::Result<()> {
-    let pid_file = server.data_dir.join("postmaster.pid");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while pid_file.exists() {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "postgres did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 /// A server restored to an older point under the same slot name: refused while the

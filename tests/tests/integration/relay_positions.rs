@@ -19,6 +19,7 @@ use ra_ledger_cdc::relay::recover::{RecoverOptions, recover};
 use ra_ledger_tests::relay::{
     Collector, OpenEndedWriter, RunningRelay, Tally, insert_backlog, test_config,
 };
+use ra_ledger_tests::stack::PostgresServer;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -158,13 +159,10 @@ async fn at_least_once_refuses_an_older_timeline_than_it_published_from() -> any
     Ok(())
 }
 
-/// Item 3, the sketch: exactly once, heartbeats every 200 ms; one event; a copy of
-/// the data folder; heartbeats go on (heartbeat-only Kafka transactions move the position
-/// past the copy's WAL end); the copy restored; written until its WAL passes the position.
-/// Neither `Ahead` nor the outbox check (its newest event is in the copy) can tell: the
-/// heartbeat count does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quiet_database_restored_from_a_copy_is_refused() -> anyhow::Result<()> {
+/// A PostgreSQL of the test's own (it is stopped, copied, replaced), a database on it, the
+/// test's topics and an exactly-once relay configuration.
+async fn exactly_once_on_a_private_server()
+-> anyhow::Result<(PostgresServer, TestDatabase, TestTopics, RelayConfig)> {
     let server = ra_ledger_tests::stack::private_postgres()?;
     let database = TestDatabase::on(&server.admin_url()).await?;
     let mut topics = TestTopics::new();
@@ -172,6 +170,17 @@ async fn a_quiet_database_restored_from_a_copy_is_refused() -> anyhow::Result<()
         &test_config(&database, &mut topics).await?,
         DeliveryMode::ExactlyOnce,
     );
+    Ok((server, database, topics, config))
+}
+
+/// Item 3, the sketch: exactly once, heartbeats every 200 ms; one event; a copy of
+/// the data folder; heartbeats go on (heartbeat-only Kafka transactions move the position
+/// past the copy's WAL end); the copy restored; written until its WAL passes the position.
+/// Neither `Ahead` nor the outbox check (its newest event is in the copy) can tell: the
+/// heartbeat count does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_database_restored_from_a_copy_is_refused() -> anyhow::Result<()> {
+    let (server, database, topics, config) = exactly_once_on_a_private_server().await?;
     let mut collector = Collector::new(&topics)?;
     let relay = RunningRelay::start(config.clone());
     let first: HashSet<String> = insert_backlog(&database.connect().await?, 1, 1, 32)
@@ -180,8 +189,7 @@ async fn a_quiet_database_restored_from_a_copy_is_refused() -> anyhow::Result<()
         .collect();
     assert!(collector.until_all(Duration::from_secs(60), &first).await);
     relay.stop().await?;
-    server.stop("INT")?;
-    wait_until_stopped(&server)?;
+    server.stop_and_wait()?;
     let copy = server.clone_to(&server.data_dir.with_file_name("copy"))?;
     server.start()?;
     let relay = RunningRelay::start(config.clone());
@@ -197,8 +205,7 @@ async fn a_quiet_database_restored_from_a_copy_is_refused() -> anyhow::Result<()
         .get(0);
     drop(client);
     // The copy in place of the server.
-    server.stop("INT")?;
-    wait_until_stopped(&server)?;
+    server.stop_and_wait()?;
     std::fs::remove_dir_all(&server.data_dir)?;
     std::fs::rename(&copy.data_dir, &server.data_dir)?;
     server.start()?;
@@ -241,34 +248,14 @@ async fn a_quiet_database_restored_from_a_copy_is_refused() -> anyhow::Result<()
     Ok(())
 }
 
-fn wait_until_stopped(server: &ra_ledger_tests::stack::PostgresServer) -> anyhow::Result<()> {
-    let pid_file = server.data_dir.join("postmaster.pid");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while pid_file.exists() {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "postgres did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 /// Item 7: a clone of the cluster (a file-system copy: the same system identifier, so the
 /// same transactional id) behind the real one, and an exactly-once relay pointed at it with
 /// the real one's slot name and topics. It must refuse before it fences: fencing first
 /// aborted the real relay's Kafka transaction and ended its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exactly_once_relay_pointed_at_a_clone_checks_before_it_fences() -> anyhow::Result<()> {
-    let server = ra_ledger_tests::stack::private_postgres()?;
-    let database = TestDatabase::on(&server.admin_url()).await?;
-    let mut topics = TestTopics::new();
-    let config = in_mode(
-        &test_config(&database, &mut topics).await?,
-        DeliveryMode::ExactlyOnce,
-    );
-    server.stop("INT")?;
-    wait_until_stopped(&server)?;
+    let (server, database, topics, config) = exactly_once_on_a_private_server().await?;
+    server.stop_and_wait()?;
     let clone = server.clone_to(&server.data_dir.with_file_name("clone"))?;
     server.start()?;
     clone.start()?;
