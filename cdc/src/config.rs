@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::infra::kafka::{BOOTSTRAP_SERVERS, KafkaSettings};
 use crate::infra::settings::{
     ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, check_identifier, env, listen, local,
+    non_empty,
 };
 use crate::value_format::ValueFormat;
 
@@ -104,10 +105,21 @@ crate::settings! {
             env env::TOPIC_PREFIX => |c, v| c.topic_prefix = v.to_owned();
         /// Explicit topic per aggregate type, e.g. `{ contact = "ra.contacts" }`.
         topics: BTreeMap<String, String> = BTreeMap::new();
-        /// The value format of an aggregate type's topic, `protobuf` (the default) or `json`
-        /// (the proto3 canonical JSON of the same envelope), e.g. `{ assignment = "json" }`;
-        /// for `contact`, `assignment` and `reassignment` (see [`crate::value_format`]).
-        value_formats: BTreeMap<String, ValueFormat> = BTreeMap::new();
+        /// The value format of an aggregate type's topic, `protobuf` (the default), `json`
+        /// (the proto3 canonical JSON of the same envelope) or `confluent_protobuf` (the
+        /// protobuf in Confluent's wire format, its schema in `schema_registry_url`), e.g.
+        /// `{ assignment = "json" }`; for `contact`, `assignment` and `reassignment` (see
+        /// [`crate::value_format`]). `LEDGER_VALUE_FORMATS` sets the whole map:
+        /// `assignment=confluent_protobuf,contact=confluent_protobuf`.
+        value_formats: BTreeMap<String, ValueFormat> = BTreeMap::new(),
+            env env::VALUE_FORMATS => |c, v| c.value_formats = value_formats(v)?;
+        /// The Confluent-compatible API of the schema registry where the relay registers
+        /// events.proto for every `confluent_protobuf` topic when it starts, e.g.
+        /// `http://127.0.0.1:18081/apis/ccompat/v7` (Apicurio's; `LEDGER_SCHEMA_REGISTRY_URL`).
+        /// Required when a topic is `confluent_protobuf`; contacted only at start
+        /// ([`crate::registry`]).
+        schema_registry_url: Option<String> = None,
+            env env::SCHEMA_REGISTRY_URL => |c, v| c.schema_registry_url = non_empty(v).map(str::to_owned);
         /// librdkafka settings passed through, e.g. `bootstrap.servers`
         /// (`LEDGER_KAFKA_BROKERS`), `linger.ms`, `security.protocol`, `ssl.ca.location`
         /// (and the other `LEDGER_KAFKA_*` variables, [`crate::infra::kafka::ENV_SETTINGS`]).
@@ -247,6 +259,7 @@ impl RelayConfig {
         }
         self.kafka_settings().validate()?;
         crate::value_format::validate(&self.value_formats)?;
+        self.check_registry()?;
         for (field, value) in [
             ("max_in_flight", self.max_in_flight as u64),
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
@@ -265,6 +278,32 @@ impl RelayConfig {
             }
         }
         Ok(())
+    }
+
+    /// A framed topic needs a registry, and the registry's URL must be one.
+    fn check_registry(&self) -> Result<(), ConfigError> {
+        let framed: Vec<&str> = self
+            .value_formats
+            .iter()
+            .filter(|(_, format)| format.is_framed())
+            .map(|(aggregate_type, _)| aggregate_type.as_str())
+            .collect();
+        match &self.schema_registry_url {
+            None if !framed.is_empty() => Err(ConfigError::invalid(
+                "schema_registry_url",
+                "",
+                format!(
+                    "value_formats sets confluent_protobuf for {}: name the schema registry's Confluent-compatible API (LEDGER_SCHEMA_REGISTRY_URL), e.g. http://127.0.0.1:18081/apis/ccompat/v7",
+                    framed.join(", ")
+                ),
+            )),
+            None => Ok(()),
+            Some(url) => crate::registry::SchemaRegistry::new(url)
+                .map(drop)
+                .map_err(|error| {
+                    ConfigError::invalid("schema_registry_url", url, error.to_string())
+                }),
+        }
     }
 
     /// The topic of an aggregate type.
@@ -381,6 +420,20 @@ impl RelayConfig {
     }
 }
 
+/// `LEDGER_VALUE_FORMATS`: `aggregate=format` pairs separated by commas (empty: none).
+fn value_formats(text: &str) -> Result<BTreeMap<String, ValueFormat>, &'static str> {
+    const EXPECTED: &str = "expected aggregate=format pairs separated by commas, each format protobuf, json or confluent_protobuf";
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (aggregate_type, format) = pair.split_once('=').ok_or(EXPECTED)?;
+            let format = ValueFormat::parse(format).ok_or(EXPECTED)?;
+            Ok((aggregate_type.trim().to_owned(), format))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,12 +513,63 @@ mod tests {
                 .map(|error| error.to_string())
                 .unwrap_or_default();
         assert!(
-            unknown_format.contains("unknown variant `avro`"),
+            unknown_format.contains(
+                "unknown value format `avro`, expected one of `protobuf`, `json`, `confluent_protobuf`"
+            ),
             "{unknown_format}"
         );
+    }
+
+    #[test]
+    fn a_framed_topic_needs_a_registry_url_that_is_one() {
+        let framed: RelayConfig =
+            toml::from_str(r#"value_formats = { assignment = "confluent_protobuf" }"#).unwrap();
+        assert_eq!(
+            framed.value_format("assignment"),
+            ValueFormat::ConfluentProtobuf { schema_id: None }
+        );
+        let error = framed.validate().unwrap_err().to_string();
         assert!(
-            unknown_format.contains("expected `protobuf` or `json`"),
-            "{unknown_format}"
+            error.starts_with(
+                "config: schema_registry_url = \"\": value_formats sets confluent_protobuf for assignment"
+            ),
+            "{error}"
+        );
+        let registry = RelayConfig {
+            schema_registry_url: Some("http://127.0.0.1:18081/apis/ccompat/v7".into()),
+            ..framed.clone()
+        };
+        registry.validate().unwrap();
+        let bad = RelayConfig {
+            schema_registry_url: Some("127.0.0.1:18081".into()),
+            ..framed
+        };
+        let error = bad.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("schema_registry_url = \"127.0.0.1:18081\""),
+            "{error}"
+        );
+        let mut from_env = RelayConfig::default();
+        crate::infra::settings::overlay(&mut from_env, RELAY_ENV, |name| match name {
+            "LEDGER_VALUE_FORMATS" => Some("assignment=confluent_protobuf, contact=json".into()),
+            "LEDGER_SCHEMA_REGISTRY_URL" => Some("http://r:1/apis/ccompat/v7".into()),
+            _ => None,
+        })
+        .unwrap();
+        from_env.validate().unwrap();
+        assert_eq!(from_env.value_format("contact"), ValueFormat::Json);
+        assert!(from_env.value_format("assignment").is_framed());
+        let mut typo = RelayConfig::default();
+        let error = crate::infra::settings::overlay(&mut typo, RELAY_ENV, |name| {
+            (name == "LEDGER_VALUE_FORMATS").then(|| "assignment:json".into())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains(
+                "LEDGER_VALUE_FORMATS = \"assignment:json\": expected aggregate=format pairs"
+            ),
+            "{error}"
         );
     }
 

@@ -12,11 +12,15 @@
 //! - [`lsn`]: LSN text both ways, and why LSN text is never compared.
 //! - [`pgoutput`]: pgoutput bytes to typed messages (fuzzed).
 //! - [`outbox`]: an outbox row from its pgoutput tuple.
-//! - [`value_format`]: protobuf or the proto3 JSON of the envelope, per topic.
+//! - [`confluent_wire`]: Confluent's wire format for protobuf values (magic byte, schema
+//!   id, message indexes), both ways.
+//! - [`value_format`]: protobuf, the proto3 JSON or the framed protobuf of the envelope,
+//!   per topic.
 //!
 //! **The relay**: the outbox from PostgreSQL's logical replication stream to Kafka, in commit
 //! order, the slot confirmed only behind Kafka's acknowledgements:
 //! - [`config`]: the relay's settings.
+//! - [`registry`]: the schema registry of framed topics, written to once at start.
 //! - [`publish`]: Kafka records of outbox rows, and what to do with a delivery error.
 //! - [`ack`]: which commits Kafka has fully acknowledged, so the slot may move.
 //! - [`history`]: the server history a slot's position must belong to.
@@ -30,6 +34,7 @@
 
 pub mod ack;
 pub mod config;
+pub mod confluent_wire;
 pub mod consumer;
 pub mod history;
 pub mod infra;
@@ -40,6 +45,7 @@ pub mod parking;
 pub mod pgoutput;
 pub mod position;
 pub mod publish;
+pub mod registry;
 pub mod relay;
 pub mod replay;
 pub mod value_format;

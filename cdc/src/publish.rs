@@ -486,6 +486,46 @@ mod tests {
     }
 
     #[test]
+    fn a_framed_topic_gets_the_stored_bytes_framed_with_its_schema_id() {
+        let stored = Envelope {
+            event_id: "e-1".into(),
+            ..Envelope::default()
+        }
+        .encode_to_vec();
+        let row = OutboxRow {
+            payload: Bytes::from(stored.clone()),
+            ..contact_row()
+        };
+        let commit = Arc::new(CommitHeaders::of(&CommitInfo {
+            commit_lsn: 1,
+            xid: 1,
+            commit_time_micros: 0,
+        }));
+        let framed = RelayConfig {
+            value_formats: BTreeMap::from([(
+                "contact".into(),
+                ValueFormat::ConfluentProtobuf { schema_id: Some(7) },
+            )]),
+            ..RelayConfig::default()
+        };
+        let message = OutgoingMessage::new(&framed, row.clone(), &commit, 0).unwrap();
+        let mut expected = b"\x00\x00\x00\x00\x07\x00".to_vec();
+        expected.extend_from_slice(&stored);
+        assert_eq!(message.value.as_ref(), expected.as_slice());
+        assert_eq!(message.row.payload.as_ref(), stored.as_slice());
+        // Not registered: no value, and the stream waits rather than park.
+        let unregistered = RelayConfig {
+            value_formats: BTreeMap::from([(
+                "contact".into(),
+                ValueFormat::ConfluentProtobuf { schema_id: None },
+            )]),
+            ..RelayConfig::default()
+        };
+        let refused = OutgoingMessage::new(&unregistered, row, &commit, 0).unwrap_err();
+        assert!(refused.error.holds_the_stream(), "{}", refused.error);
+    }
+
+    #[test]
     fn a_replayed_event_carries_the_headers_the_events_table_can_give() {
         let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         assert_eq!(

@@ -1,10 +1,12 @@
-//! What the relay publishes as a message's value: the outbox payload as stored (protobuf,
-//! the default), or its proto3 canonical JSON mapping, per aggregate type's topic
-//! (`value_formats` in the relay's config), for teams without protobuf tooling.
+//! What the relay publishes as a message's value, per aggregate type's topic
+//! (`value_formats` in the relay's config): the outbox payload as stored (protobuf, the
+//! default); its proto3 canonical JSON mapping, for teams without protobuf tooling; or the
+//! stored payload framed in Confluent's wire format ([`crate::confluent_wire`]), for teams
+//! whose deserializers read through a schema registry.
 //!
 //! Only the published value changes: the ledger stores, hashes and seals the protobuf
-//! bytes, and a JSON value is rendered from exactly those bytes, so both formats decode to
-//! the same `ra.ledger.v1.Envelope`. The key and the headers are the same in both.
+//! bytes, and a JSON or framed value is rendered from exactly those bytes, so every format
+//! decodes to the same `ra.ledger.v1.Envelope`. The key and the headers are the same in all.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +15,7 @@ use prost::Message as _;
 use ra_ledger_proto::v1::Envelope;
 use serde::Deserialize;
 
+use crate::confluent_wire::{self, SchemaId};
 use crate::infra::settings::ConfigError;
 
 /// The aggregate types whose outbox payload is a `ra.ledger.v1.Envelope` (what the ledger
@@ -22,7 +25,7 @@ pub const ENVELOPE_AGGREGATES: [&str; 3] = ["contact", "assignment", "reassignme
 
 /// The encoding of a topic's message values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String")]
 pub enum ValueFormat {
     /// The envelope's protobuf bytes, as the ledger stored them (`application/x-protobuf`).
     #[default]
@@ -31,14 +34,28 @@ pub enum ValueFormat {
     /// lowerCamelCase names, 64-bit integers as strings, enums by name, default values left
     /// out, the `event` oneof as its case's field (e.g. `"contactCreated": {...}`).
     Json,
+    /// `confluent_protobuf`: the envelope's protobuf bytes in Confluent's wire format,
+    /// `0x00`, the schema's id in the registry (4 bytes, big-endian), the envelope's message
+    /// indexes (`0x00`: the first message of events.proto), then the bytes as stored.
+    /// `schema_id` is what the registry answered when the relay registered events.proto under
+    /// the topic's subject at start ([`crate::registry::register_topics`]); `None` until then,
+    /// and no value is rendered without it, so nothing unframed is ever published as framed.
+    ConfluentProtobuf {
+        /// The registry's id of the schema, once registered.
+        schema_id: Option<SchemaId>,
+    },
 }
 
 impl ValueFormat {
-    /// Parses `protobuf` or `json`.
+    /// The names configuration files use, in the order error messages list them.
+    pub const NAMES: [&str; 3] = ["protobuf", "json", "confluent_protobuf"];
+
+    /// Parses `protobuf`, `json` or `confluent_protobuf` (not registered yet).
     pub fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
             "protobuf" => Some(Self::Protobuf),
             "json" => Some(Self::Json),
+            "confluent_protobuf" => Some(Self::ConfluentProtobuf { schema_id: None }),
             _ => None,
         }
     }
@@ -48,13 +65,27 @@ impl ValueFormat {
         match self {
             Self::Protobuf => "protobuf",
             Self::Json => "json",
+            Self::ConfluentProtobuf { .. } => "confluent_protobuf",
         }
+    }
+
+    /// Whether the values go through a schema registry.
+    pub fn is_framed(self) -> bool {
+        matches!(self, Self::ConfluentProtobuf { .. })
     }
 
     /// The value to publish for the stored `payload`.
     pub fn render(self, payload: &Bytes) -> Result<Bytes, RenderError> {
         match self {
             Self::Protobuf => Ok(payload.clone()),
+            Self::ConfluentProtobuf {
+                schema_id: Some(schema_id),
+            } => Ok(confluent_wire::frame(
+                schema_id,
+                ra_ledger_proto::ENVELOPE_MESSAGE_INDEXES,
+                payload,
+            )),
+            Self::ConfluentProtobuf { schema_id: None } => Err(RenderError::Unregistered),
             Self::Json => {
                 let envelope = Envelope::decode(payload.as_ref())
                     .map_err(|error| RenderError::NotAnEnvelope(error.to_string()))?;
@@ -78,6 +109,19 @@ impl ValueFormat {
     }
 }
 
+impl TryFrom<String> for ValueFormat {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        Self::parse(&text).ok_or_else(|| {
+            format!(
+                "unknown value format `{text}`, expected one of `{}`",
+                Self::NAMES.join("`, `")
+            )
+        })
+    }
+}
+
 /// A payload that cannot be rendered in its topic's format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
@@ -91,18 +135,25 @@ pub enum RenderError {
         "an envelope carries {0}: ledger serve writes a newer events.proto than this relay renders as JSON. Nothing is published or parked meanwhile, the stream waits. Upgrade the relay (and the consumers) before ledger serve (docs/event-schema-evolution.md)"
     )]
     Newer(String),
+    /// A `confluent_protobuf` topic whose schema the relay has not registered: a value
+    /// without its schema id would be read by no deserializer, so the stream waits. The relay
+    /// registers before it reads anything; only a caller that skipped that meets this.
+    #[error(
+        "a confluent_protobuf topic has no schema id: the relay registers events.proto in the schema registry before it publishes (a bug if this shows); nothing is published or parked meanwhile"
+    )]
+    Unregistered,
 }
 
 impl RenderError {
     /// Whether the stream must wait rather than park the message.
     pub fn holds_the_stream(&self) -> bool {
-        matches!(self, Self::Newer(_))
+        matches!(self, Self::Newer(_) | Self::Unregistered)
     }
 }
 
 /// Checks `value_formats`: its keys must be envelope aggregate types (a typo would leave a
-/// topic on protobuf without a word). The reassignment worker reads either format
-/// ([`crate::consumer::decode`]), so its topic may be JSON too.
+/// topic on protobuf without a word). The reassignment worker reads every format
+/// ([`crate::consumer::decode`]), so its topic may be JSON or framed too.
 pub fn validate(formats: &BTreeMap<String, ValueFormat>) -> Result<(), ConfigError> {
     for aggregate_type in formats.keys() {
         if !ENVELOPE_AGGREGATES.contains(&aggregate_type.as_str()) {
@@ -239,5 +290,29 @@ mod tests {
         validate(&formats("reassignment")).unwrap();
         assert_eq!(ValueFormat::parse(" JSON "), Some(ValueFormat::Json));
         assert_eq!(ValueFormat::parse("avro"), None);
+    }
+
+    #[test]
+    fn a_framed_value_is_the_stored_bytes_behind_six_bytes_and_never_without_an_id() {
+        let stored = Bytes::from(envelope().encode_to_vec());
+        let framed = ValueFormat::ConfluentProtobuf {
+            schema_id: Some(258),
+        }
+        .render(&stored)
+        .unwrap();
+        assert_eq!(&framed[..6], b"\x00\x00\x00\x01\x02\x00");
+        assert_eq!(&framed[6..], stored.as_ref());
+        let parsed = crate::confluent_wire::Framed::parse(&framed).unwrap();
+        assert_eq!(Envelope::decode(parsed.payload).unwrap(), envelope());
+        let error = ValueFormat::parse("confluent_protobuf")
+            .unwrap()
+            .render(&stored)
+            .unwrap_err();
+        assert_eq!(error, RenderError::Unregistered);
+        assert!(error.holds_the_stream(), "{error}");
+        assert_eq!(
+            ValueFormat::try_from("avro".to_owned()).unwrap_err(),
+            "unknown value format `avro`, expected one of `protobuf`, `json`, `confluent_protobuf`"
+        );
     }
 }

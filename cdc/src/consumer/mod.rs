@@ -46,6 +46,14 @@ pub enum ConsumeError {
     /// The value is JSON, but not the canonical JSON of a `ra.ledger.v1.Envelope`.
     #[error("message value is not the JSON of a ra.ledger.v1.Envelope: {0}")]
     DecodeJson(#[from] serde_json::Error),
+    /// The value starts with the magic byte of Confluent's wire format but is not framed.
+    #[error("message value: {0}")]
+    Framing(#[from] crate::confluent_wire::WireError),
+    /// A framed value whose message indexes name another message than the envelope.
+    #[error(
+        "message value is framed for a registry with message indexes {0:?}, not those of ra.ledger.v1.Envelope"
+    )]
+    NotTheEnvelope(Vec<i32>),
     /// The envelope has no event id to deduplicate on.
     #[error("envelope carries no event_id")]
     MissingEventId,
@@ -54,12 +62,23 @@ pub enum ConsumeError {
     Database(#[from] tokio_postgres::Error),
 }
 
-/// Decodes a Kafka message value: the protobuf envelope, or its canonical JSON (a topic the
-/// relay's `value_formats` sets to `json`), told apart by the first byte: a JSON object
-/// starts with `{`, an envelope's encoding with field 1's tag (`0x0A`).
+/// Decodes a Kafka message value: the protobuf envelope, its canonical JSON (a topic the
+/// relay's `value_formats` sets to `json`), or the envelope in Confluent's wire format (set
+/// to `confluent_protobuf`), told apart by the first byte: a JSON object starts with `{`, a
+/// framed value with the magic byte `0x00`, an envelope's encoding with field 1's tag
+/// (`0x0A`). A framed value is read without the registry: the envelope is the only message
+/// a topic carries, so its message indexes must name it, and its schema id is not needed to
+/// decode it.
 pub fn decode(payload: &[u8]) -> Result<Envelope, ConsumeError> {
     let envelope = match payload.first() {
         Some(b'{') => serde_json::from_slice(payload)?,
+        Some(&crate::confluent_wire::MAGIC) => {
+            let framed = crate::confluent_wire::Framed::parse(payload)?;
+            if framed.indexes != ra_ledger_proto::ENVELOPE_MESSAGE_INDEXES {
+                return Err(ConsumeError::NotTheEnvelope(framed.indexes));
+            }
+            Envelope::decode(framed.payload)?
+        }
         _ => Envelope::decode(payload)?,
     };
     if envelope.event_id.is_empty() {
@@ -73,7 +92,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_either_value_format_to_the_same_envelope() {
+    fn decodes_every_value_format_to_the_same_envelope() {
         let envelope = Envelope {
             event_id: "e-1".into(),
             stream_version: 3,
@@ -88,6 +107,17 @@ mod tests {
         assert!(matches!(
             decode(&[0xff; 3]).unwrap_err(),
             ConsumeError::Decode(_)
+        ));
+        let framed = crate::confluent_wire::frame(9, &[0], &protobuf);
+        assert_eq!(decode(&framed).unwrap(), envelope);
+        let other_message = crate::confluent_wire::frame(9, &[1], &protobuf);
+        assert!(matches!(
+            decode(&other_message).unwrap_err(),
+            ConsumeError::NotTheEnvelope(indexes) if indexes == [1]
+        ));
+        assert!(matches!(
+            decode(b"\x00\x00").unwrap_err(),
+            ConsumeError::Framing(_)
         ));
     }
 }

@@ -130,6 +130,10 @@ pub enum RelayError {
     /// The database URL is unusable.
     #[error("database URL: {0}")]
     Url(String),
+    /// A topic framed for registries could not get its schema id at start: the registry
+    /// is down, or it refused events.proto (its reason quoted).
+    #[error("{0}. The relay publishes nothing until it has every framed topic's schema id")]
+    Registry(#[from] crate::registry::RegistryError),
     /// Exactly once: the relay's position could not be read back from Kafka.
     #[error(
         "{0}. The relay retries; check that the position topic exists (`ledger topics create`)"
@@ -155,6 +159,7 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::Gate(gate::GateError::Off)
             | RelayError::Catalog(_)
             | RelayError::TransactionTooLarge { .. }
+            | RelayError::Registry(_)
             // librdkafka refuses its configuration (a TLS file that is not a certificate,
             // an unknown property): no retry will change that.
             | RelayError::Kafka(KafkaError::ClientCreation(_))
@@ -162,7 +167,9 @@ pub fn should_retry(error: &RelayError) -> bool {
 }
 
 /// Runs the relay until `shutdown` is cancelled or a definite error, reconnecting with
-/// backoff after transient ones.
+/// backoff after transient ones. First, once, the schema of every topic framed for
+/// registries is registered ([`crate::registry`]); a registry that does not answer, or
+/// refuses it, stops the relay before it reads anything.
 pub async fn run(
     config: RelayConfig,
     metrics: Arc<RelayMetrics>,
@@ -170,6 +177,9 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     let span = info_span!("relay", slot = %config.slot);
     async move {
+        let config = crate::registry::register_topics(config)
+            .await
+            .inspect_err(|error| error!(%error, "relay stopped"))?;
         let mut backoff = Duration::from_millis(100);
         let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
         // The server the sessions of this process streamed from: a reconnect that reaches

@@ -79,11 +79,13 @@ pub struct Recovered {
 }
 
 /// Recovers the slot of `config` (see the module doc). The relay must not be streaming.
+/// Topics framed for registries get their schema ids first, as the relay's start does.
 pub async fn recover(
     config: &RelayConfig,
     options: &RecoverOptions,
 ) -> Result<Recovered, RelayError> {
-    from_snapshot(config, options, "recover").await
+    let config = crate::registry::register_topics(config.clone()).await?;
+    from_snapshot(&config, options, "recover").await
 }
 
 /// Creates the slot of `config` anew from a snapshot and publishes what the snapshot holds

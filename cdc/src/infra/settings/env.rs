@@ -63,6 +63,11 @@ pub const RELAY_CONFIG: &str = "LEDGER_RELAY_CONFIG";
 pub const RELAY_DELIVERY: &str = "LEDGER_RELAY_DELIVERY";
 /// The relay's `metrics_listen`.
 pub const METRICS_LISTEN: &str = "LEDGER_METRICS_LISTEN";
+/// The relay's `value_formats`, as `aggregate=format` pairs separated by commas.
+pub const VALUE_FORMATS: &str = "LEDGER_VALUE_FORMATS";
+/// The Confluent-compatible API of the schema registry: the relay's, `ledger serve`'s and
+/// the worker's `schema_registry_url`.
+pub const SCHEMA_REGISTRY_URL: &str = "LEDGER_SCHEMA_REGISTRY_URL";
 
 // `ledger serve`.
 
