@@ -19,6 +19,16 @@ DEBEZIUM_VERSION=$(sed -n 's:^ *<debezium.version>\([^<]*\)</debezium.version> *
 CONNECT_VERSION=$(sed -n 's:^ *<kafka.version>\([^<]*\)</kafka.version> *$:\1:p' "$DEBEZIUM_POM" 2>/dev/null)
 DEBEZIUM_HOME="$RA_CACHE_DIR/debezium-$DEBEZIUM_VERSION-connect-$CONNECT_VERSION"
 DEBEZIUM_LIBS="$DEBEZIUM_HOME/libs"
+# Apicurio Registry, the schema registry (deploy/registry/pom.xml, where its version is
+# written), unpacked into $APICURIO_HOME/app; and the jars of the tests' JVM consumer
+# (deploy/registry/serde/pom.xml).
+APICURIO_POM="$REPO_ROOT/deploy/registry/pom.xml"
+APICURIO_VERSION=$(sed -n 's:^ *<apicurio.version>\([^<]*\)</apicurio.version> *$:\1:p' "$APICURIO_POM" 2>/dev/null)
+APICURIO_HOME="$RA_CACHE_DIR/apicurio-registry-$APICURIO_VERSION"
+APICURIO_APP="$APICURIO_HOME/app"
+APICURIO_SERDE_POM="$REPO_ROOT/deploy/registry/serde/pom.xml"
+APICURIO_SERDE_VERSION=$(sed -n 's:^ *<serde.version>\([^<]*\)</serde.version> *$:\1:p' "$APICURIO_SERDE_POM" 2>/dev/null)
+APICURIO_SERDE_HOME="$RA_CACHE_DIR/apicurio-serde-$APICURIO_SERDE_VERSION"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -288,6 +298,77 @@ ensure_debezium() {
         "$RA_CACHE_DIR/debezium.lock" \
         "debezium-connector-postgres-$DEBEZIUM_VERSION.jar" "debezium-connect-plugins-$DEBEZIUM_VERSION.jar" \
         "connect-runtime-$CONNECT_VERSION.jar" "log4j-slf4j-impl-*.jar" "postgresql-*.jar"
+}
+
+# The major version of the java at $1 (17, 21, 25), or nothing.
+java_major() {
+    "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java\.specification\.version = //p'
+}
+
+# A java of version 21 or later, which Apicurio Registry needs (on 17 it dies with
+# UnsupportedClassVersionError): $RA_REGISTRY_JAVA when set, else `java` on the PATH, else
+# the newest under /usr/lib/jvm (these machines carry a Temurin 25 JDK beside Debian's
+# OpenJDK 17; Debian 12 packages none newer than 17). Exports LEDGER_REGISTRY_JAVA.
+ensure_registry_java() {
+    local candidates=() java major best="" best_major=0
+    if [ -n "${RA_REGISTRY_JAVA:-}" ]; then
+        major=$(java_major "$RA_REGISTRY_JAVA")
+        [ "${major:-0}" -ge 21 ] 2>/dev/null \
+            || die "RA_REGISTRY_JAVA=$RA_REGISTRY_JAVA is Java ${major:-of an unknown version}; Apicurio Registry needs 21 or later"
+        export LEDGER_REGISTRY_JAVA=$RA_REGISTRY_JAVA
+        return 0
+    fi
+    command -v java >/dev/null && candidates+=("$(command -v java)")
+    for java in /usr/lib/jvm/*/bin/java; do [ -x "$java" ] && candidates+=("$java"); done
+    for java in "${candidates[@]}"; do
+        major=$(java_major "$java")
+        if [ "${major:-0}" -gt "$best_major" ] 2>/dev/null; then best=$java; best_major=$major; fi
+    done
+    [ "$best_major" -ge 21 ] 2>/dev/null \
+        || die "Apicurio Registry needs Java 21 or later; found none (newest: ${best:-none}, ${best_major}). Install a JDK 21+ under /usr/lib/jvm, or set RA_REGISTRY_JAVA to its java"
+    export LEDGER_REGISTRY_JAVA=$best
+}
+
+# Apicurio Registry $APICURIO_VERSION in $APICURIO_APP (quarkus-run.jar and lib/), fetched
+# from Maven Central once (fetch_pom_jars: the tar.gz lands in $APICURIO_HOME/libs) and
+# unpacked beside it, under the same lock; a java to run it. Exports LEDGER_REGISTRY_HOME
+# (the unpacked app) and LEDGER_REGISTRY_JAVA.
+ensure_registry() {
+    [ -n "$APICURIO_VERSION" ] || die "no <apicurio.version> in $APICURIO_POM"
+    local tarball="apicurio-registry-app-$APICURIO_VERSION-all.tar.gz"
+    fetch_pom_jars "Apicurio Registry $APICURIO_VERSION" "$APICURIO_POM" "$APICURIO_HOME" \
+        "$RA_CACHE_DIR/apicurio.lock" "$tarball"
+    if [ ! -f "$APICURIO_APP/quarkus-run.jar" ]; then
+        local lock tmp
+        exec {lock}>"$RA_CACHE_DIR/apicurio.lock"
+        flock "$lock"
+        if [ ! -f "$APICURIO_APP/quarkus-run.jar" ]; then
+            [ -f "$APICURIO_HOME/libs/$tarball" ] || die "$APICURIO_HOME/libs holds no $tarball; remove $APICURIO_HOME and run again"
+            tmp=$(mktemp -d "$APICURIO_HOME/app-unpack.XXXXXX")
+            tar -xzf "$APICURIO_HOME/libs/$tarball" -C "$tmp" || { rm -rf "$tmp"; die "could not unpack $tarball"; }
+            [ -f "$tmp/quarkus-run.jar" ] || { rm -rf "$tmp"; die "$tarball holds no quarkus-run.jar"; }
+            chmod -R a+rX "$tmp"
+            mv -T "$tmp" "$APICURIO_APP"
+            # The unpacked app is what runs; the 150 MB archive is not needed again.
+            rm -f "$APICURIO_HOME/libs/$tarball"
+            log "Apicurio Registry $APICURIO_VERSION: $(du -sh "$APICURIO_APP" | cut -f1) in $APICURIO_APP"
+        fi
+        exec {lock}>&-
+    fi
+    ensure_registry_java
+    export LEDGER_REGISTRY_HOME=$APICURIO_APP
+}
+
+# The jars of the tests' JVM consumer (deploy/registry/serde/pom.xml: Apicurio's Protobuf
+# deserializer, the Kafka client, protoc) in $APICURIO_SERDE_HOME/libs; exports
+# LEDGER_REGISTRY_SERDE_LIBS.
+ensure_registry_serde() {
+    [ -n "$APICURIO_SERDE_VERSION" ] || die "no <serde.version> in $APICURIO_SERDE_POM"
+    fetch_pom_jars "Apicurio's Protobuf serde $APICURIO_SERDE_VERSION" "$APICURIO_SERDE_POM" \
+        "$APICURIO_SERDE_HOME" "$RA_CACHE_DIR/apicurio-serde.lock" \
+        "apicurio-registry-serdes-protobuf-serde-$APICURIO_SERDE_VERSION.jar" "kafka-clients-*.jar" "protoc-*-linux-x86_64.exe"
+    chmod a+x "$APICURIO_SERDE_HOME"/libs/protoc-*-linux-x86_64.exe
+    export LEDGER_REGISTRY_SERDE_LIBS="$APICURIO_SERDE_HOME/libs"
 }
 
 # Runs a Java class of the cached Kafka (ensure_kafka first) with the repository's log4j2

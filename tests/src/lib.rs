@@ -1,6 +1,7 @@
 //! Test harness of RA Ledger: a real PostgreSQL (`wal_level=logical`) and a real
 //! Apache Kafka broker per test run, a fresh database and fresh topics per test; brokers
-//! and three-node clusters of their own for the tests that break them.
+//! and three-node clusters of their own for the tests that break them; a real schema
+//! registry (Apicurio) per run for the tests that frame values for registries.
 
 pub mod api;
 pub mod background;
@@ -12,6 +13,7 @@ pub mod database;
 pub mod kafka;
 pub mod postgres;
 pub mod process;
+pub mod registry;
 pub mod relay;
 pub mod replicated;
 pub mod runs;
