@@ -31,6 +31,7 @@ mod races;
 mod reassignment;
 mod rebuild_online;
 mod reconcile;
+mod registry;
 mod relay;
 mod relay_environment;
 mod relay_faults;

@@ -4,16 +4,20 @@
 //!
 //! The JSON Schemas are checked by a validator of the keywords the document uses (`type`,
 //! `const`, `enum`, `pattern`, `minimum`, `required`, `properties`, `additionalProperties`,
-//! `propertyNames`, `allOf`, local `$ref`); any other keyword is an error, so the document
-//! cannot promise something this check silently ignores. Protobuf payloads are decoded as
-//! the message the document names (`x-protobuf-message`), from the `.proto` it references;
-//! a JSON payload of a message that names one (its canonical JSON, `x-relay-value-format:
-//! json`) is also read back as that message by the canonical JSON parser (pbjson).
+//! `propertyNames`, `allOf`, local `$ref`, and `x-ledger-writes-no-other`, which holds the
+//! ledger to writing nothing a schema does not list while the schema stays open to
+//! consumers); any other keyword is an error, so the document cannot promise something this
+//! check silently ignores. Protobuf payloads are decoded as the message the document names
+//! (`x-protobuf-message`), from the `.proto` it references, after Confluent's framing when
+//! the payload's schema says `x-confluent-wire-format`; a JSON payload of a message that
+//! names one (its canonical JSON, `x-relay-value-format: json`) is also read back as that
+//! message by the canonical JSON parser (pbjson).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use prost::Message as _;
+use ra_ledger_cdc::confluent_wire::Framed;
 use ra_ledger_proto::v1::Envelope;
 use serde_json::Value;
 
@@ -233,7 +237,23 @@ impl Contract {
             problems.push(format!("this test cannot decode {name}"));
             return;
         }
-        match Envelope::decode(seen.payload.as_slice()) {
+        // Framed for schema registries: the envelope after the magic byte, the schema id and
+        // its message indexes, which must name the envelope, the first message of the file.
+        let bytes = if payload["x-confluent-wire-format"] == true {
+            match Framed::parse(&seen.payload) {
+                Ok(framed) if framed.indexes == [0] => framed.payload,
+                Ok(framed) => {
+                    return problems.push(format!(
+                        "message indexes {:?} do not name {name}",
+                        framed.indexes
+                    ));
+                }
+                Err(error) => return problems.push(format!("payload: {error}")),
+            }
+        } else {
+            seen.payload.as_slice()
+        };
+        match Envelope::decode(bytes) {
             Ok(envelope) => envelope_agrees(&envelope, seen, problems),
             Err(error) => problems.push(format!("payload is not an {name}: {error}")),
         }
@@ -304,6 +324,18 @@ impl Contract {
                         }
                     }
                 }
+                // The ledger writes no property beyond those listed (the schema stays open
+                // to consumers): one it writes that the document lacks is a finding.
+                "x-ledger-writes-no-other" => {
+                    let listed = keywords.get("properties").and_then(Value::as_object);
+                    if argument == &Value::Bool(true) {
+                        for (name, _) in value.as_object().into_iter().flatten() {
+                            if !listed.is_some_and(|listed| listed.contains_key(name)) {
+                                problems.push(format!("{path}: {name} is not documented"));
+                            }
+                        }
+                    }
+                }
                 "additionalProperties" => {
                     let listed = keywords.get("properties").and_then(Value::as_object);
                     for (name, item) in value.as_object().into_iter().flatten() {
@@ -348,10 +380,13 @@ impl Contract {
         }
     }
 
-    /// Whether message `name` is a JSON rendering of a protobuf one (`x-relay-value-format:
-    /// json`): seen only from a relay configured so (`value_format.rs` checks those).
-    pub fn is_json_rendering(&self, name: &str) -> bool {
-        self.document["components"]["messages"][name]["x-relay-value-format"] == "json"
+    /// Whether message `name` is another rendering of a protobuf one (`x-relay-value-format`:
+    /// `json`, `confluent_protobuf`): seen only from a relay configured so (`value_format.rs`
+    /// and `registry/` check those).
+    pub fn is_rendering(&self, name: &str) -> bool {
+        self.document["components"]["messages"][name]
+            .get("x-relay-value-format")
+            .is_some()
     }
 
     /// What a whole run's records leave out: channels none of them was on, and messages of
@@ -360,7 +395,7 @@ impl Contract {
         let mut unseen = Vec::new();
         for channel in self.channels()? {
             for message in &channel.messages {
-                if self.is_json_rendering(message) {
+                if self.is_rendering(message) {
                     continue;
                 }
                 if !identified.contains(&(channel.id.clone(), message.clone())) {

@@ -1,0 +1,136 @@
+//! Topics framed for schema registries (`value_formats` set to `confluent_protobuf`), against
+//! the run's real Apicurio Registry ([`ra_ledger_tests::registry`]) and real broker: what the
+//! relay publishes and registers in each delivery mode, beside a topic left in the old format
+//! that a Debezium-style consumer reads unchanged ([`relay`]); the relay refusing a registry
+//! that is down or refuses its schema, and publishing on when the registry goes away after
+//! the start ([`relay`]); consumers no one here wrote reading every record through the
+//! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]) and Apicurio's own
+//! Kafka deserializer on the JVM ([`jvm`]); and the schema gate run by the registry
+//! ([`gate`]).
+
+mod relay;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
+use ra_ledger_cdc::registry::SchemaRegistry;
+use ra_ledger_cdc::value_format::ValueFormat;
+use ra_ledger_tests::api::TestApi;
+use ra_ledger_tests::registry::registry;
+use ra_ledger_tests::relay::test_config;
+use ra_ledger_tests::{TestDatabase, TestTopics};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+use uuid::Uuid;
+
+/// A relay config for one test, in `delivery`, with the topics of `framed` framed for the
+/// run's registry (the others left as they are, protobuf).
+async fn framed_config(
+    database: &TestDatabase,
+    topics: &mut TestTopics,
+    delivery: DeliveryMode,
+    framed: &[&str],
+) -> anyhow::Result<RelayConfig> {
+    let mut config = test_config(database, topics).await?;
+    config.delivery = delivery;
+    config.schema_registry_url = Some(registry().ccompat_url());
+    config.value_formats = framed
+        .iter()
+        .map(|aggregate| {
+            (
+                (*aggregate).to_owned(),
+                ValueFormat::ConfluentProtobuf { schema_id: None },
+            )
+        })
+        .collect();
+    Ok(config)
+}
+
+/// A client of the run's registry.
+fn registry_client() -> SchemaRegistry {
+    SchemaRegistry::new(&registry().ccompat_url()).expect("the registry's URL")
+}
+
+/// Writes through the API: a primary contact in Texas, `businesses` businesses assigned to
+/// it, every third assignment ended.
+async fn write_assignments(api: &TestApi, businesses: usize) -> anyhow::Result<()> {
+    api.contact("TX", "Lone Star Agents").await;
+    assign_businesses(api, businesses).await
+}
+
+/// `businesses` businesses assigned to Texas's primary contact, every third ended.
+async fn assign_businesses(api: &TestApi, businesses: usize) -> anyhow::Result<()> {
+    for number in 0..businesses {
+        let assignment = api.assign(Uuid::now_v7()).await;
+        if number % 3 == 2 {
+            let ended = api
+                .post(&format!("/v1/assignments/{assignment}/end"), json!({}))
+                .await;
+            anyhow::ensure!(ended.status.is_success(), "{:?}", ended.body);
+        }
+    }
+    Ok(())
+}
+
+/// Each event's stored payload, by event id, of the streams of `aggregate`.
+async fn stored_payloads(
+    client: &tokio_postgres::Client,
+    aggregate: &str,
+) -> anyhow::Result<HashMap<String, Vec<u8>>> {
+    Ok(client
+        .query(
+            "SELECT event_id::text, payload FROM events WHERE split_part(stream, '-', 1) = $1",
+            &[&aggregate],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect())
+}
+
+/// Every record of `topic`, each partition read from the beginning to the end offset it had
+/// when the read began, committed records only.
+fn read_topic(topics: &TestTopics, topic: &str) -> anyhow::Result<Vec<OwnedMessage>> {
+    let consumer: BaseConsumer = topics
+        .client_config()
+        .set("group.id", format!("registry-{}", Uuid::now_v7()))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = HashMap::new();
+    for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+        let (low, high) = consumer.fetch_watermarks(topic, partition.id(), timeout)?;
+        if high > low {
+            assignment.add_partition_offset(topic, partition.id(), Offset::Beginning)?;
+            ends.insert(partition.id(), high);
+        }
+    }
+    consumer.assign(&assignment)?;
+    let mut messages = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ends.is_empty() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{topic}: partitions {ends:?} not read to their end"
+        );
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            messages.push(message?.detach());
+        }
+        // The position, not the last offset seen: under exactly once a partition ends on a
+        // transaction marker, which is never delivered.
+        let positions = consumer.position()?;
+        ends.retain(|&partition, &mut end| {
+            !matches!(
+                positions.find_partition(topic, partition).map(|p| p.offset()),
+                Some(Offset::Offset(at)) if at >= end
+            )
+        });
+    }
+    Ok(messages)
+}
