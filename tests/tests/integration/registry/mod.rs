@@ -8,9 +8,11 @@
 //! Kafka deserializer on the JVM ([`jvm`]); and the schema gate run by the registry
 //! ([`gate`]).
 
+mod jvm;
+mod python;
 mod relay;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
@@ -88,6 +90,21 @@ async fn stored_payloads(
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
+        .collect())
+}
+
+/// The ledger's answer to "who serves each business where": (business, jurisdiction,
+/// assignment, contact) of every open assignment.
+async fn ledger_current(client: &tokio_postgres::Client) -> anyhow::Result<BTreeSet<[String; 4]>> {
+    Ok(client
+        .query(
+            "SELECT business_id::text, jurisdiction, assignment_id::text, contact_id::text \
+             FROM assignments WHERE ended_at IS NULL",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| [row.get(0), row.get(1), row.get(2), row.get(3)])
         .collect())
 }
 
