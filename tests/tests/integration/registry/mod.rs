@@ -8,6 +8,7 @@
 //! Kafka deserializer on the JVM ([`jvm`]); and the schema gate run by the registry
 //! ([`gate`]).
 
+mod gate;
 mod jvm;
 mod python;
 mod relay;
