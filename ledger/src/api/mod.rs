@@ -1,11 +1,13 @@
 //! The HTTP API (`ledger serve`): JSON commands and audit queries, bearer-token auth,
-//! an OpenAPI document at `/openapi.json`. One module per resource; [`layers`] gives every
-//! error the same JSON shape; [`crate::service`] serves it.
+//! an OpenAPI document at `/openapi.json`, and the consumers' contracts under `/contracts/`
+//! ([`contracts`]). One module per resource; [`layers`] gives every error the same JSON
+//! shape; [`crate::service`] serves it.
 
 mod assignments;
 mod audit;
 mod auth;
 mod contacts;
+pub mod contracts;
 mod cursor;
 mod digests;
 mod error;
@@ -66,6 +68,11 @@ pub struct ConsoleState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/openapi.json", get(openapi))
+        .route(contracts::ASYNCAPI_PATH, get(contracts::asyncapi))
+        .route(
+            &contracts::events_proto_path(),
+            get(contracts::events_proto),
+        )
         .route("/v1/contacts", post(contacts::create_contact))
         .route("/v1/contacts/{id}", get(contacts::get_contact))
         .route(

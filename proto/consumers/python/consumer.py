@@ -320,7 +320,7 @@ class Runner:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), required=False)
-    parser.add_argument("--brokers", default="127.0.0.1:9092")
+    parser.add_argument("--brokers", default="127.0.0.1:19092")
     parser.add_argument("--topic-prefix", default=DOCUMENTED_PREFIX)
     parser.add_argument("--bootstrap", metavar="REPLAY_ID")
     parser.add_argument("--kafka", action="append", default=[], metavar="KEY=VALUE")

@@ -1,10 +1,12 @@
 //! The contracts consuming teams build on, checked against the real thing: `docs/asyncapi.yaml`
 //! against every record the real relay, a real replay, a digest and a supersede put on
 //! Kafka ([`asyncapi`]); a consumer in Python written from the `.proto` and that document
-//! alone ([`python_consumer`]).
+//! alone ([`python_consumer`]); both served by `ledger serve` as the repository holds them
+//! ([`served`]).
 
 pub(crate) mod asyncapi;
 mod python_consumer;
+mod served;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
