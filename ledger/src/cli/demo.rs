@@ -1,7 +1,10 @@
 //! `ledger demo`: the whole supersede flow on the local stack, with visible progress. It
 //! seeds a jurisdiction, supersedes its contact over the HTTP API like the customer-service
 //! tool does, watches the run, asks audit questions before and after, and counts the run's
-//! events that reached Kafka.
+//! events that reached Kafka. On topics framed for a schema registry (the relay's
+//! `confluent_protobuf`, `RA_VALUE_FORMAT=confluent_protobuf deploy/stack up`) it reads the
+//! events back as a registry's reader does: each record's schema id looked up in the
+//! registry, and the record decoded only if that schema is this build's events.proto.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -48,6 +51,9 @@ pub struct DemoOptions {
     /// Topic prefix the relay publishes under.
     #[arg(long, env = env::TOPIC_PREFIX, default_value = local::TOPIC_PREFIX)]
     pub topic_prefix: String,
+    /// The schema registry of framed topics (its Confluent-compatible API).
+    #[arg(long, env = env::SCHEMA_REGISTRY_URL, default_value = local::SCHEMA_REGISTRY_URL)]
+    pub schema_registry_url: String,
 }
 
 /// Runs the demo; seeds through `database_url`.
@@ -103,6 +109,42 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
     if counts.assignment < expected {
         println!("   (not all arrived yet: is the relay running? `deploy/stack status`)");
     }
+    read_back_through_the_registry(&config.schema_registry_url, &counts).await
+}
+
+/// Step 6, on framed topics: the schema of every id the run's records carried, as the
+/// registry answers it, and what was decoded with it.
+async fn read_back_through_the_registry(url: &str, counts: &Counts) -> anyhow::Result<()> {
+    if counts.framed.is_empty() {
+        println!(
+            "   (the values are bare protobuf; `RA_VALUE_FORMAT=confluent_protobuf deploy/stack up` frames them for the schema registry)"
+        );
+        return Ok(());
+    }
+    let registry = ra_ledger_cdc::registry::SchemaRegistry::new(url)?;
+    println!("6. the values are framed for the schema registry at {url}:");
+    for ((topic, schema_id), records) in &counts.framed {
+        let schema = registry.schema(*schema_id).await.with_context(|| {
+            format!("{topic}'s records name schema {schema_id}: the registry must have it")
+        })?;
+        let verdict = if schema == ra_ledger_proto::EVENTS_PROTO {
+            "events.proto, the same as this build's"
+        } else {
+            "an events.proto other than this build's"
+        };
+        println!(
+            "   {topic}: {records} records with schema id {schema_id}, message ra.ledger.v1.Envelope; the registry answers {verdict} ({} bytes)",
+            schema.len()
+        );
+    }
+    let compatibility = registry
+        .compatibility(&ra_ledger_cdc::registry::value_subject(
+            &counts.framed.keys().next().expect("not empty").0,
+        ))
+        .await?;
+    println!(
+        "   compatibility of the subjects: {compatibility}; the events above were decoded after their framing"
+    );
     Ok(())
 }
 
@@ -295,6 +337,8 @@ struct KafkaCount {
 struct Counts {
     assignment: usize,
     reassignment: usize,
+    /// Framed records of the run per (topic, schema id).
+    framed: std::collections::BTreeMap<(String, u32), usize>,
 }
 
 impl KafkaCount {
@@ -346,6 +390,7 @@ impl KafkaCount {
             let mut counts = Counts {
                 assignment: 0,
                 reassignment: 0,
+                framed: std::collections::BTreeMap::new(),
             };
             let deadline = Instant::now() + timeout;
             let mut quiet_since = Instant::now();
@@ -358,13 +403,18 @@ impl KafkaCount {
                     continue;
                 };
                 let Ok(message) = message else { continue };
-                let Ok(envelope) =
-                    ra_ledger_cdc::consumer::decode(message.payload().unwrap_or_default())
-                else {
+                let payload = message.payload().unwrap_or_default();
+                let Ok(envelope) = ra_ledger_cdc::consumer::decode(payload) else {
                     continue;
                 };
                 if envelope.correlation_id != correlation || !seen.insert(envelope.event_id) {
                     continue;
+                }
+                if let Ok(framed) = ra_ledger_cdc::confluent_wire::Framed::parse(payload) {
+                    *counts
+                        .framed
+                        .entry((message.topic().to_owned(), framed.schema_id))
+                        .or_default() += 1;
                 }
                 quiet_since = Instant::now();
                 if message.topic() == self.assignment_topic {

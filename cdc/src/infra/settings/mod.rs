@@ -44,6 +44,8 @@ pub mod local {
     pub const WORKER_METRICS: &str = "127.0.0.1:19101";
     /// `ledger serve`'s `/metrics` (19102 is `ledger reconcile --every`'s).
     pub const SERVE_METRICS: &str = "127.0.0.1:19103";
+    /// The schema registry's Confluent-compatible API (Apicurio's, `deploy/stack up`).
+    pub const SCHEMA_REGISTRY_URL: &str = "http://127.0.0.1:18081/apis/ccompat/v7";
 }
 
 /// A configuration that cannot work.

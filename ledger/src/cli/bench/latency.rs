@@ -1,11 +1,13 @@
 //! `ledger bench latency`: commit -> consumer receipt under a steady load through the relay.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
 use ra_ledger::db;
 use ra_ledger::testing;
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, position_topic};
+use ra_ledger_cdc::value_format::ValueFormat;
 use rdkafka::Message as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Headers as _;
@@ -14,7 +16,7 @@ use uuid::Uuid;
 use super::{Latencies, scratch};
 
 /// One relay setting to measure: its delivery mode, and the latency settings under test.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Variant {
     /// The delivery mode.
     pub(super) delivery: DeliveryMode,
@@ -22,6 +24,10 @@ pub(super) struct Variant {
     pub(super) linger_ms: Option<u64>,
     /// `flush_when_idle`, when not the relay's default.
     pub(super) flush_when_idle: Option<bool>,
+    /// The topic's value format.
+    pub(super) value_format: ValueFormat,
+    /// The schema registry of a framed topic.
+    pub(super) schema_registry_url: Option<String>,
 }
 
 impl Variant {
@@ -31,14 +37,19 @@ impl Variant {
             delivery,
             linger_ms: None,
             flush_when_idle: None,
+            value_format: ValueFormat::Protobuf,
+            schema_registry_url: None,
         }
     }
 
-    /// Every combination of `modes` and the settings under test (the defaults where none).
+    /// Every combination of `modes` and the settings under test (the defaults where none),
+    /// each value format in turn, framed ones registered in `registry`.
     pub(super) fn every(
         modes: Vec<DeliveryMode>,
         lingers: Option<Vec<u64>>,
         flushes: Option<Vec<bool>>,
+        formats: &[ValueFormat],
+        registry: &str,
     ) -> Vec<Self> {
         let lingers: Vec<Option<u64>> = lingers.map_or(vec![None], |lingers| {
             lingers.into_iter().map(Some).collect()
@@ -50,11 +61,17 @@ impl Variant {
         for delivery in modes {
             for linger_ms in &lingers {
                 for flush_when_idle in &flushes {
-                    variants.push(Self {
-                        delivery,
-                        linger_ms: *linger_ms,
-                        flush_when_idle: *flush_when_idle,
-                    });
+                    for value_format in formats {
+                        variants.push(Self {
+                            delivery,
+                            linger_ms: *linger_ms,
+                            flush_when_idle: *flush_when_idle,
+                            value_format: *value_format,
+                            schema_registry_url: value_format
+                                .is_framed()
+                                .then(|| registry.to_owned()),
+                        });
+                    }
                 }
             }
         }
@@ -62,6 +79,10 @@ impl Variant {
     }
 
     fn apply(&self, config: &mut RelayConfig) {
+        config.value_formats = BTreeMap::from([("assignment".into(), self.value_format)]);
+        config
+            .schema_registry_url
+            .clone_from(&self.schema_registry_url);
         if let Some(linger) = self.linger_ms {
             config.kafka.insert("linger.ms".into(), linger.to_string());
         }
@@ -77,10 +98,11 @@ impl std::fmt::Display for Variant {
         self.apply(&mut config);
         write!(
             f,
-            "{} (linger.ms {}, flush_when_idle {})",
+            "{} (linger.ms {}, flush_when_idle {}, values {})",
             self.delivery.as_str(),
             config.linger_ms(),
-            config.flush_when_idle
+            config.flush_when_idle,
+            self.value_format.as_str()
         )
     }
 }
@@ -118,7 +140,7 @@ pub async fn run(
     }
     let mut p99s = Vec::new();
     for variant in variants {
-        let figures = measure(database_url, brokers, rate, seconds, variant).await?;
+        let figures = measure(database_url, brokers, rate, seconds, variant.clone()).await?;
         println!(
             "{variant}: steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 15 ms at 10,000 events/s)",
             figures.sent, figures.latencies.count, figures.latencies
@@ -126,7 +148,24 @@ pub async fn run(
         println!("{}: {}", variant.delivery.as_str(), figures.summary);
         p99s.push((variant, figures.latencies.p99));
     }
-    if let [(first, at_least_once), (second, exactly_once)] = p99s[..]
+    // The same settings in two value formats: the second's p99 over the first's.
+    for (variant, p99) in &p99s {
+        if let Some((first, first_p99)) = p99s.iter().find(|(other, _)| {
+            other.delivery == variant.delivery
+                && other.linger_ms == variant.linger_ms
+                && other.flush_when_idle == variant.flush_when_idle
+        }) && first.value_format != variant.value_format
+        {
+            println!(
+                "{}: p99 values {} / {} = {:.2}",
+                variant.delivery.as_str(),
+                variant.value_format.as_str(),
+                first.value_format.as_str(),
+                p99.as_secs_f64() / first_p99.as_secs_f64()
+            );
+        }
+    }
+    if let [(first, at_least_once), (second, exactly_once)] = &p99s[..]
         && first.delivery == DeliveryMode::AtLeastOnce
         && second.delivery == DeliveryMode::ExactlyOnce
     {

@@ -90,9 +90,15 @@ pub enum BenchCommand {
         /// The relay's delivery mode; both, one after the other, when not given.
         #[arg(long, value_parser = crate::cli::relay::parse_delivery)]
         delivery: Option<DeliveryMode>,
-        /// The value format of the backlog's topic (`value_formats`): protobuf or json.
-        #[arg(long, default_value = "protobuf", value_parser = relay::parse_value_format)]
-        value_format: ValueFormat,
+        /// The value format of the backlog's topic (`value_formats`): protobuf, json or
+        /// confluent_protobuf, or several separated by commas, drained one after the other
+        /// in this run (`protobuf,confluent_protobuf`: the registry's framing beside the
+        /// bare envelope).
+        #[arg(long, default_value = "protobuf", value_parser = relay::parse_value_formats)]
+        value_format: std::vec::Vec<ValueFormat>,
+        /// The schema registry of a confluent_protobuf topic (its Confluent-compatible API).
+        #[arg(long, env = env::SCHEMA_REGISTRY_URL, default_value = local::SCHEMA_REGISTRY_URL)]
+        schema_registry_url: String,
         /// How pgoutput sends the columns (`pgoutput_binary`): text, binary, or both, one
         /// after the other, each with its own ceiling.
         #[arg(long, default_value = "binary", value_parser = relay::parse_pgoutput)]
@@ -119,6 +125,13 @@ pub enum BenchCommand {
         /// At least once's `flush_when_idle`: on, off, or both; the default when not given.
         #[arg(long, value_parser = latency::parse_flush)]
         flush_when_idle: Option<std::vec::Vec<bool>>,
+        /// The topic's value format, or several separated by commas, each measured in turn
+        /// (`protobuf,confluent_protobuf`).
+        #[arg(long, default_value = "protobuf", value_parser = relay::parse_value_formats)]
+        value_format: std::vec::Vec<ValueFormat>,
+        /// The schema registry of a confluent_protobuf topic (its Confluent-compatible API).
+        #[arg(long, env = env::SCHEMA_REGISTRY_URL, default_value = local::SCHEMA_REGISTRY_URL)]
+        schema_registry_url: String,
         /// Kafka bootstrap servers.
         #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -279,13 +292,15 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
             per_transaction,
             delivery,
             value_format,
+            schema_registry_url,
             pgoutput,
             brokers,
         } => {
             let backlog = relay::Backlog {
                 rows,
                 per_transaction,
-                value_format,
+                value_formats: value_format,
+                schema_registry_url,
             };
             relay::run(database_url, &brokers, backlog, modes(delivery), pgoutput).await
         }
@@ -295,9 +310,17 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
             delivery,
             linger_ms,
             flush_when_idle,
+            value_format,
+            schema_registry_url,
             brokers,
         } => {
-            let variants = latency::Variant::every(modes(delivery), linger_ms, flush_when_idle);
+            let variants = latency::Variant::every(
+                modes(delivery),
+                linger_ms,
+                flush_when_idle,
+                &value_format,
+                &schema_registry_url,
+            );
             latency::run(database_url, &brokers, rate, seconds, variants).await
         }
         BenchCommand::Peers(arguments) => {

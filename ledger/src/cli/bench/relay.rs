@@ -1,7 +1,9 @@
 //! `ledger bench relay`: the relay draining an outbox backlog, against the two ceilings it
 //! sits between: PostgreSQL's own `pg_recvlogical` reading the slot, and rdkafka alone
 //! producing the same messages. Every row's payload is one real `AssignmentStarted`
-//! envelope, so `--value-format json` measures the rendering of a real event.
+//! envelope, so `--value-format json` measures the rendering of a real event; several
+//! formats (`--value-format protobuf,confluent_protobuf`) drain the same backlog one after
+//! the other in one run, side by side.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,15 +20,18 @@ use uuid::Uuid;
 
 use super::scratch;
 
-/// The backlog to drain, and the format of its topic.
-#[derive(Debug, Clone, Copy)]
+/// The backlog to drain, and the formats of its topic to drain it in.
+#[derive(Debug, Clone)]
 pub struct Backlog {
     /// Outbox rows.
     pub rows: u64,
     /// Rows per transaction.
     pub per_transaction: u64,
-    /// The value format of the topic (`value_formats = { assignment = ... }`).
-    pub value_format: ValueFormat,
+    /// The value formats of the topic (`value_formats = { assignment = ... }`), each drained
+    /// in turn; the ceilings produce the first one's values.
+    pub value_formats: Vec<ValueFormat>,
+    /// The schema registry of a `confluent_protobuf` topic.
+    pub schema_registry_url: String,
 }
 
 /// How pgoutput sends the columns: its `binary` option, or text.
@@ -61,9 +66,18 @@ pub(super) fn parse_pgoutput(text: &str) -> Result<Vec<Pgoutput>, String> {
     }
 }
 
-/// Parses `--value-format`.
-pub(super) fn parse_value_format(text: &str) -> Result<ValueFormat, String> {
-    ValueFormat::parse(text).ok_or_else(|| format!("{text:?}: expected protobuf or json"))
+/// Parses `--value-format`: one format, or several separated by commas.
+pub(super) fn parse_value_formats(text: &str) -> Result<Vec<ValueFormat>, String> {
+    text.split(',')
+        .map(|part| {
+            ValueFormat::parse(part).ok_or_else(|| {
+                format!(
+                    "{part:?}: expected {}, or several separated by commas",
+                    ValueFormat::NAMES.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 pub async fn run(
@@ -76,14 +90,18 @@ pub async fn run(
     if backlog.rows == 0 || backlog.per_transaction == 0 {
         anyhow::bail!("--rows and --per-transaction must be at least 1");
     }
-    let figures = measure(database_url, brokers, backlog, &modes, &formats).await?;
+    let figures = measure(database_url, brokers, &backlog, &modes, &formats).await?;
     println!(
-        "backlog: {} outbox rows, {} per transaction, {}-byte envelopes, topic value format {} ({} bytes a value)",
+        "backlog: {} outbox rows, {} per transaction, {}-byte envelopes; topic value formats {}",
         figures.rows,
         backlog.per_transaction,
         figures.payload_bytes,
-        backlog.value_format.as_str(),
-        figures.value_bytes,
+        figures
+            .value_bytes
+            .iter()
+            .map(|(format, bytes)| format!("{} ({bytes} bytes a value)", format.as_str()))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     println!(
         "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
@@ -119,13 +137,14 @@ pub async fn run(
         let slot_ceiling = figures.slot_ceiling(run.format).unwrap_or(f64::INFINITY);
         let ceiling = slot_ceiling.min(figures.broker_ceiling);
         println!(
-            "relay {:<13} (slot -> Kafka, {}, pgoutput {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90); walsender {}",
+            "relay {:<13} (slot -> Kafka, {}, pgoutput {}, values {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90); walsender {}",
             run.delivery.as_str(),
             match run.delivery {
                 DeliveryMode::AtLeastOnce => "acknowledged",
                 DeliveryMode::ExactlyOnce => "committed",
             },
             run.format.as_str(),
+            run.value_format.as_str(),
             run.rate,
             run.rate / ceiling,
             run.walsender.describe(run.rate),
@@ -145,12 +164,35 @@ pub async fn run(
         }
         println!("  {}", run.summary);
     }
+    for run in &figures.relays {
+        let first = figures.relays.iter().find(|other| {
+            other.delivery == run.delivery
+                && other.format == run.format
+                && other.value_format.as_str() == backlog.value_formats[0].as_str()
+        });
+        if let Some(first) = first
+            && first.value_format.as_str() != run.value_format.as_str()
+        {
+            println!(
+                "{} pgoutput {}: values {} / {} throughput = {:.2}",
+                run.delivery.as_str(),
+                run.format.as_str(),
+                run.value_format.as_str(),
+                first.value_format.as_str(),
+                run.rate / first.rate
+            );
+        }
+    }
     for format in &formats {
         let rate = |mode| {
             figures
                 .relays
                 .iter()
-                .find(|run| run.delivery == mode && run.format == *format)
+                .find(|run| {
+                    run.delivery == mode
+                        && run.format == *format
+                        && run.value_format.as_str() == backlog.value_formats[0].as_str()
+                })
                 .map(|run| run.rate)
         };
         if let (Some(at_least_once), Some(exactly_once)) = (
@@ -172,6 +214,7 @@ pub async fn run(
 struct RelayRun {
     delivery: DeliveryMode,
     format: Pgoutput,
+    value_format: ValueFormat,
     /// Rows/s.
     rate: f64,
     /// How it delivered: exactly once's Kafka transactions, at least once's idle flushes.
@@ -234,8 +277,8 @@ struct RelayFigures {
     relays: Vec<RelayRun>,
     /// Size of each row's payload (the protobuf envelope).
     payload_bytes: usize,
-    /// Size of each published value, in the topic's format.
-    value_bytes: usize,
+    /// Size of each published value, in each of the topic's formats.
+    value_bytes: Vec<(ValueFormat, usize)>,
 }
 
 impl RelayFigures {
@@ -262,12 +305,11 @@ impl RelayFigures {
 async fn measure(
     url: &str,
     brokers: &str,
-    backlog: Backlog,
+    backlog: &Backlog,
     modes: &[DeliveryMode],
     formats: &[Pgoutput],
 ) -> anyhow::Result<RelayFigures> {
     let payload = bytes::Bytes::from(sample_envelope().encode_to_vec());
-    let value = backlog.value_format.render(&payload)?;
     let scratch = scratch(url).await?;
     let client = db::connect(&scratch.url, "ledger-bench").await?;
     let mut recvlogical_slots = Vec::new();
@@ -282,38 +324,68 @@ async fn measure(
     // A slot and topics per mode and format, all made before the backlog so each slot
     // holds it all.
     let mut configs = Vec::new();
-    for format in formats {
-        for delivery in modes {
-            // Short: a slot name has at most 63 characters, the scratch name takes 45.
-            let purpose = match (delivery, format) {
-                (DeliveryMode::AtLeastOnce, Pgoutput::Text) => "alo_text",
-                (DeliveryMode::AtLeastOnce, Pgoutput::Binary) => "alo_bin",
-                (DeliveryMode::ExactlyOnce, Pgoutput::Text) => "eos_text",
-                (DeliveryMode::ExactlyOnce, Pgoutput::Binary) => "eos_bin",
-            };
-            let slot = scratch.create_slot(&client, purpose).await?;
-            let topic_prefix = format!("{prefix}{purpose}.");
-            testing::create_topics(brokers, &[format!("{topic_prefix}assignment")], 3).await?;
-            testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1).await?;
-            configs.push((
-                *format,
-                RelayConfig {
-                    delivery: *delivery,
-                    pgoutput_binary: format.binary(),
-                    value_formats: BTreeMap::from([("assignment".into(), backlog.value_format)]),
-                    ..scratch.relay_config(slot, topic_prefix, brokers)
-                },
-            ));
+    for value_format in &backlog.value_formats {
+        for format in formats {
+            for delivery in modes {
+                // Short: a slot name has at most 63 characters, the scratch name takes 45.
+                let mode = match (delivery, format) {
+                    (DeliveryMode::AtLeastOnce, Pgoutput::Text) => "alo_text",
+                    (DeliveryMode::AtLeastOnce, Pgoutput::Binary) => "alo_bin",
+                    (DeliveryMode::ExactlyOnce, Pgoutput::Text) => "eos_text",
+                    (DeliveryMode::ExactlyOnce, Pgoutput::Binary) => "eos_bin",
+                };
+                let values = match value_format {
+                    ValueFormat::Protobuf => "pb",
+                    ValueFormat::Json => "js",
+                    ValueFormat::ConfluentProtobuf { .. } => "cf",
+                };
+                let purpose = format!("{mode}_{values}");
+                let slot = scratch.create_slot(&client, &purpose).await?;
+                let topic_prefix = format!("{prefix}{purpose}.");
+                testing::create_topics(brokers, &[format!("{topic_prefix}assignment")], 3).await?;
+                testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1).await?;
+                configs.push((
+                    *format,
+                    RelayConfig {
+                        delivery: *delivery,
+                        pgoutput_binary: format.binary(),
+                        value_formats: BTreeMap::from([("assignment".into(), *value_format)]),
+                        schema_registry_url: value_format
+                            .is_framed()
+                            .then(|| backlog.schema_registry_url.clone()),
+                        ..scratch.relay_config(slot, topic_prefix, brokers)
+                    },
+                ));
+            }
         }
     }
     let per_transaction = backlog.per_transaction;
-    let backlog = insert_backlog(&client, backlog, &payload).await?;
+    let backlog = insert_backlog(&client, backlog.clone(), &payload).await?;
     let raw_topic = format!("{prefix}raw.assignment");
     testing::create_topics(brokers, std::slice::from_ref(&raw_topic), 3).await?;
     let baseline = configs
         .first()
         .map(|(_, config)| config.clone())
         .ok_or_else(|| anyhow::anyhow!("no delivery mode to measure"))?;
+    // Each format's value, a framed one with the id its subject gets (registered here as
+    // the relay registers it at start, and found there again by the relay).
+    let mut value_bytes = Vec::new();
+    let mut value = bytes::Bytes::new();
+    for (_, config) in &configs {
+        let registered = ra_ledger_cdc::registry::register_topics(config.clone()).await?;
+        let format = registered.value_format("assignment");
+        if value_bytes
+            .iter()
+            .any(|(seen, _): &(ValueFormat, usize)| seen.as_str() == format.as_str())
+        {
+            continue;
+        }
+        let rendered = format.render(&payload)?;
+        if value_bytes.is_empty() {
+            value = rendered.clone();
+        }
+        value_bytes.push((format, rendered.len()));
+    }
     // The ceiling produces the values the relay publishes, in the topic's format.
     let keys = backlog_keys(&client).await?;
     let broker_ceiling =
@@ -324,10 +396,12 @@ async fn measure(
         let slot = config.slot.clone();
         let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
         let clock = CpuClock::start();
+        let value_format = config.value_format("assignment");
         let (rate, summary) = relay_drain(config, backlog.rows).await?;
         relays.push(RelayRun {
             delivery,
             format,
+            value_format,
             rate,
             summary,
             cpu: clock.finish(),
@@ -369,7 +443,7 @@ async fn measure(
         shared_ceilings,
         relays,
         payload_bytes: payload.len(),
-        value_bytes: value.len(),
+        value_bytes,
     })
 }
 
@@ -925,7 +999,7 @@ mod tests {
             ],
             relays: Vec::new(),
             payload_bytes: 1,
-            value_bytes: 1,
+            value_bytes: Vec::new(),
         };
         assert_eq!(figures.slot_ceiling(Pgoutput::Binary), Some(190.0));
         assert_eq!(figures.slot_ceiling(Pgoutput::Text), Some(90.0));
