@@ -12,10 +12,11 @@ use ra_ledger::replay::run::{self, Outcome, Progress};
 use ra_ledger::replay::{self, Cancel, ReplayRequest, ReplayState, ReplayStatus};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use ra_ledger_cdc::infra::settings::{env, local};
+use ra_ledger_cdc::registry::SchemaRegistry;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::parse_key_value;
+use super::{parse_key_value, refused};
 
 /// Replays.
 #[derive(Debug, clap::Subcommand)]
@@ -92,13 +93,23 @@ pub struct KafkaArgs {
     /// variables apply too.
     #[arg(long = "kafka", value_parser = parse_key_value)]
     kafka: Vec<(String, String)>,
+    /// The schema registry of the relay's framed topics (its Confluent-compatible API): a
+    /// live topic whose subject it holds gets its events framed on the replay topic too.
+    #[arg(long, env = env::SCHEMA_REGISTRY_URL)]
+    schema_registry_url: Option<String>,
 }
 
 impl KafkaArgs {
-    fn settings(self) -> anyhow::Result<KafkaSettings> {
+    fn settings(self) -> anyhow::Result<(KafkaSettings, Option<SchemaRegistry>)> {
         let mut settings = KafkaSettings::from_env(&self.brokers)?;
         settings.properties.extend(self.kafka);
-        Ok(settings)
+        let registry = self
+            .schema_registry_url
+            .as_deref()
+            .map(SchemaRegistry::new)
+            .transpose()
+            .map_err(refused)?;
+        Ok((settings, registry))
     }
 }
 
@@ -186,7 +197,7 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
 /// Runs the replay here, drawing its progress; prints the handoff at the end.
 async fn drive(
     pool: &deadpool_postgres::Pool,
-    kafka: &KafkaSettings,
+    (kafka, registry): &(KafkaSettings, Option<SchemaRegistry>),
     id: Uuid,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
@@ -204,7 +215,16 @@ async fn drive(
             last_print = Instant::now();
         }
     };
-    let outcome = run::run(pool, kafka, id, &metrics, &shutdown, &mut draw).await;
+    let outcome = run::run(
+        pool,
+        kafka,
+        registry.as_ref(),
+        id,
+        &metrics,
+        &shutdown,
+        &mut draw,
+    )
+    .await;
     if terminal {
         eprintln!();
     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use ra_ledger_cdc::infra::kafka::{Brokers, KafkaSettings};
 use ra_ledger_cdc::infra::settings::{
-    ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, env, flag, listen, local, number, within,
+    ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, env, flag, listen, local, non_empty,
+    number, within,
 };
 
 use crate::reassign;
@@ -75,6 +76,12 @@ ra_ledger_cdc::settings! {
         /// Secret librdkafka settings read from files, e.g.
         /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
         kafka_secret_files: BTreeMap<String, PathBuf> = BTreeMap::new();
+        /// The schema registry the relay registers framed topics in (its
+        /// Confluent-compatible API, `LEDGER_SCHEMA_REGISTRY_URL`): a replay this worker runs
+        /// frames the events of a live topic whose subject it holds, as the relay frames
+        /// the live topic. Unset, replays publish the stored bytes on every topic.
+        schema_registry_url: Option<String> = None,
+            env env::SCHEMA_REGISTRY_URL => |c, v| c.schema_registry_url = non_empty(v).map(str::to_owned);
     }
 }
 
@@ -127,7 +134,22 @@ impl WorkerConfig {
         }
         // Past a minute the consumer would come close to librdkafka's max.poll.interval.ms.
         within("continue_chain_ms", self.continue_chain_ms, 1..=60_000)?;
+        self.schema_registry()?;
         Ok(())
+    }
+
+    /// The registry of `schema_registry_url`, when set.
+    pub fn schema_registry(
+        &self,
+    ) -> Result<Option<ra_ledger_cdc::registry::SchemaRegistry>, ConfigError> {
+        self.schema_registry_url
+            .as_deref()
+            .map(|url| {
+                ra_ledger_cdc::registry::SchemaRegistry::new(url).map_err(|error| {
+                    ConfigError::invalid("schema_registry_url", url, error.to_string())
+                })
+            })
+            .transpose()
     }
 
     /// How long a worker runs one chain's pages straight after each other.

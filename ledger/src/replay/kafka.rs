@@ -13,6 +13,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tracing::info;
 
+use super::framing::Framing;
 use super::stored::{Replay, RunError};
 use crate::topics::{self, Outcome, TopicError};
 
@@ -47,18 +48,21 @@ pub(super) async fn prepare_topics(
 /// A delivery in flight, with the event it carries (to name it if Kafka refuses it).
 pub(super) type Delivery = (String, rdkafka::producer::DeliveryFuture);
 
-/// Hands every event of a batch to the producer, with the live message's headers.
+/// Hands every event of a batch to the producer, with the live message's headers, its value
+/// framed as its live topic's values are ([`Framing`]).
 pub(super) fn produce_batch(
     producer: &FutureProducer,
     replay: &Replay,
     id_text: &str,
     rows: &[tokio_postgres::Row],
+    framing: &Framing,
 ) -> Result<Vec<Delivery>, RunError> {
     let mut deliveries = Vec::with_capacity(rows.len());
     for row in rows {
         let stream: &str = row.get("stream");
         let (aggregate, key) = stream.split_once('-').unwrap_or((stream, ""));
-        let topic = replay.replay_topic(&replay.live_topic(aggregate));
+        let live = replay.live_topic(aggregate);
+        let topic = replay.replay_topic(&live);
         let event_id: &str = row.get("event_id");
         // The live message's headers, as far as the events table holds their facts
         // (`Origin::Events` says which it cannot), plus the replay's id.
@@ -72,10 +76,10 @@ pub(super) fn produce_batch(
             &Origin::Events { xid },
         );
         headers.push((header::REPLAY_ID, id_text.to_owned()));
-        let payload: &[u8] = row.get("payload");
+        let payload = framing.value(&live, row.get("payload"));
         let record = FutureRecord::to(&topic)
             .key(key.as_bytes())
-            .payload(payload)
+            .payload(payload.as_ref())
             .headers(kafka_headers(&headers));
         match producer.send_result(record) {
             Ok(delivery) => deliveries.push((event_id.to_owned(), delivery)),

@@ -55,6 +55,7 @@
 //! within half a second and the step it is in.
 
 pub mod cancel;
+mod framing;
 mod handoff;
 mod kafka;
 mod request;

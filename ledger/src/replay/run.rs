@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
+use ra_ledger_cdc::registry::SchemaRegistry;
 use rdkafka::ClientConfig;
 use rdkafka::producer::FutureProducer;
 use tokio_util::sync::CancellationToken;
@@ -15,6 +16,7 @@ use tracing::info;
 use uuid::Uuid;
 
 use super::ReplayState;
+use super::framing::Framing;
 use super::kafka::{self, await_deliveries, produce_batch};
 use super::stored::Replay;
 pub use super::stored::RunError;
@@ -55,10 +57,13 @@ pub struct Progress {
 }
 
 /// Runs replay `id` to its end (or until `shutdown`, or until an operator cancels it), if no
-/// other process runs it. `progress` is called after every batch.
+/// other process runs it. `progress` is called after every batch. With a `registry`, the
+/// events of live topics framed for it are framed on their replay topics too
+/// ([`super::framing`]).
 pub async fn run(
     pool: &Pool,
     kafka: &KafkaSettings,
+    registry: Option<&SchemaRegistry>,
     id: Uuid,
     metrics: &ReplayMetrics,
     shutdown: &CancellationToken,
@@ -76,7 +81,7 @@ pub async fn run(
     // Fired by `shutdown`, or by the watcher when an operator cancels the replay.
     let stop = shutdown.child_token();
     let watcher = tokio::spawn(super::cancel::watch(pool.clone(), id, stop.clone()));
-    let result = run_locked(&mut client, kafka, id, metrics, &stop, progress).await;
+    let result = run_locked(&mut client, kafka, registry, id, metrics, &stop, progress).await;
     stop.cancel();
     let _ = watcher.await;
     metrics.active.fetch_sub(1, Ordering::Relaxed);
@@ -135,6 +140,7 @@ pub async fn run(
 async fn run_locked(
     client: &mut Object,
     kafka: &KafkaSettings,
+    registry: Option<&SchemaRegistry>,
     id: Uuid,
     metrics: &ReplayMetrics,
     shutdown: &CancellationToken,
@@ -149,6 +155,7 @@ async fn run_locked(
         .client_config()
         .map_err(|error| RunError::Settings(error.to_string()))?;
     let partitions = kafka::prepare_topics(&config, &replay).await?;
+    let framing = Framing::of(registry, partitions.keys()).await?;
     let mut replay =
         start_or_resume(client, &config, replay, &partitions, attempts, metrics).await?;
     if replay.status == ReplayState::Cancelled {
@@ -163,6 +170,7 @@ async fn run_locked(
     let published = publish_past(
         client,
         &producer,
+        &framing,
         &mut replay,
         &snapshot,
         id,
@@ -249,6 +257,7 @@ struct Batch {
 async fn publish_past(
     client: &Object,
     producer: &FutureProducer,
+    framing: &Framing,
     replay: &mut Replay,
     snapshot: &str,
     id: Uuid,
@@ -270,7 +279,7 @@ async fn publish_past(
             return Ok(published);
         }
         let started = Instant::now();
-        let deliveries = produce_batch(producer, replay, &id_text, &batch.rows)?;
+        let deliveries = produce_batch(producer, replay, &id_text, &batch.rows, framing)?;
         let more = batch.next_checkpoint < replay.past_end;
         let both = async {
             tokio::join!(await_deliveries(deliveries), async {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
+use ra_ledger_cdc::registry::SchemaRegistry;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -19,12 +20,13 @@ use crate::metrics::ReplayMetrics;
 pub async fn serve(
     pool: Pool,
     kafka: KafkaSettings,
+    registry: Option<SchemaRegistry>,
     metrics: Arc<ReplayMetrics>,
     poll: Duration,
     shutdown: CancellationToken,
 ) {
     loop {
-        match next_round(&pool, &kafka, &metrics, &shutdown).await {
+        match next_round(&pool, &kafka, registry.as_ref(), &metrics, &shutdown).await {
             Ok(()) => {}
             Err(error) => warn!(%error, "replays: will retry"),
         }
@@ -38,6 +40,7 @@ pub async fn serve(
 async fn next_round(
     pool: &Pool,
     kafka: &KafkaSettings,
+    registry: Option<&SchemaRegistry>,
     metrics: &ReplayMetrics,
     shutdown: &CancellationToken,
 ) -> Result<(), RunError> {
@@ -53,7 +56,7 @@ async fn next_round(
         if shutdown.is_cancelled() {
             return Ok(());
         }
-        match run(pool, kafka, id, metrics, shutdown, &mut |_| {}).await {
+        match run(pool, kafka, registry, id, metrics, shutdown, &mut |_| {}).await {
             Ok(Outcome::Busy | Outcome::AlreadyEnded(_)) => {}
             Ok(outcome) => info!(replay = %id, ?outcome, "replay run ended"),
             Err(error) => {

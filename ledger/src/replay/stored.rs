@@ -60,6 +60,10 @@ pub enum RunError {
     /// The runner's Kafka settings make no client; the replay is marked failed.
     #[error("Kafka settings: {0}")]
     Settings(String),
+    /// The schema registry did not answer which live topics are framed; the replay
+    /// resumes from its checkpoint.
+    #[error("schema registry: {0}")]
+    Registry(String),
     /// The stored replay contradicts itself; it is marked failed.
     #[error("{0}")]
     Inconsistent(String),
@@ -99,6 +103,13 @@ impl RunError {
             Self::Kafka(_) => logged(
                 "kafka_unavailable",
                 &format!("Kafka did not take or answer a request of the replay; {retried}"),
+                self,
+            ),
+            Self::Registry(_) => logged(
+                "registry_unavailable",
+                &format!(
+                    "the schema registry did not answer which live topics are framed; {retried}"
+                ),
                 self,
             ),
             Self::LiveTopicMissing(topic) => said(

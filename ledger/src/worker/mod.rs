@@ -129,6 +129,7 @@ fn host_replays(
     Ok(tokio::spawn(crate::replay::serve::serve(
         db::pool(&config.database_url, "ledger-replay", 2)?,
         config.client_settings(),
+        config.schema_registry()?,
         metrics.replays.clone(),
         REPLAY_POLL,
         shutdown.clone(),

@@ -197,6 +197,7 @@ async fn a_cancel_answers_for_each_state_and_refuses_what_it_cannot_cancel() -> 
     let outcome = ra_ledger::replay::run::run(
         &pool,
         &kafka,
+        None,
         waiting,
         &Default::default(),
         &Default::default(),

@@ -72,6 +72,7 @@ async fn run_once(
     let outcome = run(
         &pool,
         kafka,
+        None,
         id,
         &ReplayMetrics::default(),
         &CancellationToken::new(),

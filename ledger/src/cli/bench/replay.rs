@@ -122,7 +122,7 @@ async fn replay_once(
     let metrics = Arc::new(ReplayMetrics::default());
     let stop = stop.unwrap_or_default();
     let mut published = 0;
-    let outcome = run::run(pool, kafka, id, &metrics, &stop, &mut |progress| {
+    let outcome = run::run(pool, kafka, None, id, &metrics, &stop, &mut |progress| {
         published = progress.published;
     })
     .await?;

@@ -137,7 +137,7 @@ async fn published_ids(database: &TestDatabase) -> anyhow::Result<HashSet<String
 }
 
 /// Waits until replay `id` is complete.
-async fn replay_completes(database: &TestDatabase, id: Uuid) -> anyhow::Result<()> {
+pub(crate) async fn replay_completes(database: &TestDatabase, id: Uuid) -> anyhow::Result<()> {
     let pool = ra_ledger::db::pool(&database.url, "contract-replay", 1)?;
     let client = pool.get().await?;
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -5,13 +5,14 @@
 //! that is down or refuses its schema, and publishing on when the registry goes away after
 //! the start ([`relay`]); consumers no one here wrote reading every record through the
 //! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]) and Apicurio's own
-//! Kafka deserializer on the JVM ([`jvm`]); and the schema gate run by the registry
-//! ([`gate`]).
+//! Kafka deserializer on the JVM ([`jvm`]); a replay framed as its live topic ([`replay`]);
+//! and the schema gate run by the registry ([`gate`]).
 
 mod gate;
 mod jvm;
 mod python;
 mod relay;
+mod replay;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
