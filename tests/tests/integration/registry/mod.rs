@@ -1,17 +1,17 @@
 //! Topics framed for schema registries (`value_formats` set to `confluent_protobuf`), against
 //! the run's real Apicurio Registry ([`ra_ledger_tests::registry`]) and real broker: what the
 //! relay publishes and registers in each delivery mode, beside a topic left in the old format
-//! that a Debezium-style consumer reads unchanged ([`relay`]); the relay refusing a registry
+//! that a Debezium-style consumer reads unchanged ([`framing`]); the relay refusing a registry
 //! that is down or refuses its schema, and publishing on when the registry goes away after
-//! the start ([`relay`]); consumers no one here wrote reading every record through the
+//! the start ([`framing`]); consumers no one here wrote reading every record through the
 //! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]) and Apicurio's own
 //! Kafka deserializer on the JVM ([`jvm`]); a replay framed as its live topic ([`replay`]);
 //! and the schema gate run by the registry ([`gate`]).
 
+mod framing;
 mod gate;
 mod jvm;
 mod python;
-mod relay;
 mod replay;
 
 use std::collections::{BTreeSet, HashMap};
