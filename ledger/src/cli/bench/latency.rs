@@ -148,16 +148,21 @@ pub async fn run(
         println!("{}: {}", variant.delivery.as_str(), figures.summary);
         p99s.push((variant, figures.latencies.p99));
     }
-    // The same settings in two value formats: the second's p99 over the first's.
-    for (variant, p99) in &p99s {
-        if let Some((first, first_p99)) = p99s.iter().find(|(other, _)| {
+    // The same settings in another value format: its p99 over that of the run of the first
+    // format just before it (`protobuf,confluent_protobuf,protobuf,confluent_protobuf` pairs
+    // each framed run with the bare one before it).
+    for (index, (variant, p99)) in p99s.iter().enumerate() {
+        let before = p99s[..index].iter().rev().find(|(other, _)| {
             other.delivery == variant.delivery
                 && other.linger_ms == variant.linger_ms
                 && other.flush_when_idle == variant.flush_when_idle
-        }) && first.value_format != variant.value_format
+                && other.value_format != variant.value_format
+        });
+        if let Some((first, first_p99)) = before
+            && first.value_format == p99s[0].0.value_format
         {
             println!(
-                "{}: p99 values {} / {} = {:.2}",
+                "{}: p99 values {} / {} (the run before) = {:.2}",
                 variant.delivery.as_str(),
                 variant.value_format.as_str(),
                 first.value_format.as_str(),

@@ -103,6 +103,12 @@ pub async fn run(
             .collect::<Vec<_>>()
             .join(", "),
     );
+    for (format, nanos) in &figures.render_nanos {
+        println!(
+            "rendering a value ({}, in this process, {RENDERINGS} times): {nanos:.0} ns a value",
+            format.as_str()
+        );
+    }
     println!(
         "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
         figures.broker_ceiling
@@ -279,6 +285,24 @@ struct RelayFigures {
     payload_bytes: usize,
     /// Size of each published value, in each of the topic's formats.
     value_bytes: Vec<(ValueFormat, usize)>,
+    /// What rendering one value costs in each format, alone ([`render_nanos`]).
+    render_nanos: Vec<(ValueFormat, f64)>,
+}
+
+/// How many values [`render_nanos`] renders.
+const RENDERINGS: u32 = 1_000_000;
+
+/// Nanoseconds to render `payload` in `format`, over [`RENDERINGS`] renderings in a row: the
+/// part of the relay's work a format changes, apart from the drains, whose spread on a
+/// shared 2-core machine is wider than it.
+fn render_nanos(format: ValueFormat, payload: &bytes::Bytes) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut bytes = 0usize;
+    for _ in 0..RENDERINGS {
+        bytes += std::hint::black_box(format.render(std::hint::black_box(payload))?).len();
+    }
+    std::hint::black_box(bytes);
+    Ok(started.elapsed().as_nanos() as f64 / f64::from(RENDERINGS))
 }
 
 impl RelayFigures {
@@ -370,6 +394,7 @@ async fn measure(
     // Each format's value, a framed one with the id its subject gets (registered here as
     // the relay registers it at start, and found there again by the relay).
     let mut value_bytes = Vec::new();
+    let mut render_costs = Vec::new();
     let mut value = bytes::Bytes::new();
     for (_, config) in &configs {
         let registered = ra_ledger_cdc::registry::register_topics(config.clone()).await?;
@@ -385,6 +410,7 @@ async fn measure(
             value = rendered.clone();
         }
         value_bytes.push((format, rendered.len()));
+        render_costs.push((format, render_nanos(format, &payload)?));
     }
     // The ceiling produces the values the relay publishes, in the topic's format.
     let keys = backlog_keys(&client).await?;
@@ -444,6 +470,7 @@ async fn measure(
         relays,
         payload_bytes: payload.len(),
         value_bytes,
+        render_nanos: render_costs,
     })
 }
 
@@ -1000,6 +1027,7 @@ mod tests {
             relays: Vec::new(),
             payload_bytes: 1,
             value_bytes: Vec::new(),
+            render_nanos: Vec::new(),
         };
         assert_eq!(figures.slot_ceiling(Pgoutput::Binary), Some(190.0));
         assert_eq!(figures.slot_ceiling(Pgoutput::Text), Some(90.0));
