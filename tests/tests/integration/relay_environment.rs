@@ -507,6 +507,18 @@ async fn a_row_committed_while_the_first_slot_is_created_is_published() -> anyho
 async fn the_guard_refuses_what_takes_the_outbox_out_of_the_publication() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let client = database.connect().await?;
+    // Nothing is guarded before a relay streamed through the publication: its first slot
+    // publishes what its snapshot holds.
+    client
+        .batch_execute("ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert, update'); ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert')")
+        .await?;
+    client
+        .execute(
+            "INSERT INTO relay_slots (slot_name, registered_by, publication) \
+             VALUES ('streamed', 'relay', $1)",
+            &[&PUBLICATION],
+        )
+        .await?;
     let before: String = client
         .query_one(
             "SELECT p.oid::text || array_agg(r.oid ORDER BY r.oid)::text \
