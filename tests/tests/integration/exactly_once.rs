@@ -108,7 +108,17 @@ async fn kill_minus_nine_x10_read_committed_sees_each_event_once_in_order() -> a
     let mut mid_stream_kills = 0;
     for kill in 1..=10 {
         let mut relay = spawn_relay_with(&config, &env)?;
-        let pause = rand::rng().random_range(300..1_500);
+        // The kill lands while this relay streams: once it published (its start, the
+        // position checks before and after fencing, takes a second or more on a busy
+        // machine, and a kill before it proves nothing about transactions).
+        let before = uncommitted.received.len();
+        anyhow::ensure!(
+            uncommitted
+                .until(Duration::from_secs(60), |received| received.len() > before)
+                .await,
+            "relay {kill} published nothing in 60 s"
+        );
+        let pause = rand::rng().random_range(100..1_000);
         let until = Instant::now() + Duration::from_millis(pause);
         while Instant::now() < until {
             committed.until(Duration::from_millis(50), |_| false).await;
