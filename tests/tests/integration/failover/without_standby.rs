@@ -14,6 +14,9 @@
 //! standby, and in the end nothing is lost and nothing is on Kafka that the new primary
 //! lacks. The relay runs as its own process, as `ledger relay` does: its exit, its log and
 //! its `/metrics` are what an operator has.
+//!
+//! The same rule applies when the last standby goes while the primary lives: retired, its
+//! physical slot dropped, the relay leaves the gate it was held behind (`stream`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -24,11 +27,11 @@ use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, WithoutStandby};
 use ra_ledger_cdc::metrics::{
     STANDBY_GATE_MISSING_SLOTS, STANDBY_GATE_WAITING, STREAMING, STREAMING_WITHOUT_STANDBY,
 };
-use ra_ledger_tests::relay::{Collector, insert_backlog};
+use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog};
 use ra_ledger_tests::replicated::ReplicatedPostgres;
 use ra_ledger_tests::{TestTopics, metric};
 
-use super::{READY_TIMEOUT, Writer, check, failover_config, outbox_ids};
+use super::{READY_TIMEOUT, Writer, check, failover_config, outbox_ids, wait_for_metric};
 use crate::relay_faults::relay_command;
 
 /// The relay as its own process: its settings in a TOML file and its log (at `warn`) in a
@@ -328,4 +331,100 @@ async fn promoted_without_a_standby_the_relay_streams_and_pages() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promoted_without_a_standby_the_relay_holds_and_says_what_to_run() -> anyhow::Result<()> {
     promoted_without_a_standby(WithoutStandby::Hold).await
+}
+
+/// The primary lives and its standby is retired: stopped, then its physical slot dropped.
+/// While the slot is there, PostgreSQL holds the relay behind the gate (it waits on the
+/// inactive slot); once it is dropped, the relay ends the held session by itself and streams
+/// without the gate (`stream`, the default), and goes back behind it once a standby is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_standby_lets_the_relay_leave_the_gate_once_its_slot_is_dropped()
+-> anyhow::Result<()> {
+    let mut pair = ReplicatedPostgres::start().await?;
+    let database = pair.create_database().await?;
+    let mut topics = TestTopics::new();
+    let config = failover_config(&database, &mut topics, DeliveryMode::ExactlyOnce).await?;
+    let mut collector = Collector::new(&topics)?;
+    let relay = RunningRelay::start(config.clone());
+    let client = database.connect().await?;
+    let before: HashSet<String> = insert_backlog(&client, 10, 2, 32)
+        .await?
+        .into_iter()
+        .collect();
+    assert!(collector.until_all(Duration::from_secs(60), &before).await);
+    pair.wait_failover_ready(&config.slot, READY_TIMEOUT)
+        .await?;
+
+    pair.stop_standby().await?;
+    let held: HashSet<String> = insert_backlog(&client, 10, 2, 32)
+        .await?
+        .into_iter()
+        .collect();
+    let waiting = wait_for_metric(
+        &relay,
+        STANDBY_GATE_WAITING.name,
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    collector.until(Duration::from_secs(3), |_| false).await;
+    assert!(waiting, "the relay did not report the gate's wait");
+    assert_no_event_of(&collector, &held, "the wait on the stopped standby");
+
+    pair.drop_standby_slot().await?;
+    let dropped = Instant::now();
+    let without = wait_for_metric(
+        &relay,
+        STREAMING_WITHOUT_STANDBY.name,
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    let left = dropped.elapsed();
+    let arrived = collector.until_all(Duration::from_secs(60), &held).await;
+    println!(
+        "a retired standby: without the gate {:.1} s after the slot was dropped, what it held \
+         on Kafka after {:.1} s",
+        left.as_secs_f64(),
+        dropped.elapsed().as_secs_f64()
+    );
+    let failover = pair.primary_slot_failover(&config.slot).await?;
+    assert!(without, "the relay did not leave the gate");
+    assert!(arrived, "what the gate held did not reach Kafka");
+    assert_eq!(failover, Some(false));
+
+    pair.rebuild_standby().await?;
+    let behind = wait_for_metric(
+        &relay,
+        STREAMING_WITHOUT_STANDBY.name,
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert!(behind, "the relay did not go back behind the gate");
+    assert_eq!(pair.primary_slot_failover(&config.slot).await?, Some(true));
+    pair.wait_failover_ready(&config.slot, READY_TIMEOUT)
+        .await?;
+    let after: HashSet<String> = insert_backlog(&client, 10, 2, 32)
+        .await?
+        .into_iter()
+        .collect();
+    let all: HashSet<String> = before.iter().chain(&held).chain(&after).cloned().collect();
+    let arrived = collector.until_all(Duration::from_secs(60), &all).await;
+    collector.until(Duration::from_secs(2), |_| false).await;
+    relay.stop().await?;
+    let on_primary = outbox_ids(&database).await?;
+    let acknowledged: Vec<String> = all.into_iter().collect();
+    let findings = check(
+        "a retired standby",
+        &on_primary,
+        &acknowledged,
+        &collector.received,
+    );
+    assert!(arrived, "{findings:?}");
+    assert_eq!(findings.lost, 0, "{findings:?}");
+    assert_eq!(findings.phantom, 0, "{findings:?}");
+    assert_eq!(findings.duplicates, 0, "read_committed: {findings:?}");
+    assert_eq!(findings.postgres_lost, 0, "{findings:?}");
+    Ok(())
 }
