@@ -237,6 +237,18 @@ pub(super) async fn connect_sql(
     Ok(client)
 }
 
+/// How soon PostgreSQL hears of a position the relay confirmed: the replication worker sends
+/// a newer position once this long has passed since its last status update, instead of
+/// waiting out `status_interval_ms`, which now paces only the updates that repeat an
+/// unchanged position. Waiting out that second was most of what the slot trailed Kafka by,
+/// and so most of the duplicates a kill -9 costs (issue 50, item 12; docs/benchmarks.md).
+/// While Kafka keeps up the slot moves at each publication check (every 200 ms, see
+/// `publication::CHECK_INTERVAL`); at least once raises it at most about 25 times a second
+/// (a position record every 50 ms and the checks), exactly once at most once per Kafka
+/// transaction. So this bounds the wait more than the rate: at most 100 status updates a
+/// second whatever happens.
+pub(super) const STATUS_PROMPT: Duration = Duration::from_millis(10);
+
 /// The replication stream's settings, to the same host as the SQL connection.
 pub(super) fn replication_config(
     config: &RelayConfig,
@@ -248,6 +260,7 @@ pub(super) fn replication_config(
         // Zero: start where the slot confirmed, so nothing unacknowledged is skipped.
         .with_start_lsn(Lsn::ZERO)
         .with_status_interval(Duration::from_millis(config.status_interval_ms))
+        .with_min_status_interval(STATUS_PROMPT)
         .with_wakeup_interval(Duration::from_secs(1))
         .with_binary(config.pgoutput_binary)
         .with_application_name(application_name)

@@ -6,7 +6,7 @@
 
 mod load;
 mod phases;
-mod process;
+pub(super) mod process;
 mod report;
 
 use std::path::PathBuf;
