@@ -111,9 +111,10 @@ END $$;
 -- exactly the outbox. An operator who means it says so in the session:
 --   SET ra_ledger.allow_outbox_publication_change = on;
 -- and then runs `ledger relay recover` (docs/operators.md, "What the relay checks").
--- Guarded: the publications the relay's slots stream through, or the default one before
--- the relay first ran. SECURITY DEFINER: any role's DDL fires it, and must not need to
--- read relay_slots itself.
+-- Guarded: the publications the relay's slots stream through (`relay_slots.publication`).
+-- Before a relay first streamed there is nothing to guard: its first slot publishes what
+-- its snapshot holds, and it creates a missing publication then. SECURITY DEFINER: any
+-- role's DDL fires it, and must not need to read relay_slots itself.
 CREATE FUNCTION ra_ledger_outbox_guard() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -125,9 +126,6 @@ BEGIN
     END IF;
     FOR guarded IN
         SELECT DISTINCT publication FROM relay_slots WHERE publication IS NOT NULL
-        UNION
-        SELECT 'ra_ledger_outbox'
-        WHERE NOT EXISTS (SELECT 1 FROM relay_slots WHERE publication IS NOT NULL)
     LOOP
         problem := ra_ledger_publication_problem(guarded);
         IF problem IS NOT NULL THEN

@@ -60,6 +60,35 @@ impl DeliveryMode {
     }
 }
 
+/// What a relay with `slot_failover` does while the primary has no standby that could take
+/// over with a copy of its slot (`without_standby`): the state a promotion leaves until a
+/// new standby is built. [`crate::relay::gate`] has the rules; `docs/operators.md`
+/// ("After a promotion that left no standby") argues the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WithoutStandby {
+    /// Stream without the standby gate (the slot's failover turned off: PostgreSQL gates
+    /// only failover slots) and page (`ra_relay_streaming_without_standby`); back behind
+    /// the gate by itself once a standby's physical slot exists. The default: with no
+    /// standby, no promotion can happen, so the gate has nobody to protect.
+    #[default]
+    Stream,
+    /// Publish nothing until a standby is built with the slot `synchronized_standby_slots`
+    /// names and has confirmed the WAL: the gate's promise kept for the next failover, at
+    /// the price of CDC stopped until then.
+    Hold,
+}
+
+impl WithoutStandby {
+    /// The name configuration files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Hold => "hold",
+        }
+    }
+}
+
 /// The suffix of the relay's position topic: `<topic_prefix>relay-position` unless
 /// `position_topic` names another. A hyphen, which aggregate types do not use, keeps it
 /// apart from the event topics.
@@ -142,7 +171,9 @@ crate::settings! {
             env env::METRICS_LISTEN => |c, v| c.metrics_listen = listen(v)?;
         /// Longest wait between reconnect attempts.
         reconnect_backoff_max_ms: u64 = 30_000;
-        /// How often confirmed positions are reported to PostgreSQL.
+        /// How often the confirmed position is repeated to PostgreSQL while the relay
+        /// confirms nothing new; a newer one is reported within 10 ms
+        /// (`relay::setup::STATUS_PROMPT`).
         status_interval_ms: u64 = 1_000;
         /// `at_least_once` (the default) or `exactly_once` (`LEDGER_RELAY_DELIVERY`).
         delivery: DeliveryMode = DeliveryMode::AtLeastOnce,
@@ -164,12 +195,21 @@ crate::settings! {
         /// PostgreSQL 17 and later: the slot is a failover slot, synchronized to the standbys
         /// that run `sync_replication_slots`, so that it survives a promotion. The relay
         /// creates the slot with `FAILOVER` (or turns it on for an existing slot), and
-        /// refuses to start unless the primary's `synchronized_standby_slots` names a
-        /// physical slot: without that gate the relay could publish what a promoted standby
-        /// never had (docs/operators.md, "Failover").
+        /// streams only behind the primary's `synchronized_standby_slots` naming the
+        /// standbys' physical slots: without that gate it could publish what a promoted
+        /// standby never had. It holds while the gate is wrong, and `without_standby` says
+        /// what it does while there is no standby (docs/operators.md, "Failover").
         slot_failover: bool = false;
-        /// How often the relay checks what holds decoding back (the standby gate) and
-        /// whether the standbys of a multi-host URL have the slot ready to take over.
+        /// With `slot_failover`: what the relay does while the primary has no standby (no
+        /// persistent physical replication slot), as right after a promotion that left
+        /// none: `stream` (the default) streams without the standby gate, its slot's
+        /// failover off, and pages; `hold` publishes nothing until a standby is built with
+        /// the slot `synchronized_standby_slots` names (docs/operators.md, "After a
+        /// promotion that left no standby").
+        without_standby: WithoutStandby = WithoutStandby::Stream;
+        /// How often the relay checks what holds decoding back (the standby gate), whether
+        /// the primary has a standby, and whether the standbys of a multi-host URL have the
+        /// slot ready to take over.
         health_check_interval_ms: u64 = 5_000;
         /// pgoutput's `binary` option: every column in its type's binary form, so the
         /// outbox's `bytea` payload travels as its bytes, not as twice as many hex digits,
@@ -571,6 +611,29 @@ mod tests {
             ),
             "{error}"
         );
+    }
+
+    #[test]
+    fn without_a_standby_the_relay_streams_unless_told_to_hold() {
+        assert_eq!(
+            RelayConfig::default().without_standby,
+            WithoutStandby::Stream
+        );
+        let hold: RelayConfig = toml::from_str(
+            r#"
+            slot_failover = true
+            without_standby = "hold"
+            "#,
+        )
+        .unwrap();
+        hold.validate().unwrap();
+        assert_eq!(hold.without_standby, WithoutStandby::Hold);
+        assert_eq!(hold.without_standby.as_str(), "hold");
+        let unknown = toml::from_str::<RelayConfig>(r#"without_standby = "wait""#)
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert!(unknown.contains("expected `stream` or `hold`"), "{unknown}");
     }
 
     #[test]

@@ -87,17 +87,25 @@ pub const INDEFINITE_OUTCOMES: Metric = Metric::counter(
     "ra_relay_kafka_indefinite_outcomes_total",
     "Kafka calls whose outcome was unknown (timeouts, lost connections); the producer was replaced and fenced (exactly once).",
 );
-/// 1 while the relay's walsender waits for the standbys of `synchronized_standby_slots`
-/// (PostgreSQL's `WaitForStandbyConfirmation`): decoding is held by the standby gate.
+/// 1 while the standby gate holds the relay: its walsender waits for the standbys of
+/// `synchronized_standby_slots` (PostgreSQL's `WaitForStandbyConfirmation`), or the relay
+/// holds before it streams because the gate is not set right ([`crate::relay::gate`]).
 pub const STANDBY_GATE_WAITING: Metric = Metric::gauge(
     "ra_relay_standby_gate_waiting",
-    "1 while the relay's walsender waits for the standbys of synchronized_standby_slots.",
+    "1 while the standby gate holds the relay: its walsender waits for the standbys of synchronized_standby_slots, or it holds before streaming.",
 );
 /// Slots `synchronized_standby_slots` names that the primary does not have: while above 0,
 /// PostgreSQL holds decoding of a failover slot for ever.
 pub const STANDBY_GATE_MISSING_SLOTS: Metric = Metric::gauge(
     "ra_relay_standby_gate_missing_slots",
     "Slots synchronized_standby_slots names that the primary does not have as physical slots.",
+);
+/// 1 while the relay streams without the standby gate, its slot's failover off, because
+/// the primary has no standby (`without_standby = "stream"`, [`crate::relay::gate`]): a
+/// page, since the next failover is not covered until a standby is built.
+pub const STREAMING_WITHOUT_STANDBY: Metric = Metric::gauge(
+    "ra_relay_streaming_without_standby",
+    "1 while the relay streams without the standby gate (its slot's failover off) because the primary has no standby.",
 );
 /// Standbys (the other hosts of a multi-host database URL) the relay checks.
 pub const STANDBYS: Metric = Metric::gauge(
@@ -138,6 +146,7 @@ pub struct RelayMetrics {
     indefinite_outcomes: AtomicU64,
     gate_waiting: AtomicU64,
     gate_missing: AtomicU64,
+    without_standby: AtomicU64,
     standbys: AtomicU64,
     standby_slots_ready: AtomicU64,
     timeline: AtomicU64,
@@ -174,6 +183,7 @@ impl Default for RelayMetrics {
             indefinite_outcomes: AtomicU64::new(0),
             gate_waiting: AtomicU64::new(0),
             gate_missing: AtomicU64::new(0),
+            without_standby: AtomicU64::new(0),
             standbys: AtomicU64::new(0),
             standby_slots_ready: AtomicU64::new(0),
             timeline: AtomicU64::new(0),
@@ -281,6 +291,12 @@ impl RelayMetrics {
         self.gate_missing.store(missing as u64, Ordering::Relaxed);
     }
 
+    /// Whether the relay streams without the standby gate, the primary having no standby.
+    pub fn set_without_standby(&self, without: bool) {
+        self.without_standby
+            .store(u64::from(without), Ordering::Relaxed);
+    }
+
     /// Of `standbys` checked, `ready` have the slot ready to take over.
     pub fn set_standbys(&self, standbys: usize, ready: usize) {
         self.standbys.store(standbys as u64, Ordering::Relaxed);
@@ -341,6 +357,7 @@ impl RelayMetrics {
         INDEFINITE_OUTCOMES.render(&mut out, load(&self.indefinite_outcomes));
         STANDBY_GATE_WAITING.render(&mut out, load(&self.gate_waiting));
         STANDBY_GATE_MISSING_SLOTS.render(&mut out, load(&self.gate_missing));
+        STREAMING_WITHOUT_STANDBY.render(&mut out, load(&self.without_standby));
         STANDBYS.render(&mut out, load(&self.standbys));
         STANDBY_SLOTS_READY.render(&mut out, load(&self.standby_slots_ready));
         SERVER_TIMELINE.render(&mut out, load(&self.timeline));
@@ -358,7 +375,7 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 20] = [
+    const ALL: [Metric; 21] = [
         REPLICATION_LAG_BYTES,
         NEWEST_PUBLISHED_COMMIT_AGE,
         OLDEST_UNCONFIRMED_COMMIT_AGE,
@@ -376,6 +393,7 @@ mod tests {
         INDEFINITE_OUTCOMES,
         STANDBY_GATE_WAITING,
         STANDBY_GATE_MISSING_SLOTS,
+        STREAMING_WITHOUT_STANDBY,
         STANDBYS,
         STANDBY_SLOTS_READY,
         SERVER_TIMELINE,

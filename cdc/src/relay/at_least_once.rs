@@ -74,7 +74,7 @@ pub(super) async fn run(
         .await?;
     replication.stop();
     let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    info!(confirmed = %crate::lsn::format_lsn(confirmed), "relay stopped cleanly");
+    info!(confirmed = %crate::lsn::format_lsn(confirmed), "session stopped cleanly");
     Ok(())
 }
 

@@ -6,13 +6,19 @@
 //!   stream then looks healthy and carries nothing. Sampled every
 //!   `health_check_interval_ms`: [`STANDBY_GATE_WAITING`](crate::metrics::STANDBY_GATE_WAITING)
 //!   and a warning that names the missing slots.
+//! - **The primary gained or lost its standby.** With `slot_failover`, the gate's decision
+//!   ([`super::gate`]) is taken again from the same sample; when it changes how the session
+//!   may stream (a standby's physical slot appeared while streaming without the gate, or
+//!   the last one went, with `without_standby = "stream"`), the watch ends the session,
+//!   cleanly, and the next one starts the new way. While the session streams without the
+//!   gate, the warning that says so is repeated every minute.
 //! - **A standby not ready to take over.** With a multi-host URL, the other hosts are the
 //!   standbys: the relay reads there whether its slot is synced and would survive a
 //!   promotion. PostgreSQL drops a slot that is not ready at promotion, and the relay then
 //!   stops for want of it: better known before.
 //!
-//! Each check connects on its own and reconnects when a connection fails; none of them
-//! ever ends the session.
+//! Each check connects on its own and reconnects when a connection fails; only the gate's
+//! decision ever ends the session.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +26,7 @@ use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::gate::{GATE_WAIT_EVENT, GateState};
+use super::gate::{self, Change, GATE_WAIT_EVENT, Gate, GateState};
 use crate::config::RelayConfig;
 use crate::infra::pg::{self, Settings};
 use crate::metrics::RelayMetrics;
@@ -32,28 +38,54 @@ const WARN_AFTER_SAMPLES: u32 = 2;
 /// How often a continuing wait is logged again.
 const REPEAT_WARNING: Duration = Duration::from_secs(60);
 
-/// Checks the gate on `primary` and the slot on `standbys` until `stop`.
+/// What a session's watch looks at.
+pub(super) struct Watched {
+    /// The primary the session streams from.
+    pub primary: Settings,
+    /// The other hosts of the URL.
+    pub standbys: Vec<Settings>,
+    /// With `slot_failover`: how the session streams with respect to the gate.
+    pub gate: Option<Gate>,
+}
+
+/// Checks the gate on the primary and the slot on the standbys until `stop`; cancels `end`
+/// and returns why when the gate's decision ends the session.
 pub(super) async fn watch(
     config: RelayConfig,
-    primary: Settings,
-    standbys: Vec<Settings>,
+    watched: Watched,
     metrics: std::sync::Arc<RelayMetrics>,
     stop: CancellationToken,
-) {
-    let mut primary = Link::new(primary);
-    let mut standbys: Vec<Link> = standbys.into_iter().map(Link::new).collect();
+    end: CancellationToken,
+) -> Option<Change> {
+    let mut primary = Link::new(watched.primary);
+    let mut standbys: Vec<Link> = watched.standbys.into_iter().map(Link::new).collect();
     let mut waiting_samples = 0u32;
     let mut warned_at: Option<Instant> = None;
+    // The session's start logged it once already.
+    let mut without_standby_at = Instant::now();
     let mut unready: Vec<bool> = vec![false; standbys.len()];
     let interval = Duration::from_millis(config.health_check_interval_ms);
     loop {
         tokio::select! {
             biased;
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return None,
             () = tokio::time::sleep(interval) => {}
         }
         if let Some((waiting, gate)) = primary.gate(&config.slot).await {
             metrics.set_gate(waiting, gate.missing.len());
+            if let Some(session) = watched.gate {
+                if let Some(change) = session.ended_by(&gate.decide(config.without_standby), &gate)
+                {
+                    warn!(%change, "ending the session");
+                    end.cancel();
+                    return Some(change);
+                }
+                if session == Gate::WithoutStandby && without_standby_at.elapsed() >= REPEAT_WARNING
+                {
+                    without_standby_at = Instant::now();
+                    warn!("{}", gate::streaming_without_standby(&gate.named));
+                }
+            }
             waiting_samples = if waiting { waiting_samples + 1 } else { 0 };
             let due = warned_at.is_none_or(|at| at.elapsed() >= REPEAT_WARNING);
             if waiting_samples >= WARN_AFTER_SAMPLES && due {
@@ -66,7 +98,7 @@ pub(super) async fn watch(
                 } else {
                     warn!(
                         missing = %gate.missing.join(", "),
-                        "logical decoding is held by synchronized_standby_slots: it names slots this primary does not have, so PostgreSQL waits for ever. Build the new standby with that physical slot (pg_basebackup -C -S <slot>) or set synchronized_standby_slots to the current standbys' slots"
+                        "logical decoding is held by synchronized_standby_slots: it names slots this primary does not have, so PostgreSQL waits for ever. Build the new standby with that physical slot (pg_basebackup -C -S <slot> -R) or set synchronized_standby_slots to the current standbys' slots"
                     );
                 }
             } else if waiting_samples == 0 && warned_at.take().is_some() {

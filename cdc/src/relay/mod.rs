@@ -84,9 +84,14 @@ pub enum RelayError {
     /// The slot cannot be streamed from.
     #[error("{0}")]
     Slot(#[from] slot::SlotError),
-    /// The standby gate is off or names missing slots.
+    /// The standby gate holds the relay before it streams: off, naming missing slots, or
+    /// no standby with `without_standby = "hold"`.
     #[error("{0}")]
     Gate(#[from] gate::GateError),
+    /// The standby gate's decision changed how the session may stream: a standby appeared
+    /// while streaming without the gate, or the last one went.
+    #[error("{0}")]
+    GateChanged(#[from] gate::Change),
     /// The stored position does not describe this server's past.
     #[error("{0}")]
     History(#[from] HistoryError),
@@ -143,10 +148,12 @@ pub enum RelayError {
 
 /// Whether to reconnect after an error or stop and tell the operator. Pure.
 ///
-/// Waiting for the cluster is retried: a busy slot, no primary yet, a standby gate that
-/// names a slot the new standby will bring. What only an operator can mend stops the
-/// relay: resuming on a lost slot or from a position of another history would skip
-/// transactions in silence.
+/// Waiting for the cluster is retried: a busy slot, no primary yet, and every hold of the
+/// standby gate ([`gate`]): each ends once the operator builds a standby or sets
+/// `synchronized_standby_slots`, on the server, where the relay sees it at its next try;
+/// a refusal would add a restart to that. What only an operator can mend stops the relay:
+/// resuming on a lost slot or from a position of another history would skip transactions
+/// in silence.
 pub fn should_retry(error: &RelayError) -> bool {
     !matches!(
         error,
@@ -156,7 +163,6 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::Url(_)
             | RelayError::Slot(_)
             | RelayError::History(_)
-            | RelayError::Gate(gate::GateError::Off)
             | RelayError::Catalog(_)
             | RelayError::TransactionTooLarge { .. }
             | RelayError::Registry(_)
@@ -222,7 +228,9 @@ pub async fn run(
 }
 
 /// One session: set up on the primary, watched by [`health`] while it streams in the
-/// configured mode.
+/// configured mode. The watch may end it (cleanly, as a shutdown would) when the standby
+/// gate's decision changes how it may stream ([`gate::Gate::ended_by`]); it ends then with
+/// that change as its error, retried.
 async fn session(
     config: &RelayConfig,
     metrics: &Arc<RelayMetrics>,
@@ -234,9 +242,10 @@ async fn session(
     let opened = match setup::open(config, &application_name).await {
         Ok(opened) => opened,
         Err(error) => {
-            if let RelayError::Gate(gate::GateError::Missing { missing }) = &error {
+            if let RelayError::Gate(held) = &error {
                 // No session, so no health check: the gauges say it here.
-                metrics.set_gate(true, missing.len());
+                metrics.set_gate(true, held.missing());
+                metrics.set_without_standby(false);
             }
             return Err(error);
         }
@@ -246,16 +255,37 @@ async fn session(
     }
     *known = Some(opened.server.identity.clone());
     metrics.set_timeline(opened.server.identity.timeline);
-    tokio::spawn(health::watch(
+    metrics.set_without_standby(opened.gate == Some(gate::Gate::WithoutStandby));
+    let end = shutdown.child_token();
+    let watch = tokio::spawn(health::watch(
         config.clone(),
-        opened.primary.clone(),
-        opened.standbys.clone(),
+        health::Watched {
+            primary: opened.primary.clone(),
+            standbys: opened.standbys.clone(),
+            gate: opened.gate,
+        },
         metrics.clone(),
         stop_watch.clone(),
+        end.clone(),
     ));
-    match config.delivery {
-        DeliveryMode::AtLeastOnce => at_least_once::run(config, metrics, shutdown, opened).await,
-        DeliveryMode::ExactlyOnce => exactly_once::run(config, metrics, shutdown, opened).await,
+    let outcome = match config.delivery {
+        DeliveryMode::AtLeastOnce => at_least_once::run(config, metrics, &end, opened).await,
+        DeliveryMode::ExactlyOnce => exactly_once::run(config, metrics, &end, opened).await,
+    };
+    if shutdown.is_cancelled() || !end.is_cancelled() {
+        return outcome;
+    }
+    // The watch ended the session, and returns why.
+    outcome?;
+    match watch.await {
+        Ok(Some(change)) => Err(change.into()),
+        // Only the watch cancels `end` but a shutdown, and it says why when it does.
+        Ok(None) => Err(RelayError::Catalog(
+            "the health watch ended the session without a reason".into(),
+        )),
+        Err(failed) => Err(RelayError::Catalog(format!(
+            "the health watch failed: {failed}"
+        ))),
     }
 }
 
@@ -414,10 +444,25 @@ mod tests {
             pid: 7
         }));
         assert!(should_retry(&RelayError::NotPrimary { target: "h".into() }));
-        assert!(should_retry(&RelayError::Gate(gate::GateError::Missing {
-            missing: vec!["standby".into()]
-        })));
-        assert!(!should_retry(&RelayError::Gate(gate::GateError::Off)));
+        for held in [
+            gate::GateError::Missing {
+                missing: vec!["standby".into()],
+                standbys: vec!["other".into()],
+            },
+            gate::GateError::Off {
+                standbys: vec!["standby".into()],
+            },
+            gate::GateError::NoStandby {
+                named: vec!["standby".into()],
+            },
+        ] {
+            assert!(should_retry(&RelayError::Gate(held)));
+        }
+        assert!(should_retry(&RelayError::GateChanged(
+            gate::Change::StandbyBack {
+                standbys: vec!["standby".into()]
+            }
+        )));
         assert!(!should_retry(&RelayError::Slot(slot::SlotError::Lost {
             slot: "s".into()
         })));

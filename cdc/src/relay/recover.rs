@@ -169,7 +169,11 @@ pub(super) async fn from_snapshot(
         events: published.events,
         parked: published.parked,
     };
-    info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
+    if by == "recover" {
+        info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
+    } else {
+        info!(?recovered, slot = %config.slot, "the first slot is created, and the rows its snapshot holds are in Kafka");
+    }
     Ok(recovered)
 }
 

@@ -11,8 +11,9 @@
 //! 3. **The slot and the publication** ([`super::slot`], [`super::publication`]): the
 //!    first slot created with a snapshot whose rows are published first, a lost one
 //!    refused; the publication carrying exactly the outbox, with the identity the slot's
-//!    registration knows; with `slot_failover`, a failover slot behind a set standby gate
-//!    ([`super::gate`]).
+//!    registration knows; with `slot_failover`, the standby gate decides first
+//!    ([`super::gate`]): a failover slot behind a set gate, a slot whose failover is off
+//!    while the primary has no standby (`without_standby = "stream"`), or a hold.
 //! 4. **The stream**, started on the same session: the slot is held from then on. Who else
 //!    holds it is read from `pg_replication_slots.active_pid`.
 
@@ -22,8 +23,9 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig};
 use tokio_postgres::Client;
 use tracing::{info, warn};
 
+use super::gate::{self, Gate, GateState};
 use super::publication::{self, Coverage};
-use super::{RelayError, gate, slot};
+use super::{RelayError, slot};
 use crate::config::RelayConfig;
 use crate::history::{self, Identity, Server};
 use crate::infra::pg::{self, ReplicationTarget, Settings};
@@ -46,6 +48,8 @@ pub(super) struct Opened {
     pub standbys: Vec<Settings>,
     /// What the publication's checks vouch for: how far the slot may be confirmed.
     pub coverage: Coverage,
+    /// With `slot_failover`: how the session streams with respect to the standby gate.
+    pub gate: Option<Gate>,
 }
 
 /// Connects to the primary, checks its identity and the slot, and starts the stream.
@@ -96,18 +100,26 @@ pub(super) async fn open(
     } else {
         Vec::new()
     };
+    let gate = if config.slot_failover {
+        slot::failover_supported(version)?;
+        let state = GateState::read(&sql).await?;
+        let gate = state.decide(config.without_standby)?;
+        if gate == Gate::WithoutStandby {
+            warn!(slot = %config.slot, "{}", gate::streaming_without_standby(&state.named));
+        }
+        Some(gate)
+    } else {
+        None
+    };
     slot::prepare(
         &sql,
         &mut replication,
         config,
         &database,
-        version,
         &checked.identity,
+        gate.map(Gate::failover),
     )
     .await?;
-    if config.slot_failover {
-        gate::check(&sql).await?;
-    }
     replication.start().await?;
     if let Err(error) = replication.wait_started().await {
         // Another session took the slot between the check and the start.
@@ -148,6 +160,7 @@ pub(super) async fn open(
         primary,
         standbys,
         coverage,
+        gate,
     })
 }
 
@@ -224,6 +237,18 @@ pub(super) async fn connect_sql(
     Ok(client)
 }
 
+/// How soon PostgreSQL hears of a position the relay confirmed: the replication worker sends
+/// a newer position once this long has passed since its last status update, instead of
+/// waiting out `status_interval_ms`, which now paces only the updates that repeat an
+/// unchanged position. Waiting out that second was most of what the slot trailed Kafka by,
+/// and so most of the duplicates a kill -9 costs (issue 50, item 12; docs/benchmarks.md).
+/// While Kafka keeps up the slot moves at each publication check (every 200 ms, see
+/// `publication::CHECK_INTERVAL`); at least once raises it at most about 25 times a second
+/// (a position record every 50 ms and the checks), exactly once at most once per Kafka
+/// transaction. So this bounds the wait more than the rate: at most 100 status updates a
+/// second whatever happens.
+pub(super) const STATUS_PROMPT: Duration = Duration::from_millis(10);
+
 /// The replication stream's settings, to the same host as the SQL connection.
 pub(super) fn replication_config(
     config: &RelayConfig,
@@ -235,6 +260,7 @@ pub(super) fn replication_config(
         // Zero: start where the slot confirmed, so nothing unacknowledged is skipped.
         .with_start_lsn(Lsn::ZERO)
         .with_status_interval(Duration::from_millis(config.status_interval_ms))
+        .with_min_status_interval(STATUS_PROMPT)
         .with_wakeup_interval(Duration::from_secs(1))
         .with_binary(config.pgoutput_binary)
         .with_application_name(application_name)

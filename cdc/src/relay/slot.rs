@@ -231,20 +231,18 @@ pub fn decide(
     }
 }
 
-/// Makes an existing slot ready to stream: refuses a lost, foreign or busy one, turns
-/// failover on when configured, and registers it with `checked`'s publication. Returns its
-/// state. `replication` is the gated session, not yet started.
+/// Makes an existing slot ready to stream: refuses a lost, foreign or busy one, registers
+/// it with `checked`'s publication, and makes it a failover slot or not as `failover` says
+/// (`None`: left as it is, `slot_failover` being off). Returns its state. `replication` is
+/// the gated session, not yet started.
 pub async fn prepare(
     sql: &Client,
     replication: &mut ReplicationClient,
     config: &RelayConfig,
     database: &str,
-    version: i32,
     identity: &str,
+    failover: Option<bool>,
 ) -> Result<SlotState, RelayError> {
-    if config.slot_failover && version < FAILOVER_VERSION {
-        return Err(SlotError::FailoverUnsupported { version }.into());
-    }
     let slot = &config.slot;
     let state = inspect(sql, slot)
         .await?
@@ -257,18 +255,37 @@ pub async fn prepare(
         });
     }
     register(sql, slot, "relay", &config.publication, identity).await?;
-    if config.slot_failover && !state.failover {
-        // Only a slot no session holds can be altered: checked just above.
-        info!(%slot, "turning failover on for the existing slot");
-        replication
-            .simple_query(&format!("ALTER_REPLICATION_SLOT {slot} ( FAILOVER true )"))
-            .await?;
-        return Ok(inspect(sql, slot).await?.unwrap_or(state));
+    match failover {
+        Some(failover) if failover != state.failover => {
+            if failover {
+                info!(%slot, "turning failover on for the slot");
+            } else {
+                warn!(%slot, "turning failover off for the slot: the primary has no standby, and the standby gate holds only failover slots");
+            }
+            // Only a slot no session holds can be altered: checked just above.
+            replication
+                .simple_query(&format!(
+                    "ALTER_REPLICATION_SLOT {slot} ( FAILOVER {failover} )"
+                ))
+                .await?;
+            Ok(inspect(sql, slot).await?.unwrap_or(state))
+        }
+        Some(_) => Ok(state),
+        None => {
+            if state.failover {
+                warn!(%slot, "the slot is a failover slot but slot_failover is off: the standby gate is not checked");
+            }
+            Ok(state)
+        }
     }
-    if !config.slot_failover && state.failover {
-        warn!(%slot, "the slot is a failover slot but slot_failover is off: the standby gate is not checked");
+}
+
+/// Refuses `slot_failover` on a server older than PostgreSQL 17 (`server_version_num`).
+pub fn failover_supported(version: i32) -> Result<(), SlotError> {
+    if version < FAILOVER_VERSION {
+        return Err(SlotError::FailoverUnsupported { version });
     }
-    Ok(state)
+    Ok(())
 }
 
 /// Records that the relay has a slot of this name, so that its loss is seen later (`by`:

@@ -229,6 +229,28 @@ impl ReplicatedPostgres {
         self.wait_replayed(SERVER_TIMEOUT).await
     }
 
+    /// Stops the standby for good (a fast shutdown), as when its host is retired; there is
+    /// no standby from then on. Its physical slot stays on the primary, inactive, until
+    /// [`ReplicatedPostgres::drop_standby_slot`]: PostgreSQL's gate waits on it meanwhile.
+    pub async fn stop_standby(&mut self) -> anyhow::Result<()> {
+        self.resume_wal_receiver()?;
+        let standby = self.standby.take().context("there is no standby to stop")?;
+        blocking({
+            let standby = standby.clone();
+            move || standby.stop("INT")
+        })
+        .await
+        .context("stopping the standby")?;
+        self.retired.push(standby);
+        Ok(())
+    }
+
+    /// Drops the standby's physical slot on the primary, as an operator does once that
+    /// standby is gone for good.
+    pub async fn drop_standby_slot(&self) -> anyhow::Result<()> {
+        drop_physical_slot(&self.primary, &self.options.physical_slot).await
+    }
+
     /// A clean role swap: a fast shutdown of the primary (its walsenders send the standby
     /// all its WAL first), the standby promoted, and the old primary rejoining as the new
     /// one's standby after `pg_rewind` (a no-op when nothing diverged).

@@ -1,5 +1,6 @@
 //! The standby's copies of the primary's failover slots: when one is ready to take over,
-//! and the orphans a demoted primary brings back.
+//! and the orphans a demoted primary brings back; and on the primary, a slot's failover
+//! flag and the gate that names the standbys (`synchronized_standby_slots`).
 
 use std::time::{Duration, Instant};
 
@@ -118,6 +119,48 @@ impl ReplicatedPostgres {
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Whether the current primary's `slot` is a failover slot (`None`: no such slot).
+    pub async fn primary_slot_failover(&self, slot: &str) -> anyhow::Result<Option<bool>> {
+        let client = admin(&self.primary).await?;
+        Ok(client
+            .query_opt(
+                "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?
+            .map(|row| row.get(0)))
+    }
+
+    /// Sets the current primary's `synchronized_standby_slots` as an operator does
+    /// (`ALTER SYSTEM`, then a reload), and waits until a new session sees it.
+    pub async fn set_synchronized_standby_slots(&self, value: &str) -> anyhow::Result<()> {
+        let client = admin(&self.primary).await?;
+        // ALTER SYSTEM takes no parameters (a literal, quoted) and no transaction block (one
+        // statement per call).
+        let literal = format!("'{}'", value.replace('\'', "''"));
+        client
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronized_standby_slots = {literal}"
+            ))
+            .await?;
+        client.batch_execute("SELECT pg_reload_conf()").await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now: String = admin(&self.primary)
+                .await?
+                .query_one("SELECT current_setting('synchronized_standby_slots')", &[])
+                .await?
+                .get(0);
+            if now == value {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("synchronized_standby_slots is still '{now}' 10 s after the reload");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

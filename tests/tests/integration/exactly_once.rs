@@ -108,7 +108,15 @@ async fn kill_minus_nine_x10_read_committed_sees_each_event_once_in_order() -> a
     let mut mid_stream_kills = 0;
     for kill in 1..=10 {
         let mut relay = spawn_relay_with(&config, &env)?;
-        let pause = rand::rng().random_range(300..1_500);
+        // The kill lands while this relay streams: once it published (its start, the
+        // position checks before and after fencing, takes a second or more on a busy
+        // machine, and a kill before it proves nothing about transactions), unless it
+        // has nothing left to publish (the relays before it drained the load).
+        let before = uncommitted.received.len();
+        uncommitted
+            .until(Duration::from_secs(10), |received| received.len() > before)
+            .await;
+        let pause = rand::rng().random_range(100..1_000);
         let until = Instant::now() + Duration::from_millis(pause);
         while Instant::now() < until {
             committed.until(Duration::from_millis(50), |_| false).await;

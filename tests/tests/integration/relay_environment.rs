@@ -309,6 +309,46 @@ async fn a_dropped_publication_is_refused_and_never_re_created_in_silence() -> a
     .await
 }
 
+/// Item 13: the relay took any relation named `outbox`, in any schema. The publication now
+/// carries another schema's outbox instead of the relay's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_schemas_outbox_is_refused() -> anyhow::Result<()> {
+    refused_then_recovered(Break {
+        before_rows: "CREATE SCHEMA audit; \
+             CREATE TABLE audit.outbox (LIKE public.outbox INCLUDING ALL); \
+             ALTER PUBLICATION ra_ledger_outbox SET TABLE audit.outbox",
+        after_rows: "",
+        one_transaction: false,
+        fix: RESTORE,
+        refusal: |error| wrong("it carries audit.outbox too")(error),
+    })
+    .await
+}
+
+/// Item 13: a column of another type used to be read as the type the relay expects (in
+/// binary mode any 8 bytes pass as a `bigint`, any UTF-8 as text): a mangled Kafka key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_of_another_type_is_refused() -> anyhow::Result<()> {
+    refused_then_recovered(Break {
+        before_rows: "ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE varchar(200)",
+        after_rows: "",
+        one_transaction: false,
+        fix: "ALTER TABLE outbox ALTER COLUMN aggregate_id TYPE text",
+        refusal: |error| {
+            error.to_string().contains(
+                "aggregate_id is of type character varying(200), and the relay reads text",
+            ) || matches!(
+                error,
+                RelayError::Outbox(ra_ledger_cdc::outbox::OutboxError::ColumnType {
+                    column: "aggregate_id",
+                    ..
+                })
+            )
+        },
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuilt_outbox_is_refused() -> anyhow::Result<()> {
     // Create, copy, drop, rename (the idea the retention module discusses), the new table
@@ -507,6 +547,18 @@ async fn a_row_committed_while_the_first_slot_is_created_is_published() -> anyho
 async fn the_guard_refuses_what_takes_the_outbox_out_of_the_publication() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
     let client = database.connect().await?;
+    // Nothing is guarded before a relay streamed through the publication: its first slot
+    // publishes what its snapshot holds.
+    client
+        .batch_execute("ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert, update'); ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert')")
+        .await?;
+    client
+        .execute(
+            "INSERT INTO relay_slots (slot_name, registered_by, publication) \
+             VALUES ('streamed', 'relay', $1)",
+            &[&PUBLICATION],
+        )
+        .await?;
     let before: String = client
         .query_one(
             "SELECT p.oid::text || array_agg(r.oid ORDER BY r.oid)::text \

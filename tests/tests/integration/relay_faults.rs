@@ -24,7 +24,14 @@ pub(crate) fn spawn_relay_with(
     config: &RelayConfig,
     env: &[(&str, &str)],
 ) -> anyhow::Result<Child> {
-    Ok(Command::new("setpriv")
+    Ok(relay_command(config, env).spawn()?)
+}
+
+/// The command [`spawn_relay_with`] runs, for a test that wants more of it (its log in a
+/// file).
+pub(crate) fn relay_command(config: &RelayConfig, env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new("setpriv");
+    command
         .args([
             "--pdeathsig",
             "SIGKILL",
@@ -39,8 +46,8 @@ pub(crate) fn spawn_relay_with(
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()?)
+        .stdout(Stdio::null());
+    command
 }
 
 fn report(name: &str, expected: &HashSet<String>, collector: &Collector) -> usize {

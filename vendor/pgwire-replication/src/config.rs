@@ -386,6 +386,16 @@ pub struct ReplicationConfig {
     /// Default: 10 seconds (`pg_recvlogical` defaults to 10 seconds too)
     pub status_interval: Duration,
 
+    /// How soon an applied LSN newer than the last one reported is sent: once
+    /// this long has passed since the last standby status update, and never
+    /// later than `status_interval`. The server then hears of a raise within
+    /// this bound, and a consumer that raises the LSN on every event costs at
+    /// most one status update per this interval. `status_interval` still paces
+    /// the updates that repeat an unchanged position.
+    ///
+    /// Default: `None`: a raise waits for `status_interval`.
+    pub min_status_interval: Option<Duration>,
+
     /// Maximum time to wait for server messages before waking up.
     ///
     /// Silence is normal during logical replication. When this interval elapses
@@ -393,7 +403,7 @@ pub struct ReplicationConfig {
     /// (feedback) and continue waiting.
     ///
     /// A raised applied LSN does not wait for this wakeup: it is sent within
-    /// `status_interval` of `update_applied_lsn`.
+    /// `status_interval` (or `min_status_interval`) of `update_applied_lsn`.
     ///
     /// This effectively bounds how long the worker can stay blocked in a read
     /// while idle.
@@ -505,6 +515,7 @@ impl Default for ReplicationConfig {
             ack_lsn: None,
             stop_at_lsn: None,
             status_interval: Duration::from_secs(10),
+            min_status_interval: None,
             idle_wakeup_interval: Duration::from_secs(10),
             buffer_events: 8192,
             binary: false,
@@ -655,6 +666,13 @@ impl ReplicationConfig {
     /// Set the status update interval.
     pub fn with_status_interval(mut self, interval: Duration) -> Self {
         self.status_interval = interval;
+        self
+    }
+
+    /// Send a raised applied LSN once `interval` has passed since the last
+    /// status update (see [`min_status_interval`](Self::min_status_interval)).
+    pub fn with_min_status_interval(mut self, interval: Duration) -> Self {
+        self.min_status_interval = Some(interval);
         self
     }
 

@@ -9,6 +9,7 @@
 mod as_of;
 mod digest;
 mod import;
+mod kills;
 mod latency;
 mod outbox;
 mod peers;
@@ -132,6 +133,27 @@ pub enum BenchCommand {
         /// The schema registry of a confluent_protobuf topic (its Confluent-compatible API).
         #[arg(long, env = env::SCHEMA_REGISTRY_URL, default_value = local::SCHEMA_REGISTRY_URL)]
         schema_registry_url: String,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// kill -9 of `ledger relay` (a process of its own) under a steady load, restarted at
+    /// once each time: the duplicates per kill, and how far the slot's confirmed position
+    /// trails what Kafka holds.
+    Kills {
+        /// Events per second written throughout.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        /// Kills, each followed by a restart with the same command.
+        #[arg(long, default_value_t = 6)]
+        kills: usize,
+        /// Mean seconds from a start of the relay to the next kill; each wait is drawn
+        /// between half and one and a half times it.
+        #[arg(long, default_value_t = 5.0)]
+        every: f64,
+        /// The relay's `status_interval_ms`; its default when not given.
+        #[arg(long)]
+        status_interval_ms: Option<u64>,
         /// Kafka bootstrap servers.
         #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -322,6 +344,22 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
                 &schema_registry_url,
             );
             latency::run(database_url, &brokers, rate, seconds, variants).await
+        }
+        BenchCommand::Kills {
+            rate,
+            kills,
+            every,
+            status_interval_ms,
+            brokers,
+        } => {
+            let options = kills::Options {
+                rate,
+                kills,
+                every: Duration::try_from_secs_f64(every)
+                    .map_err(|_| anyhow::anyhow!("--every: {every} is not a number of seconds"))?,
+                status_interval_ms,
+            };
+            kills::run(database_url, &brokers, options).await
         }
         BenchCommand::Peers(arguments) => {
             let (options, brokers) = arguments.into_options();

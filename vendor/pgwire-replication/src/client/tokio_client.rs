@@ -317,8 +317,9 @@ impl ReplicationClient {
     ///
     /// Semantics: call this only once you have durably persisted all events up to `lsn`.
     /// This update is monotonic and cheap. A raised LSN wakes the worker, which sends it
-    /// once `status_interval` has passed since its last standby status update, also on an
-    /// idle stream; updates in between coalesce into one status carrying the newest LSN.
+    /// once `min_status_interval` (else `status_interval`) has passed since its last
+    /// standby status update, also on an idle stream; updates in between coalesce into one
+    /// status carrying the newest LSN.
     #[inline]
     pub fn update_applied_lsn(&self, lsn: Lsn) {
         self.progress.update_applied(lsn);

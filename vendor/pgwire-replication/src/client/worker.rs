@@ -382,8 +382,10 @@ impl WorkerState {
                 last_applied = current_applied;
             }
 
-            // Send periodic status feedback
-            if last_status_sent.elapsed() >= self.cfg.status_interval {
+            // Send status feedback when due: a raise promptly, else periodically.
+            if Instant::now()
+                >= status_due(last_status_sent, self.advanced(last_applied), &self.cfg)
+            {
                 self.send_feedback(stream, last_applied, false).await?;
                 last_status_sent = Instant::now();
             }
@@ -432,14 +434,13 @@ impl WorkerState {
             // drop, so the next iteration resumes the read without losing bytes.
             //
             // An applied LSN newer than the last one sent is pending: it is sent
-            // once `status_interval` has passed since the last status update.
-            // Otherwise a raise wakes the loop. Marking the watch seen and
-            // clearing the signal before reading the LSN means a raise after
-            // this point still wakes it.
+            // when [`status_due`] says. Otherwise a raise wakes the loop. Marking
+            // the watch seen and clearing the signal before reading the LSN means
+            // a raise after this point still wakes it.
             applied_rx.mark_unchanged();
             let applied = self.progress.take_signal();
-            let pending = self.last_sent.is_none_or(|sent| applied > sent);
-            let feedback_due = last_status_sent + self.cfg.status_interval;
+            let pending = self.advanced(applied);
+            let feedback_due = status_due(last_status_sent, pending, &self.cfg);
             let msg = tokio::select! {
                 biased;
 
@@ -652,10 +653,11 @@ impl WorkerState {
     /// `send().await`: that would park the worker and starve standby-status
     /// feedback until `wal_sender_timeout` fires and the server resets the
     /// connection. Instead we wait for capacity while continuing to emit
-    /// feedback every `status_interval`, so the server keeps seeing us alive.
-    /// This does not falsely acknowledge data — feedback reports the unchanged
-    /// applied LSN — and real backpressure still propagates via TCP flow
-    /// control (we stop reading the socket while parked here).
+    /// feedback every `status_interval`, so the server keeps seeing us alive,
+    /// and a raised applied LSN as [`status_due`] says. This does not falsely
+    /// acknowledge data — feedback reports the applied LSN the consumer set —
+    /// and real backpressure still propagates via TCP flow control (we stop
+    /// reading the socket while parked here).
     ///
     /// Returns `Ok(true)` if a stop was requested while waiting (the caller
     /// should unwind), or `Ok(false)` once the event is delivered or the
@@ -686,8 +688,14 @@ impl WorkerState {
         // the worker is still parked below awaiting capacity.
         self.metrics.record_stall_begin();
         let stall_start = Instant::now();
+        let mut raised = self.progress.subscribe();
         loop {
-            let deadline = *last_status_sent + self.cfg.status_interval;
+            // As in the stream loop's wait phase: a pending raise is sent when
+            // [`status_due`] says, and a raise made while parked wakes the loop
+            // to schedule it.
+            raised.mark_unchanged();
+            let advanced = self.advanced(self.progress.take_signal());
+            let deadline = status_due(*last_status_sent, advanced, &self.cfg);
             tokio::select! {
                 biased;
 
@@ -714,9 +722,12 @@ impl WorkerState {
                     return Ok(false);
                 }
 
+                // The sender lives in `self.progress`, so this never closes.
+                _ = raised.changed(), if !advanced => continue,
+
                 _ = tokio::time::sleep_until(deadline) => {}
             }
-            // The status interval elapsed while parked.
+            // A status update is due while parked.
             let applied = self.progress.load_applied();
             self.send_feedback(stream, applied, false).await?;
             *last_status_sent = Instant::now();
@@ -835,6 +846,12 @@ impl WorkerState {
         }
     }
 
+    /// Whether `applied` is newer than the last position written to the server
+    /// (or none was written yet).
+    fn advanced(&self, applied: Lsn) -> bool {
+        self.last_sent.is_none_or(|sent| applied > sent)
+    }
+
     /// Send standby status update to server.
     ///
     /// The position is recorded as sent only once the write succeeded, so a
@@ -865,6 +882,24 @@ impl WorkerState {
         }
         Ok(())
     }
+}
+
+/// When the next standby status update is due, the last one written at
+/// `last_sent_at`. Pure. The rules, in the order applied:
+///
+/// 1. An applied LSN newer than the last one written (`advanced`) is due
+///    `min_status_interval` after the last update, when one is set (never later
+///    than rule 2): the server hears of a raise within that bound, and raises
+///    in between coalesce into one update, so a busy stream cannot flood it.
+/// 2. Otherwise `status_interval` after it: without a `min_status_interval` a
+///    raise waits that long, and an unchanged position is repeated that often
+///    while the stream is busy (an idle stream repeats it at each idle wakeup).
+fn status_due(last_sent_at: Instant, advanced: bool, cfg: &ReplicationConfig) -> Instant {
+    let wait = match cfg.min_status_interval {
+        Some(min) if advanced => min.min(cfg.status_interval),
+        _ => cfg.status_interval,
+    };
+    last_sent_at + wait
 }
 
 /// Run `sql` with the simple query protocol and collect its rows (text
@@ -1996,6 +2031,159 @@ mod tests {
             assert!(ended.elapsed() <= 4 * interval);
         }
         r.task.abort();
+    }
+
+    // ── A min status interval: raises sent promptly, never a flood ──────
+
+    const MIN: std::time::Duration = std::time::Duration::from_millis(10);
+
+    fn prompt_cfg() -> ReplicationConfig {
+        feedback_cfg().with_min_status_interval(MIN)
+    }
+
+    #[test]
+    fn a_raise_is_due_after_the_min_interval_and_a_repeat_after_the_status_interval() {
+        let at = Instant::now();
+        let mut cfg = feedback_cfg();
+        assert_eq!(status_due(at, true, &cfg), at + SECOND, "no min: as before");
+        assert_eq!(status_due(at, false, &cfg), at + SECOND);
+        cfg.min_status_interval = Some(MIN);
+        assert_eq!(status_due(at, true, &cfg), at + MIN);
+        assert_eq!(
+            status_due(at, false, &cfg),
+            at + SECOND,
+            "nothing new: the status interval's cadence"
+        );
+        cfg.min_status_interval = Some(2 * SECOND);
+        assert_eq!(
+            status_due(at, true, &cfg),
+            at + SECOND,
+            "never later than the status interval"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_min_status_interval_a_raise_is_sent_within_it_and_raises_coalesce() {
+        let progress = Arc::new(SharedProgress::new(Lsn(0)));
+        let mut r = run_stream_with(prompt_cfg(), &progress, 64 * 1024);
+        assert_eq!(r.server.status().await.applied, 0);
+        let last = Instant::now();
+        progress.update_applied(Lsn(100));
+        assert_eq!(
+            r.server.status().await,
+            Status {
+                applied: 100,
+                reply: false
+            }
+        );
+        assert_eq!(
+            last.elapsed(),
+            MIN,
+            "one min interval after the last status"
+        );
+
+        // Raised again at once, twice: one status with the newest, not before the min
+        // interval since the last one has passed.
+        let last = Instant::now();
+        progress.update_applied(Lsn(150));
+        progress.update_applied(Lsn(200));
+        assert!(
+            r.server
+                .quiet(MIN - std::time::Duration::from_millis(1))
+                .await
+        );
+        assert_eq!(r.server.status().await.applied, 200);
+        assert_eq!(last.elapsed(), MIN);
+
+        // Nothing new: nothing until the idle wakeup (10 s).
+        assert!(r.server.quiet(5 * SECOND).await);
+        r.task.abort();
+    }
+
+    /// Raises every millisecond while the server streams: each reaches the server
+    /// within the min interval, in at most one status update per min interval,
+    /// whether the consumer keeps up (`drained`) or the worker is parked on a full
+    /// channel.
+    async fn raises_on_a_busy_stream(drained: bool) {
+        use tokio::io::AsyncWriteExt;
+        let progress = Arc::new(SharedProgress::new(Lsn(0)));
+        let mut r = run_stream_with(prompt_cfg(), &progress, 1024 * 1024);
+        if drained {
+            let (_, closed) = mpsc::channel(1);
+            let mut events = std::mem::replace(&mut r._events, closed);
+            tokio::spawn(async move { while events.recv().await.is_some() {} });
+        }
+        assert_eq!(r.server.status().await.applied, 0);
+        // The server streams a frame a millisecond; more than the channel holds.
+        let (mut server_read, mut server_write) = tokio::io::split(r.server.end);
+        tokio::spawn(async move {
+            for i in 1..=400u64 {
+                if server_write
+                    .write_all(&xlog_frame(i, b"Idummy"))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            // Keep the stream open.
+            std::future::pending::<()>().await;
+        });
+        let raiser = {
+            let progress = Arc::clone(&progress);
+            tokio::spawn(async move {
+                for lsn in 1..=200u64 {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    progress.update_applied(Lsn(lsn));
+                }
+            })
+        };
+        let started = Instant::now();
+        let mut statuses = Vec::new();
+        loop {
+            let msg = r.server.reader.read(&mut server_read).await.unwrap();
+            if msg.tag != b'd' || msg.payload.first() != Some(&b'r') {
+                continue;
+            }
+            let applied = u64::from_be_bytes(msg.payload[1..9].try_into().unwrap());
+            statuses.push((started.elapsed(), applied));
+            if applied == 200 {
+                break;
+            }
+        }
+        raiser.await.unwrap();
+        // The raise to 200 happened at 200 ms.
+        let (at, _) = statuses[statuses.len() - 1];
+        assert!(
+            at <= std::time::Duration::from_millis(200) + MIN,
+            "{statuses:?}"
+        );
+        for pair in statuses.windows(2) {
+            let ((a, lsn_a), (b, lsn_b)) = (pair[0], pair[1]);
+            assert!(
+                b - a >= MIN,
+                "two statuses within the min interval: {statuses:?}"
+            );
+            assert!(lsn_b > lsn_a, "a status repeated a position: {statuses:?}");
+            // Each raise waited at most the min interval: the LSN raised at `a` (one
+            // a millisecond) went out by `b`.
+            assert!(
+                lsn_b as u128 >= (b.as_millis()).saturating_sub(MIN.as_millis()),
+                "{statuses:?}"
+            );
+        }
+        r.task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_stream_sends_raises_promptly_without_flooding() {
+        raises_on_a_busy_stream(true).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_parked_on_a_full_channel_sends_raises_promptly_without_flooding() {
+        raises_on_a_busy_stream(false).await;
     }
 
     // ── Feedback observer ─────────────────────────────────────────────────

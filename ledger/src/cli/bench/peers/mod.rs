@@ -6,7 +6,7 @@
 
 mod load;
 mod phases;
-mod process;
+pub(super) mod process;
 mod report;
 
 use std::path::PathBuf;
@@ -236,6 +236,11 @@ async fn measure(
         .map(|phase| format!("{prefix}{phase}"))
         .collect();
     testing::create_topics(brokers, &topics, 3).await?;
+    if matches!(system, System::Relay) {
+        // The relay writes its position there, in both delivery modes.
+        testing::create_topics(brokers, &[ra_ledger_cdc::config::position_topic(&prefix)], 1)
+            .await?;
+    }
     let dir = options.work_dir.join(system.name());
     std::fs::create_dir_all(&dir)?;
     let launch = match system {

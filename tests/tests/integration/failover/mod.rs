@@ -1,7 +1,9 @@
 //! The relay across a PostgreSQL failover (PostgreSQL 17+, [`ReplicatedPostgres`]), in both
 //! delivery modes, with nothing done by hand for the relay: no slot made, no gate amended,
 //! no restart. The harness plays the cluster manager only: it kills the primary, promotes the
-//! standby and builds a new standby with the gate's physical slot.
+//! standby and builds a new standby with the gate's physical slot. Between the promotion and
+//! that standby, what the relay does is `without_standby`'s ([`without_standby`] tests both
+//! choices one by one).
 //!
 //! The checker compares the final primary's outbox with what a `read_committed` consumer
 //! read: lost (on the primary, not on Kafka), phantom (on Kafka, not on the primary), per-key
@@ -14,8 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
+use ra_ledger_cdc::metrics::{
+    STANDBY_GATE_MISSING_SLOTS, STANDBY_GATE_WAITING, STREAMING, STREAMING_WITHOUT_STANDBY,
+};
 use ra_ledger_cdc::relay::RelayError;
-use ra_ledger_cdc::relay::gate::GateError;
 use ra_ledger_cdc::relay::recover::{RecoverOptions, recover};
 use ra_ledger_cdc::relay::slot::SlotError;
 use ra_ledger_tests::relay::{
@@ -24,6 +28,8 @@ use ra_ledger_tests::relay::{
 use ra_ledger_tests::replicated::{ReplicatedPostgres, ReplicationOptions};
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 use tokio_util::sync::CancellationToken;
+
+mod without_standby;
 
 /// Rounds of kill and promote per delivery mode (`LEDGER_FAILOVER_ROUNDS`; the issue's 10
 /// in the failover target, fewer in the everyday suite to keep it under its time budget).
@@ -171,8 +177,12 @@ async fn slot_lag(database: &TestDatabase, slot: &str) -> anyhow::Result<i64> {
 }
 
 /// Kill and promote, `rounds()` times under load. Each round: the standby's copy of the
-/// slot ready, the primary killed (immediate), the standby promoted, a new standby built;
-/// then everything on the new primary must reach Kafka, and nothing else.
+/// slot ready, the primary killed (immediate), the standby promoted; with no standby left
+/// the relay streams without the gate (`without_standby`'s default) and says so, and what
+/// the new primary commits reaches Kafka before any standby exists; then a new standby is
+/// built and the relay goes back behind the gate by itself (the next round waits for the
+/// new standby's copy of the slot). Everything on the new primary must reach Kafka, and
+/// nothing else.
 async fn kill_and_promote(delivery: DeliveryMode) -> anyhow::Result<()> {
     let mut pair = ReplicatedPostgres::start().await?;
     let database = pair.create_database().await?;
@@ -192,37 +202,51 @@ async fn kill_and_promote(delivery: DeliveryMode) -> anyhow::Result<()> {
         pair.kill_primary()?;
         let killed = Instant::now();
         pair.promote().await?;
-        // The gate names the old standby's slot, which the promoted server lacks: decoding
-        // is held, and the relay says so.
-        let held = wait_for_metric(
+        // The gate names the old standby's slot, which the promoted server lacks, and it
+        // has no standby: the relay streams without the gate, and says so.
+        let without = wait_for_metric(
             &relay,
-            ra_ledger_cdc::metrics::STANDBY_GATE_MISSING_SLOTS.name,
+            STREAMING_WITHOUT_STANDBY.name,
             1,
             Duration::from_secs(20),
         )
         .await;
-        pair.rebuild_standby().await?;
-        // The first event written on the new primary, on Kafka.
+        // The first event written on the new primary, on Kafka while it has no standby.
         let marker: HashSet<String> = insert_backlog(&database.connect().await?, 1, 1, 8)
             .await?
             .into_iter()
             .collect();
         let arrived = collector.until_all(Duration::from_secs(120), &marker).await;
+        let first_event = killed.elapsed();
+        pair.rebuild_standby().await?;
+        let behind = wait_for_metric(
+            &relay,
+            STREAMING_WITHOUT_STANDBY.name,
+            0,
+            Duration::from_secs(20),
+        )
+        .await;
         println!(
             "{name}, round {round}: slot lag at the kill {lag} bytes, {written} events acknowledged so far, \
-             standby ready after {:.1} s, gate hold reported: {held}, first event from the new primary \
+             standby ready after {:.1} s, streaming without the gate reported: {without}, first event \
+             from the new primary {:.1} s after the kill, before any standby, back behind the gate \
              {:.1} s after the kill (timeline {})",
             (killed - ready_since).as_secs_f64(),
+            first_event.as_secs_f64(),
             killed.elapsed().as_secs_f64(),
             pair.primary_timeline()?,
         );
         anyhow::ensure!(
             arrived,
-            "round {round}: nothing from the new primary reached Kafka"
+            "round {round}: nothing from the new primary reached Kafka while it had no standby"
         );
         anyhow::ensure!(
-            held,
-            "round {round}: the relay did not report the gate's missing slot"
+            without,
+            "round {round}: the relay did not report streaming without the gate"
+        );
+        anyhow::ensure!(
+            behind && pair.primary_slot_failover(&config.slot).await? == Some(true),
+            "round {round}: the relay did not go back behind the gate once the standby was built"
         );
         let on_primary = outbox_ids(&database).await?;
         anyhow::ensure!(
@@ -367,10 +391,12 @@ async fn a_lagging_standby_holds_the_relay_back_exactly_once() -> anyhow::Result
     a_lagging_standby_holds_the_relay(DeliveryMode::ExactlyOnce).await
 }
 
-/// With `synchronized_standby_slots` empty, a failover slot could be read past what the
-/// standby has: the relay refuses to start, and says why.
+/// With `synchronized_standby_slots` empty while the primary has a standby, a failover slot
+/// could be read past what the standby has: the relay holds (it stays up, publishes
+/// nothing, and its gauge fires `RaStandbyGateHolding`) until the gate is set, then streams
+/// with no restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_gate_a_failover_relay_refuses_to_start() -> anyhow::Result<()> {
+async fn without_the_gate_a_failover_relay_holds_until_it_is_set() -> anyhow::Result<()> {
     let pair = ReplicatedPostgres::start_with(ReplicationOptions {
         synchronized_standby_slots: false,
         ..ReplicationOptions::default()
@@ -379,14 +405,50 @@ async fn without_the_gate_a_failover_relay_refuses_to_start() -> anyhow::Result<
     let database = pair.create_database().await?;
     let mut topics = TestTopics::new();
     let config = failover_config(&database, &mut topics, DeliveryMode::AtLeastOnce).await?;
-    let relay = RunningRelay::start(config);
-    let outcome = tokio::time::timeout(Duration::from_secs(60), relay.task).await??;
-    let error = outcome.expect_err("the relay must refuse");
-    assert!(matches!(error, RelayError::Gate(GateError::Off)), "{error}");
-    assert!(
-        error.to_string().contains("synchronized_standby_slots"),
-        "{error}"
+    let mut collector = Collector::new(&topics)?;
+    let relay = RunningRelay::start(config.clone());
+    let written: HashSet<String> = insert_backlog(&database.connect().await?, 10, 2, 32)
+        .await?
+        .into_iter()
+        .collect();
+    let held = wait_for_metric(
+        &relay,
+        STANDBY_GATE_WAITING.name,
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    collector.until(Duration::from_secs(3), |_| false).await;
+    let rendered = relay.metrics.render();
+    assert!(held, "the relay did not report the hold: {rendered}");
+    assert!(!relay.task.is_finished(), "a hold, not a refusal");
+    assert_eq!(metric(&rendered, STREAMING.name), 0, "{rendered}");
+    assert_eq!(
+        metric(&rendered, STANDBY_GATE_MISSING_SLOTS.name),
+        0,
+        "{rendered}"
     );
+    assert!(
+        collector.received.is_empty(),
+        "published without the gate: {:?}",
+        collector.received
+    );
+
+    pair.set_synchronized_standby_slots(&pair.options().physical_slot)
+        .await?;
+    let arrived = collector.until_all(Duration::from_secs(60), &written).await;
+    let failover = pair.primary_slot_failover(&config.slot).await?;
+    let released = wait_for_metric(
+        &relay,
+        STANDBY_GATE_WAITING.name,
+        0,
+        Duration::from_secs(10),
+    )
+    .await;
+    relay.stop().await?;
+    assert!(arrived, "nothing reached Kafka once the gate was set");
+    assert_eq!(failover, Some(true));
+    assert!(released, "the gauge still says held");
     Ok(())
 }
 
