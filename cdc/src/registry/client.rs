@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::confluent_wire::SchemaId;
+use crate::infra::settings::http_base_url;
 
 /// The API's content type.
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -75,6 +76,19 @@ pub enum RegistryError {
     },
 }
 
+impl RegistryError {
+    /// Whether asking again later may succeed: no answer, or the registry's own trouble (a
+    /// 5xx, or 429 too many requests). A bad URL, an incompatible schema and any other 4xx
+    /// stay what they are until an operator changes something.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unreachable { .. } => true,
+            Self::Refused { status, .. } => *status >= 500 || *status == 429,
+            Self::BadUrl { .. } | Self::Incompatible { .. } => false,
+        }
+    }
+}
+
 /// A registry's error body: `{"error_code": 40401, "message": "..."}`.
 #[derive(Debug, Deserialize)]
 struct ErrorBody {
@@ -94,14 +108,7 @@ impl SchemaRegistry {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        let mut base = Url::parse(url).map_err(|error| bad(&error.to_string()))?;
-        if !matches!(base.scheme(), "http" | "https") || base.host().is_none() {
-            return Err(bad("expected an http:// or https:// URL with a host"));
-        }
-        // Paths are joined onto the base: it must end in a slash to keep its last segment.
-        if !base.path().ends_with('/') {
-            base.set_path(&format!("{}/", base.path()));
-        }
+        let base = http_base_url(url).map_err(|reason| bad(&reason))?;
         let http = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
             .connect_timeout(CALL_TIMEOUT)

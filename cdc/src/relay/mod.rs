@@ -155,6 +155,11 @@ pub enum RelayError {
 /// resuming on a lost slot or from a position of another history would skip transactions
 /// in silence.
 pub fn should_retry(error: &RelayError) -> bool {
+    if let RelayError::Registry(registry) = error {
+        // Registration happens once, before the relay reads: a registry that does not
+        // answer yet stops this start, but a restart (systemd's) tries again.
+        return registry.is_transient();
+    }
     !matches!(
         error,
         RelayError::Decode(_)
@@ -165,7 +170,6 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::History(_)
             | RelayError::Catalog(_)
             | RelayError::TransactionTooLarge { .. }
-            | RelayError::Registry(_)
             // librdkafka refuses its configuration (a TLS file that is not a certificate,
             // an unknown property): no retry will change that.
             | RelayError::Kafka(KafkaError::ClientCreation(_))
@@ -444,6 +448,21 @@ mod tests {
             pid: 7
         }));
         assert!(should_retry(&RelayError::NotPrimary { target: "h".into() }));
+        // A registry that does not answer at start: systemd's restart tries again; one that
+        // refuses the schema: only an operator mends it.
+        let registry_down = crate::registry::RegistryError::Unreachable {
+            url: "http://r".into(),
+            doing: "registering".into(),
+            reason: "connection refused".into(),
+        };
+        assert!(should_retry(&RelayError::Registry(registry_down)));
+        let incompatible = crate::registry::RegistryError::Incompatible {
+            url: "http://r".into(),
+            subject: "t-value".into(),
+            level: "BACKWARD_TRANSITIVE".into(),
+            reason: "field removed".into(),
+        };
+        assert!(!should_retry(&RelayError::Registry(incompatible)));
         for held in [
             gate::GateError::Missing {
                 missing: vec!["standby".into()],
