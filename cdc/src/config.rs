@@ -338,11 +338,9 @@ impl RelayConfig {
                 ),
             )),
             None => Ok(()),
-            Some(url) => crate::registry::SchemaRegistry::new(url)
+            Some(url) => crate::infra::settings::http_base_url(url)
                 .map(drop)
-                .map_err(|error| {
-                    ConfigError::invalid("schema_registry_url", url, error.to_string())
-                }),
+                .map_err(|reason| ConfigError::invalid("schema_registry_url", url, reason)),
         }
     }
 

@@ -149,6 +149,20 @@ pub fn check_identifier(field: &str, kind: &str, name: &str) -> Result<(), Confi
     ))
 }
 
+/// `text` as the base URL of an HTTP API: `http://` or `https://` with a host, its path
+/// ending in a slash so that paths joined onto it keep its last segment (a schema
+/// registry's `…/apis/ccompat/v7`). The error says why not.
+pub fn http_base_url(text: &str) -> Result<reqwest::Url, String> {
+    let mut base = reqwest::Url::parse(text).map_err(|error| error.to_string())?;
+    if !matches!(base.scheme(), "http" | "https") || base.host().is_none() {
+        return Err("expected an http:// or https:// URL with a host".to_owned());
+    }
+    if !base.path().ends_with('/') {
+        base.set_path(&format!("{}/", base.path()));
+    }
+    Ok(base)
+}
+
 /// A `host:port` to listen on, or `None` for an empty value (disabled).
 pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, ConfigError> {
     if text.trim().is_empty() {
