@@ -175,9 +175,12 @@ ensure_python_env() {
 
 # The `ledger` binary, for the tests that run it as an operator does (its exit statuses):
 # cargo builds no other package's binaries for a test. A debug build with the tests'
-# `testing` feature, in the tests' target folder; exports LEDGER_BIN, its path.
+# `testing` feature, in the tests' target folder; exports LEDGER_BIN, its path. Built for
+# the whole workspace, as `cargo test --workspace` builds: `-p ra-ledger` alone resolves
+# other features for 55 shared crates (prost, axum, the CDC crate, the ledger's library...)
+# and a clean checkout compiled them all twice.
 ensure_ledger_binary() {
-    (cd "$REPO_ROOT" && cargo build --locked --quiet -p ra-ledger --bin ledger --features testing)
+    (cd "$REPO_ROOT" && cargo build --locked --quiet --workspace --bins --features ra-ledger/testing)
     export LEDGER_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ledger"
 }
 
