@@ -170,8 +170,11 @@ pub async fn run(
         }
         println!("  {}", run.summary);
     }
-    for run in &figures.relays {
-        let first = figures.relays.iter().find(|other| {
+    // Each run of another value format over the last run of the first format before it
+    // (`protobuf,confluent_protobuf,protobuf,confluent_protobuf` pairs each framed drain
+    // with the bare one just before it).
+    for (index, run) in figures.relays.iter().enumerate() {
+        let first = figures.relays[..index].iter().rev().find(|other| {
             other.delivery == run.delivery
                 && other.format == run.format
                 && other.value_format.as_str() == backlog.value_formats[0].as_str()
@@ -180,7 +183,7 @@ pub async fn run(
             && first.value_format.as_str() != run.value_format.as_str()
         {
             println!(
-                "{} pgoutput {}: values {} / {} throughput = {:.2}",
+                "{} pgoutput {}: values {} / {} (the drain before) throughput = {:.2}",
                 run.delivery.as_str(),
                 run.format.as_str(),
                 run.value_format.as_str(),
@@ -348,7 +351,13 @@ async fn measure(
     // A slot and topics per mode and format, all made before the backlog so each slot
     // holds it all.
     let mut configs = Vec::new();
-    for value_format in &backlog.value_formats {
+    for (index, value_format) in backlog.value_formats.iter().enumerate() {
+        // A format given again (`protobuf,confluent_protobuf,protobuf,confluent_protobuf`,
+        // alternating runs on a noisy machine) gets slots and topics of its own.
+        let round = backlog.value_formats[..index]
+            .iter()
+            .filter(|earlier| *earlier == value_format)
+            .count();
         for format in formats {
             for delivery in modes {
                 // Short: a slot name has at most 63 characters, the scratch name takes 45.
@@ -363,7 +372,10 @@ async fn measure(
                     ValueFormat::Json => "js",
                     ValueFormat::ConfluentProtobuf { .. } => "cf",
                 };
-                let purpose = format!("{mode}_{values}");
+                let purpose = match round {
+                    0 => format!("{mode}_{values}"),
+                    round => format!("{mode}_{values}{round}"),
+                };
                 let slot = scratch.create_slot(&client, &purpose).await?;
                 let topic_prefix = format!("{prefix}{purpose}.");
                 testing::create_topics(brokers, &[format!("{topic_prefix}assignment")], 3).await?;
