@@ -2,27 +2,13 @@
 //! envelope's class generated with protoc from events.proto) reads every record of a framed
 //! topic through the run's registry, and its fold equals the ledger's answer.
 
-use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use ra_ledger_cdc::config::DeliveryMode;
-use ra_ledger_tests::api::TestApi;
 use ra_ledger_tests::registry::registry;
-use ra_ledger_tests::relay::{Collector, RunningRelay};
-use ra_ledger_tests::{TestDatabase, TestTopics};
-use serde::Deserialize;
 
-use super::{framed_config, ledger_current, stored_payloads, write_assignments};
-
-/// What RegistryConsumer prints.
-#[derive(Debug, Deserialize)]
-struct Read {
-    records: usize,
-    event_ids: BTreeSet<String>,
-    current: BTreeSet<[String; 4]>,
-}
+use super::{Folded, published_assignments};
 
 /// Runs `command`, failing with its output when it fails.
 fn run(command: &mut Command) -> anyhow::Result<Vec<u8>> {
@@ -75,33 +61,11 @@ async fn apicurios_kafka_deserializer_reads_every_record_through_the_registry() 
             "LEDGER_REGISTRY_SERDE_LIBS is not set: run this test through deploy/test (ensure_registry_serde)"
         )
     })?);
-    let database = TestDatabase::new().await?;
-    let api = TestApi::new(&database)?;
-    let mut topics = TestTopics::new();
-    let config = framed_config(
-        &database,
-        &mut topics,
-        DeliveryMode::ExactlyOnce,
-        &["assignment"],
-    )
-    .await?;
-    let relay = RunningRelay::start(config.clone());
-    write_assignments(&api, 90).await?;
-    let client = database.connect().await?;
-    let stored = stored_payloads(&client, "assignment").await?;
-    let expected: HashSet<String> = stored.keys().cloned().collect();
-    let mut collector = Collector::new(&topics)?;
-    assert!(
-        collector
-            .until_all(Duration::from_secs(120), &expected)
-            .await
-    );
-    relay.stop().await?;
-
+    let published = published_assignments(DeliveryMode::ExactlyOnce, 90).await?;
     let out =
         ra_ledger_tests::stack::run_dir().join(format!("jvm-{}", ra_ledger_tests::random_suffix()));
-    let brokers = topics.brokers.clone();
-    let topic = config.topic("assignment");
+    let brokers = published.topics.brokers.clone();
+    let topic = published.topic.clone();
     let stdout = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<u8>> {
         let classpath = build_consumer(&libs, &out)?;
         run(Command::new("java").args([
@@ -114,23 +78,6 @@ async fn apicurios_kafka_deserializer_reads_every_record_through_the_registry() 
         ]))
     })
     .await??;
-    let read: Read = serde_json::from_slice(&stdout)?;
-    assert!(read.records >= stored.len(), "{} records", read.records);
-    assert_eq!(
-        read.event_ids,
-        expected.into_iter().collect::<BTreeSet<_>>()
-    );
-    let ledger = ledger_current(&client).await?;
-    assert!(!ledger.is_empty());
-    assert_eq!(
-        read.current, ledger,
-        "the fold differs from the ledger's current assignments"
-    );
-    eprintln!(
-        "JVM: {} records, {} events, {} current assignments, as the ledger has them",
-        read.records,
-        read.event_ids.len(),
-        read.current.len()
-    );
-    Ok(())
+    let folded: Folded = serde_json::from_slice(&stdout)?;
+    published.check("JVM", &folded).await
 }

@@ -14,7 +14,7 @@ mod jvm;
 mod python;
 mod replay;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
@@ -22,7 +22,7 @@ use ra_ledger_cdc::registry::SchemaRegistry;
 use ra_ledger_cdc::value_format::ValueFormat;
 use ra_ledger_tests::api::TestApi;
 use ra_ledger_tests::registry::registry;
-use ra_ledger_tests::relay::test_config;
+use ra_ledger_tests::relay::{Collector, RunningRelay, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::OwnedMessage;
@@ -77,6 +77,88 @@ async fn assign_businesses(api: &TestApi, businesses: usize) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+/// A framed assignment topic, published by a relay in one delivery mode and stopped, each
+/// of its events seen on Kafka: what a consumer no one here wrote is then pointed at.
+struct Published {
+    _database: TestDatabase,
+    topics: TestTopics,
+    /// The topic's name.
+    topic: String,
+    /// To ask the ledger.
+    client: tokio_postgres::Client,
+    /// The ids of the assignment events the ledger stored.
+    event_ids: BTreeSet<String>,
+}
+
+/// Runs a relay in `delivery` with the assignment topic framed, writes `businesses`
+/// assignments through the API, waits until each event is on Kafka and stops the relay.
+async fn published_assignments(
+    delivery: DeliveryMode,
+    businesses: usize,
+) -> anyhow::Result<Published> {
+    let database = TestDatabase::new().await?;
+    let api = TestApi::new(&database)?;
+    let mut topics = TestTopics::new();
+    let config = framed_config(&database, &mut topics, delivery, &["assignment"]).await?;
+    let relay = RunningRelay::start(config.clone());
+    write_assignments(&api, businesses).await?;
+    let client = database.connect().await?;
+    let expected: HashSet<String> = stored_payloads(&client, "assignment")
+        .await?
+        .into_keys()
+        .collect();
+    let mut collector = Collector::new(&topics)?;
+    anyhow::ensure!(
+        collector
+            .until_all(Duration::from_secs(120), &expected)
+            .await,
+        "not every assignment event reached Kafka"
+    );
+    relay.stop().await?;
+    Ok(Published {
+        topic: config.topic("assignment"),
+        _database: database,
+        topics,
+        client,
+        event_ids: expected.into_iter().collect(),
+    })
+}
+
+/// What a consumer of [`Published`] reported: the records it decoded, their event ids and
+/// the fold of their events, (business, jurisdiction, assignment, contact) of every open
+/// assignment.
+#[derive(Debug, serde::Deserialize)]
+struct Folded {
+    records: usize,
+    event_ids: BTreeSet<String>,
+    current: BTreeSet<[String; 4]>,
+}
+
+impl Published {
+    /// Checks that `consumer` decoded every event and that its fold is the ledger's answer.
+    async fn check(&self, consumer: &str, folded: &Folded) -> anyhow::Result<()> {
+        assert!(
+            folded.records >= self.event_ids.len(),
+            "{consumer}: {} records",
+            folded.records
+        );
+        assert_eq!(folded.event_ids, self.event_ids, "{consumer}");
+        let ledger = ledger_current(&self.client).await?;
+        assert!(!ledger.is_empty());
+        assert_eq!(
+            folded.current, ledger,
+            "{consumer}: the fold differs from the ledger's current assignments"
+        );
+        eprintln!(
+            "{consumer}: {} records, {} events, {} current assignments, as the ledger has them",
+            folded.records,
+            folded.event_ids.len(),
+            folded.current.len()
+        );
+        Ok(())
+    }
 }
 
 /// Each event's stored payload, by event id, of the streams of `aggregate`.
