@@ -4,6 +4,7 @@ mod as_of;
 mod audit;
 mod bad_input;
 mod broker_faults;
+mod cli_output;
 mod cluster_faults;
 mod console;
 mod console_pages;
