@@ -24,6 +24,7 @@ mod next;
 mod pages;
 mod pictures;
 mod session;
+mod units;
 
 use axum::Router;
 use axum::extract::Request;
@@ -56,6 +57,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/progress", get(pages::run_progress))
         .route("/runs/{id}/resume", post(pages::resume))
         .route("/operations", get(pages::operations))
+        .route("/runbooks/{anchor}", get(pages::runbook))
         .route(
             "/operations/parked/{id}/republish",
             post(pages::request_republish),

@@ -25,6 +25,7 @@ mod lag;
 mod layout;
 mod ledger;
 mod migrations;
+mod oncall;
 mod openapi;
 mod peers;
 mod prometheus;
