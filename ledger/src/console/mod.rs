@@ -64,6 +64,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/assets/console.css", get(stylesheet))
         .route("/assets/console.js", get(script))
+        // Browsers ask for /favicon.ico whatever the page links: the same icon, not a 404.
+        .route("/assets/favicon.svg", get(favicon))
+        .route("/favicon.ico", get(favicon))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             session::keep_alive,
@@ -103,6 +106,16 @@ async fn stylesheet() -> impl IntoResponse {
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
         include_str!("assets/console.css"),
+    )
+}
+
+async fn favicon() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        include_str!("assets/favicon.svg"),
     )
 }
 

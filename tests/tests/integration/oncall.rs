@@ -11,8 +11,8 @@
 //! - **The verdict.** Healthy while the relay streams; failing, with "no relay streams" and
 //!   its runbook, when it stops, the figure then labelled a bound; healthy again when it is
 //!   back. `GET /status` says the same (503 while failing).
-//! - The operator lands on the operations page after sign-in, and the screenshots of it for
-//!   the docs are taken here.
+//! - The operator lands on the operations page after sign-in; `/favicon.ico` is no 404; the
+//!   screenshots of the page for the docs (`docs/console/operations-*.png`) are taken here.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -176,6 +176,13 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
         "an operator lands on the operations page"
     );
     until_verdict(&browser, &base, "healthy", Duration::from_secs(60)).await?;
+    // The icon a browser asks for on its own, not a 404.
+    let icon = reqwest::get(format!("{base}/favicon.ico")).await?;
+    assert_eq!(icon.status().as_u16(), 200);
+    assert_eq!(
+        icon.headers().get("content-type").map(|v| v.as_bytes()),
+        Some(&b"image/svg+xml"[..])
+    );
 
     // Two bursts of 1,000 events, each one transaction, sampled from the first to 8 s after
     // the second.
@@ -265,7 +272,7 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
         samples.iter().any(|s| s.database_bound > 1.0 + s.page),
         "the database's bound never differed from the relay's figure: not a test of it\n{table}"
     );
-    screenshot(&browser, "operations").await?;
+    screenshot(&browser, "operations-verdict").await?;
 
     // The relay stops: failing, the runbook named, the figure a bound, /status 503.
     let status = |code: StatusCode, state: &'static str| {
@@ -309,6 +316,30 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
         anyhow::ensure!(Instant::now() < deadline, "{}", gauges.render());
         tokio::time::sleep(SAMPLE).await;
     }
+    // `deploy/stack status` prints the same verdict (the stack's other parts are not
+    // running here: an empty stack folder; the service is this test's).
+    let stack_dir = std::env::temp_dir().join(format!("oncall-stack-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&stack_dir)?;
+    let port = base.rsplit(':').next().unwrap_or_default().to_owned();
+    let printed =
+        tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/stack"))
+            .arg("status")
+            .env("RA_STACK_DIR", &stack_dir)
+            .env("RA_HTTP_PORT", &port)
+            .output()
+            .await?;
+    std::fs::remove_dir_all(&stack_dir)?;
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    let line = printed
+        .lines()
+        .find(|line| line.starts_with("verdict"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("failing")
+            && line.contains("no relay streams from slot")
+            && line.ends_with("(runbook: docs/operators.md#rarelaydown)"),
+        "{printed}"
+    );
     page_verdict(&browser, &base).await?;
     screenshot(&browser, "operations-relay-stopped").await?;
     // The runbook the verdict links to, served by the console.

@@ -77,9 +77,14 @@ pub(in crate::console) fn line_over_time(
     }
     let shown = points.iter().filter(|(_, value)| value.is_some()).count();
     let newest = points.iter().rev().find_map(|(_, value)| *value);
+    let largest = points
+        .iter()
+        .filter_map(|(_, value)| *value)
+        .fold(0.0, f64::max);
     html! {
         svg.picture.chart.(series.class) viewBox={"0 0 " (WIDTH) " " (HEIGHT)} role="img"
-            data-points=(shown) data-newest=(newest.map_or(String::new(), |v| format!("{v:.3}"))) {
+            data-points=(shown) data-newest=(newest.map_or(String::new(), |v| format!("{v:.3}")))
+            data-largest=(format!("{largest:.3}")) {
             title { (series.title) ", " (shown) " samples" }
             (frame(series, top, Some((start, end, x))))
             @for segment in segments.iter().filter(|segment| !segment.is_empty()) {
