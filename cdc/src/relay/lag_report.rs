@@ -27,6 +27,9 @@ pub const REPORT_EVERY: Duration = Duration::from_millis(200);
 /// is a relay that stopped reporting.
 pub const REPORT_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
 
+/// How long after a failed report the next one is tried.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
 /// Writes the relay's oldest unconfirmed commit for `config.slot` until `stop`.
 pub(super) async fn run(
     config: RelayConfig,
@@ -34,8 +37,13 @@ pub(super) async fn run(
     stop: CancellationToken,
 ) {
     let application_name = format!("ledger-relay:{}:lag", config.slot);
-    let mut connection = None;
+    let mut connection: Option<tokio_postgres::Client> = None;
     let mut written: Option<(Option<i64>, Instant)> = None;
+    // After a failure: no attempt before this, and one warning per run of failures (a
+    // relay newer than the database's migrations, or a role without V18's grant, fails
+    // every time; its log should not fill with five lines a second).
+    let mut retry_at: Option<Instant> = None;
+    let mut warned = false;
     let mut tick = tokio::time::interval(REPORT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -45,32 +53,47 @@ pub(super) async fn run(
             _ = tick.tick() => {}
         }
         let oldest = metrics.oldest_unconfirmed();
-        if !report_due(written, oldest, Instant::now()) {
+        let now = Instant::now();
+        if !report_due(written, oldest, now) || retry_at.is_some_and(|at| now < at) {
             continue;
         }
-        if connection.is_none() {
-            connection = setup::connect_sql(&config, &application_name)
-                .await
-                .map_err(|error| warn!(%error, "cannot connect to report the relay's lag"))
-                .ok();
+        match report(&config, &application_name, &mut connection, oldest).await {
+            Ok(()) => {
+                written = Some((oldest, Instant::now()));
+                retry_at = None;
+                warned = false;
+            }
+            Err(error) => {
+                if !warned {
+                    warn!(%error, retry_every = ?RETRY_AFTER, "cannot report the relay's lag to the database; ledger serve shows the database's bound meanwhile");
+                    warned = true;
+                }
+                connection = None;
+                retry_at = Some(Instant::now() + RETRY_AFTER);
+            }
         }
-        let Some(client) = connection.as_ref() else {
-            continue;
-        };
-        match client
+    }
+}
+
+/// One report, on `connection` (connected first when there is none).
+async fn report(
+    config: &RelayConfig,
+    application_name: &str,
+    connection: &mut Option<tokio_postgres::Client>,
+    oldest: Option<i64>,
+) -> Result<(), super::RelayError> {
+    if connection.is_none() {
+        *connection = Some(setup::connect_sql(config, application_name).await?);
+    }
+    if let Some(client) = connection.as_ref() {
+        client
             .execute(
                 include_str!("../sql/lag_report.sql"),
                 &[&config.slot, &oldest],
             )
-            .await
-        {
-            Ok(_) => written = Some((oldest, Instant::now())),
-            Err(error) => {
-                warn!(error = %crate::infra::pg::explain(&error), "cannot report the relay's lag; reconnecting");
-                connection = None;
-            }
-        }
+            .await?;
     }
+    Ok(())
 }
 
 /// Whether to write `oldest` now, given what was written last and when. Pure.
