@@ -212,15 +212,24 @@ async fn spawn_gauges(
         .await;
     }
     let pool = db::pool(&service.database_url, "ledger-gauges", 2)?;
-    let follow = gauges::follow_relay(
-        pool.clone(),
-        gauges.slot.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    );
+    // The relay's report between rounds matters only to a scrape: without `/metrics`, no
+    // reads five times a second (the console reads it at each page).
+    let follow = service.metrics_listen.is_some().then(|| {
+        gauges::follow_relay(
+            pool.clone(),
+            gauges.slot.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        )
+    });
     let rounds = gauges::run(pool, gauges, metrics, shutdown.clone());
     Ok(tokio::spawn(async move {
-        tokio::join!(rounds, follow);
+        match follow {
+            Some(follow) => {
+                tokio::join!(rounds, follow);
+            }
+            None => rounds.await,
+        }
     }))
 }
 
