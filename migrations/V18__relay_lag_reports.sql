@@ -17,7 +17,11 @@ CREATE UNLOGGED TABLE relay_lag_reports (
     -- everything it read is confirmed.
     oldest_unconfirmed_commit_at timestamptz,
     -- When the relay wrote this report (the database's clock).
-    reported_at                  timestamptz NOT NULL
+    reported_at                  timestamptz NOT NULL,
+    -- Why the relay stopped, when it refused to go on (a lost slot, a publication that
+    -- stopped carrying the outbox, a position from another history): its own words, for
+    -- the verdict; cleared by its next report while streaming.
+    refused                      text
 );
 
 COMMENT ON TABLE relay_lag_reports IS

@@ -8,7 +8,8 @@
 //! Beside each session, on a connection of its own: every [`REPORT_EVERY`] it writes the
 //! figure when it changed, and every [`REPORT_AT_LEAST_EVERY`] anyway, so a reader tells a
 //! live report from one a dead or frozen relay left ([`report_due`]). A failed write is
-//! logged and tried again on a new connection; it never touches the stream.
+//! logged and tried again on a new connection; it never touches the stream. A relay that
+//! refuses to go on records why there too ([`refused`]), for the verdict.
 
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,36 @@ async fn report(
             .await?;
     }
     Ok(())
+}
+
+/// How long the relay, stopping on a refusal, tries to record it.
+const REFUSAL_WRITE: Duration = Duration::from_secs(5);
+
+/// Records that the relay of `config.slot` refused to go on, and why, for the verdict:
+/// best effort, within [`REFUSAL_WRITE`] (the refusal may be that the database is not the
+/// one it should be; then the verdict says only that no relay streams).
+pub(super) async fn refused(config: &RelayConfig, error: &super::RelayError) {
+    let reason = error.to_string();
+    let write = async {
+        let client =
+            setup::connect_sql(config, &format!("ledger-relay:{}:lag", config.slot)).await?;
+        client
+            .execute(
+                include_str!("../sql/lag_refused.sql"),
+                &[&config.slot, &reason],
+            )
+            .await?;
+        Ok::<_, super::RelayError>(())
+    };
+    match tokio::time::timeout(REFUSAL_WRITE, write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(failed)) => {
+            warn!(error = %failed, "cannot record the relay's refusal for the verdict")
+        }
+        Err(_) => {
+            warn!("cannot record the relay's refusal for the verdict within {REFUSAL_WRITE:?}")
+        }
+    }
 }
 
 /// Whether to write `oldest` now, given what was written last and when. Pure.

@@ -214,6 +214,7 @@ pub async fn run(
                 Ok(()) => return Ok(()),
                 Err(error) if !should_retry(&error) => {
                     error!(%error, "relay stopped");
+                    lag_report::refused(&config, &error).await;
                     return Err(error);
                 }
                 Err(error @ RelayError::SlotBusy { .. }) => info!(%error, "slot busy"),

@@ -34,6 +34,7 @@ pub async fn read(client: &impl GenericClient, slot: &str) -> Result<Facts, toki
         slot_name: slot.to_owned(),
         slot: progress,
         slot_registered: row.get("slot_registered"),
+        relay_refused: row.get("relay_refused"),
         parked_waiting: row.get("parked_waiting"),
         replays_failed: row.get("replays_failed"),
         newest_failed_replay: row.get("newest_failed_replay"),

@@ -9,18 +9,21 @@
 //! The rules, in their order (a new one, such as a witness quorum, is one function and one
 //! line in [`RULES`]):
 //!
-//! 1. [`slot_lost`]: PostgreSQL removed WAL the slot needed; the relay refuses to start
+//! 1. [`relay_refused`]: the relay refused to go on and stopped, in its own words (a lost
+//!    slot, a publication that stopped carrying the outbox, a position from another
+//!    history), while no relay streams (failing).
+//! 2. [`slot_lost`]: PostgreSQL removed WAL the slot needed; the relay refuses to start
 //!    until `ledger relay recover` (failing).
-//! 2. [`slot_missing`]: no slot; a registered one was lost, and the relay refuses to start
+//! 3. [`slot_missing`]: no slot; a registered one was lost, and the relay refuses to start
 //!    (failing).
-//! 3. [`relay_not_streaming`]: no relay streams from the slot: nothing reaches Kafka
+//! 4. [`relay_not_streaming`]: no relay streams from the slot: nothing reaches Kafka
 //!    (failing).
-//! 4. [`wal_unreserved`]: the next checkpoint removes WAL the slot needs (failing).
-//! 5. [`commit_waiting`]: the oldest unpublished commit waited more than
+//! 5. [`wal_unreserved`]: the next checkpoint removes WAL the slot needs (failing).
+//! 6. [`commit_waiting`]: the oldest unpublished commit waited more than
 //!    [`COMMIT_FAILING`] (failing), or more than [`COMMIT_DEGRADED`] (degraded).
-//! 6. [`headroom_low`]: less than half of `max_slot_wal_keep_size` left (degraded).
-//! 7. [`parked_waiting`]: parked messages wait for an operator (degraded).
-//! 8. [`replay_failing`]: a replay failed in the last day (degraded).
+//! 7. [`headroom_low`]: less than half of `max_slot_wal_keep_size` left (degraded).
+//! 8. [`parked_waiting`]: parked messages wait for an operator (degraded).
+//! 9. [`replay_failing`]: a replay failed in the last day (degraded).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -44,6 +47,8 @@ pub struct Facts {
     pub slot: Option<SlotProgress>,
     /// Whether `relay_slots` lists the slot (a relay streamed from it once).
     pub slot_registered: bool,
+    /// Why the slot's relay refused to go on, when it did and has not streamed since.
+    pub relay_refused: Option<String>,
     /// Parked messages not republished yet.
     pub parked_waiting: i64,
     /// Replays that failed in the last day.
@@ -107,6 +112,7 @@ pub type Rule = fn(&Facts) -> Option<Finding>;
 
 /// Every rule, in the order that picks the deciding reason among findings of one state.
 pub const RULES: &[Rule] = &[
+    relay_refused,
     slot_lost,
     slot_missing,
     relay_not_streaming,
@@ -159,6 +165,20 @@ fn finding(state: State, reason: String, runbook: &'static str) -> Option<Findin
 }
 
 /// Rule 1.
+pub fn relay_refused(facts: &Facts) -> Option<Finding> {
+    let refused = facts.relay_refused.as_deref()?;
+    if facts.slot.as_ref().is_some_and(|slot| slot.streaming) {
+        // A relay streams again: the refusal is history.
+        return None;
+    }
+    finding(
+        State::Failing,
+        format!("the relay refused to go on and stopped: {refused}"),
+        "docs/operators.md#rarelaydown",
+    )
+}
+
+/// Rule 2.
 pub fn slot_lost(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     (slot.wal.status == Some(WalStatus::Lost)).then_some(())?;
@@ -172,7 +192,7 @@ pub fn slot_lost(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 2.
+/// Rule 3.
 pub fn slot_missing(facts: &Facts) -> Option<Finding> {
     if facts.slot.is_some() {
         return None;
@@ -191,7 +211,7 @@ pub fn slot_missing(facts: &Facts) -> Option<Finding> {
     finding(State::Failing, reason, "docs/operators.md#raslotmissing")
 }
 
-/// Rule 3.
+/// Rule 4.
 pub fn relay_not_streaming(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     if slot.streaming {
@@ -208,7 +228,7 @@ pub fn relay_not_streaming(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 4.
+/// Rule 5.
 pub fn wal_unreserved(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     (slot.wal.status == Some(WalStatus::Unreserved)).then_some(())?;
@@ -222,7 +242,7 @@ pub fn wal_unreserved(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 5.
+/// Rule 6.
 pub fn commit_waiting(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     let lag = slot.lag();
@@ -245,7 +265,7 @@ pub fn commit_waiting(facts: &Facts) -> Option<Finding> {
     }
 }
 
-/// Rule 6.
+/// Rule 7.
 pub fn headroom_low(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     let (safe, limit) = (slot.wal.safe_bytes?, slot.wal.limit_bytes?);
@@ -262,7 +282,7 @@ pub fn headroom_low(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 7.
+/// Rule 8.
 pub fn parked_waiting(facts: &Facts) -> Option<Finding> {
     (facts.parked_waiting > 0).then_some(())?;
     finding(
@@ -275,7 +295,7 @@ pub fn parked_waiting(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 8.
+/// Rule 9.
 pub fn replay_failing(facts: &Facts) -> Option<Finding> {
     (facts.replays_failed > 0).then_some(())?;
     finding(
@@ -325,6 +345,7 @@ mod tests {
             slot_name: "ra_ledger_relay".into(),
             slot,
             slot_registered: true,
+            relay_refused: None,
             parked_waiting: 0,
             replays_failed: 0,
             newest_failed_replay: None,
@@ -442,6 +463,29 @@ mod tests {
             "lost before not streaming"
         );
         assert_eq!(lost.also[0].runbook, "docs/operators.md#rarelaydown");
+    }
+
+    /// A relay that refused to go on says why, ahead of the slot it lost; once a relay
+    /// streams again, the refusal is history.
+    #[test]
+    fn a_refusal_is_said_in_the_relays_words_until_a_relay_streams() {
+        let refusal = "the replication slot s is missing; run `ledger relay recover`";
+        let refused = Facts {
+            relay_refused: Some(refusal.into()),
+            ..facts(None)
+        };
+        let verdict = verdict(&refused);
+        assert_eq!(verdict.state, State::Failing);
+        assert_eq!(
+            verdict.reason,
+            format!("the relay refused to go on and stopped: {refusal}")
+        );
+        assert_eq!(verdict.also[0].runbook, "docs/operators.md#raslotmissing");
+        let again = Facts {
+            relay_refused: Some(refusal.into()),
+            ..facts(Some(streaming()))
+        };
+        assert_eq!(super::verdict(&again).state, State::Healthy);
     }
 
     /// A commit waiting over 2 minutes degrades; with the bound, the sentence says "at most".

@@ -363,3 +363,56 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
     relay.stop().await?;
     Ok(())
 }
+
+/// A relay that refuses to go on (here: the slot it streamed from was dropped) records why,
+/// and the verdict says it in the relay's words, ahead of the missing slot; `/status` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_refuses_to_start_says_why_in_the_verdict() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let api = TestApi::with_relay_slot(&database, &config.slot)?;
+    let base = format!("http://{}", api.serve().await?);
+    let status = || {
+        let base = base.clone();
+        async move {
+            let reply = reqwest::get(format!("{base}/status")).await?;
+            let code = reply.status().as_u16();
+            anyhow::Ok((code, reply.json::<serde_json::Value>().await?))
+        }
+    };
+    // Streaming: healthy.
+    let relay = RunningRelay::start(config.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, body) = status().await?;
+        if code == 200 && body["state"] == "healthy" {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "never healthy: {code} {body}");
+        tokio::time::sleep(SAMPLE).await;
+    }
+    relay.stop().await?;
+    let client = database.connect().await?;
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&config.slot])
+        .await?;
+    let refusal = RunningRelay::start(config.clone())
+        .refusal(Duration::from_secs(60))
+        .await?
+        .to_string();
+    let (code, body) = status().await?;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["state"], "failing", "{body}");
+    assert_eq!(
+        body["reason"],
+        format!("the relay refused to go on and stopped: {refusal}"),
+        "{body}"
+    );
+    assert_eq!(body["runbook"], "docs/operators.md#rarelaydown", "{body}");
+    assert_eq!(
+        body["also"][0]["runbook"], "docs/operators.md#raslotmissing",
+        "{body}"
+    );
+    Ok(())
+}
