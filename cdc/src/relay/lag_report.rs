@@ -58,7 +58,14 @@ pub(super) async fn run(
         if !report_due(written, oldest, now) || retry_at.is_some_and(|at| now < at) {
             continue;
         }
-        match report(&config, &application_name, &mut connection, oldest).await {
+        // A connection attempt to a server that does not answer must not hold the
+        // session's end: the stop wins.
+        let outcome = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            outcome = report(&config, &application_name, &mut connection, oldest) => outcome,
+        };
+        match outcome {
             Ok(()) => {
                 written = Some((oldest, Instant::now()));
                 retry_at = None;
