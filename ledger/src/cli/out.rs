@@ -1,8 +1,8 @@
 //! What the command line prints on stdout, written as Unix tools write it.
 //!
 //! Rust ignores SIGPIPE, so `println!` to a reader that went away (`ledger audit history …
-//! | head`) panics with a backtrace. Every subcommand prints through [`outln!`] and
-//! [`out!`] instead: a broken pipe ends the command quietly with status 141, the status a
+//! | head`) panics with a backtrace. Every subcommand prints through `outln!` and
+//! `out!` instead: a broken pipe ends the command quietly with status 141, the status a
 //! shell reports for `cat` killed by SIGPIPE (so `set -o pipefail` scripts see what they
 //! would see of any other tool). Any other write error is said in a sentence, status 1.
 
