@@ -247,6 +247,13 @@ impl RelayMetrics {
             .store(commit_micros.unwrap_or(0), Ordering::Relaxed);
     }
 
+    /// The commit time (Unix microseconds) of the oldest transaction read and not yet
+    /// confirmed; `None` when everything read is confirmed. What the relay reports to the
+    /// database for the service and the console (`relay::lag_report`).
+    pub fn oldest_unconfirmed(&self) -> Option<i64> {
+        Some(self.oldest_unconfirmed_micros.load(Ordering::Relaxed)).filter(|micros| *micros != 0)
+    }
+
     /// `count` events acknowledged by Kafka.
     pub fn published(&self, count: u64) {
         self.events_published.fetch_add(count, Ordering::Relaxed);

@@ -4,8 +4,10 @@
 //! [`ServiceMetrics`] (served on the service's `/metrics`) and records a sample of the lag
 //! history ([`crate::lag::history`]).
 //!
-//! From the database, not from the relay: these gauges go on telling the truth while the
-//! relay is down or frozen, when its own vanish or stand still.
+//! From the database: these gauges go on telling the truth while the relay is down or
+//! frozen, when its own vanish or stand still. Between rounds, [`follow_relay`] reads the
+//! relay's own report of its lag five times a second, so the age of the oldest unpublished
+//! commit is the relay's figure while it streams ([`crate::lag::exact`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +17,7 @@ use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
 use crate::lag;
-use crate::metrics::{ServiceGauges, ServiceMetrics};
+use crate::metrics::{RelayRead, ServiceGauges, ServiceMetrics};
 
 /// How often the gauges are read when outbox retention is off (else at its interval,
 /// whose marks they read).
@@ -46,6 +48,47 @@ pub async fn run(
             Ok(read) => metrics.read(read),
             Err(error) => {
                 tracing::warn!(%error, "cannot read the lag gauges; trying again next round")
+            }
+        }
+    }
+}
+
+/// How often [`follow_relay`] reads the relay's report: the relay writes it as often, so
+/// the service's gauge trails the relay's own by well under a second.
+pub const RELAY_READ_EVERY: Duration = Duration::from_millis(200);
+
+/// Reads the relay's report of its lag and whether a relay streams, every
+/// [`RELAY_READ_EVERY`] until `shutdown`, for the gauge between rounds
+/// ([`crate::lag::exact`]). A failed read is logged once in a while; the gauge falls back
+/// to the bound once the last reading is stale.
+pub async fn follow_relay(
+    pool: Pool,
+    slot: String,
+    metrics: Arc<ServiceMetrics>,
+    shutdown: CancellationToken,
+) {
+    let mut every = ra_ledger_cdc::infra::runtime::Every::new(RELAY_READ_EVERY, shutdown);
+    let mut failures = 0u64;
+    while every.tick().await {
+        let read = match pool.get().await {
+            Ok(client) => lag::relay_report(&client, &slot)
+                .await
+                .map_err(GaugeError::from),
+            Err(error) => Err(GaugeError::from(error)),
+        };
+        match read {
+            Ok(Some((streaming, report))) => metrics.relay_read(RelayRead {
+                read_at: Utc::now(),
+                streaming,
+                report,
+            }),
+            Ok(None) => {}
+            Err(error) => {
+                // Five reads a second: one line in fifty is plenty.
+                if failures.is_multiple_of(50) {
+                    tracing::warn!(%error, "cannot read the relay's lag report; trying again");
+                }
+                failures += 1;
             }
         }
     }

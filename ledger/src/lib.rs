@@ -43,6 +43,8 @@
 //! - [`metrics`]: every Prometheus metric of the ledger's processes, declared once.
 //! - [`replay`]: past events republished to replay topics, with the handoff to live ones.
 //! - [`session_key`]: the console's session key.
+//! - [`verdict`]: one verdict on the pipeline (healthy, degraded, failing) with the reason
+//!   that decides it, from pure rules; `GET /status`.
 //! - [`api`]: the HTTP API, its auth and its JSON errors.
 //! - [`console`]: the web console on the same roles and tokens.
 //! - [`health`]: liveness and readiness.
@@ -85,6 +87,7 @@ pub mod store;
 pub mod testing;
 pub mod topics;
 pub mod trace;
+pub mod verdict;
 pub mod verify;
 pub mod worker;
 pub mod write;

@@ -290,10 +290,17 @@ impl ReconcileMetrics {
     }
 }
 
-/// `ledger serve`: at most how long the oldest outbox commit not yet published has waited.
+/// `ledger serve`: how long the oldest outbox commit not yet published has waited
+/// ([`crate::lag::exact`]).
 pub const OLDEST_UNPUBLISHED_COMMIT_AGE: Metric = Metric::gauge(
     "ra_outbox_oldest_unpublished_commit_age_seconds",
-    "At most how long the oldest outbox commit not yet published has waited (from the slot and the retention marks); 0 when everything committed is published.",
+    "How long the oldest outbox commit not yet acknowledged by Kafka has waited: the relay's own figure while it streams and reports, else at most this (from the slot and the retention marks; see ra_outbox_oldest_unpublished_commit_age_is_bound); 0 when everything committed is published.",
+);
+/// `ledger serve`: whether [`OLDEST_UNPUBLISHED_COMMIT_AGE`] is only a bound from the
+/// database (1) or the relay's own figure (0) ([`crate::lag::exact`]).
+pub const OLDEST_UNPUBLISHED_COMMIT_AGE_BOUND: Metric = Metric::gauge(
+    "ra_outbox_oldest_unpublished_commit_age_is_bound",
+    "1 when ra_outbox_oldest_unpublished_commit_age_seconds is an upper bound from the slot and the retention marks (no relay streams, or its report is missing or stale), 0 when it is the relay's own exact figure.",
 );
 /// `ledger serve`: WAL the relay's slot keeps from being recycled, or once lost, needed
 /// ([`crate::lag::SlotProgress::needed_wal_bytes`]).
@@ -356,6 +363,20 @@ pub const GAUGES_READ: Metric = Metric::gauge(
 pub struct ServiceMetrics {
     /// The rounds' findings; `None` before the first.
     last: std::sync::Mutex<Option<ServiceGauges>>,
+    /// The relay's report, read five times a second between rounds.
+    relay: std::sync::Mutex<Option<RelayRead>>,
+}
+
+/// The relay's report of its lag and whether a relay streams, as read by
+/// [`crate::gauges::follow_relay`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayRead {
+    /// When it was read (this process's clock).
+    pub read_at: chrono::DateTime<chrono::Utc>,
+    /// Whether a relay streams from the slot.
+    pub streaming: bool,
+    /// The relay's report, if it wrote one.
+    pub report: Option<crate::lag::exact::RelayReport>,
 }
 
 /// What one round of [`crate::gauges`] read.
@@ -380,6 +401,36 @@ impl ServiceMetrics {
             .unwrap_or_else(|poison| poison.into_inner()) = Some(gauges);
     }
 
+    /// A newer reading of the relay's report.
+    pub fn relay_read(&self, read: RelayRead) {
+        *self
+            .relay
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some(read);
+    }
+
+    /// The slot as of the newest reading at `now`: the last round's, with the relay's
+    /// report and the streaming flag of a newer reading between rounds, the report aged by
+    /// the time since it was read. Pure.
+    pub fn slot_now(
+        round: Option<crate::lag::SlotProgress>,
+        round_read_at: chrono::DateTime<chrono::Utc>,
+        relay: Option<RelayRead>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<crate::lag::SlotProgress> {
+        let mut slot = round?;
+        let mut read_at = round_read_at;
+        if let Some(relay) = relay.filter(|relay| relay.read_at > round_read_at) {
+            slot.streaming = relay.streaming;
+            slot.relay = relay.report;
+            read_at = relay.read_at;
+        }
+        if let Some(report) = slot.relay.as_mut() {
+            report.age += (now - read_at).max(chrono::Duration::zero());
+        }
+        Some(slot)
+    }
+
     /// The Prometheus text format; nothing before the first round.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -388,10 +439,16 @@ impl ServiceMetrics {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .clone();
-        let Some(gauges) = last else {
+        let Some(mut gauges) = last else {
             return out;
         };
         let now = chrono::Utc::now();
+        let relay = *self
+            .relay
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let round_read_at = chrono::DateTime::from_timestamp(gauges.read_at, 0).unwrap_or(now);
+        gauges.slot = Self::slot_now(gauges.slot, round_read_at, relay, now);
         SLOT_PRESENT.render(&mut out, u8::from(gauges.slot.is_some()));
         if let Some(slot) = &gauges.slot {
             SLOT_ACTIVE.render(&mut out, u8::from(slot.streaming));
@@ -413,8 +470,9 @@ impl ServiceMetrics {
             if let Some(bytes) = slot.wal.limit_bytes {
                 SLOT_WAL_KEEP_LIMIT.render(&mut out, bytes);
             }
-            OLDEST_UNPUBLISHED_COMMIT_AGE
-                .render(&mut out, format!("{:.3}", slot.waited_seconds(now)));
+            let lag = slot.lag();
+            OLDEST_UNPUBLISHED_COMMIT_AGE.render(&mut out, format!("{:.3}", lag.seconds(now)));
+            OLDEST_UNPUBLISHED_COMMIT_AGE_BOUND.render(&mut out, u8::from(lag.is_bound()));
         }
         PARKED_WAITING.render(&mut out, gauges.parked_waiting);
         if let Some(since) = gauges.unsealed_since {
@@ -494,6 +552,7 @@ mod tests {
             },
             published_before: Some(now - chrono::Duration::seconds(600)),
             first_uncovered_row: Some(now - chrono::Duration::seconds(90)),
+            relay: None,
         };
         let gauges = ServiceGauges {
             read_at: now.timestamp(),
@@ -512,6 +571,7 @@ mod tests {
             SLOT_SAFE_WAL,
             SLOT_WAL_KEEP_LIMIT,
             OLDEST_UNPUBLISHED_COMMIT_AGE,
+            OLDEST_UNPUBLISHED_COMMIT_AGE_BOUND,
             PARKED_WAITING,
             DIGEST_UNSEALED_AGE,
             GAUGES_READ,
@@ -529,6 +589,41 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} in {text}"))
         };
         assert!((90.0..100.0).contains(&value("ra_outbox_oldest_unpublished_commit_age_seconds")));
+        assert_eq!(
+            value("ra_outbox_oldest_unpublished_commit_age_is_bound"),
+            1.0,
+            "no report"
+        );
+        // The relay reports, between rounds, that nothing it read waits: its figure, exact.
+        metrics.relay_read(RelayRead {
+            read_at: now + chrono::Duration::seconds(1),
+            streaming: true,
+            report: Some(crate::lag::exact::RelayReport {
+                oldest_unconfirmed: None,
+                age: chrono::Duration::milliseconds(100),
+            }),
+        });
+        let relayed = metrics.render();
+        assert!(
+            relayed.contains("ra_outbox_oldest_unpublished_commit_age_seconds 0.000\n"),
+            "{relayed}"
+        );
+        assert!(
+            relayed.contains("ra_outbox_oldest_unpublished_commit_age_is_bound 0\n"),
+            "{relayed}"
+        );
+        // The relay stops: the slot no longer streams, and the bound is back.
+        metrics.relay_read(RelayRead {
+            read_at: now + chrono::Duration::seconds(2),
+            streaming: false,
+            report: None,
+        });
+        let stopped = metrics.render();
+        assert!(stopped.contains("ra_slot_active 0\n"), "{stopped}");
+        assert!(
+            stopped.contains("ra_outbox_oldest_unpublished_commit_age_is_bound 1\n"),
+            "{stopped}"
+        );
         assert!((30.0..40.0).contains(&value("ra_digest_unsealed_seconds")));
         assert_eq!(value("ra_slot_retained_wal_bytes"), 4_096.0);
         assert_eq!(value("ra_slot_safe_wal_bytes"), 1_073_741_824.0);
@@ -575,6 +670,7 @@ mod tests {
                 },
                 published_before: None,
                 first_uncovered_row: None,
+                relay: None,
             }),
             parked_waiting: 0,
             unsealed_since: None,

@@ -199,9 +199,9 @@ pub fn embedded() -> Vec<String> {
 }
 
 /// Grants a relay role exactly what the relay needs in this database: read the outbox,
-/// park refused messages, keep its slot's registration (migrations V12 and V17). The role
+/// park refused messages, keep its slot's registration (migrations V12 and V17), report its lag (V18). The role
 /// itself (LOGIN REPLICATION) is created by the operator; it can read nothing else, and
-/// write nothing but `outbox_parked` and `relay_slots`.
+/// write nothing but `outbox_parked`, `relay_slots` and `relay_lag_reports`.
 pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
     let role = quote_identifier(role);
     client
@@ -210,7 +210,8 @@ pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_p
              GRANT SELECT, INSERT, UPDATE ON outbox_parked TO {role}; \
              GRANT SELECT, INSERT ON relay_slots TO {role}; \
              GRANT UPDATE (publication, publication_identity, heartbeats, ready) \
-                   ON relay_slots TO {role};"
+                   ON relay_slots TO {role}; \
+             GRANT SELECT, INSERT, UPDATE ON relay_lag_reports TO {role};"
         ))
         .await
 }

@@ -108,9 +108,14 @@ pub async fn screenshot(browser: &Client, name: &str) -> anyhow::Result<PathBuf>
     Ok(path)
 }
 
-/// Signs in to the console at `base` with `token`, and waits until it lands on the search
-/// page.
+/// Signs in to the console at `base` with `token`, and waits until it lands: an operator
+/// on the operations page and its verdict, anyone else on the search page.
 pub async fn sign_in(browser: &Client, base: &str, token: &str) -> anyhow::Result<()> {
+    let landing = if token == crate::api::OPERATOR {
+        "/operations"
+    } else {
+        "/search"
+    };
     browser.goto(&format!("{base}/sign-in")).await?;
     browser
         .find(Locator::Id("token"))
@@ -122,7 +127,7 @@ pub async fn sign_in(browser: &Client, base: &str, token: &str) -> anyhow::Resul
         .await?
         .click()
         .await?;
-    wait_for_path(browser, "/search").await
+    wait_for_path(browser, landing).await
 }
 
 /// Waits up to 20 s until the browser's page is at a path starting with `path`.

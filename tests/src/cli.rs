@@ -42,3 +42,54 @@ pub async fn ledger(
         String::from_utf8_lossy(&output.stderr).into_owned(),
     ))
 }
+
+/// Where the `ledger` command's stdout goes in [`ledger_printing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stdout {
+    /// Read whole, and returned.
+    Read,
+    /// A pipe whose reader is gone before the command writes (`ledger … | head` once `head`
+    /// exited).
+    Closed,
+}
+
+/// What a `ledger` command did: its exit code, stdout (empty when [`Stdout::Closed`]) and
+/// stderr.
+#[derive(Debug)]
+pub struct Printed {
+    /// The exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// What it wrote to stdout.
+    pub stdout: String,
+    /// What it wrote to stderr, its log and its error.
+    pub stderr: String,
+}
+
+/// Runs `ledger` as [`ledger`] does, with its stdout read or closed: for what it prints.
+pub async fn ledger_printing(
+    arguments: &[&str],
+    env: &[(&str, &str)],
+    stdout: Stdout,
+) -> anyhow::Result<Printed> {
+    let mut child = tokio::process::Command::new(binary()?)
+        .args(arguments)
+        .env_remove("LEDGER_RELAY_CONFIG")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    if stdout == Stdout::Closed {
+        drop(child.stdout.take());
+    }
+    let output = tokio::time::timeout(LONGEST, child.wait_with_output())
+        .await
+        .map_err(|_| anyhow::anyhow!("ledger {arguments:?} still ran after {LONGEST:?}"))??;
+    Ok(Printed {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}

@@ -21,7 +21,8 @@
 //! same way for both modes: on the primary, its identity read, the slot and the publication
 //! checked ([`slot`], [`publication`], [`gate`]); while it streams, the reader checks the
 //! publication again and confirms no further than those checks vouch for, and [`health`]
-//! watches what could stall it in silence. What ends a session is retried unless it needs
+//! watches what could stall it in silence, and [`lag_report`] writes its lag where the
+//! service reads it. What ends a session is retried unless it needs
 //! an operator ([`should_retry`]): a lost slot, a publication that stopped carrying the
 //! outbox, a position from another history, a configuration that cannot work.
 
@@ -31,6 +32,7 @@ pub mod gate;
 mod group;
 mod health;
 mod in_flight;
+pub mod lag_report;
 pub mod publication;
 mod reader;
 pub mod recover;
@@ -201,14 +203,22 @@ pub async fn run(
             // Beside the stream: the parked messages writers asked to publish again.
             let requests = shutdown.child_token();
             let republisher = tokio::spawn(republish_requests(config.clone(), requests.clone()));
+            // And its lag, for the service and the console.
+            let reporter = tokio::spawn(lag_report::run(
+                config.clone(),
+                metrics.clone(),
+                requests.clone(),
+            ));
             let outcome = session(&config, &metrics, &shutdown, &mut known, &requests).await;
             requests.cancel();
             let _ = republisher.await;
+            let _ = reporter.await;
             metrics.set_streaming(false);
             match outcome {
                 Ok(()) => return Ok(()),
                 Err(error) if !should_retry(&error) => {
                     error!(%error, "relay stopped");
+                    lag_report::refused(&config, &error).await;
                     return Err(error);
                 }
                 Err(error @ RelayError::SlotBusy { .. }) => info!(%error, "slot busy"),

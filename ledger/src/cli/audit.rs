@@ -100,9 +100,16 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
                 serde_json::to_string_pretty(&document)?
             } else {
                 let known_at = known_at.unwrap_or(now);
-                let answer =
+                let Some(answer) =
                     queries::registered_agent_at(&client, business, jurisdiction, at, known_at)
-                        .await?;
+                        .await?
+                else {
+                    // The API's 404, in the same words: no answer is not an answer of null.
+                    anyhow::bail!(
+                        "business {business} had no registered agent in {} at {at} (as known at {known_at})",
+                        jurisdiction.code()
+                    );
+                };
                 serde_json::to_string_pretty(&answer)?
             }
         }
@@ -141,6 +148,6 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
             serde_json::to_string_pretty(&all)?
         }
     };
-    println!("{json}");
+    outln!("{json}");
     Ok(())
 }

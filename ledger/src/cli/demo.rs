@@ -68,7 +68,7 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
     })?;
     let pool = db::pool(database_url, "ledger-demo", 2)?;
     let code = config.jurisdiction.code();
-    println!(
+    outln!(
         "== RA Ledger demo: supersede a {code} contact with {} active assignments ==",
         config.rows
     );
@@ -84,9 +84,9 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
     // Listen on Kafka from now on, then supersede like the CS tool does.
     let kafka = KafkaCount::start(&config.brokers, &config.topic_prefix)?;
     let (run_id, new_id) = supersede(&api, &config, old_id).await?;
-    println!("3. watching the run (pages of {}):", config.page_size);
+    outln!("3. watching the run (pages of {}):", config.page_size);
     let status = watch(&pool, run_id).await?;
-    println!(
+    outln!(
         "   completed: {} replaced, {} skipped, {} failed in {} pages, {:.1} s; longest page {:.0} ms",
         status.replaced,
         status.skipped,
@@ -98,16 +98,18 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
     audit(&api, &agent_path, sample, before, new_id).await?;
     let correlation = status.correlation_id.to_string();
     let expected = 2 * status.replaced as usize;
-    println!("5. waiting for the run's events on Kafka (relay -> broker)…");
+    outln!("5. waiting for the run's events on Kafka (relay -> broker)…");
     let counts = kafka
         .count(&correlation, expected, Duration::from_secs(120))
         .await?;
-    println!(
+    outln!(
         "   Kafka carried {} assignment events ({} expected: one end and one start per row) and {} reassignment events (page requests and completion) for this run",
-        counts.assignment, expected, counts.reassignment
+        counts.assignment,
+        expected,
+        counts.reassignment
     );
     if counts.assignment < expected {
-        println!("   (not all arrived yet: is the relay running? `deploy/stack status`)");
+        outln!("   (not all arrived yet: is the relay running? `deploy/stack status`)");
     }
     read_back_through_the_registry(&config.schema_registry_url, &counts).await
 }
@@ -116,13 +118,13 @@ pub async fn run(database_url: &str, config: DemoOptions) -> anyhow::Result<()> 
 /// registry answers it, and what was decoded with it.
 async fn read_back_through_the_registry(url: &str, counts: &Counts) -> anyhow::Result<()> {
     if counts.framed.is_empty() {
-        println!(
+        outln!(
             "   (the values are bare protobuf; `RA_VALUE_FORMAT=confluent_protobuf deploy/stack up` frames them for the schema registry)"
         );
         return Ok(());
     }
     let registry = ra_ledger_cdc::registry::SchemaRegistry::new(url)?;
-    println!("6. the values are framed for the schema registry at {url}:");
+    outln!("6. the values are framed for the schema registry at {url}:");
     for ((topic, schema_id), records) in &counts.framed {
         let schema = registry.schema(*schema_id).await.with_context(|| {
             format!("{topic}'s records name schema {schema_id}: the registry must have it")
@@ -132,7 +134,7 @@ async fn read_back_through_the_registry(url: &str, counts: &Counts) -> anyhow::R
         } else {
             "an events.proto other than this build's"
         };
-        println!(
+        outln!(
             "   {topic}: {records} records with schema id {schema_id}, message ra.ledger.v1.Envelope; the registry answers {verdict} ({} bytes)",
             schema.len()
         );
@@ -142,7 +144,7 @@ async fn read_back_through_the_registry(url: &str, counts: &Counts) -> anyhow::R
             &counts.framed.keys().next().expect("not empty").0,
         ))
         .await?;
-    println!(
+    outln!(
         "   compatibility of the subjects: {compatibility}; the events above were decoded after their framing"
     );
     Ok(())
@@ -169,19 +171,19 @@ async fn seed(api: &Api, pool: &Pool, config: &DemoOptions) -> anyhow::Result<(U
             uuid_field(&created, "contact_id")?
         }
     };
-    println!("1. {code} primary contact: {old_id}");
+    outln!("1. {code} primary contact: {old_id}");
     let rows = config.rows as usize;
     let started = Instant::now();
     let terminal = std::io::stdout().is_terminal();
     let businesses =
         testing::seed_assignments(pool, config.jurisdiction, old_id, rows, 1_000, |done| {
             if terminal {
-                print!("\r   seeding assignments: {done}/{rows}");
+                out!("\r   seeding assignments: {done}/{rows}");
                 let _ = std::io::stdout().flush();
             }
         })
         .await?;
-    println!(
+    outln!(
         "{}   seeded {} active assignments on it in {:.1} s",
         if terminal { "\r\x1b[2K" } else { "" },
         businesses.len(),
@@ -205,7 +207,7 @@ async fn supersede(api: &Api, config: &DemoOptions, old_id: Uuid) -> anyhow::Res
         .as_str()
         .unwrap_or_default()
         .parse()?;
-    println!(
+    outln!(
         "2. POST /v1/contacts/{old_id}/supersede -> 202 Accepted\n   new primary contact {new_id}\n   run {run_id}, status at {}",
         superseded["status_url"].as_str().unwrap_or_default()
     );
@@ -221,7 +223,7 @@ async fn audit(
     new_id: Uuid,
 ) -> anyhow::Result<()> {
     let at = before.to_rfc3339_opts(SecondsFormat::Micros, true);
-    println!("4. audit answers:");
+    outln!("4. audit answers:");
     print_agent(
         &format!("   RA at {at} (before the supersede) of business"),
         sample,
@@ -230,9 +232,9 @@ async fn audit(
     print_agent("   RA now of business", sample, &api.get(agent_path).await?);
     let lineage = api.get(&format!("/v1/contacts/{new_id}/lineage")).await?;
     if let Some(contacts) = lineage.as_array() {
-        println!("   lineage of the new contact:");
+        outln!("   lineage of the new contact:");
         for contact in contacts {
-            println!(
+            outln!(
                 "     {} {} ({}), {}",
                 contact["contact_id"].as_str().unwrap_or_default(),
                 contact["status"].as_str().unwrap_or_default(),
@@ -259,7 +261,7 @@ fn address_text(address: &Value) -> String {
 }
 
 fn print_agent(label: &str, business: Uuid, answer: &Value) {
-    println!(
+    outln!(
         "{label} {business}: contact {} ({}), {}",
         answer["contact"]["contact_id"].as_str().unwrap_or("-"),
         answer["contact_status"].as_str().unwrap_or("-"),

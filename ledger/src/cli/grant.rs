@@ -34,7 +34,7 @@ pub async fn run(database_url: &str, command: GrantCommand) -> anyhow::Result<()
             migrate::grant_app_role(&client, &role)
                 .await
                 .map_err(describe)?;
-            println!(
+            outln!(
                 "granted {role}: SELECT on every table; INSERT on events and outbox; \
                  INSERT, UPDATE on projections and runs; DELETE on published outbox rows"
             );
@@ -43,8 +43,8 @@ pub async fn run(database_url: &str, command: GrantCommand) -> anyhow::Result<()
             migrate::grant_relay_role(&client, &role)
                 .await
                 .map_err(describe)?;
-            println!(
-                "granted {role}: SELECT on outbox; SELECT, INSERT, UPDATE on outbox_parked; SELECT, INSERT on relay_slots"
+            outln!(
+                "granted {role}: SELECT on outbox; SELECT, INSERT, UPDATE on outbox_parked; SELECT, INSERT on relay_slots; SELECT, INSERT, UPDATE on relay_lag_reports"
             );
         }
     }

@@ -37,7 +37,7 @@ pub async fn run(database_url: &str, args: ImportArgs) -> anyhow::Result<()> {
     }
     let rows = import::read(&args.file)?;
     if rows.is_empty() {
-        println!("{}: no assignments to import", args.file.display());
+        outln!("{}: no assignments to import", args.file.display());
         return Ok(());
     }
     let pool = db::pool(database_url, "ledger-import", args.concurrency)?;
@@ -70,7 +70,7 @@ pub async fn run(database_url: &str, args: ImportArgs) -> anyhow::Result<()> {
         eprintln!();
     }
     let progress = outcome?;
-    println!(
+    outln!(
         "imported {}: {} assignments started, {} already assigned (skipped), correlation id {}",
         args.file.display(),
         progress.started,

@@ -13,7 +13,7 @@ pub struct MigrateArgs {
 pub async fn run(database_url: &str, args: MigrateArgs) -> anyhow::Result<()> {
     if args.list {
         for name in migrate::embedded() {
-            println!("{name}");
+            outln!("{name}");
         }
         return Ok(());
     }

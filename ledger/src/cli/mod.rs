@@ -1,5 +1,9 @@
 //! The `ledger` command line: one module per subcommand, each owning its arguments and its
-//! output. The library does the work; these modules parse, call and print.
+//! output. The library does the work; these modules parse, call and print, through
+//! [`out`]'s `outln!` and `out!`, which end quietly when the reader of stdout went away.
+
+#[macro_use]
+mod out;
 
 mod audit;
 #[cfg(feature = "testing")]

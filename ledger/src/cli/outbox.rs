@@ -27,14 +27,14 @@ pub async fn run(database_url: &str, command: OutboxCommand) -> anyhow::Result<(
     match command {
         OutboxCommand::Status => {
             let status = retention::status(&pool).await?;
-            println!("rows          {}", status.rows);
-            println!("size on disk  {} kB", status.bytes / 1024);
-            println!(
+            outln!("rows          {}", status.rows);
+            outln!("size on disk  {} kB", status.bytes / 1024);
+            outln!(
                 "marks         {} (oldest at {})",
                 status.marks,
                 status.oldest_mark.as_deref().unwrap_or("-")
             );
-            println!(
+            outln!(
                 "parked rows   {} (never removed by retention)",
                 status.parked
             );
@@ -45,18 +45,19 @@ pub async fn run(database_url: &str, command: OutboxCommand) -> anyhow::Result<(
             }
             let pruned = retention::prune(&pool, &slot, batch).await?;
             match (&pruned.confirmed, &pruned.through) {
-                (None, _) => println!(
+                (None, _) => outln!(
                     "slot {slot} does not exist or has confirmed nothing: no row is known to be \
                      published, none removed"
                 ),
-                (Some(confirmed), None) => println!(
+                (Some(confirmed), None) => outln!(
                     "slot {slot} confirmed {confirmed}, behind every retention mark: none removed \
                      yet (a mark was taken; run again once the relay moved on)"
                 ),
-                (Some(confirmed), Some(through)) => println!(
+                (Some(confirmed), Some(through)) => outln!(
                     "removed {} rows in {} batches, up to mark {through} (slot {slot} confirmed \
                      {confirmed})",
-                    pruned.removed, pruned.batches
+                    pruned.removed,
+                    pruned.batches
                 ),
             }
         }

@@ -47,7 +47,7 @@ pub async fn run(database_url: &str, command: ProjectionsCommand) -> anyhow::Res
     })
     .await?;
     if !verify {
-        println!(
+        outln!(
             "rebuilt projections from {} events and swapped them in",
             report.events
         );
@@ -63,16 +63,16 @@ fn differences(
 ) -> anyhow::Result<()> {
     let different: u64 = differences.iter().map(|(_, count)| count).sum();
     for (table, count) in differences {
-        println!("{table}: {count} differing rows");
+        outln!("{table}: {count} differing rows");
     }
     for example in examples {
-        println!("  e.g. {example}");
+        outln!("  e.g. {example}");
     }
     if different > 0 {
-        println!("DIFFERENT: live projections disagree with the ledger");
+        outln!("DIFFERENT: live projections disagree with the ledger");
         std::process::exit(1);
     }
-    println!("ok: rebuilt projections from {events} events equal the live ones");
+    outln!("ok: rebuilt projections from {events} events equal the live ones");
     Ok(())
 }
 
@@ -110,7 +110,7 @@ async fn run_online(
     if verify {
         return differences(&report.differences, &report.examples, report.events);
     }
-    println!(
+    outln!(
         "rebuilt projections from {} events online and swapped them in (locks held {:.1} ms)",
         report.events,
         report.swap_held.as_secs_f64() * 1e3

@@ -46,13 +46,15 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
                         .map(|time| time.to_rfc3339())
                         .unwrap_or_default();
                     for proven in &verified.streams {
-                        println!(
+                        outln!(
                             "ok: {} versions {}..={} chain to the head sealed by the digest of {time}",
-                            proven.stream, proven.first_version, proven.sealed_version
+                            proven.stream,
+                            proven.first_version,
+                            proven.sealed_version
                         );
                     }
                     if let Some(answer) = &verified.answer {
-                        println!("ok: the proven events fold to the answer: {answer}");
+                        outln!("ok: the proven events fold to the answer: {answer}");
                     }
                     Ok(())
                 }
@@ -69,7 +71,7 @@ pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
             let pool = db::pool(database_url, "ledger-proof", 1)?;
             // A process of its own: no builder tree to take paths from.
             let document = prove::for_event(&pool, id, &Default::default()).await?;
-            println!("{}", serde_json::to_string_pretty(&document)?);
+            outln!("{}", serde_json::to_string_pretty(&document)?);
             Ok(())
         }
         (None, None) => anyhow::bail!("name an event id, or `verify <file> --public-key <file>`"),

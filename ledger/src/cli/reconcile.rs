@@ -100,10 +100,10 @@ pub async fn run(database_url: &str, args: ReconcileArgs) -> anyhow::Result<()> 
 
 fn print(report: &Report, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        outln!("{}", serde_json::to_string_pretty(report)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "events {} | records {} | lost {} | phantom {} | duplicates {} (most copies {}) | \
          order inversions {} by commit position, {} by stream version | unseen {} | parked {} | \
          relay caught up: {} | {:.1} s",
@@ -121,10 +121,10 @@ fn print(report: &Report, json: bool) -> anyhow::Result<()> {
         report.seconds
     );
     for id in &report.lost_sample {
-        println!("lost    {id}");
+        outln!("lost    {id}");
     }
     for id in &report.phantom_sample {
-        println!("phantom {id}");
+        outln!("phantom {id}");
     }
     Ok(())
 }

@@ -89,7 +89,7 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
         Some(RelayCommand::Recover { events_since }) => {
             let options = ra_ledger_cdc::relay::recover::RecoverOptions { events_since };
             let recovered = ra_ledger_cdc::relay::recover::recover(&config, &options).await?;
-            println!(
+            outln!(
                 "slot {} created at {}{}; published again, at least once: {} outbox rows, {} events; parked {}; the relay's position written there",
                 config.slot,
                 recovered.consistent_point,
@@ -102,14 +102,14 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
                 recovered.events,
                 recovered.parked,
             );
-            println!("start the relay: it streams from the new slot");
+            outln!("start the relay: it streams from the new slot");
             Ok(())
         }
         Some(RelayCommand::Grant { role }) => {
             let client = db::connect(&database.url, "ledger-grant").await?;
             migrate::grant_relay_role(&client, &role).await?;
-            println!(
-                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked and SELECT, INSERT on relay_slots"
+            outln!(
+                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked, SELECT, INSERT on relay_slots and SELECT, INSERT, UPDATE on relay_lag_reports"
             );
             Ok(())
         }
@@ -133,7 +133,7 @@ async fn parked(config: &RelayConfig, command: ParkedCommand) -> anyhow::Result<
     match command {
         ParkedCommand::List { all } => {
             let parked = parking::list(&client, all).await?;
-            println!("{}", serde_json::to_string_pretty(&parked)?);
+            outln!("{}", serde_json::to_string_pretty(&parked)?);
             eprintln!("{} parked message(s)", parked.len());
             Ok(())
         }
@@ -144,11 +144,11 @@ async fn parked(config: &RelayConfig, command: ParkedCommand) -> anyhow::Result<
             for outcome in &outcomes {
                 match outcome {
                     Republished::Sent { id } => {
-                        println!("parked #{id}: republished")
+                        outln!("parked #{id}: republished")
                     }
                     Republished::Refused { id, error } => {
                         refused += 1;
-                        println!("parked #{id}: still refused: {error}");
+                        outln!("parked #{id}: still refused: {error}");
                     }
                 }
             }

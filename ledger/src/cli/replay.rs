@@ -153,9 +153,9 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
             })?;
             let kafka = kafka.settings()?;
             let id = replay::request(&mut pool.get().await?, &selection, &actor()).await?;
-            println!("replay {id}");
+            outln!("replay {id}");
             if detach {
-                println!("recorded; a `ledger worker` runs it (ledger replay status {id})");
+                outln!("recorded; a `ledger worker` runs it (ledger replay status {id})");
                 return Ok(());
             }
             drive(&pool, &kafka, id).await
@@ -169,11 +169,11 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
             let id = replay_id(&id)?;
             match replay::cancel(&pool.get().await?, id, &actor()).await? {
                 Cancel::Cancelled => {
-                    println!("replay {id} cancelled; its runner stops publishing within a second");
+                    outln!("replay {id} cancelled; its runner stops publishing within a second");
                     Ok(())
                 }
                 Cancel::AlreadyEnded(ReplayState::Cancelled) => {
-                    println!("replay {id} was cancelled already");
+                    outln!("replay {id} was cancelled already");
                     Ok(())
                 }
                 Cancel::AlreadyEnded(state) => anyhow::bail!(
@@ -188,7 +188,7 @@ pub async fn run(database_url: &str, command: ReplayCommand) -> anyhow::Result<(
             let status = replay::status(&pool.get().await?, id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no replay {id}"))?;
-            println!("{}", serde_json::to_string_pretty(&status)?);
+            outln!("{}", serde_json::to_string_pretty(&status)?);
             Ok(())
         }
     }
@@ -231,9 +231,9 @@ async fn drive(
     match outcome? {
         Outcome::Complete => {
             let status = status(pool, id).await?;
-            println!("replay {id} complete: {} events", status.published);
+            outln!("replay {id} complete: {} events", status.published);
             for target in &status.targets {
-                println!(
+                outln!(
                     "  {} -> then {} from offsets {}",
                     target.replay_topic,
                     target.live_topic,
@@ -265,7 +265,7 @@ async fn drive(
             )
         }
         Outcome::AlreadyEnded(_) => {
-            println!("replay {id} was complete already");
+            outln!("replay {id} was complete already");
             Ok(())
         }
     }

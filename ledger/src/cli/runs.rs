@@ -54,15 +54,16 @@ pub async fn run(database_url: &str, command: RunsCommand) -> anyhow::Result<()>
             let status = reassign::status(&client, run)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no reassignment run {run}"))?;
-            println!("{}", serde_json::to_string_pretty(&status)?);
+            outln!("{}", serde_json::to_string_pretty(&status)?);
             Ok(())
         }
         RunsCommand::Watch { run } => {
             let status = watch(&pool, run).await?;
             if status.failed > 0 {
-                println!(
+                outln!(
                     "{} row(s) failed; see `ledger runs status {run}`, fix the cause, then `ledger runs start --contact {}`",
-                    status.failed, status.old_contact_id
+                    status.failed,
+                    status.old_contact_id
                 );
             }
             Ok(())
@@ -75,7 +76,7 @@ pub async fn run(database_url: &str, command: RunsCommand) -> anyhow::Result<()>
             };
             for id in &ids {
                 if let Some(status) = reassign::status(&client, *id).await? {
-                    println!("{id} {}", progress_line(&status));
+                    outln!("{id} {}", progress_line(&status));
                 }
             }
             eprintln!("{} run(s)", ids.len());
@@ -95,15 +96,16 @@ pub async fn run(database_url: &str, command: RunsCommand) -> anyhow::Result<()>
                     },
                 )
                 .await?;
-            println!(
+            outln!(
                 "started run {} ({} active assignments)",
-                run.run_id, run.total_at_start
+                run.run_id,
+                run.total_at_start
             );
             Ok(())
         }
         RunsCommand::Resume { run } => {
             let request = reassign::resume(&pool, run).await?;
-            println!(
+            outln!(
                 "re-raised page {} of run {run} after cursor {}",
                 request.page,
                 request.cursor.map_or("(start)".into(), |c| c.to_string())
@@ -126,16 +128,16 @@ pub async fn watch(pool: &Pool, run_id: Uuid) -> anyhow::Result<RunStatus> {
         let line = progress_line(&status);
         let done = status.status == RunState::Completed;
         if terminal {
-            print!("\r\x1b[2K{line}");
+            out!("\r\x1b[2K{line}");
             std::io::stdout().flush()?;
         } else if line != last_line && (done || last_print.elapsed() >= Duration::from_secs(1)) {
-            println!("{line}");
+            outln!("{line}");
             last_print = Instant::now();
         }
         last_line = line;
         if done {
             if terminal {
-                println!();
+                outln!();
             }
             return Ok(status);
         }

@@ -47,8 +47,8 @@ pub fn run(command: TokenCommand) -> anyhow::Result<()> {
             let mut bytes = [0u8; 32];
             rand::fill(&mut bytes);
             let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-            println!("token: {token}");
-            println!("entry: {}", token_entry(role, &name, &token));
+            outln!("token: {token}");
+            outln!("entry: {}", token_entry(role, &name, &token));
             eprintln!("give the token to {name}; configure the entry (it is not a secret)");
         }
         TokenCommand::Hash { role, name } => {
@@ -57,7 +57,7 @@ pub fn run(command: TokenCommand) -> anyhow::Result<()> {
             std::io::stdin().read_to_string(&mut token)?;
             let token = token.trim_end_matches(['\n', '\r']);
             anyhow::ensure!(token.len() >= 16, "a token needs at least 16 characters");
-            println!("{}", token_entry(role, &name, token));
+            outln!("{}", token_entry(role, &name, token));
         }
     }
     Ok(())

@@ -54,9 +54,9 @@ pub async fn run(command: TopicsCommand) -> anyhow::Result<()> {
     topics::configure(&mut specs, &configs).map_err(|error| anyhow::anyhow!("--config {error}"))?;
     let settings = kafka.into_iter().collect();
     let created = topics::create_missing(&brokers, &settings, &specs).await?;
-    println!("{} broker(s) in the cluster's metadata", created.brokers);
+    outln!("{} broker(s) in the cluster's metadata", created.brokers);
     if replication_factor.is_none() && created.brokers < topics::PREFERRED_REPLICATION {
-        println!(
+        outln!(
             "note: fewer than {} brokers, so one copy per broker; a broker that is down is not \
              counted (run this with every broker up, or give --replication-factor)",
             topics::PREFERRED_REPLICATION
@@ -71,8 +71,8 @@ pub async fn run(command: TopicsCommand) -> anyhow::Result<()> {
             .join(", ");
         let replicas = spec.replication_factor().unwrap_or_default();
         match outcome {
-            Outcome::Created => println!("created {} ({replicas} replicas, {configs})", spec.name),
-            Outcome::Existed => println!("exists  {} (left as it is)", spec.name),
+            Outcome::Created => outln!("created {} ({replicas} replicas, {configs})", spec.name),
+            Outcome::Existed => outln!("exists  {} (left as it is)", spec.name),
         }
     }
     Ok(())

@@ -60,14 +60,15 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
     let report = verify::verify(&client, |done| eprintln!("verified {done} events…")).await?;
     let mut holds = match report.broken {
         None => {
-            println!(
+            outln!(
                 "ok: {} events in {} streams, every hash chain intact",
-                report.events, report.streams
+                report.events,
+                report.streams
             );
             true
         }
         Some(link) => {
-            println!("BROKEN: {link}");
+            outln!("BROKEN: {link}");
             false
         }
     };
@@ -84,34 +85,34 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
         let timeout = Duration::from_secs(args.read_timeout_s);
         let report = published::verify_topic(&client, config, &topic, &key, timeout).await?;
         for problem in &report.problems {
-            println!("DIGEST: {problem}");
+            outln!("DIGEST: {problem}");
         }
         if let Some(disagreement) = &report.disagreement {
-            println!("DIGEST MISMATCH: {disagreement}");
+            outln!("DIGEST MISMATCH: {disagreement}");
         }
         if report.checked == 0 {
-            println!("DIGEST: no digest on {topic}: nothing proves the tables");
+            outln!("DIGEST: no digest on {topic}: nothing proves the tables");
             holds = false;
         } else if report.holds() {
-            println!(
+            outln!(
                 "ok: {} digests published on {topic}: signatures, chain and roots hold",
                 report.checked
             );
         }
         if report.copies > 0 {
-            println!(
+            outln!(
                 "note: {} extra copies of digests on {topic} (a message delivered again, as after a relay restart) were the same documents, each counted once",
                 report.copies
             );
         }
         if report.relabelled > 0 {
-            println!(
+            outln!(
                 "note: {} copies of version-1 digests on {topic} carried another number than their chain gives them (a version-1 digest does not sign its number, so anyone may relabel one); each was counted once, at its place in the chain",
                 report.relabelled
             );
         }
         if !report.unpublished.is_empty() {
-            println!(
+            outln!(
                 "note: digests {:?} are in the table but not on {topic} yet (is the relay running?)",
                 report.unpublished
             );

@@ -24,6 +24,7 @@ pub(super) fn layout(
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · RA Ledger" }
                 link rel="stylesheet" href="/assets/console.css";
+                link rel="icon" type="image/svg+xml" href="/assets/favicon.svg";
                 script src="/assets/console.js" defer {}
             }
             body {

@@ -24,6 +24,7 @@ mod next;
 mod pages;
 mod pictures;
 mod session;
+mod units;
 
 use axum::Router;
 use axum::extract::Request;
@@ -56,12 +57,16 @@ pub fn router(state: AppState) -> Router {
         .route("/runs/{id}/progress", get(pages::run_progress))
         .route("/runs/{id}/resume", post(pages::resume))
         .route("/operations", get(pages::operations))
+        .route("/runbooks/{anchor}", get(pages::runbook))
         .route(
             "/operations/parked/{id}/republish",
             post(pages::request_republish),
         )
         .route("/assets/console.css", get(stylesheet))
         .route("/assets/console.js", get(script))
+        // Browsers ask for /favicon.ico whatever the page links: the same icon, not a 404.
+        .route("/assets/favicon.svg", get(favicon))
+        .route("/favicon.ico", get(favicon))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             session::keep_alive,
@@ -101,6 +106,16 @@ async fn stylesheet() -> impl IntoResponse {
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
         include_str!("assets/console.css"),
+    )
+}
+
+async fn favicon() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        include_str!("assets/favicon.svg"),
     )
 }
 

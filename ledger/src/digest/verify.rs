@@ -173,8 +173,17 @@ pub enum Refused {
     #[error("{0}")]
     Fold(String),
     /// An answer the events do not give.
-    #[error("the proven events fold to another answer than the one given: {0}")]
-    OtherAnswer(Value),
+    #[error(
+        "the proven events fold to another answer than the one given: they give {}, the proof's answer is {}",
+        describe_answer(.folded),
+        describe_answer(.given)
+    )]
+    OtherAnswer {
+        /// What the proven events fold to (`null`: no registered agent).
+        folded: Value,
+        /// The answer the proof carries.
+        given: Value,
+    },
 }
 
 /// Checks a proof offline against `public_key`: every event's hash from its fields and the
@@ -306,6 +315,25 @@ fn verify_link(
     Ok(())
 }
 
+/// An audit answer in words, for an operator reading why a proof was refused: `null` is no
+/// registered agent, else the contact and the assignment. Pure.
+fn describe_answer(answer: &Value) -> String {
+    if answer.is_null() {
+        return "no registered agent".to_owned();
+    }
+    let field = |value: &Value| {
+        value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned)
+    };
+    format!(
+        "contact {} ({:?}) through assignment {}",
+        field(&answer["contact"]["contact_id"]),
+        field(&answer["contact"]["name"]),
+        field(&answer["assignment"]["assignment_id"]),
+    )
+}
+
 /// That the proven events, whole streams from version 1, fold to the answer.
 fn verify_answer(
     question: &AskedQuestion,
@@ -350,7 +378,10 @@ fn verify_answer(
         .registered_agent_at(at);
     let folded = serde_json::to_value(&folded).expect("an answer always serializes");
     if &folded != answer {
-        return Err(Refused::OtherAnswer(folded));
+        return Err(Refused::OtherAnswer {
+            folded,
+            given: answer.clone(),
+        });
     }
     Ok(format!(
         "the RA of business {business_id} in {} at {at}, as known at {known_at}, is contact {}",
@@ -429,6 +460,26 @@ mod tests {
     fn check(document: &Value) -> Result<VerifiedProof, Refused> {
         let key = DigestKey::from_seed(&[7; 32]).public();
         verify(&ClaimedProof::from_json(document)?, &key)
+    }
+
+    /// The refusal says what the events fold to, in words: "null" read as if the answer
+    /// were missing from the message.
+    #[test]
+    fn another_answer_says_what_the_events_give() {
+        let given = serde_json::json!({
+            "contact": {"contact_id": "c-1", "name": "Lone Star Agents"},
+            "assignment": {"assignment_id": "a-1"},
+        });
+        let refused = Refused::OtherAnswer {
+            folded: Value::Null,
+            given,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "the proven events fold to another answer than the one given: they give no \
+             registered agent, the proof's answer is contact c-1 (\"Lone Star Agents\") through \
+             assignment a-1"
+        );
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub struct Point {
     pub retained_bytes: Option<i64>,
     /// The longest wait of the oldest unpublished commit.
     pub waited_seconds: Option<f64>,
-    /// Events appended per second since the bucket before; `None` for the first.
+    /// The most events appended per second between two samples in the bucket (the
+    /// day's buckets keep a burst's peak); `None` without a sample before.
     pub events_per_second: Option<f64>,
 }
 
@@ -79,7 +80,7 @@ pub async fn record(
             &[
                 &progress.and_then(|slot| slot.lag_bytes),
                 &progress.and_then(|slot| slot.retained_bytes),
-                &progress.map(|slot| slot.waited_seconds(now)),
+                &progress.map(|slot| slot.lag().seconds(now)),
                 &every.as_secs_f64(),
                 &KEPT.as_secs_f64(),
             ],
@@ -100,74 +101,21 @@ pub async fn read(
             &[&length, &(length / f64::from(POINTS))],
         )
         .await?;
-    let buckets = rows.iter().map(|row| Bucket {
-        at: row.get(0),
-        lag_bytes: row.get(1),
-        retained_bytes: row.get(2),
-        waited_seconds: row.get(3),
-        events_position: row.get(4),
-    });
-    Ok(points(buckets))
-}
-
-/// A bucket as the database sums it up.
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    at: DateTime<Utc>,
-    lag_bytes: Option<i64>,
-    retained_bytes: Option<i64>,
-    waited_seconds: Option<f64>,
-    events_position: Option<i64>,
-}
-
-/// The buckets with their rates: events per second between the highest positions of a
-/// bucket and of the one before.
-fn points(buckets: impl Iterator<Item = Bucket>) -> Vec<Point> {
-    let mut before: Option<(DateTime<Utc>, i64)> = None;
-    buckets
-        .map(|bucket| {
-            let events_per_second = match (before, bucket.events_position) {
-                (Some((then, from)), Some(to)) => {
-                    let seconds = (bucket.at - then).as_seconds_f64();
-                    (seconds > 0.0).then(|| (to - from).max(0) as f64 / seconds)
-                }
-                _ => None,
-            };
-            if let Some(position) = bucket.events_position {
-                before = Some((bucket.at, position));
-            }
-            Point {
-                at: bucket.at,
-                lag_bytes: bucket.lag_bytes,
-                retained_bytes: bucket.retained_bytes,
-                waited_seconds: bucket.waited_seconds,
-                events_per_second,
-            }
+    Ok(rows
+        .iter()
+        .map(|row| Point {
+            at: row.get("bucket"),
+            lag_bytes: row.get("lag_bytes"),
+            retained_bytes: row.get("retained_bytes"),
+            waited_seconds: row.get("waited_seconds"),
+            events_per_second: row.get("events_per_second"),
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
-    use chrono::TimeZone;
-
     use super::*;
-
-    #[test]
-    fn events_per_second_come_from_the_positions_of_neighbouring_buckets() {
-        let start = Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap();
-        let bucket = |seconds: i64, position: i64| Bucket {
-            at: start + chrono::Duration::seconds(seconds),
-            lag_bytes: Some(0),
-            retained_bytes: Some(0),
-            waited_seconds: Some(0.0),
-            events_position: Some(position),
-        };
-        // A gap (a restart, no samples for 20 s) spreads its events over the gap.
-        let points = points([bucket(0, 100), bucket(5, 150), bucket(25, 250)].into_iter());
-        let rates: Vec<Option<f64>> = points.iter().map(|p| p.events_per_second).collect();
-        assert_eq!(rates, [None, Some(10.0), Some(5.0)]);
-    }
 
     #[test]
     fn a_window_is_named_in_links_and_anything_else_is_the_hour() {

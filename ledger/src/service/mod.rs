@@ -163,11 +163,14 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
     Ok(())
 }
 
-/// The routers one service serves: the API, the console and the health endpoints.
+/// The routers one service serves: the API, the console, the health endpoints and the
+/// verdict (`/status`).
 pub fn app(state: AppState, pool: Pool) -> Router {
+    let slot = state.console.relay_slot.clone();
     api::router(state.clone())
         .merge(console::router(state))
-        .merge(health::router(pool))
+        .merge(health::router(pool.clone()))
+        .merge(crate::verdict::router(pool, slot))
 }
 
 /// A key left out of the config is random for this process: what it signs dies with it.
@@ -208,13 +211,26 @@ async fn spawn_gauges(
         )
         .await;
     }
-    let pool = db::pool(&service.database_url, "ledger-gauges", 1)?;
-    Ok(tokio::spawn(gauges::run(
-        pool,
-        gauges,
-        metrics,
-        shutdown.clone(),
-    )))
+    let pool = db::pool(&service.database_url, "ledger-gauges", 2)?;
+    // The relay's report between rounds matters only to a scrape: without `/metrics`, no
+    // reads five times a second (the console reads it at each page).
+    let follow = service.metrics_listen.is_some().then(|| {
+        gauges::follow_relay(
+            pool.clone(),
+            gauges.slot.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        )
+    });
+    let rounds = gauges::run(pool, gauges, metrics, shutdown.clone());
+    Ok(tokio::spawn(async move {
+        match follow {
+            Some(follow) => {
+                tokio::join!(rounds, follow);
+            }
+            None => rounds.await,
+        }
+    }))
 }
 
 /// The digest builder when a key is configured; without one, the task that clears the

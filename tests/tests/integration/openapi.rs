@@ -69,6 +69,10 @@ async fn schemathesis_finds_the_service_and_its_openapi_document_in_agreement() 
         .arg("run")
         .arg(format!("http://{address}/openapi.json"))
         .args(["--checks", "all"])
+        // The pipeline's verdict takes no input to generate, and answers 503 by design
+        // while the pipeline fails, as here without a relay (schemathesis counts any 5xx
+        // a fault); oncall.rs checks its answers, healthy and failing.
+        .args(["--exclude-path", "/status"])
         .args(["--max-time", &BUDGET.as_secs().to_string()])
         // One worker: two meet a race inside hypothesis (a runtime error, not a finding).
         .args(["--workers", "1"])

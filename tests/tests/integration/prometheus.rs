@@ -226,6 +226,17 @@ async fn a_real_prometheus_scrapes_the_stack_and_the_stopped_relay_goes_pending(
         |answer| answer["data"]["result"][0]["value"][1] == "0",
     )
     .await?;
+    // And it is the relay's own figure, reported by the relay and read by the service
+    // between rounds, not the database's bound (issue 48).
+    let is_bound = "/api/v1/query?query=ra_outbox_oldest_unpublished_commit_age_is_bound";
+    until(
+        &base,
+        is_bound,
+        Duration::from_secs(30),
+        "the relay's figure",
+        |answer| answer["data"]["result"][0]["value"][1] == "0",
+    )
+    .await?;
     // Nothing fires; and nothing of the relay is pending once its first scrapes are in (at
     // the first evaluation, before any scrape, `absent(up)` holds for a moment).
     until(
@@ -263,6 +274,15 @@ async fn a_real_prometheus_scrapes_the_stack_and_the_stopped_relay_goes_pending(
     )
     .await?;
     println!("after the relay stopped: {}", pending["data"]["alerts"]);
+    // Without the relay, the service's figure is the database's bound, and says so.
+    until(
+        &base,
+        is_bound,
+        Duration::from_secs(30),
+        "the bound",
+        |answer| answer["data"]["result"][0]["value"][1] == "1",
+    )
+    .await?;
     prometheus.kill()?;
     prometheus.wait()?;
     let _ = std::fs::remove_dir_all(&dir);

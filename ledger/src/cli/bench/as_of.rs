@@ -16,7 +16,7 @@ pub async fn run(database_url: &str, history_rows: usize, queries: usize) -> any
     }
     eprintln!("seeding {history_rows} assignment history rows…");
     let figures = measure(database_url, history_rows, queries).await?;
-    println!(
+    outln!(
         "{} history rows ({} businesses with 5 each, over every jurisdiction), seeded in {:.0} s, {} queries of each kind",
         figures.history_rows,
         figures.history_rows / 5,
@@ -24,13 +24,13 @@ pub async fn run(database_url: &str, history_rows: usize, queries: usize) -> any
         queries
     );
     for (name, latencies, plan) in &figures.kinds {
-        println!("{name}: {latencies}");
-        println!("  plan (EXPLAIN (ANALYZE, BUFFERS), one sample):");
+        outln!("{name}: {latencies}");
+        outln!("  plan (EXPLAIN (ANALYZE, BUFFERS), one sample):");
         for line in plan {
-            println!("    {line}");
+            outln!("    {line}");
         }
     }
-    println!(
+    outln!(
         "as-of p99 {:.3} ms (target <= 2 ms)",
         figures.kinds[0].1.p99.as_secs_f64() * 1000.0
     );

@@ -45,7 +45,7 @@ pub async fn run(
     nothing_changed(&builder).await?;
     print_proofs(&pool, &client, &cache, streams).await?;
     incremental.sort();
-    println!(
+    outln!(
         "incremental digest ({changed} of {streams} changed): median {:.0} ms over {rounds} round(s)",
         incremental[incremental.len() / 2].as_secs_f64() * 1e3
     );
@@ -94,7 +94,7 @@ async fn first_digest(
         anyhow::bail!("the first digest was not sealed: {first:?}");
     };
     client.batch_execute("VACUUM ANALYZE digest_leaves").await?;
-    println!(
+    outln!(
         "first digest, every stream read: {read} streams in {:.2} s ({:.1}% of the {} s interval)",
         full.as_secs_f64(),
         100.0 * full.as_secs_f64() / INTERVAL.as_secs_f64(),
@@ -132,7 +132,7 @@ async fn incremental_digest(
         "round {round}: read {read} streams of {} (expected {changed} of {streams})",
         digest.statement.stream_count
     );
-    println!(
+    outln!(
         "digest {}: {changed} of {streams} streams changed, sealed in {:.0} ms ({:.2}% of the {} s interval)",
         round + 1,
         took.as_secs_f64() * 1e3,
@@ -145,7 +145,7 @@ async fn incremental_digest(
 /// A digest with nothing changed since the last: what most intervals cost.
 async fn nothing_changed(builder: &Builder<'_>) -> anyhow::Result<()> {
     let (unchanged, took) = builder.build().await?;
-    println!(
+    outln!(
         "nothing changed: {:?} in {:.1} ms",
         unchanged,
         took.as_secs_f64() * 1e3
@@ -172,7 +172,7 @@ async fn print_proofs(
         let started = Instant::now();
         let proof = ra_ledger::digest::prove::for_event(pool, event, &tree).await?;
         // (Not verified: the seeded events carry random hashes, not real chains.)
-        println!(
+        outln!(
             "proof of one event at {streams} streams, {how}: {:.0} ms ({} path nodes)",
             started.elapsed().as_secs_f64() * 1e3,
             proof.streams[0].path.len(),

@@ -57,7 +57,7 @@ pub async fn run(
             ra_ledger::commands::MAX_BATCH
         );
     }
-    println!(
+    outln!(
         "import of {rows} assignments over {} jurisdictions, {batch_size} per transaction, {concurrency} in flight, {rounds} round(s)",
         JURISDICTIONS.len()
     );
@@ -72,7 +72,7 @@ pub async fn run(
         let f = outcome?;
         let ledger_rate = rows as f64 / f.import.as_secs_f64();
         let ceiling_rate = rows as f64 / f.ceiling.as_secs_f64();
-        println!(
+        outln!(
             "round {round}: file of {} bytes read and checked in {:.3} s; ledger import {:.3} s, {ledger_rate:.0} events/s; raw COPY {:.3} s, {ceiling_rate:.0} events/s; import / ceiling = {:.2}",
             f.file_bytes,
             f.read.as_secs_f64(),
@@ -83,7 +83,7 @@ pub async fn run(
         ratios.push(ledger_rate / ceiling_rate);
     }
     ratios.sort_by(f64::total_cmp);
-    println!(
+    outln!(
         "import / ceiling: median {:.2}, lowest {:.2} (target >= 0.60). Each event is one AssignmentStarted with its outbox row and projection row; the ceiling is a COPY of the very rows the import wrote into the same tables, in transactions of the same size",
         ratios[ratios.len() / 2],
         ratios[0]

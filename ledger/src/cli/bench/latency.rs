@@ -141,11 +141,13 @@ pub async fn run(
     let mut p99s = Vec::new();
     for variant in variants {
         let figures = measure(database_url, brokers, rate, seconds, variant.clone()).await?;
-        println!(
+        outln!(
             "{variant}: steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 15 ms at 10,000 events/s)",
-            figures.sent, figures.latencies.count, figures.latencies
+            figures.sent,
+            figures.latencies.count,
+            figures.latencies
         );
-        println!("{}: {}", variant.delivery.as_str(), figures.summary);
+        outln!("{}: {}", variant.delivery.as_str(), figures.summary);
         p99s.push((variant, figures.latencies.p99));
     }
     // The same settings in another value format: its p99 over that of the run of the first
@@ -161,7 +163,7 @@ pub async fn run(
         if let Some((first, first_p99)) = before
             && first.value_format == p99s[0].0.value_format
         {
-            println!(
+            outln!(
                 "{}: p99 values {} / {} (the run before) = {:.2}",
                 variant.delivery.as_str(),
                 variant.value_format.as_str(),
@@ -174,7 +176,7 @@ pub async fn run(
         && first.delivery == DeliveryMode::AtLeastOnce
         && second.delivery == DeliveryMode::ExactlyOnce
     {
-        println!(
+        outln!(
             "p99 exactly_once / at_least_once = {:.2} (exactly once becomes the default at <= 2.00)",
             exactly_once.as_secs_f64() / at_least_once.as_secs_f64()
         );

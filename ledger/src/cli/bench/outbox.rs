@@ -60,16 +60,21 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         shutdown.clone(),
     ));
 
-    println!(
+    outln!(
         "{} events, {} per transaction, at most {} unpublished; retention every {:?}",
         options.events,
         options.per_transaction,
         options.max_unpublished,
         options.retention_interval
     );
-    println!(
+    outln!(
         "{:>9} {:>9} {:>6} {:>11} {:>10} {:>6}",
-        "written", "published", "s", "outbox rows", "outbox MB", "marks"
+        "written",
+        "published",
+        "s",
+        "outbox rows",
+        "outbox MB",
+        "marks"
     );
     let started = Instant::now();
     let report = |written: u64| {
@@ -77,7 +82,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         let published = metrics.events_published();
         async move {
             let status = retention::status(&pool).await?;
-            println!(
+            outln!(
                 "{written:>9} {published:>9} {:>6.0} {:>11} {:>10.1} {:>6}",
                 started.elapsed().as_secs_f64(),
                 status.rows,
@@ -117,7 +122,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     // Two more rounds: the slot passes the last mark on the next heartbeat.
     tokio::time::sleep(options.retention_interval * 2 + Duration::from_secs(1)).await;
     let end = report(written).await?;
-    println!(
+    outln!(
         "largest outbox on disk: {:.1} MB; after the drain: {} rows, {:.1} MB",
         largest.max(end.bytes) as f64 / 1_048_576.0,
         end.rows,

@@ -37,8 +37,8 @@ pub async fn run(
     let longest = f.chained_longest_page.as_secs_f64();
     // Per row: two events, two outbox rows, one projection update, one insert.
     const WRITES_PER_ROW: f64 = 6.0;
-    println!("supersede of a contact with {} active assignments", f.rows);
-    println!(
+    outln!("supersede of a contact with {} active assignments", f.rows);
+    outln!(
         "chained pages of {}: total {chained:.3} s, {} pages, longest page transaction {:.1} ms, most pages in flight {}, {:.0} rows/s ({:.0} row writes/s)",
         f.page_size,
         f.pages,
@@ -47,18 +47,18 @@ pub async fn run(
         f.rows as f64 / chained,
         f.rows as f64 * WRITES_PER_ROW / chained
     );
-    println!(
+    outln!(
         "  of which {:.3} s inside page transactions; between pages (relay, broker, worker) mean {:.1} ms, max {:.1} ms",
         f.timing.in_pages,
         f.timing.mean_gap * 1000.0,
         f.timing.max_gap * 1000.0
     );
-    println!(
+    outln!(
         "one transaction: {single:.3} s, {:.0} rows/s ({:.0} row writes/s)",
         f.rows as f64 / single,
         f.rows as f64 * WRITES_PER_ROW / single
     );
-    println!(
+    outln!(
         "chained total / single = {:.2} (target <= 1.5); longest page / single = 1/{:.0} (target <= 1/20); pages in flight {} (must be 1)",
         chained / single,
         single / longest.max(1e-9),

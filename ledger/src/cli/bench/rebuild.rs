@@ -34,7 +34,7 @@ pub async fn run(
         (1..=5_000).contains(&rate),
         "--rate must be between 1 and 5000"
     );
-    println!("{}", write_back_settings());
+    outln!("{}", write_back_settings());
     let scratch = scratch(database_url).await?;
     let pool = db::pool(&scratch.url, "ledger-bench", 4)?;
     let ledger = Ledger::new(pool.clone());
@@ -76,7 +76,7 @@ async fn seed_and_build(
         ..Default::default()
     };
     rebuild_online(pool, full_speed, |_, _, _| {}).await?;
-    println!(
+    outln!(
         "online rebuild over {events} events with no writer: {:.1} s",
         started.elapsed().as_secs_f64()
     );
@@ -161,7 +161,7 @@ fn print_slowest_writes(run: &UnderWriter) {
         .map(|(at, latency)| (*latency, (*at - *rebuild_started).as_secs_f64()))
         .collect();
     slowest.sort_by_key(|(latency, _)| std::cmp::Reverse(*latency));
-    println!(
+    outln!(
         "rebuild started at {} UTC; slowest writes during it (latency ms @ seconds after its start): {}; bulk done @ {:.1} s, window ends read @ {}, last window @ {:.1} s",
         rebuild_started_utc.format("%H:%M:%S%.3f"),
         slowest
@@ -200,7 +200,7 @@ fn print_rebuild_figures(run: &UnderWriter, pause_ratio: f64, rate: u64) {
     let before_figures = Latencies::from_samples(outside);
     let during_figures = Latencies::from_samples(during);
     let report = &run.report;
-    println!(
+    outln!(
         "online rebuild (pause ratio {pause_ratio}) with a writer at {rate}/s: {:.1} s, {} events, {} catch-up window(s), {} events in the swapping transaction, locks held {:.1} ms, {} lock attempt(s) retried",
         run.rebuild_took.as_secs_f64(),
         report.events,
@@ -210,10 +210,10 @@ fn print_rebuild_figures(run: &UnderWriter, pause_ratio: f64, rate: u64) {
         report.lock_retries
     );
     if let Some(figures) = before_figures {
-        println!("write latency before: {figures} ({} writes)", figures.count);
+        outln!("write latency before: {figures} ({} writes)", figures.count);
     }
     if let Some(figures) = during_figures {
-        println!(
+        outln!(
             "write latency during: {figures} ({} writes); longest stall {:.1} ms (target < 100 ms)",
             figures.count,
             figures.max.as_secs_f64() * 1e3
@@ -231,7 +231,7 @@ async fn print_verification(pool: &deadpool_postgres::Pool) -> anyhow::Result<()
     };
     let verified = rebuild_online(pool, verify, |_, _, _| {}).await?;
     let different: u64 = verified.differences.iter().map(|(_, n)| n).sum();
-    println!(
+    outln!(
         "rebuilt tables vs a fresh rebuild: {different} differing rows ({:?})",
         verified.differences
     );

@@ -91,7 +91,7 @@ pub async fn run(
         anyhow::bail!("--rows and --per-transaction must be at least 1");
     }
     let figures = measure(database_url, brokers, &backlog, &modes, &formats).await?;
-    println!(
+    outln!(
         "backlog: {} outbox rows, {} per transaction, {}-byte envelopes; topic value formats {}",
         figures.rows,
         backlog.per_transaction,
@@ -104,17 +104,17 @@ pub async fn run(
             .join(", "),
     );
     for (format, nanos) in &figures.render_nanos {
-        println!(
+        outln!(
             "rendering a value ({}, in this process, {RENDERINGS} times): {nanos:.0} ns a value",
             format.as_str()
         );
     }
-    println!(
+    outln!(
         "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
         figures.broker_ceiling
     );
     for ceiling in &figures.slot_ceilings {
-        println!(
+        outln!(
             "slot, alone    (pg_recvlogical to /dev/null, pgoutput {}): {:.0} rows/s; walsender {}",
             ceiling.format.as_str(),
             ceiling.rate,
@@ -122,7 +122,7 @@ pub async fn run(
         );
     }
     for shared in &figures.shared_ceilings {
-        println!(
+        outln!(
             "shared ceiling (both at once, sharing the machine, pgoutput {}): slot {:.0}, broker {:.0} rows/s; {}",
             shared.format.as_str(),
             shared.slot,
@@ -132,7 +132,7 @@ pub async fn run(
     }
     for format in &formats {
         if let Some(slot) = figures.slot_ceiling(*format) {
-            println!(
+            outln!(
                 "slot ceiling   (the faster of pg_recvlogical's two drains, pgoutput {}): {:.0} rows/s",
                 format.as_str(),
                 slot
@@ -142,7 +142,7 @@ pub async fn run(
     for run in &figures.relays {
         let slot_ceiling = figures.slot_ceiling(run.format).unwrap_or(f64::INFINITY);
         let ceiling = slot_ceiling.min(figures.broker_ceiling);
-        println!(
+        outln!(
             "relay {:<13} (slot -> Kafka, {}, pgoutput {}, values {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90); walsender {}",
             run.delivery.as_str(),
             match run.delivery {
@@ -160,15 +160,15 @@ pub async fn run(
             .iter()
             .find(|ceiling| ceiling.format == run.format);
         if let Some(shared) = shared {
-            println!(
+            outln!(
                 "  relay / shared ceiling = {:.2}; {}",
                 run.rate / shared.rate(),
                 run.cpu.describe(Some(run.rate))
             );
         } else {
-            println!("  {}", run.cpu.describe(Some(run.rate)));
+            outln!("  {}", run.cpu.describe(Some(run.rate)));
         }
-        println!("  {}", run.summary);
+        outln!("  {}", run.summary);
     }
     // Each run of another value format over the last run of the first format before it
     // (`protobuf,confluent_protobuf,protobuf,confluent_protobuf` pairs each framed drain
@@ -182,7 +182,7 @@ pub async fn run(
         if let Some(first) = first
             && first.value_format.as_str() != run.value_format.as_str()
         {
-            println!(
+            outln!(
                 "{} pgoutput {}: values {} / {} (the drain before) throughput = {:.2}",
                 run.delivery.as_str(),
                 run.format.as_str(),
@@ -208,7 +208,7 @@ pub async fn run(
             rate(DeliveryMode::AtLeastOnce),
             rate(DeliveryMode::ExactlyOnce),
         ) {
-            println!(
+            outln!(
                 "pgoutput {}: exactly_once / at_least_once throughput = {:.2} (exactly once becomes the default at >= 0.80)",
                 format.as_str(),
                 exactly_once / at_least_once

@@ -49,7 +49,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
 
     // 1. The replay alone, as fast as the broker takes it.
     let (published, elapsed, _) = replay_once(&pool, &kafka, &prefix, 1_000_000, None).await?;
-    println!(
+    outln!(
         "replay alone, unthrottled: {published} events in {:.1} s = {:.0} events/s",
         elapsed.as_secs_f64(),
         published as f64 / elapsed.as_secs_f64()
@@ -64,9 +64,10 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         latency::Variant::of(ra_ledger_cdc::config::DeliveryMode::AtLeastOnce),
     )
     .await?;
-    println!(
+    outln!(
         "latency at {} events/s, alone: {}",
-        options.latency_rate, alone.latencies
+        options.latency_rate,
+        alone.latencies
     );
     let stop = CancellationToken::new();
     let beside = {
@@ -86,7 +87,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     .await?;
     stop.cancel();
     let (published, elapsed, outcome) = beside.await??;
-    println!(
+    outln!(
         "latency at {} events/s, beside a replay at --rate {}: {} (the replay published {published} events in {:.1} s = {:.0} events/s, {outcome:?})",
         options.latency_rate,
         options.rate,

@@ -21,12 +21,12 @@ pub async fn run(
     if rows == 0 || concurrency == 0 || rounds == 0 {
         anyhow::bail!("--rows, --concurrency and --rounds must be at least 1");
     }
-    println!(
+    outln!(
         "write path: {rows} assignments per round, {concurrency} concurrent writers, one transaction each"
     );
     let results = measure(database_url, rows, concurrency, rounds).await?;
     for (round, result) in results.iter().enumerate() {
-        println!(
+        outln!(
             "round {}: ledger {:.0}/s, raw INSERTs {:.0}/s, ratio {:.2}",
             round + 1,
             result.ledger_per_second,
@@ -37,7 +37,7 @@ pub async fn run(
     let ledger: f64 =
         results.iter().map(|r| r.ledger_per_second).sum::<f64>() / results.len() as f64;
     let raw: f64 = results.iter().map(|r| r.raw_per_second).sum::<f64>() / results.len() as f64;
-    println!(
+    outln!(
         "mean: ledger {ledger:.0}/s, raw {raw:.0}/s, ratio {:.2} (target >= 0.70)",
         ledger / raw
     );

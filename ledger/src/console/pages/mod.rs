@@ -7,6 +7,7 @@ mod contact;
 mod operations;
 mod proof;
 mod run;
+mod runbook;
 mod search;
 mod sign_in;
 
@@ -15,5 +16,6 @@ pub(super) use contact::{contact, supersede};
 pub(super) use operations::{operations, request_republish};
 pub(super) use proof::event_proof;
 pub(super) use run::{resume, run, run_progress};
+pub(super) use runbook::runbook;
 pub(super) use search::{home, search};
 pub(super) use sign_in::{sign_in, sign_in_form, sign_out};

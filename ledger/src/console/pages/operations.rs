@@ -19,12 +19,18 @@ use crate::console::layout::layout;
 use crate::console::pictures::chart::{Series, line_over_time};
 use crate::console::pictures::progress;
 use crate::console::session::Session;
+use crate::console::units::{self, Unit};
 use crate::digest::DigestDocument;
 use crate::hex::hex;
+use crate::lag::exact::Lag;
 use crate::lag::history::{self, Point, Window};
-use crate::lag::{self, SlotProgress, Waiting};
+use crate::lag::{SlotProgress, Waiting};
 use crate::reassign;
 use crate::replay::{self, ReplaySummary};
+use crate::verdict::{
+    self,
+    rules::{self, Verdict},
+};
 
 /// Most parked messages the page lists.
 const PARKED_LISTED: i64 = 100;
@@ -38,9 +44,11 @@ pub(in crate::console) async fn operations(
 ) -> Page {
     let window = Window::parse(query.get("lag").map_or("", String::as_str));
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let slot = lag::slot_progress(&client, &state.console.relay_slot)
+    let facts = verdict::read(&client, &state.console.relay_slot)
         .await
         .map_err(api_error)?;
+    let slot = facts.slot;
+    let verdict = rules::verdict(&facts);
     let lag_history = history::read(&client, window).await.map_err(api_error)?;
     let parked = parking::waiting(&client, PARKED_LISTED)
         .await
@@ -57,6 +65,7 @@ pub(in crate::console) async fn operations(
         .map_err(|error| api_error(ApiError::internal(&error)))?;
     let csrf = session.operator().then(|| session.csrf(&state));
     let body = html! {
+        (verdict_banner(&verdict))
         section #relay {
             h2 { "Relay" }
             (relay_slot(&state.console.relay_slot, slot.as_ref()))
@@ -78,19 +87,59 @@ pub(in crate::console) async fn operations(
     Ok(layout("Operations", Some(&session), &state, body))
 }
 
+/// The verdict at the top: the state, the reason that decides it with its runbook, and
+/// the other findings.
+fn verdict_banner(verdict: &Verdict) -> Markup {
+    html! {
+        section.verdict.(verdict.state.as_str()) #verdict data-state=(verdict.state.as_str()) {
+            h2 { "Status: " span #verdict-state { (verdict.state.as_str()) } }
+            p #verdict-reason { (verdict.reason) }
+            @if let Some(runbook) = verdict.runbook {
+                p.hint { "Runbook: " a #verdict-runbook href=(runbook_href(runbook)) { code { (runbook) } } }
+            }
+            @if !verdict.also.is_empty() {
+                ul #verdict-also {
+                    @for finding in &verdict.also {
+                        li data-state=(finding.state.as_str()) {
+                            strong { (finding.state.as_str()) } ": " (finding.reason) " ("
+                            a href=(runbook_href(finding.runbook)) { code { (finding.runbook) } } ")"
+                        }
+                    }
+                }
+            }
+            p.hint { "The same verdict, as JSON: " a href=(verdict::PATH) { code { (verdict::PATH) } } "." }
+        }
+    }
+}
+
+/// A runbook section (`docs/operators.md#…`) as the console's link to it.
+fn runbook_href(runbook: &str) -> String {
+    super::runbook::href(runbook)
+}
+
 /// The relay's slot: whether a relay streams from it, and how far behind it is.
 fn relay_slot(name: &str, slot: Option<&SlotProgress>) -> Markup {
     html! {
         @match slot {
             None => p.error { "No replication slot " code { (name) } ": the relay has not started yet." }
             Some(slot) => {
+                @let lag = slot.lag();
                 dl.facts {
                     dt { "Slot" } dd { code { (name) } }
                     dt { "Streaming" } dd #streaming { (if slot.streaming { "yes" } else { "no (no relay connected)" }) }
-                    dt { "Lag" } dd #lag-bytes { (slot.lag_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
-                    dt { "WAL kept" } dd #retained-bytes { (slot.retained_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))) }
-                    dt { "Oldest unpublished commit" } dd #lag-seconds data-seconds=(format!("{:.3}", slot.waited_seconds(Utc::now()))) {
-                        (waiting(slot.waiting()))
+                    dt { "Oldest unpublished commit" }
+                    dd #lag-seconds data-seconds=(format!("{:.3}", lag.seconds(Utc::now()))) data-bound=(lag.is_bound()) {
+                        (waiting(lag))
+                    }
+                    dt { "WAL not confirmed" }
+                    dd #lag-bytes data-bytes=(slot.lag_bytes.map_or(String::new(), |b| b.to_string()))
+                        title="WAL written since the slot's confirmed position, by every table and the heartbeats: not events waiting (the line above says whether any wait)" {
+                        (slot.lag_bytes.map_or("unknown".into(), |b| units::bytes(b as f64)))
+                    }
+                    dt { "WAL kept" }
+                    dd #retained-bytes data-bytes=(slot.retained_bytes.map_or(String::new(), |b| b.to_string()))
+                        title="WAL the slot keeps the server from recycling: what fills the disk while the relay is down" {
+                        (slot.retained_bytes.map_or("unknown".into(), |b| units::bytes(b as f64)))
                     }
                 }
             }
@@ -112,17 +161,17 @@ fn lag_pictures(window: Window, points: &[Point]) -> Markup {
     let bytes = Series {
         title: "Slot lag (WAL bytes not confirmed)",
         class: "lag-bytes",
-        unit: " B",
+        unit: Unit::Bytes,
     };
     let waited = Series {
         title: "Oldest unpublished commit's wait (seconds)",
         class: "lag-waited",
-        unit: " s",
+        unit: Unit::Seconds,
     };
     let rate = Series {
         title: "Events appended per second",
         class: "lag-rate",
-        unit: "/s",
+        unit: Unit::PerSecond,
     };
     html! {
         figure.picture #lag-history data-window=(window.as_str()) {
@@ -143,13 +192,22 @@ fn lag_pictures(window: Window, points: &[Point]) -> Markup {
     }
 }
 
-/// How long the oldest commit not yet published has waited, in words.
-fn waiting(waiting: Waiting) -> Markup {
+/// How long the oldest commit not yet published has waited, in words, and how that is
+/// known: the relay's own figure, or a bound from the database with the reason.
+fn waiting(lag: Lag) -> Markup {
+    let now = Utc::now();
     html! {
-        @match waiting {
-            Waiting::Nothing => "0 s (everything committed is published)",
-            Waiting::AtMostSince { since, marked } => {
-                "waited at most " (format!("{:.0}", (Utc::now() - since).as_seconds_f64().max(0.0))) " s (committed after " (time(since)) ")"
+        @match lag {
+            Lag::Exact { oldest: None } => "0 s (everything the relay read is acknowledged by Kafka)",
+            Lag::Exact { oldest: Some(oldest) } => {
+                (units::duration(lag.seconds(now))) " (committed " (time(oldest)) ", not yet acknowledged by Kafka)"
+            }
+            Lag::Bound { waiting: Waiting::Nothing, why } => {
+                "0 s (everything committed is published; from the database, as " (why.describe()) ")"
+            }
+            Lag::Bound { waiting: Waiting::AtMostSince { since, marked }, why } => {
+                "at most " (units::duration(lag.seconds(now))) " (committed after " (time(since)) ")"
+                span.bound { " — a bound from the database, not the relay's figure: " (why.describe()) }
                 @if !marked { " — no retention mark confirmed yet: is outbox retention on?" }
             }
         }

@@ -15,6 +15,7 @@ use crate::console::html::{Page, api_error, error_page, uuid};
 use crate::console::layout::layout;
 use crate::console::pictures::chart::{self, Bar, Series};
 use crate::console::session::Session;
+use crate::console::units::Unit;
 use crate::reassign::{self, PageRecord, RunStatus};
 
 /// Most pages the run page draws: the newest.
@@ -131,12 +132,12 @@ fn page_pictures(run: &RunStatus, pages: &[PageRecord]) -> Markup {
     let per_page = Series {
         title: "Rows per second, page by page",
         class: "run-rate",
-        unit: "/s",
+        unit: Unit::PerSecond,
     };
     let over_time = Series {
         title: "Pages done over time",
         class: "run-pages",
-        unit: "",
+        unit: Unit::Count,
     };
     html! {
         figure.picture #run-pictures {

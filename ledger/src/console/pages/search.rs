@@ -13,9 +13,15 @@ use crate::console::session::Session;
 use crate::domain::Jurisdiction;
 use crate::queries::{self, ContactView, Found};
 
+/// Where a signed-in user lands: an operator on the operations page, whose verdict is
+/// what an on-call engineer opens the console for; everyone else on search.
 pub(in crate::console) async fn home(session: Session) -> Response {
-    let _ = session;
-    Redirect::to("/search").into_response()
+    Redirect::to(if session.operator() {
+        "/operations"
+    } else {
+        "/search"
+    })
+    .into_response()
 }
 
 pub(in crate::console) async fn search(

@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
-use super::{Scale, WIDTH, seconds, short, time_ticks};
+use super::{Scale, WIDTH, seconds, time_ticks};
+use crate::console::units::Unit;
 
 const HEIGHT: f64 = 150.0;
 const LEFT: f64 = 76.0;
@@ -19,8 +20,8 @@ pub(in crate::console) struct Series<'a> {
     pub title: &'a str,
     /// The picture's class beside `chart`, e.g. `lag-bytes`.
     pub class: &'a str,
-    /// Appended to the largest value on the axis, e.g. " s".
-    pub unit: &'a str,
+    /// What the values count: the axis says its top in it (MB, minutes, /s).
+    pub unit: Unit,
 }
 
 /// The top of a value axis: the largest value, 10% more, at least 1.
@@ -36,7 +37,7 @@ fn frame(series: &Series, top: f64, time: Option<(DateTime<Utc>, DateTime<Utc>, 
         line.axis x1=(LEFT) y1=(baseline) x2=(WIDTH - RIGHT) y2=(baseline) {}
         line.axis x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(baseline) {}
         text.value x=(LEFT - 6.0) y=(baseline) { "0" }
-        text.value x=(LEFT - 6.0) y=(TOP + 8.0) { (short(top)) (series.unit) }
+        text.value x=(LEFT - 6.0) y=(TOP + 8.0) { (series.unit.show(top)) }
         @if let Some((start, end, x)) = time {
             @for (tick, label) in time_ticks(start, end) {
                 @let at = x.at(seconds(tick));
@@ -76,9 +77,14 @@ pub(in crate::console) fn line_over_time(
     }
     let shown = points.iter().filter(|(_, value)| value.is_some()).count();
     let newest = points.iter().rev().find_map(|(_, value)| *value);
+    let largest = points
+        .iter()
+        .filter_map(|(_, value)| *value)
+        .fold(0.0, f64::max);
     html! {
         svg.picture.chart.(series.class) viewBox={"0 0 " (WIDTH) " " (HEIGHT)} role="img"
-            data-points=(shown) data-newest=(newest.map_or(String::new(), |v| format!("{v:.3}"))) {
+            data-points=(shown) data-newest=(newest.map_or(String::new(), |v| format!("{v:.3}")))
+            data-largest=(format!("{largest:.3}")) {
             title { (series.title) ", " (shown) " samples" }
             (frame(series, top, Some((start, end, x))))
             @for segment in segments.iter().filter(|segment| !segment.is_empty()) {

@@ -4,7 +4,8 @@
 //!
 //! A band whose start or end was recorded after it took effect is drawn hatched: the ledger
 //! learned it late, so as known before that record the timeline read otherwise (a backdated
-//! end, a backdated start). The legend says so.
+//! end, a backdated start), and one still in force is outlined dashed. The legend says
+//! both. A band too short for its contact's name has the name beside it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -136,6 +137,10 @@ fn band(
             rect x=(format!("{left:.2}")) y=(top) width=(format!("{width:.2}")) height=(BAND) rx="3" {}
             @if let Some(label) = fitted(&name, width) {
                 text.band-label x=(format!("{:.2}", left + 5.0)) y=(top + BAND / 2.0 + 5.0) { (label) }
+            } @else {
+                // Too short for its name inside: the name beside it, on a halo that keeps it
+                // readable over a neighbour (and the title above as its tooltip).
+                text.band-label.outside x=(format!("{:.2}", left + width + 3.0)) y=(top + BAND / 2.0 + 5.0) { (name) }
             }
         }
     }
@@ -170,6 +175,8 @@ fn legend(top: f64) -> Markup {
             text x=(LEFT + 646.0) y=(top + 16.0) { "as of" }
             line.key.asked-known x1=(LEFT + 710.0) y1=(top + 4.0) x2=(LEFT + 710.0) y2=(top + 20.0) {}
             text x=(LEFT + 716.0) y=(top + 16.0) { "as known at" }
+            rect.key.open x=(LEFT + 800.0) y=(top + 6.0) width="22" height="12" rx="2" {}
+            text x=(LEFT + 828.0) y=(top + 16.0) { "in force" }
         }
     }
 }
@@ -250,5 +257,53 @@ mod tests {
         );
         assert!(svg.contains("class=\"instant asked-known\""), "{svg}");
         assert!(!svg.contains(" style="), "no inline style under the CSP");
+        // The legend explains every mark: the dashed outline of a band still in force too.
+        assert!(svg.contains("<rect class=\"key open\""), "{svg}");
+        assert!(svg.contains(">in force</text>"), "{svg}");
+    }
+
+    /// An assignment of an hour among months is a sliver: its contact's name stands beside
+    /// it (the band's title is its tooltip), where it had none.
+    #[test]
+    fn a_sliver_has_its_name_beside_it() {
+        let t0 = Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap();
+        let short = assignment(t0, Some((t0 + Duration::hours(1), t0 + Duration::hours(1))));
+        let contact_id = short.contact_id;
+        let timelines = BTreeMap::from([(
+            "TX".to_owned(),
+            Timeline {
+                assignments: vec![short],
+                events: Vec::new(),
+            },
+        )]);
+        let contacts = HashMap::from([(
+            contact_id,
+            ContactView {
+                contact_id,
+                jurisdiction: crate::domain::Jurisdiction::parse("jurisdiction", "TX").unwrap(),
+                name: "Lone Star Agents".into(),
+                address: crate::domain::PostalAddress {
+                    line1: "1 Congress Ave".into(),
+                    line2: String::new(),
+                    city: "Austin".into(),
+                    region: "TX".into(),
+                    postal_code: "78701".into(),
+                },
+                status: crate::domain::ContactStatus::Primary,
+                supersedes: None,
+                superseded_by: None,
+                created_at: t0,
+                recorded_at: t0,
+                superseded_at: None,
+                superseded_recorded_at: None,
+                version: 1,
+            },
+        )]);
+        let svg = timeline(&timelines, &contacts, None, t0 + Duration::days(90)).into_string();
+        assert!(
+            svg.contains("class=\"band-label outside\"")
+                && svg.contains(">Lone Star Agents</text>"),
+            "{svg}"
+        );
     }
 }

@@ -3,7 +3,10 @@
 -- restart_lsn), whether the server still keeps that WAL (wal_status, safe_wal_size) and the
 -- limit past which it would not, the time of the newest retention mark it confirmed, and
 -- the insert time (`created_at`, the inserting transaction's start) of the first outbox
--- row, by id, that this mark does not cover. Read by column name.
+-- row, by id, that this mark does not cover; and the relay's own report of its lag
+-- (relay_lag_reports, migration V18: its oldest unconfirmed commit and how old the report
+-- is), which makes the bound exact while it is fresh (ledger/src/lag/exact.rs). Read by
+-- column name.
 --
 -- Why that row bounds the wait of every commit not yet published: a row the mark covers
 -- (id <= max_id, of a transaction older than oldest_xact) committed before the mark's
@@ -50,5 +53,10 @@ SELECT s.active AS streaming,
         WHERE NOT EXISTS (SELECT 1 FROM mark m
                           WHERE o.id <= m.max_id AND o.txid < m.oldest_xact)
         ORDER BY o.id
-        LIMIT 1) AS first_uncovered_row
-FROM slot s, keep k
+        LIMIT 1) AS first_uncovered_row,
+       r.oldest_unconfirmed_commit_at AS relay_oldest_unconfirmed,
+       r.reported_at IS NOT NULL AS relay_reported,
+       (extract(epoch FROM clock_timestamp() - r.reported_at) * 1000)::bigint AS relay_report_age_ms
+FROM slot s
+CROSS JOIN keep k
+LEFT JOIN relay_lag_reports r ON r.slot_name = $1

@@ -83,7 +83,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
             file.display().to_string(),
         ];
     }
-    println!(
+    outln!(
         "kills: {} kill -9 of `ledger relay` at {} events/s ({} rows every 10 ms), one every {:.1} s on average (drawn between half and 1.5 times); status_interval_ms {status_interval_ms}",
         options.kills,
         options.rate,
@@ -134,7 +134,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     scratch.drop().await?;
     let figures = figures::figures(started, &written, &receipts, &samples, &kills);
     print(&figures);
-    println!("the relay's log: {}", dir.join("relay.log").display());
+    outln!("the relay's log: {}", dir.join("relay.log").display());
     Ok(())
 }
 
@@ -311,7 +311,7 @@ fn print(figures: &Figures) {
         d.map_or_else(|| "-".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()))
     };
     for (number, kill) in figures.kills.iter().enumerate() {
-        println!(
+        outln!(
             "kill {}: after {:.1} s of life; Kafka had {} events past the slot's confirmed position, {} of commits; {} duplicates read after the restart, the first {} after it; the slot moved {} after it",
             number + 1,
             kill.life.as_secs_f64(),
@@ -327,7 +327,7 @@ fn print(figures: &Figures) {
         .iter()
         .filter_map(|kill| kill.trailing.map(|d| d.as_secs_f64()))
         .collect();
-    println!(
+    outln!(
         "{} written, {} received: {} lost, {} duplicates, {:.0} per kill; the slot trailed Kafka by {:.2} s of commits at a kill on average",
         figures.written,
         figures.received,
@@ -337,14 +337,15 @@ fn print(figures: &Figures) {
         trailing.iter().sum::<f64>() / trailing.len().max(1) as f64,
     );
     match &figures.receipt_to_confirmed {
-        Some(delays) => println!(
+        Some(delays) => outln!(
             "consumer receipt -> slot confirmed past the event, {} events confirmed by the relay that sent them: {delays}; {} cut by a kill first",
-            delays.count, figures.cut_by_kills
+            delays.count,
+            figures.cut_by_kills
         ),
-        None => println!("no event was confirmed by the relay that sent it"),
+        None => outln!("no event was confirmed by the relay that sent it"),
     }
     if let Some(moves) = &figures.moves {
-        println!(
+        outln!(
             "between two moves of the slot within one life ({} intervals, the slot read every {} ms): {moves}",
             moves.count,
             SAMPLE_EVERY.as_millis()

@@ -139,9 +139,11 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     std::fs::create_dir_all(&options.work_dir)?;
     report::print_settings(&options);
     let ceiling = ceiling(database_url, brokers, &options).await?;
-    println!(
+    outln!(
         "ceiling: rdkafka alone producing {} rows {:.0} rows/s; the consumer alone reading them {:.0} rows/s",
-        options.rows, ceiling.produce, ceiling.consume
+        options.rows,
+        ceiling.produce,
+        ceiling.consume
     );
     let mut results = Vec::new();
     for system in &options.systems {
@@ -151,7 +153,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         results.push((*system, figures));
     }
     report::print_comparison(&results, &options);
-    println!(
+    outln!(
         "logs, properties and offsets: {}",
         options.work_dir.display()
     );
@@ -238,8 +240,12 @@ async fn measure(
     testing::create_topics(brokers, &topics, 3).await?;
     if matches!(system, System::Relay) {
         // The relay writes its position there, in both delivery modes.
-        testing::create_topics(brokers, &[ra_ledger_cdc::config::position_topic(&prefix)], 1)
-            .await?;
+        testing::create_topics(
+            brokers,
+            &[ra_ledger_cdc::config::position_topic(&prefix)],
+            1,
+        )
+        .await?;
     }
     let dir = options.work_dir.join(system.name());
     std::fs::create_dir_all(&dir)?;

@@ -11,7 +11,7 @@ use super::{Options, System};
 /// produced it.
 pub fn print_settings(options: &Options) {
     let relay = RelayConfig::default();
-    println!(
+    outln!(
         "load: drain of {} rows ({} per transaction); steady {} events/s for {} s each; kill -9 at {} events/s, {} s, a third in; 120-byte payloads, 1,000 keys, 3 partitions per topic",
         options.rows,
         options.per_transaction,
@@ -25,7 +25,7 @@ pub fn print_settings(options: &Options) {
         options.kill_rate,
         options.kill_seconds
     );
-    println!(
+    outln!(
         "relay settings: max_in_flight {}, status_interval_ms {}, librdkafka {}",
         relay.max_in_flight,
         relay.status_interval_ms,
@@ -44,8 +44,8 @@ pub fn print_settings(options: &Options) {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    println!("debezium worker: {}", listed(debezium::WORKER_SETTINGS));
-    println!(
+    outln!("debezium worker: {}", listed(debezium::WORKER_SETTINGS));
+    outln!(
         "debezium connector: {}",
         listed(debezium::CONNECTOR_SETTINGS)
     );
@@ -55,7 +55,7 @@ pub fn print_settings(options: &Options) {
 pub fn print_figures(system: System, figures: &Figures, options: &Options) {
     let name = system.name();
     let drain = &figures.drain;
-    println!(
+    outln!(
         "{name} drain: {} rows, {:.0} rows/s first -> last row ({:.0} rows/s from the process's start); CPU {:.2} s per million rows while draining ({:.2} s with its start); {} malformed, {} duplicated",
         drain.rows,
         drain.rows as f64 / drain.first_to_last.as_secs_f64(),
@@ -69,7 +69,7 @@ pub fn print_figures(system: System, figures: &Figures, options: &Options) {
         let lost = steady
             .sent
             .saturating_sub(steady.delivery.unique().saturating_sub(1));
-        println!(
+        outln!(
             "{name} steady {rate} events/s for {} s: {} sent, {} lost; commit -> consumer {}",
             options.seconds,
             steady.sent,
@@ -84,7 +84,7 @@ pub fn print_figures(system: System, figures: &Figures, options: &Options) {
     let lost = kill
         .written
         .saturating_sub(kill.delivery.unique().saturating_sub(1));
-    println!(
+    outln!(
         "{name} kill -9 at {} events/s: {} written, {} lost, {} duplicated, {} out of order per key, {} malformed; longest stall between new events {}",
         options.kill_rate,
         kill.written,
@@ -114,7 +114,7 @@ pub fn print_comparison(results: &[(System, Figures)], options: &Options) {
     };
     let rate = |drain: &Drain| drain.rows as f64 / drain.first_to_last.as_secs_f64();
     let cpu = |drain: &Drain| drain.cpu_drain / drain.rows as f64;
-    println!(
+    outln!(
         "relay / debezium drain rate = {:.2} (target >= 5); CPU per event = {:.2} (target <= 0.33)",
         rate(&relay.drain) / rate(&debezium.drain),
         cpu(&relay.drain) / cpu(&debezium.drain)
@@ -128,7 +128,7 @@ pub fn print_comparison(results: &[(System, Figures)], options: &Options) {
                 .and_then(|(_, steady)| steady.latencies)
         };
         if let (Some(ours), Some(theirs)) = (latencies(relay), latencies(debezium)) {
-            println!(
+            outln!(
                 "relay / debezium p99 at {first_rate} events/s = {:.2} (target <= 0.33); relay p50 {:.3} ms (target <= 3 ms)",
                 ours.p99.as_secs_f64() / theirs.p99.as_secs_f64(),
                 ours.p50.as_secs_f64() * 1e3
