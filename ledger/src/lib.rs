@@ -32,6 +32,8 @@
 //!
 //! **Proofs and maintenance**:
 //! - [`digest`]: signed Merkle digests of every stream's head, and inclusion proofs.
+//! - [`tlog`]: the transparency log over the events: its tree, checkpoints as signed notes,
+//!   witnesses' cosignatures and the policy that says how many are enough.
 //! - [`topics`]: the relay's topics, created with explicit configs.
 //! - [`retention`]: outbox rows removed once the relay's slot confirmed them.
 //! - [`rebuild`]: `ledger projections rebuild`, offline and online.
@@ -83,6 +85,7 @@ pub mod session_key;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tlog;
 pub mod topics;
 pub mod trace;
 pub mod verify;
