@@ -11,4 +11,7 @@
 //! - [`witness`]: the `add-checkpoint` request and what each answer means (cosigned, the
 //!   witness holds another size, refused, unreachable), as a pure decision.
 
+pub mod note;
+pub mod policy;
 pub mod tree;
+pub mod witness;

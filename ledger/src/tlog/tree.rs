@@ -76,7 +76,10 @@ impl Tree {
             if count % 2 == 1 {
                 return;
             }
-            hash = node_hash(&self.levels[level][count - 2], &self.levels[level][count - 1]);
+            hash = node_hash(
+                &self.levels[level][count - 2],
+                &self.levels[level][count - 1],
+            );
             level += 1;
         }
     }
