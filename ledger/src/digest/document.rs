@@ -170,6 +170,10 @@ impl<'de> Deserialize<'de> for ProofFormat {
 /// `tests/verify_digest.py` reads it as its `digest` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DigestDocument {
+    /// The checkpoint of the transparency log this digest sealed: a C2SP signed note by
+    /// the same key ([`crate::tlog::note`]). Absent in digests sealed before issue 47.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
     /// Events in the sealed streams.
     pub event_count: u64,
     /// [`DIGEST_FORMAT`], or [`DIGEST_FORMAT_V1`] for a digest sealed before its number
@@ -202,6 +206,7 @@ impl DigestDocument {
         let statement = &digest.statement;
         debug_assert!(statement.seq.is_none_or(|signed| signed == seq));
         Self {
+            checkpoint: None,
             event_count: statement.event_count,
             format: DigestFormat::of(statement),
             hash: Hex(digest.hash()),

@@ -10,7 +10,16 @@
 //! - [`policy`]: which witnesses count and how many must cosign (C2SP `tlog-policy`).
 //! - [`witness`]: the `add-checkpoint` request and what each answer means (cosigned, the
 //!   witness holds another size, refused, unreachable), as a pure decision.
+//!
+//! And the I/O:
+//! - [`cosign`]: the rounds that send each new checkpoint to the witnesses and keep their
+//!   cosignatures, never in the ledger's way.
 
+/// The origin of the log's checkpoints when `ledger serve` is not told another
+/// (`log_origin`): a name, not an address.
+pub const DEFAULT_ORIGIN: &str = "ra-ledger.local/events";
+
+pub mod cosign;
 pub mod note;
 pub mod policy;
 pub mod tree;

@@ -107,7 +107,7 @@ impl Tree {
         if n == 0 {
             return empty_root();
         }
-        if n.is_power_of_two() && lo % n == 0 {
+        if n.is_power_of_two() && lo.is_multiple_of(n) {
             let level = n.trailing_zeros() as usize;
             return self.levels[level][(lo / n) as usize];
         }

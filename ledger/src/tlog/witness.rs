@@ -1,5 +1,5 @@
 //! The C2SP `tlog-witness` protocol, without the I/O: the body of an `add-checkpoint`
-//! request, and what each answer means. The sending is `cosign`'s.
+//! request, and what each answer means. The sending is [`super::cosign`]'s.
 //!
 //! The request (`POST <prefix>/add-checkpoint`):
 //!
