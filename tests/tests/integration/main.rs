@@ -15,6 +15,7 @@ mod digest;
 mod digest_numbers;
 mod digest_published;
 mod digest_time;
+mod digest_witness;
 mod disclosure;
 mod exactly_once;
 mod failover;
