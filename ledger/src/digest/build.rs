@@ -335,7 +335,8 @@ async fn build_locked(
         );
     }
     let checkpoint = sign_checkpoint(
-        key,
+        key.public(),
+        |message| key.sign_bytes(message),
         &Checkpoint {
             origin: origin.to_owned(),
             size: log.size(),
@@ -506,10 +507,7 @@ async fn append_log(
         .query(include_str!("../sql/tlog/log_appended.sql"), &[&seq])
         .await?
     {
-        log.push_hash(crate::digest::merkle::leaf_hash(&hash32(
-            "a log leaf",
-            row.get(0),
-        )?));
+        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
     }
     Ok(())
 }
@@ -525,10 +523,7 @@ pub async fn read_log(
         .await?;
     let mut log = Tree::new();
     for row in rows {
-        log.push_hash(crate::digest::merkle::leaf_hash(&hash32(
-            "a log leaf",
-            row.get(0),
-        )?));
+        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
     }
     Ok(log)
 }

@@ -11,15 +11,13 @@
 //! - [`witness`]: the `add-checkpoint` request and what each answer means (cosigned, the
 //!   witness holds another size, refused, unreachable), as a pure decision.
 //!
-//! And the I/O:
-//! - [`cosign`]: the rounds that send each new checkpoint to the witnesses and keep their
-//!   cosignatures, never in the ledger's way.
+//! The I/O is the digests': [`crate::digest::build`] seals a checkpoint with each digest
+//! and [`crate::digest::cosign`] sends it to the witnesses.
 
 /// The origin of the log's checkpoints when `ledger serve` is not told another
 /// (`log_origin`): a name, not an address.
 pub const DEFAULT_ORIGIN: &str = "ra-ledger.local/events";
 
-pub mod cosign;
 pub mod note;
 pub mod policy;
 pub mod tree;

@@ -32,8 +32,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use ed25519_dalek::{Signature, Verifier as _, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
-use crate::digest::DigestKey;
-use crate::digest::merkle::Hash;
+use super::tree::Hash;
 
 /// Signed-note algorithm byte of an Ed25519 signature.
 pub const ALG_ED25519: u8 = 0x01;
@@ -327,15 +326,20 @@ pub fn cosigned_message(time: u64, body: &str) -> Vec<u8> {
     format!("cosignature/v1\ntime {time}\n{body}").into_bytes()
 }
 
-/// The checkpoint signed by the log's key, as a note.
-pub fn sign_checkpoint(key: &DigestKey, checkpoint: &Checkpoint) -> SignedNote {
+/// The checkpoint signed by the log's key (`public`, and `sign`, Ed25519 with its private
+/// half: the digest key's), as a note.
+pub fn sign_checkpoint(
+    public: VerifyingKey,
+    sign: impl FnOnce(&[u8]) -> [u8; 64],
+    checkpoint: &Checkpoint,
+) -> SignedNote {
     let body = checkpoint.body();
-    let name = NoteKey::log(&checkpoint.origin, key.public());
+    let name = NoteKey::log(&checkpoint.origin, public);
     SignedNote {
         signatures: vec![SignatureLine {
             name: checkpoint.origin.clone(),
             key_id: name.key_id(),
-            signature: key.sign_bytes(body.as_bytes()).to_vec(),
+            signature: sign(body.as_bytes()).to_vec(),
         }],
         body,
     }
@@ -345,6 +349,10 @@ pub fn sign_checkpoint(key: &DigestKey, checkpoint: &Checkpoint) -> SignedNote {
 mod tests {
     use super::*;
     use ed25519_dalek::{Signer as _, SigningKey};
+
+    fn sign(key: &SigningKey, checkpoint: &Checkpoint) -> SignedNote {
+        sign_checkpoint(key.verifying_key(), |m| key.sign(m).to_bytes(), checkpoint)
+    }
 
     fn checkpoint() -> Checkpoint {
         Checkpoint {
@@ -373,18 +381,18 @@ mod tests {
 
     #[test]
     fn the_log_signature_verifies_and_reads_back_as_a_note() {
-        let key = DigestKey::from_seed(&[3; 32]);
-        let note = sign_checkpoint(&key, &checkpoint());
+        let key = SigningKey::from_bytes(&[3; 32]);
+        let note = sign(&key, &checkpoint());
         let text = note.text();
         assert!(text.starts_with("ra-ledger.example/log\n25\n"));
         assert!(text.contains("\n\n\u{2014} ra-ledger.example/log "));
         let read = SignedNote::parse(&text).unwrap();
         assert_eq!(read, note);
-        let log = NoteKey::log("ra-ledger.example/log", key.public());
+        let log = NoteKey::log("ra-ledger.example/log", key.verifying_key());
         log.verify_signature(&read).unwrap();
         // The vkey reads back to the same key; another origin's key signs nothing here.
         assert_eq!(NoteKey::from_vkey(&log.vkey()).unwrap(), log);
-        let other = NoteKey::log("other.example/log", key.public());
+        let other = NoteKey::log("other.example/log", key.verifying_key());
         assert!(matches!(
             other.verify_signature(&read),
             Err(NoteError::Unsigned { .. })
@@ -425,8 +433,8 @@ mod tests {
             algorithm: ALG_COSIGNATURE_V1,
             public: witness.verifying_key(),
         };
-        let log = DigestKey::from_seed(&[3; 32]);
-        let mut note = sign_checkpoint(&log, &checkpoint());
+        let log = SigningKey::from_bytes(&[3; 32]);
+        let mut note = sign(&log, &checkpoint());
         let time = 1_790_000_000u64;
         let mut signature = time.to_be_bytes().to_vec();
         signature.extend_from_slice(&witness.sign(&cosigned_message(time, &note.body)).to_bytes());

@@ -1,9 +1,9 @@
 //! The log's Merkle tree, append-only, as RFC 6962 section 2.1 (and RFC 9162 section 2.1)
 //! define it, with its inclusion and consistency proofs and their checks. Pure: no I/O.
 //!
-//! The hashes are [`crate::digest::merkle`]'s (leaf `SHA-256(0x00 || leaf)`, node
-//! `SHA-256(0x01 || left || right)`, the empty tree `SHA-256()`), so a tree here and a
-//! digest's tree of stream heads are the same kind of tree.
+//! The hashes (leaf `SHA-256(0x00 || leaf)`, node `SHA-256(0x01 || left || right)`, the
+//! empty tree `SHA-256()`) are defined here once; a digest's tree of stream heads
+//! ([`crate::digest::merkle`]) uses the same, so both are the same kind of tree.
 //!
 //! [`Tree`] keeps every complete subtree's hash, level by level (about two hashes per
 //! leaf), so an append, a root, an inclusion path and a consistency proof each cost
@@ -18,11 +18,31 @@
 //! 3. otherwise the proof rebuilds both roots from the same hashes: the old root from the
 //!    hashes left of `m`, the new one from all of them, and both must match.
 
-use crate::digest::merkle::{Hash, leaf_hash, node_hash};
+use sha2::{Digest as _, Sha256};
+
+/// A SHA-256 hash.
+pub type Hash = [u8; 32];
+
+/// `SHA-256(0x00 || leaf)`.
+pub fn leaf_hash(leaf: &[u8]) -> Hash {
+    let mut hasher = Sha256::new();
+    hasher.update([0x00]);
+    hasher.update(leaf);
+    hasher.finalize().into()
+}
+
+/// `SHA-256(0x01 || left || right)`.
+pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+    let mut hasher = Sha256::new();
+    hasher.update([0x01]);
+    hasher.update(left);
+    hasher.update(right);
+    hasher.finalize().into()
+}
 
 /// The hash of the empty tree, `SHA-256()`.
 pub fn empty_root() -> Hash {
-    crate::digest::merkle::empty_root()
+    Sha256::digest([]).into()
 }
 
 /// The largest power of two smaller than `n` (n > 1).
@@ -334,8 +354,19 @@ pub fn verify_consistency(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::merkle;
     use proptest::prelude::*;
+
+    /// RFC 6962's `MTH`, written from its recursive definition.
+    fn mth(leaves: &[Hash]) -> Hash {
+        match leaves.len() {
+            0 => empty_root(),
+            1 => leaves[0],
+            n => {
+                let k = split(n as u64) as usize;
+                node_hash(&mth(&leaves[..k]), &mth(&leaves[k..]))
+            }
+        }
+    }
 
     fn tree(n: u64) -> Tree {
         let mut tree = Tree::new();
@@ -354,7 +385,7 @@ mod tests {
         // Every size: the stored levels give the root the recursive definition gives.
         let full = tree(70);
         for n in 0..=70 {
-            assert_eq!(full.root_at(n), Some(merkle::root(&leaves(n)[..])), "{n}");
+            assert_eq!(full.root_at(n), Some(mth(&leaves(n)[..])), "{n}");
         }
         assert_eq!(full.root_at(71), None);
         assert_eq!(
@@ -443,7 +474,7 @@ mod tests {
             let m = m % (n + 1);
             let root = t.root();
             let path = t.inclusion_proof(i, n).unwrap();
-            prop_assert_eq!(&path, &merkle::inclusion_path(&leaves(n), i as usize).unwrap());
+            prop_assert_eq!(t.root(), mth(&leaves(n)));
             prop_assert!(verify_inclusion(&t.leaf(i).unwrap(), i, n, &path, &root).is_ok());
             let old_root = t.root_at(m).unwrap();
             let proof = t.consistency_proof(m, n).unwrap();

@@ -1,5 +1,5 @@
 //! The C2SP `tlog-witness` protocol, without the I/O: the body of an `add-checkpoint`
-//! request, and what each answer means. The sending is [`super::cosign`]'s.
+//! request, and what each answer means. The sending is [`crate::digest::cosign`]'s.
 //!
 //! The request (`POST <prefix>/add-checkpoint`):
 //!
@@ -28,7 +28,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::note::{SignatureLine, SignedNote};
-use crate::digest::merkle::Hash;
+use super::tree::Hash;
 
 /// At most this many proof lines in a request (the protocol's limit).
 pub const MAX_PROOF_LINES: usize = 63;
@@ -125,13 +125,15 @@ pub fn after_conflict(held: u64, size: u64, sent: u32) -> AfterConflict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::digest::DigestKey;
     use crate::tlog::note::{Checkpoint, sign_checkpoint};
+    use ed25519_dalek::{Signer as _, SigningKey};
 
     #[test]
     fn the_request_is_old_proof_blank_note() {
+        let key = SigningKey::from_bytes(&[1; 32]);
         let note = sign_checkpoint(
-            &DigestKey::from_seed(&[1; 32]),
+            key.verifying_key(),
+            |m| key.sign(m).to_bytes(),
             &Checkpoint {
                 origin: "o.example/log".into(),
                 size: 5,

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use ra_ledger::digest::DigestKey;
 use ra_ledger::digest::build::{Built, TreeCache, build_cached, read_log};
-use ra_ledger::tlog::cosign::{self, Outcome, Round};
+use ra_ledger::digest::cosign::{self, Outcome, Round};
 use ra_ledger::tlog::note::{Checkpoint, NoteKey, SignedNote, sign_checkpoint};
 use ra_ledger::tlog::policy::Policy;
 use ra_ledger::tlog::tree::{ProofError, verify_consistency};
@@ -185,7 +185,7 @@ async fn two_checkpoints_of_one_size_are_refused_and_caught() -> anyhow::Result<
         root: [0x5a; 32],
         ..saved.clone()
     };
-    let split = sign_checkpoint(&logged.key, &other);
+    let split = sign_checkpoint(logged.key.public(), |m| logged.key.sign_bytes(m), &other);
     logged.log_key().verify_signature(&split)?;
     for witness in &logged.policy.witnesses {
         let url = witness.url.as_deref().expect("a URL");

@@ -7,7 +7,7 @@
 //!   the newest checkpoint short of its quorum (a gauge, an alert) and the next round sends
 //!   it again. Nothing the ledger or the relay does waits on this task.
 //! - **A refusal is never retried blindly.** What an answer means is
-//!   [`super::witness::classify`]'s pure decision: a 4xx, a 409 that does not resolve, a
+//!   [`crate::tlog::witness::classify`]'s pure decision: a 4xx, a 409 that does not resolve, a
 //!   200 whose lines do not verify with the witness's key from the policy, are each an
 //!   alarm with the witness's reason, kept in `witness_state` and logged at error; that
 //!   checkpoint is not sent to that witness again.
@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::note::SignedNote;
-use super::policy::{Policy, Witness};
-use super::tree::Tree;
-use super::witness::{AfterConflict, Answer, after_conflict, classify, request_body};
-use crate::digest::build::TreeCache;
+use super::build::TreeCache;
+use crate::tlog::note::{SignatureLine, SignedNote};
+use crate::tlog::policy::{Policy, Witness};
+use crate::tlog::tree::Tree;
+use crate::tlog::witness::{AfterConflict, Answer, after_conflict, classify, request_body};
 
 /// What a witness's last answer was, as `witness_state.outcome` keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,10 +100,10 @@ pub enum CosignError {
     Database(#[from] tokio_postgres::Error),
     /// The log could not be read.
     #[error("cosigning: {0}")]
-    Log(#[from] crate::digest::build::BuildError),
+    Log(#[from] super::build::BuildError),
     /// A stored checkpoint does not read.
     #[error("cosigning: checkpoint of digest {0} does not read: {1}")]
-    Checkpoint(i64, super::note::NoteError),
+    Checkpoint(i64, crate::tlog::note::NoteError),
 }
 
 /// How the rounds are run.
@@ -284,11 +284,11 @@ async fn log_of(
     if let Some(tree) = cache.newest().filter(|tree| tree.seq() == seq) {
         return Ok(Arc::new(tree.log().clone()));
     }
-    Ok(Arc::new(crate::digest::build::read_log(client, seq).await?))
+    Ok(Arc::new(super::build::read_log(client, seq).await?))
 }
 
 /// Sends the checkpoint of `size` to `witness`, which the ledger believes holds `held`;
-/// follows one 409 (rule 2 of [`super::witness`]). Returns its state and, when it
+/// follows one 409 (rule 2 of [`crate::tlog::witness`]). Returns its state and, when it
 /// cosigned, its verified line.
 async fn send(
     http: &reqwest::Client,
@@ -297,7 +297,7 @@ async fn send(
     log: &Tree,
     size: u64,
     held: u64,
-) -> (WitnessStatus, Option<super::note::SignatureLine>) {
+) -> (WitnessStatus, Option<SignatureLine>) {
     let status = |outcome, reason: Option<String>, size| WitnessStatus {
         witness: witness.name.clone(),
         outcome,
