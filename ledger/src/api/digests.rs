@@ -31,6 +31,21 @@ pub(super) async fn latest(
         .ok_or_else(|| ApiError::not_found("no digest has been sealed yet"))
 }
 
+/// `GET /v1/checkpoints/latest`: the newest checkpoint of the transparency log, a C2SP
+/// signed note with the log's signature and every witness cosignature stored for it, as
+/// text (what an auditor saves as is).
+pub(super) async fn latest_checkpoint(
+    State(state): State<AppState>,
+    _reader: auth::Reader,
+) -> Result<impl IntoResponse, ApiError> {
+    let client = state.ledger.pool().get().await?;
+    let (_, note) = crate::digest::cosign::latest_cosigned(&client)
+        .await
+        .map_err(|error| ApiError::internal(&error))?
+        .ok_or_else(|| ApiError::not_found("no checkpoint has been sealed yet"))?;
+    Ok(([(CONTENT_TYPE, "text/plain; charset=utf-8")], note.text()))
+}
+
 /// `GET /v1/events/{id}/proof`: the event's inclusion proof against the newest digest.
 pub(super) async fn event_proof(
     State(state): State<AppState>,

@@ -17,6 +17,17 @@ pub struct ProofArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ProofCommand {
+    /// Print the transparency log's verifier key (signed-note vkey) for a public key and an
+    /// origin: what a witness registers the log with (`witnessctl add-key`) and a policy's
+    /// `log` line holds.
+    LogKey {
+        /// The digests' public key (PEM).
+        #[arg(long)]
+        public_key: String,
+        /// The log's origin (`log_origin` of `ledger serve`).
+        #[arg(long, default_value = ra_ledger::tlog::DEFAULT_ORIGIN)]
+        origin: String,
+    },
     /// Check a proof offline; exits 1 naming the first thing that does not hold.
     Verify {
         /// The proof (JSON), as `ledger proof` or `GET /v1/events/{id}/proof` gave it.
@@ -30,6 +41,18 @@ pub enum ProofCommand {
 
 pub async fn run(database_url: &str, args: ProofArgs) -> anyhow::Result<()> {
     match (args.event_id, args.command) {
+        (_, Some(ProofCommand::LogKey { public_key, origin })) => {
+            let pem = std::fs::read_to_string(&public_key)
+                .map_err(|error| anyhow::anyhow!("--public-key {public_key}: {error}"))?;
+            let key = public_key_from_pem(&pem).ok_or_else(|| {
+                anyhow::anyhow!("--public-key {public_key}: not an Ed25519 public key in PEM")
+            })?;
+            if origin.is_empty() || origin.contains(char::is_whitespace) || origin.contains('+') {
+                anyhow::bail!("--origin {origin:?}: a name without spaces or '+'");
+            }
+            println!("{}", ra_ledger::tlog::note::NoteKey::log(&origin, key).vkey());
+            Ok(())
+        }
         (_, Some(ProofCommand::Verify { file, public_key })) => {
             let read = |path: &str| {
                 std::fs::read_to_string(path).map_err(|error| anyhow::anyhow!("{path}: {error}"))

@@ -188,11 +188,8 @@ pub async fn round(
             .await?;
         let held = state.as_ref().map_or(0, |row| row.get::<_, i64>(0) as u64);
         if let Some(line) = stored {
-            cosigned.add(
-                SignedNote::parse(&format!("x\n\n{}", line.get::<_, String>(0)))
-                    .map(|note| note.signatures)
-                    .unwrap_or_default(),
-            );
+            cosigned.add([SignatureLine::parse(line.get(0))
+                .map_err(|error| CosignError::Checkpoint(seq, error))?]);
             cosigners.insert(witness.name.clone());
             witnesses.push(WitnessStatus {
                 witness: witness.name.clone(),
@@ -272,6 +269,35 @@ pub async fn round(
         quorum,
         witnesses,
     }))
+}
+
+/// The newest checkpoint with every cosignature stored for it, as a signed note, and the
+/// digest that sealed it; `None` before the first.
+pub async fn latest_cosigned(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<Option<(i64, SignedNote)>, CosignError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT c.digest_seq, c.note, \
+                    coalesce(array_agg(s.line ORDER BY s.witness) FILTER (WHERE s.line IS NOT NULL), '{}') \
+             FROM (SELECT * FROM checkpoints ORDER BY digest_seq DESC LIMIT 1) c \
+             LEFT JOIN cosignatures s ON s.digest_seq = c.digest_seq \
+             GROUP BY c.digest_seq, c.note",
+            &[],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let seq: i64 = row.get(0);
+    let mut note =
+        SignedNote::parse(row.get(1)).map_err(|error| CosignError::Checkpoint(seq, error))?;
+    for line in row.get::<_, Vec<String>>(2) {
+        note.add([
+            SignatureLine::parse(&line).map_err(|error| CosignError::Checkpoint(seq, error))?
+        ]);
+    }
+    Ok(Some((seq, note)))
 }
 
 /// The log as checkpoint `seq` sealed it: the builder's in memory when it is that one,

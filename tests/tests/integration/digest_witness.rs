@@ -133,6 +133,11 @@ async fn both_witnesses_cosign_a_growing_log_and_refuse_a_rewritten_event() -> a
     // A round again: the cosignatures are kept, nothing is sent twice.
     let again = logged.round(&cache).await?;
     assert_eq!(again.cosigned, second.cosigned);
+    // The service serves the cosigned checkpoint as the auditor saves it.
+    let served = logged.api.get("/v1/checkpoints/latest").await;
+    assert_eq!(served.status, axum::http::StatusCode::OK);
+    assert_eq!(SignedNote::parse(&served.text)?, second.cosigned);
+    audited(&logged, &SignedNote::parse(&served.text)?);
 
     // The key holder rewrites an event sealed under both checkpoints, recomputes its
     // chain, and seals again from the tables (a fresh builder: nothing in memory).
