@@ -271,6 +271,34 @@ pub async fn round(
     }))
 }
 
+/// The checkpoint digest `seq` sealed, with every cosignature stored for it; `None` when
+/// that digest sealed none (sealed before issue 47).
+pub async fn cosigned(
+    client: &impl deadpool_postgres::GenericClient,
+    seq: i64,
+) -> Result<Option<SignedNote>, CosignError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT c.note, \
+                    coalesce(array_agg(s.line ORDER BY s.witness) FILTER (WHERE s.line IS NOT NULL), '{}') \
+             FROM checkpoints c LEFT JOIN cosignatures s ON s.digest_seq = c.digest_seq \
+             WHERE c.digest_seq = $1 GROUP BY c.note",
+            &[&seq],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut note =
+        SignedNote::parse(row.get(0)).map_err(|error| CosignError::Checkpoint(seq, error))?;
+    for line in row.get::<_, Vec<String>>(1) {
+        note.add([
+            SignatureLine::parse(&line).map_err(|error| CosignError::Checkpoint(seq, error))?
+        ]);
+    }
+    Ok(Some(note))
+}
+
 /// The newest checkpoint with every cosignature stored for it, as a signed note, and the
 /// digest that sealed it; `None` before the first.
 pub async fn latest_cosigned(

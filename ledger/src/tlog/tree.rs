@@ -104,6 +104,16 @@ impl Tree {
         }
     }
 
+    /// The index of the first leaf with this leaf hash: a pass over the leaves (a few
+    /// milliseconds at a million).
+    pub fn position(&self, hash: &Hash) -> Option<u64> {
+        self.levels
+            .first()?
+            .iter()
+            .position(|leaf| leaf == hash)
+            .map(|index| index as u64)
+    }
+
     /// The leaf hash at `index`.
     pub fn leaf(&self, index: u64) -> Option<Hash> {
         self.levels.first()?.get(index as usize).copied()

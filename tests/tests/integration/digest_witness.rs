@@ -32,6 +32,7 @@ struct Logged {
     key: DigestKey,
     origin: String,
     policy: Policy,
+    policy_text: String,
     http: reqwest::Client,
 }
 
@@ -45,12 +46,13 @@ impl Logged {
         let [a, b] = witnesses();
         a.add_log(&origin, &log.vkey())?;
         b.add_log(&origin, &log.vkey())?;
-        let policy = Policy::parse(&format!(
+        let policy_text = format!(
             "log {}\n{}\n{}\ngroup both all a b\nquorum both\n",
             log.vkey(),
             a.policy_line("a"),
             b.policy_line("b")
-        ))?;
+        );
+        let policy = Policy::parse(&policy_text)?;
         api.contact("TX", "Office").await;
         Ok(Self {
             database,
@@ -58,6 +60,7 @@ impl Logged {
             key,
             origin,
             policy,
+            policy_text,
             http: cosign::client(std::time::Duration::from_secs(5)),
         })
     }
@@ -313,5 +316,205 @@ async fn a_witness_down_leaves_the_checkpoint_short_and_it_is_sent_again() -> an
     let next = logged.seal_and_cosign(&cache).await?;
     assert_eq!(next.witnesses[1].outcome, Outcome::Unavailable);
     assert_eq!(next.witnesses[0].outcome, Outcome::Cosigned);
+    Ok(())
+}
+
+/// `tests/verify_digest.py` on `document` with the ledger's key, the policy and the saved
+/// checkpoints: (holds, what it said).
+fn python_log_verdict(
+    logged: &Logged,
+    document: &serde_json::Value,
+    policy: bool,
+    saved: &[&str],
+) -> anyhow::Result<(bool, String)> {
+    let dir = std::env::temp_dir().join(format!(
+        "ra-ledger-tlog-{}",
+        ra_ledger_tests::random_suffix()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let proof = dir.join("proof.json");
+    std::fs::write(&proof, serde_json::to_vec_pretty(document)?)?;
+    let key = dir.join("public.pem");
+    std::fs::write(&key, logged.key.public_pem())?;
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("verify_digest.py"))
+        .arg(&proof)
+        .arg("--public-key")
+        .arg(&key);
+    if policy {
+        let file = dir.join("policy.txt");
+        std::fs::write(&file, &logged.policy_text)?;
+        command.arg("--policy").arg(file);
+    }
+    for (i, checkpoint) in saved.iter().enumerate() {
+        let file = dir.join(format!("saved-{i}.txt"));
+        std::fs::write(&file, checkpoint)?;
+        command.arg("--saved-checkpoint").arg(file);
+    }
+    let output = command.output()?;
+    std::fs::remove_dir_all(&dir)?;
+    let said = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(
+        !said.is_empty(),
+        "no verdict: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok((output.status.success(), said))
+}
+
+/// Rust's `ledger proof verify` on a saved document: the digest's checks, then the log's.
+fn rust_log_verdict(
+    logged: &Logged,
+    document: &serde_json::Value,
+    policy: bool,
+    saved: &[&str],
+) -> Result<ra_ledger::digest::verify::VerifiedLog, String> {
+    use ra_ledger::digest::verify::{ClaimedProof, verify, verify_log};
+    let saved: Vec<String> = saved.iter().map(|text| text.to_string()).collect();
+    ClaimedProof::from_json(document)
+        .and_then(|proof| {
+            verify(&proof, &logged.key.public())?;
+            verify_log(
+                &proof,
+                &logged.key.public(),
+                policy.then_some(&logged.policy),
+                &saved,
+            )
+        })
+        .map_err(|refused| refused.to_string())
+}
+
+#[tokio::test]
+async fn proofs_as_saved_verify_against_the_witnesses_and_saved_checkpoints_offline()
+-> anyhow::Result<()> {
+    let logged = Logged::new().await?;
+    let cache = TreeCache::with_origin(&logged.origin);
+    let streams = logged.assign(5).await;
+    assert!(logged.seal_and_cosign(&cache).await?.quorum);
+    // The auditor keeps the cosigned checkpoint as the service serves it.
+    let kept = logged.api.get("/v1/checkpoints/latest").await.text;
+    let kept_size = Checkpoint::parse(&SignedNote::parse(&kept)?.body)?.size;
+    logged.assign(4).await;
+    assert!(logged.seal_and_cosign(&cache).await?.quorum);
+
+    // An event's proof with the log's consistency from the kept size.
+    let client = logged.database.connect().await?;
+    let event: Uuid = client
+        .query_one(
+            "SELECT event_id FROM events WHERE stream = $1",
+            &[&streams[1]],
+        )
+        .await?
+        .get(0);
+    let proof = ra_ledger::digest::prove::for_event_with(
+        logged.api.ledger.pool(),
+        event,
+        &cache,
+        &[kept_size],
+    )
+    .await?;
+    let proof = serde_json::to_value(&proof)?;
+    let verified = rust_log_verdict(&logged, &proof, true, &[&kept]).expect("the proof holds");
+    assert_eq!(verified.cosigned, ["a", "b"]);
+    assert_eq!(verified.consistent_with, [kept_size]);
+    let (holds, said) = python_log_verdict(&logged, &proof, true, &[&kept])?;
+    assert!(holds, "{said}");
+    assert!(
+        said.contains("the witnesses' quorum") && said.contains("consistency with 1 saved"),
+        "{said}"
+    );
+
+    // The answer of registered-agent?proof=true, as saved, is one shape both read.
+    let business = streams[1]
+        .trim_start_matches("assignment-")
+        .trim_end_matches("-TX");
+    let answer = logged
+        .api
+        .get(&format!(
+            "/v1/businesses/{business}/jurisdictions/TX/registered-agent?proof=true"
+        ))
+        .await;
+    assert_eq!(
+        answer.status,
+        axum::http::StatusCode::OK,
+        "{:?}",
+        answer.body
+    );
+    rust_log_verdict(&logged, &answer.body, true, &[]).expect("the answer's proof holds");
+    let (holds, said) = python_log_verdict(&logged, &answer.body, true, &[])?;
+    assert!(holds, "{said}");
+    let mut edited = answer.body.clone();
+    edited["contact"]["name"] = serde_json::json!("Someone else");
+    assert_eq!(
+        rust_log_verdict(&logged, &edited, false, &[]).unwrap_err(),
+        "the answer's fields beside `proof` are not the proof's `answer`"
+    );
+    let (holds, said) = python_log_verdict(&logged, &edited, false, &[])?;
+    assert!(!holds && said.contains("beside `proof`"), "{said}");
+
+    // A forged cosignature set: without the policy's quorum, refused by both.
+    let mut short = proof.clone();
+    let note = SignedNote::parse(short["log"]["checkpoint"].as_str().unwrap())?;
+    let mut unsigned = note.clone();
+    unsigned.signatures.truncate(1);
+    short["log"]["checkpoint"] = serde_json::json!(unsigned.text());
+    assert!(
+        rust_log_verdict(&logged, &short, true, &[])
+            .unwrap_err()
+            .contains("short of the policy's quorum")
+    );
+    let (holds, said) = python_log_verdict(&logged, &short, true, &[])?;
+    assert!(
+        !holds && said.contains("short of the policy's quorum"),
+        "{said}"
+    );
+
+    // The key holder rewrites the event and seals again: the new proof is signed by the
+    // log and holds on its own, but the auditor's kept checkpoint names the break.
+    let other = logged.api.contact("NY", "Elsewhere").await;
+    rewrite_contact(&client, &streams[1], other.parse()?).await?;
+    // And has the digest seal the rewritten head, as its own builder would.
+    client
+        .execute("INSERT INTO digest_dirty (stream) VALUES ($1)", &[&streams[1]])
+        .await?;
+    logged.assign(1).await;
+    let forged_cache = TreeCache::with_origin(&logged.origin);
+    let round = logged.seal_and_cosign(&forged_cache).await?;
+    assert!(!round.quorum);
+    let forged = ra_ledger::digest::prove::for_event_with(
+        logged.api.ledger.pool(),
+        event,
+        &forged_cache,
+        &[kept_size],
+    )
+    .await?;
+    let forged = serde_json::to_value(&forged)?;
+    rust_log_verdict(&logged, &forged, false, &[]).expect("consistent with itself");
+    let refused = rust_log_verdict(&logged, &forged, false, &[&kept]).unwrap_err();
+    assert!(
+        refused.starts_with(&format!(
+            "NOT CONSISTENT with your saved checkpoint of size {kept_size}"
+        )),
+        "{refused}"
+    );
+    let (holds, said) = python_log_verdict(&logged, &forged, false, &[&kept])?;
+    assert!(!holds, "{said}");
+    assert!(
+        said.starts_with(&format!(
+            "FAIL: NOT CONSISTENT with your saved checkpoint of size {kept_size}"
+        )),
+        "{said}"
+    );
+    // And with the policy: no witness cosigned it.
+    let (holds, said) = python_log_verdict(&logged, &forged, true, &[&kept])?;
+    assert!(
+        !holds && said.contains("short of the policy's quorum"),
+        "{said}"
+    );
     Ok(())
 }
