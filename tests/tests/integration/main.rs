@@ -52,4 +52,5 @@ mod smoke;
 mod tls;
 mod topics;
 mod value_format;
+mod verify_projections;
 mod wal_boundary;
