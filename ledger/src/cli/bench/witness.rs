@@ -54,6 +54,8 @@ pub async fn run(bench: WitnessBench) -> anyhow::Result<()> {
         ] {
             let status = std::process::Command::new(&bench.witnessctl)
                 .args(&args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
                 .status()?;
             anyhow::ensure!(status.success(), "witnessctl {args:?} failed");
         }
