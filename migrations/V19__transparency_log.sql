@@ -26,6 +26,14 @@ CREATE TABLE cosignatures (
 CREATE TRIGGER cosignatures_append_only_rows BEFORE UPDATE OR DELETE ON cosignatures
     FOR EACH ROW EXECUTE FUNCTION refuse_digest_rewrite();
 
+-- Append-only: which cosigned checkpoints were published on the digest topic (through the
+-- outbox, in the same transaction): once short of the quorum, once when it is met.
+CREATE TABLE checkpoint_publications (
+    digest_seq bigint  NOT NULL REFERENCES checkpoints (digest_seq),
+    quorum     boolean NOT NULL,
+    PRIMARY KEY (digest_seq, quorum)
+);
+
 -- What each witness said last: the size it holds as far as the ledger knows (the `old` of
 -- the next request), and the outcome of the last request (0 cosigned, 1 unavailable,
 -- 2 refused: ledger/src/tlog/cosign.rs `Outcome`), with the witness's reason.

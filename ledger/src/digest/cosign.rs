@@ -261,6 +261,7 @@ pub async fn round(
         witnesses.push(status);
     }
     let quorum = policy.satisfied(&cosigners);
+    publish(&client, seq, size, quorum, &cosigners, &cosigned).await?;
     Ok(Some(Round {
         digest_seq: seq,
         size,
@@ -269,6 +270,76 @@ pub async fn round(
         quorum,
         witnesses,
     }))
+}
+
+/// The `format` of a cosigned checkpoint's document on the digest topic.
+pub const COSIGNED_FORMAT: &str = "ra-ledger cosigned checkpoint v1";
+
+/// The outbox's event type of a cosigned checkpoint (the relay's `event_type` header).
+pub const COSIGNED_EVENT_TYPE: &str = "CheckpointCosigned";
+
+/// A cosigned checkpoint as the digest topic carries it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CosignedDocument {
+    /// The signed note: the log's signature and the witnesses' cosignatures.
+    pub checkpoint: String,
+    /// The policy's witnesses whose cosignature it carries.
+    pub cosigners: Vec<String>,
+    /// The digest that sealed it.
+    pub digest_seq: i64,
+    /// [`COSIGNED_FORMAT`].
+    pub format: String,
+    /// Whether the cosigners meet the policy's quorum (a checkpoint short of it is
+    /// published as such, once, and again once the quorum is met).
+    pub quorum: bool,
+    /// The checkpoint's size.
+    pub size: u64,
+}
+
+/// Publishes the checkpoint of digest `seq` on the digest topic through the outbox, once
+/// short of the quorum (after a round every witness answered or failed) and once with it:
+/// `checkpoint_publications` remembers which, in the same transaction.
+async fn publish(
+    client: &deadpool_postgres::Client,
+    seq: i64,
+    size: u64,
+    quorum: bool,
+    cosigners: &BTreeSet<String>,
+    cosigned: &SignedNote,
+) -> Result<(), CosignError> {
+    let document = CosignedDocument {
+        checkpoint: cosigned.text(),
+        cosigners: cosigners.iter().cloned().collect(),
+        digest_seq: seq,
+        format: COSIGNED_FORMAT.into(),
+        quorum,
+        size,
+    };
+    client
+        .execute(
+            "WITH first AS ( \
+                 INSERT INTO checkpoint_publications (digest_seq, quorum) VALUES ($1, $2) \
+                 ON CONFLICT DO NOTHING RETURNING digest_seq) \
+             INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT $3, $4, 'ledger', $5, $6 FROM first",
+            &[
+                &seq,
+                &quorum,
+                &uuid::Uuid::now_v7(),
+                &super::build::AGGREGATE_TYPE,
+                &COSIGNED_EVENT_TYPE,
+                &serde_json::to_vec(&document).expect("a document always serializes"),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether a message of the digest topic is a cosigned checkpoint (not a digest).
+pub fn is_cosigned_checkpoint(payload: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()
+        .is_some_and(|document| document["format"] == COSIGNED_FORMAT)
 }
 
 /// The checkpoint digest `seq` sealed, with every cosignature stored for it; `None` when

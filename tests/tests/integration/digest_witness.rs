@@ -157,6 +157,31 @@ async fn both_witnesses_cosign_a_growing_log_and_refuse_a_rewritten_event() -> a
         assert_eq!(outcome, Outcome::Refused);
         assert_eq!(reason, "HTTP 422: bad consistency proof");
     }
+    // Published on the digest topic through the outbox: each cosigned checkpoint once with
+    // its quorum, the forged one once as short of it.
+    let published: Vec<(i64, bool, Vec<String>)> = client
+        .query(
+            "SELECT convert_from(payload, 'UTF8')::jsonb FROM outbox \
+             WHERE event_type = 'CheckpointCosigned' ORDER BY id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            let document: serde_json::Value = row.get(0);
+            let cosigned: cosign::CosignedDocument =
+                serde_json::from_value(document).expect("a cosigned checkpoint");
+            assert!(cosign::is_cosigned_checkpoint(
+                &serde_json::to_vec(&cosigned).unwrap()
+            ));
+            (cosigned.digest_seq, cosigned.quorum, cosigned.cosigners)
+        })
+        .collect();
+    let both = vec!["a".to_string(), "b".to_string()];
+    assert_eq!(
+        published,
+        [(1, true, both.clone()), (2, true, both), (3, false, vec![])]
+    );
     // Not sent again: a refusal is an alarm, not a retry.
     let after = logged.round(&cache).await?;
     assert_eq!(outcomes(&after), outcomes(&forged));
@@ -242,6 +267,7 @@ async fn the_newest_digests_deleted_and_sealed_again_are_refused_and_caught() ->
              DELETE FROM events WHERE (stream, stream_version) IN
                  (SELECT stream, version FROM digest_leaf_changes WHERE digest_seq = 2);
              DELETE FROM cosignatures WHERE digest_seq = 2;
+             DELETE FROM checkpoint_publications WHERE digest_seq = 2;
              DELETE FROM checkpoints WHERE digest_seq = 2;
              DELETE FROM digest_leaf_changes WHERE digest_seq = 2;
              DELETE FROM digests WHERE seq = 2;
@@ -480,7 +506,10 @@ async fn proofs_as_saved_verify_against_the_witnesses_and_saved_checkpoints_offl
     rewrite_contact(&client, &streams[1], other.parse()?).await?;
     // And has the digest seal the rewritten head, as its own builder would.
     client
-        .execute("INSERT INTO digest_dirty (stream) VALUES ($1)", &[&streams[1]])
+        .execute(
+            "INSERT INTO digest_dirty (stream) VALUES ($1)",
+            &[&streams[1]],
+        )
         .await?;
     logged.assign(1).await;
     let forged_cache = TreeCache::with_origin(&logged.origin);
