@@ -666,4 +666,61 @@ mod tests {
             assert!(error.contains(field), "{error}");
         }
     }
+
+    #[test]
+    fn a_witness_policy_is_read_at_start_and_a_bad_one_named_with_its_line() {
+        use crate::tlog::note::{ALG_COSIGNATURE_V1, NoteKey};
+        let dir = std::env::temp_dir().join(format!("witness-policy-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("digest.pem");
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIAcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcH\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let vkey = NoteKey {
+            name: "w.example/a".into(),
+            algorithm: ALG_COSIGNATURE_V1,
+            public: crate::digest::DigestKey::from_seed(&[1; 32]).public(),
+        }
+        .vkey();
+        let config = |policy: &str, origin: &str| {
+            let file = dir.join("policy.txt");
+            std::fs::write(&file, policy).unwrap();
+            ServeConfig {
+                tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+                digest_key_file: Some(key.clone()),
+                witness_policy_file: Some(file),
+                log_origin: origin.into(),
+                ..ServeConfig::default()
+            }
+            .validate()
+        };
+        let service = config(
+            &format!("witness a {vkey} http://127.0.0.1:1\nquorum a\n"),
+            "ra.example/log",
+        )
+        .unwrap();
+        let digests = service.digests.unwrap();
+        assert_eq!(digests.origin, "ra.example/log");
+        let cosigning = digests.cosigning.unwrap();
+        assert_eq!(cosigning.policy.describe(), "a");
+        assert_eq!(cosigning.interval, Duration::from_millis(5_000));
+        let error = config(&format!("witness a {vkey}\nquorum a\n"), "ra.example/log")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("witness a has no URL"), "{error}");
+        let error = config("quorum b\n", "ra.example/log")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("policy line 1: quorum \"b\" is not defined above"),
+            "{error}"
+        );
+        let error = config("quorum none\n", "two words")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("log_origin"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
