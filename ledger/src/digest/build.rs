@@ -202,6 +202,38 @@ struct CachedLeaf {
     leaf_hash: Hash,
 }
 
+/// A checkpoint's log: shared with the builder's tree when it is that one (no copy of a
+/// million leaves per use), else read from the database.
+#[derive(Debug, Clone)]
+pub enum SealedLog {
+    /// The builder's tree in memory.
+    Cached(Arc<CachedTree>),
+    /// Read from `digest_leaf_changes` and `events`.
+    Read(Arc<Tree>),
+}
+
+impl SealedLog {
+    /// The log of digest `seq`'s checkpoint.
+    pub async fn of(
+        client: &impl deadpool_postgres::GenericClient,
+        cache: &TreeCache,
+        seq: i64,
+    ) -> Result<Self, BuildError> {
+        match cache.newest().filter(|tree| tree.seq == seq) {
+            Some(tree) => Ok(Self::Cached(tree)),
+            None => Ok(Self::Read(Arc::new(read_log(client, seq).await?))),
+        }
+    }
+
+    /// The tree.
+    pub fn tree(&self) -> &Tree {
+        match self {
+            Self::Cached(cached) => &cached.log,
+            Self::Read(tree) => tree,
+        }
+    }
+}
+
 /// Seals the next digest, unless nothing changed. Its time is the database's clock, with
 /// every writer of an earlier `recorded_at` waited for (see the module's documentation).
 pub async fn build(pool: &Pool, key: &DigestKey) -> Result<Built, BuildError> {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::build::TreeCache;
+use super::build::{SealedLog, TreeCache};
 use crate::tlog::note::{SignatureLine, SignedNote};
 use crate::tlog::policy::{Policy, Witness};
 use crate::tlog::tree::Tree;
@@ -170,7 +170,8 @@ pub async fn round(
     let mut cosigned =
         SignedNote::parse(row.get(2)).map_err(|e| CosignError::Checkpoint(seq, e))?;
     let checkpoint = cosigned.clone();
-    let log = log_of(&client, cache, seq).await?;
+    // Read only when a witness is to be sent the checkpoint.
+    let mut log: Option<SealedLog> = None;
     let mut witnesses = Vec::with_capacity(policy.witnesses.len());
     let mut cosigners = BTreeSet::new();
     for witness in &policy.witnesses {
@@ -212,7 +213,11 @@ pub async fn round(
             });
             continue;
         }
-        let (status, line) = send(http, witness, &checkpoint, &log, size, held).await;
+        let log = match &log {
+            Some(log) => log,
+            None => log.insert(SealedLog::of(&client, cache, seq).await?),
+        };
+        let (status, line) = send(http, witness, &checkpoint, log.tree(), size, held).await;
         if let Some(line) = &line {
             client
                 .execute(
@@ -397,19 +402,6 @@ pub async fn latest_cosigned(
         ]);
     }
     Ok(Some((seq, note)))
-}
-
-/// The log as checkpoint `seq` sealed it: the builder's in memory when it is that one,
-/// else read from the database.
-async fn log_of(
-    client: &deadpool_postgres::Client,
-    cache: &TreeCache,
-    seq: i64,
-) -> Result<Arc<Tree>, CosignError> {
-    if let Some(tree) = cache.newest().filter(|tree| tree.seq() == seq) {
-        return Ok(Arc::new(tree.log().clone()));
-    }
-    Ok(Arc::new(super::build::read_log(client, seq).await?))
 }
 
 /// Sends the checkpoint of `size` to `witness`, which the ledger believes holds `held`;

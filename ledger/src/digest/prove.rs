@@ -299,10 +299,7 @@ async fn log_part(
             size,
         });
     }
-    let log = match tree.newest().filter(|cached| cached.seq() == digest.seq) {
-        Some(cached) => std::sync::Arc::new(cached.log().clone()),
-        None => std::sync::Arc::new(super::build::read_log(tx, digest.seq).await?),
-    };
+    let log = super::build::SealedLog::of(tx, tree, digest.seq).await?;
     let leaves: Vec<merkle::Hash> = streams
         .iter()
         .filter_map(|stream| stream.events.last())
@@ -314,8 +311,8 @@ async fn log_part(
         let heads: Option<Vec<LogInclusion>> = leaves
             .iter()
             .map(|leaf| {
-                let index = log.position(leaf)?;
-                let path = log.inclusion_proof(index, size)?;
+                let index = log.tree().position(leaf)?;
+                let path = log.tree().inclusion_proof(index, size)?;
                 Some(LogInclusion {
                     index,
                     path: path.into_iter().map(Hex).collect(),
@@ -328,6 +325,7 @@ async fn log_part(
                 Some(ConsistencyProof {
                     old_size,
                     proof: log
+                        .tree()
                         .consistency_proof(old_size, size)?
                         .into_iter()
                         .map(Hex)
