@@ -474,6 +474,37 @@ async fn proofs_as_saved_verify_against_the_witnesses_and_saved_checkpoints_offl
     rust_log_verdict(&logged, &answer.body, true, &[]).expect("the answer's proof holds");
     let (holds, said) = python_log_verdict(&logged, &answer.body, true, &[])?;
     assert!(holds, "{said}");
+    // With the auditor's saved size, the answer's proof is checked against the kept one.
+    let agent = format!("/v1/businesses/{business}/jurisdictions/TX/registered-agent?proof=true");
+    let answer = logged
+        .api
+        .get(&format!("{agent}&consistent_with={kept_size}"))
+        .await;
+    assert_eq!(
+        answer.status,
+        axum::http::StatusCode::OK,
+        "{:?}",
+        answer.body
+    );
+    rust_log_verdict(&logged, &answer.body, true, &[&kept]).expect("consistent with the kept one");
+    let (holds, said) = python_log_verdict(&logged, &answer.body, true, &[&kept])?;
+    assert!(holds, "{said}");
+    for bad in ["abc", "1,,2", "99999999"] {
+        let refused = logged
+            .api
+            .get(&format!("{agent}&consistent_with={bad}"))
+            .await;
+        assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(refused.error_code(), "invalid_field", "{bad}");
+        assert!(
+            refused.body["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("consistent_with"),
+            "{:?}",
+            refused.body
+        );
+    }
     let mut edited = answer.body.clone();
     edited["contact"]["name"] = serde_json::json!("Someone else");
     assert_eq!(
