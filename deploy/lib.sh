@@ -30,6 +30,11 @@ APICURIO_SERDE_POM="$REPO_ROOT/deploy/registry/serde/pom.xml"
 APICURIO_SERDE_VERSION=$(sed -n 's:^ *<serde.version>\([^<]*\)</serde.version> *$:\1:p' "$APICURIO_SERDE_POM" 2>/dev/null)
 APICURIO_SERDE_HOME="$RA_CACHE_DIR/apicurio-serde-$APICURIO_SERDE_VERSION"
 
+# litewitness and witnessctl (Go module filippo.io/torchwood), the transparency log's
+# witnesses in the tests and the stack; v0.6.1 is the newest that builds with Go 1.26.
+TORCHWOOD_VERSION=v0.6.1
+WITNESS_BIN="$RA_CACHE_DIR/torchwood-$TORCHWOOD_VERSION/bin"
+
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
@@ -360,6 +365,29 @@ ensure_registry() {
     fi
     ensure_registry_java
     export LEDGER_REGISTRY_HOME=$APICURIO_APP
+}
+
+# litewitness and witnessctl $TORCHWOOD_VERSION in $WITNESS_BIN, built once with `go install`
+# (pure Go: SQLite without cgo), under a lock; ssh-agent and ssh-keygen, which hold and
+# make the witnesses' keys. Exports LEDGER_WITNESS_BIN.
+ensure_witness() {
+    command -v go >/dev/null || die "go is not on the PATH: litewitness is built with the Go toolchain (1.26 here)"
+    command -v ssh-agent >/dev/null || ensure_packages openssh-client
+    if [ ! -x "$WITNESS_BIN/litewitness" ] || [ ! -x "$WITNESS_BIN/witnessctl" ]; then
+        local lock
+        mkdir -p "$RA_CACHE_DIR"
+        exec {lock}>"$RA_CACHE_DIR/torchwood.lock"
+        flock "$lock"
+        if [ ! -x "$WITNESS_BIN/litewitness" ] || [ ! -x "$WITNESS_BIN/witnessctl" ]; then
+            log "building litewitness and witnessctl $TORCHWOOD_VERSION (go install)"
+            mkdir -p "$WITNESS_BIN"
+            GOBIN="$WITNESS_BIN" go install "filippo.io/torchwood/cmd/litewitness@$TORCHWOOD_VERSION" \
+                && GOBIN="$WITNESS_BIN" go install "filippo.io/torchwood/cmd/witnessctl@$TORCHWOOD_VERSION" \
+                || die "go install of litewitness $TORCHWOOD_VERSION failed"
+        fi
+        exec {lock}>&-
+    fi
+    export LEDGER_WITNESS_BIN=$WITNESS_BIN
 }
 
 # The jars of the tests' JVM consumer (deploy/registry/serde/pom.xml: Apicurio's Protobuf

@@ -3,7 +3,8 @@
 layouts documented in ledger/src/digest/mod.rs alone, with Python's standard library only
 (Ed25519 is RFC 8032's reference algorithm, section 6).
 
-    verify_digest.py FILE.json... [--public-key PUBLIC.pem]
+    verify_digest.py FILE.json... [--public-key PUBLIC.pem] [--policy POLICY]
+                     [--saved-checkpoint CHECKPOINT]...
 
 PUBLIC.pem is the ledger's public key (`GET /v1/digests/public-key`); without it the
 document's own key is used, which proves only that the document is self-consistent.
@@ -26,6 +27,19 @@ and "event_id" for an event's proof. For a proven audit answer ("question", "ans
 checks the events and that the question's known_at is not after the digest's time (a digest
 proves what was recorded by its time, nothing later); it does NOT check that the events fold
 to the answer, and says so: run `ledger proof verify` for that.
+
+A proof may carry "log" (issue 47): "checkpoint", a C2SP signed note (origin, size, base64
+root) signed by the digest key under the name of its origin (signed-note key id: the first 4
+bytes of SHA-256(origin || "\n" || 0x01 || key)), with witnesses' cosignature/v1 lines;
+"heads", per stream the index and path of its head event's leaf SHA-256(0x00 || event hash)
+in that checkpoint's RFC 6962 tree; "consistency", RFC 6962 consistency proofs from earlier
+sizes. This checks the log's signature, the checkpoint's size against the digest's event
+count, and each head's inclusion; with --policy (C2SP tlog-policy: witness, group and quorum
+lines), that verified cosignatures meet the quorum; with --saved-checkpoint (checkpoints
+you kept), that the proof's log extends each one.
+
+The saved answer of `registered-agent?...&proof=true` (the answer's fields and the proof
+under "proof") is read as it is: its fields must equal the proof's "answer".
 
 Exits 0 when everything given holds; otherwise 1, naming per file the first thing that
 does not. With several files, each verdict line starts with the file's name.
@@ -320,6 +334,191 @@ def check(document, public_pem=None):
             return
 
 
+# --- The transparency log (C2SP signed-note, tlog-checkpoint, tlog-cosignature) -------------
+
+
+def consistency_holds(old, new, old_root, new_root, proof):
+    """RFC 9162 section 2.1.4.2."""
+    if old > new:
+        return False
+    if old == new:
+        return not proof and old_root == new_root
+    if old == 0:
+        return not proof
+    if not proof:
+        return False
+    path = ([old_root] if old & (old - 1) == 0 else []) + list(proof)
+    fn, sn = old - 1, new - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and fr == old_root and sr == new_root
+
+
+def key_id(name, algorithm, public):
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([algorithm]) + public).digest()[:4]
+
+
+def parse_note(text):
+    """(body, [(name, key id, signature bytes)]) of a signed note, or a ValueError."""
+    at = text.rfind("\n\n")
+    if at < 0 or not text.endswith("\n"):
+        raise ValueError("not a signed note")
+    body, lines = text[: at + 1], text[at + 2 :].splitlines()
+    signatures = []
+    for line in lines:
+        if not line.startswith("\u2014 "):
+            raise ValueError(f"not a signature line: {line!r}")
+        name, _, encoded = line[2:].partition(" ")
+        raw = base64.b64decode(encoded, validate=True)
+        signatures.append((name, raw[:4], raw[4:]))
+    return body, signatures
+
+
+def parse_checkpoint(body):
+    lines = body.split("\n")
+    if len(lines) < 4 or not lines[1].isdigit() or str(int(lines[1])) != lines[1]:
+        raise ValueError("not a checkpoint")
+    root = base64.b64decode(lines[2], validate=True)
+    if len(root) != 32:
+        raise ValueError("the checkpoint's root is not 32 bytes")
+    return lines[0], int(lines[1]), root
+
+
+def read_checkpoint(text, public, what):
+    """(origin, size, root, note) of a checkpoint signed by the log (the digest key)."""
+    body, signatures = parse_note(text)
+    origin, size, root = parse_checkpoint(body)
+    want = key_id(origin, 1, public)
+    for name, kid, signature in signatures:
+        if name == origin and kid == want and ed25519_verify(public, body.encode("utf-8"), signature):
+            return origin, size, root, (body, signatures)
+    raise ValueError(f"{what}: no valid signature by the log {origin}")
+
+
+def vkey(text):
+    """(name, algorithm, public key) of a signed-note verifier key."""
+    name, kid, encoded = text.split("+", 2)
+    raw = base64.b64decode(encoded, validate=True)
+    if len(raw) != 33 or key_id(name, raw[0], raw[1:]).hex() != kid:
+        raise ValueError(f"not a verifier key: {text!r}")
+    return name, raw[0], raw[1:]
+
+
+def parse_policy(text):
+    """{"witnesses": {policy name: (key name, public)}, "groups": {...}, "quorum": name}."""
+    witnesses, groups, quorum = {}, {}, []
+    for number, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#")[0].split()
+        if not words or words[0] == "log":
+            continue
+        if words[0] == "witness" and len(words) in (3, 4):
+            name, algorithm, public = vkey(words[2])
+            if algorithm != 4:
+                raise ValueError(f"policy line {number}: not a cosignature key")
+            witnesses[words[1]] = (name, public)
+        elif words[0] == "group" and len(words) >= 4:
+            members = words[3:]
+            k = {"all": len(members), "any": 1}.get(words[2]) or int(words[2])
+            groups[words[1]] = (k, members)
+        elif words[0] == "quorum" and len(words) == 2:
+            quorum.append(words[1])
+        else:
+            raise ValueError(f"policy line {number}: not a policy line: {raw!r}")
+    if len(quorum) != 1:
+        raise ValueError("a policy has exactly one quorum line")
+    return {"witnesses": witnesses, "groups": groups, "quorum": quorum[0]}
+
+
+def cosigned_by(note, name, public):
+    body, signatures = note
+    want = key_id(name, 4, public)
+    for signer, kid, raw in signatures:
+        if signer == name and kid == want and len(raw) == 72:
+            time = int.from_bytes(raw[:8], "big")
+            message = f"cosignature/v1\ntime {time}\n".encode("ascii") + body.encode("utf-8")
+            if ed25519_verify(public, message, raw[8:]):
+                return True
+    return False
+
+
+def quorum_holds(policy, member, cosigned):
+    if member == "none":
+        return True
+    if member in policy["witnesses"]:
+        return member in cosigned
+    k, members = policy["groups"][member]
+    return sum(quorum_holds(policy, m, cosigned) for m in members) >= k
+
+
+def check_log(document, public, policy, saved):
+    """Yields what does not hold in the proof's transparency-log part."""
+    log = document.get("log")
+    if log is None:
+        if policy is not None or saved:
+            yield "the proof has no transparency log part (its digest sealed no checkpoint)"
+        return
+    try:
+        origin, size, root, note = read_checkpoint(log["checkpoint"], public, "log.checkpoint")
+    except ValueError as problem:
+        yield str(problem)
+        return
+    if size != document["digest"]["event_count"]:
+        yield f"the checkpoint's size {size} is not the digest's event count {document['digest']['event_count']}"
+        return
+    if policy is not None:
+        cosigned = {w for w, (name, key) in policy["witnesses"].items() if cosigned_by(note, name, key)}
+        if not quorum_holds(policy, policy["quorum"], cosigned):
+            yield f"the checkpoint is cosigned by [{', '.join(sorted(cosigned))}], short of the policy's quorum {policy['quorum']}"
+            return
+    if len(log["heads"]) != len(document["streams"]):
+        yield "log.heads: not one per stream"
+        return
+    for entry, head in zip(document["streams"], log["heads"]):
+        leaf = leaf_hash(bytes.fromhex(entry["events"][-1]["hash"]))
+        path = [bytes.fromhex(h) for h in head["path"]]
+        if not verify_inclusion(leaf, head["index"], size, path, root):
+            yield f"the head of stream {entry['stream']} is not in the log at index {head['index']}"
+            return
+    proofs = {c["old_size"]: [bytes.fromhex(h) for h in c["proof"]] for c in log["consistency"]}
+    for i, text in enumerate(saved, 1):
+        try:
+            old_origin, old_size, old_root, _ = read_checkpoint(text, public, f"saved checkpoint {i}")
+        except ValueError as problem:
+            yield str(problem)
+            return
+        if old_origin != origin:
+            yield f"saved checkpoint {i}: of log {old_origin!r}, not {origin!r}"
+            return
+        if old_size > size:
+            yield f"your saved checkpoint (size {old_size}) is newer than the proof's (size {size}): ask for a newer proof"
+            return
+        hashes = [] if old_size in (0, size) else proofs.get(old_size)
+        if hashes is None:
+            yield f"the proof carries no consistency proof from your saved checkpoint's size {old_size}: ask again with consistent_with={old_size}"
+            return
+        if not consistency_holds(old_size, size, old_root, root, hashes):
+            yield (
+                f"NOT CONSISTENT with your saved checkpoint of size {old_size} "
+                f"(root {base64.b64encode(old_root).decode()}): the log's history as of your "
+                "checkpoint was rewritten, or you were shown a split view"
+            )
+            return
+
+
 def self_test():
     # RFC 8032, section 7.1, test 1 (empty message).
     public = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
@@ -331,13 +530,35 @@ def self_test():
     assert not ed25519_verify(public, b"x", signature), "RFC 8032 test 1, other message"
 
 
-def verify_file(path, public_pem):
+def unwrap(document):
+    """A saved `registered-agent?...&proof=true` answer: its proof, once the fields beside it
+    are found to be the proof's answer."""
+    if "proof" in document and "digest" not in document:
+        outer = {k: v for k, v in document.items() if k != "proof"}
+        if document["proof"].get("answer") != outer:
+            raise ValueError("the answer's fields beside `proof` are not the proof's `answer`")
+        return document["proof"]
+    return document
+
+
+def verify_file(path, public_pem, policy=None, saved=()):
     """One document's verdict: (True, what holds) or (False, the first failure)."""
     with open(path, encoding="utf-8") as file:
         document = json.load(file)
+    try:
+        document = unwrap(document)
+    except ValueError as problem:
+        return False, f"FAIL: {problem}"
     for failure in check(document, public_pem):
         return False, f"FAIL: {failure}"
-    checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion") if part in document]
+    public = public_key_from_pem(public_pem or document["public_key_pem"])
+    for failure in check_log(document, public, policy, list(saved)):
+        return False, f"FAIL: {failure}"
+    checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion", "log") if part in document]
+    if policy is not None:
+        checked.append("the witnesses' quorum")
+    if saved:
+        checked.append(f"consistency with {len(saved)} saved checkpoints")
     if "question" in document:
         return True, (
             f"ok: {', '.join(checked)} hold, and known_at is not after the digest; "
@@ -349,6 +570,24 @@ def verify_file(path, public_pem):
 def main(argv):
     args = argv[1:]
     public_pem = None
+    policy = None
+    saved = []
+    while "--saved-checkpoint" in args:
+        at = args.index("--saved-checkpoint")
+        if at + 1 >= len(args):
+            print(__doc__, file=sys.stderr)
+            return 2
+        with open(args[at + 1], encoding="utf-8") as file:
+            saved.append(file.read())
+        args = args[:at] + args[at + 2:]
+    if "--policy" in args:
+        at = args.index("--policy")
+        if at + 1 >= len(args):
+            print(__doc__, file=sys.stderr)
+            return 2
+        with open(args[at + 1], encoding="utf-8") as file:
+            policy = parse_policy(file.read())
+        args = args[:at] + args[at + 2:]
     if "--public-key" in args:
         at = args.index("--public-key")
         if at + 1 >= len(args):
@@ -363,7 +602,7 @@ def main(argv):
     self_test()
     failed = 0
     for path in args:
-        ok, said = verify_file(path, public_pem)
+        ok, said = verify_file(path, public_pem, policy, saved)
         failed += not ok
         print(f"{path}: {said}" if len(args) > 1 else said)
     if public_pem is None:

@@ -31,7 +31,11 @@
 //! - [`commands`]: one transaction per command: its locks, its reads, its events.
 //!
 //! **Proofs and maintenance**:
-//! - [`digest`]: signed Merkle digests of every stream's head, and inclusion proofs.
+//! - [`tlog`]: the transparency log's pure parts: its tree, checkpoints as signed notes,
+//!   witnesses' cosignatures, the policy that says how many are enough, the witness
+//!   protocol's answers.
+//! - [`digest`]: signed Merkle digests of every stream's head, inclusion proofs, and each
+//!   digest's checkpoint of the transparency log sent to the witnesses.
 //! - [`topics`]: the relay's topics, created with explicit configs.
 //! - [`retention`]: outbox rows removed once the relay's slot confirmed them.
 //! - [`rebuild`]: `ledger projections rebuild`, offline and online.
@@ -85,6 +89,7 @@ pub mod session_key;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tlog;
 pub mod topics;
 pub mod trace;
 pub mod verdict;

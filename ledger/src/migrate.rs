@@ -179,7 +179,8 @@ pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_pos
                    lag_samples TO {role}; \
              GRANT UPDATE ON contacts, assignments, reassignment_runs, replays TO {role}; \
              GRANT DELETE ON outbox, outbox_retention_marks, lag_samples TO {role}; \
-             GRANT INSERT ON digests, digest_leaf_changes TO {role}; \
+             GRANT INSERT ON digests, digest_leaf_changes, checkpoints, cosignatures, checkpoint_publications TO {role}; \
+             GRANT INSERT, UPDATE ON witness_state TO {role}; \
              GRANT INSERT, UPDATE ON digest_leaves TO {role}; \
              GRANT INSERT, DELETE ON digest_dirty TO {role}; \
              GRANT UPDATE (republish_requested_at, republish_requested_by) ON outbox_parked TO {role}; \

@@ -34,8 +34,10 @@ pub struct TestApi {
 pub struct Reply {
     /// HTTP status.
     pub status: StatusCode,
-    /// Parsed body (`null` when empty).
+    /// Parsed body (`null` when empty or not JSON).
     pub body: Value,
+    /// The body as text (a signed note, a PEM key).
+    pub text: String,
 }
 
 impl Reply {
@@ -219,7 +221,8 @@ impl TestApi {
         } else {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null)
         };
-        Reply { status, body }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        Reply { status, body, text }
     }
 
     /// POST as the writer.

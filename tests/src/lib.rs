@@ -19,6 +19,7 @@ pub mod replicated;
 pub mod runs;
 pub mod stack;
 pub mod tls;
+pub mod witness;
 pub mod worker;
 
 pub use background::Background;

@@ -32,6 +32,10 @@ pub(super) struct AtQuery {
     /// Add the answer's proof against the newest signed digest.
     #[serde(default)]
     proof: bool,
+    /// With `proof`: sizes of checkpoints the auditor saved, comma-separated; the proof
+    /// carries the log's consistency proof from each.
+    #[serde(default)]
+    consistent_with: Option<String>,
 }
 
 /// The answer, with its proof when asked for.
@@ -74,18 +78,25 @@ pub(super) async fn registered_agent_at(
             jurisdiction.code()
         ))
     };
+    let sizes = super::digests::consistent_with(query.consistent_with.as_deref())?;
     if query.proof {
         use crate::digest::prove::{self, ProofError};
-        return match prove::for_answer(
+        return match prove::for_answer_with(
             state.ledger.pool(),
             &state.digest_tree,
             business_id,
             jurisdiction,
             at,
             query.known_at,
+            &sizes,
         )
         .await
         {
+            Err(error @ ProofError::ConsistentWith { .. }) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                error.to_string(),
+            )),
             Ok(Some((answer, proof))) => Ok(Json(AtAnswer {
                 answer,
                 proof: Some(proof),

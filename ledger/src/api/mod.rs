@@ -87,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reassignment-runs/{id}", get(runs::reassignment_run))
         .route("/v1/digests/public-key", get(digests::public_key))
         .route("/v1/digests/latest", get(digests::latest))
+        .route("/v1/checkpoints/latest", get(digests::latest_checkpoint))
         .route("/v1/events/{id}/proof", get(digests::event_proof))
         .route("/v1/replays", post(replays::request_replay))
         .route("/v1/replays/{id}", get(replays::replay_status))

@@ -102,6 +102,26 @@ ra_ledger_cdc::settings! {
         /// (`LEDGER_DIGEST_INTERVAL_MS`).
         digest_interval_ms: u64 = 60_000,
             env env::DIGEST_INTERVAL_MS => |c, v| c.digest_interval_ms = number(v)?;
+        /// The transparency log's origin: the first line of every checkpoint a digest seals,
+        /// the name witnesses know the log by (`LEDGER_LOG_ORIGIN`). A name, not an address;
+        /// never change it once witnesses hold a checkpoint of it.
+        log_origin: String = crate::tlog::DEFAULT_ORIGIN.into(),
+            env env::LOG_ORIGIN => |c, v| c.log_origin = v.to_owned();
+        /// The witness policy (C2SP tlog-policy: `witness <name> <vkey> <url>` lines, groups
+        /// and one `quorum` line; `LEDGER_WITNESS_POLICY_FILE`, empty to unset). Each
+        /// checkpoint is sent to its witnesses; without one, checkpoints are sealed and
+        /// cosigned by nobody.
+        witness_policy_file: Option<PathBuf> = None,
+            env env::WITNESS_POLICY_FILE =>
+                |c, v| c.witness_policy_file = non_empty(v).map(PathBuf::from);
+        /// How often the newest checkpoint is sent to the witnesses that have not cosigned
+        /// it, in milliseconds (`LEDGER_WITNESS_INTERVAL_MS`).
+        witness_interval_ms: u64 = 5_000,
+            env env::WITNESS_INTERVAL_MS => |c, v| c.witness_interval_ms = number(v)?;
+        /// Longest one witness request may take, in milliseconds; then the witness counts
+        /// as unavailable for that round (`LEDGER_WITNESS_TIMEOUT_MS`).
+        witness_timeout_ms: u64 = 5_000,
+            env env::WITNESS_TIMEOUT_MS => |c, v| c.witness_timeout_ms = number(v)?;
         /// Longest a request body may take to arrive in full after its head, in
         /// milliseconds; then the request is answered 408 and its connection closed
         /// (`LEDGER_BODY_READ_TIMEOUT_MS`). A slow client cannot hold a connection with a
@@ -305,9 +325,48 @@ impl ServeConfig {
         )?;
         let key = crate::digest::DigestKey::from_pem_file(path)
             .map_err(|error| ConfigError::invalid_file("digest_key_file", path, error))?;
+        let origin = &self.log_origin;
+        if origin.is_empty() || origin.contains(char::is_whitespace) || origin.contains('+') {
+            return Err(ConfigError::invalid(
+                "log_origin",
+                origin,
+                "must be a name without spaces or '+', e.g. ra-ledger.example.com/events",
+            ));
+        }
+        let cosigning = match &self.witness_policy_file {
+            None => None,
+            Some(path) => {
+                within(
+                    "witness_interval_ms",
+                    self.witness_interval_ms,
+                    100..=3_600_000,
+                )?;
+                within("witness_timeout_ms", self.witness_timeout_ms, 100..=600_000)?;
+                let text = std::fs::read_to_string(path).map_err(|error| {
+                    ConfigError::invalid_file("witness_policy_file", path, error)
+                })?;
+                let policy = crate::tlog::policy::Policy::parse(&text).map_err(|error| {
+                    ConfigError::invalid_file("witness_policy_file", path, error)
+                })?;
+                if let Some(witness) = policy.witnesses.iter().find(|w| w.url.is_none()) {
+                    return Err(ConfigError::invalid_file(
+                        "witness_policy_file",
+                        path,
+                        format!("witness {} has no URL to send checkpoints to", witness.name),
+                    ));
+                }
+                Some(crate::digest::cosign::Cosigning {
+                    policy: Arc::new(policy),
+                    interval: Duration::from_millis(self.witness_interval_ms),
+                    timeout: Duration::from_millis(self.witness_timeout_ms),
+                })
+            }
+        };
         Ok(Some(Digests {
             key: Arc::new(key),
             interval: Duration::from_millis(self.digest_interval_ms),
+            origin: origin.clone(),
+            cosigning,
         }))
     }
 
@@ -606,5 +665,62 @@ mod tests {
             let error = bad.validate().unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
+    }
+
+    #[test]
+    fn a_witness_policy_is_read_at_start_and_a_bad_one_named_with_its_line() {
+        use crate::tlog::note::{ALG_COSIGNATURE_V1, NoteKey};
+        let dir = std::env::temp_dir().join(format!("witness-policy-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("digest.pem");
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIAcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcH\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let vkey = NoteKey {
+            name: "w.example/a".into(),
+            algorithm: ALG_COSIGNATURE_V1,
+            public: crate::digest::DigestKey::from_seed(&[1; 32]).public(),
+        }
+        .vkey();
+        let config = |policy: &str, origin: &str| {
+            let file = dir.join("policy.txt");
+            std::fs::write(&file, policy).unwrap();
+            ServeConfig {
+                tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+                digest_key_file: Some(key.clone()),
+                witness_policy_file: Some(file),
+                log_origin: origin.into(),
+                ..ServeConfig::default()
+            }
+            .validate()
+        };
+        let service = config(
+            &format!("witness a {vkey} http://127.0.0.1:1\nquorum a\n"),
+            "ra.example/log",
+        )
+        .unwrap();
+        let digests = service.digests.unwrap();
+        assert_eq!(digests.origin, "ra.example/log");
+        let cosigning = digests.cosigning.unwrap();
+        assert_eq!(cosigning.policy.describe(), "a");
+        assert_eq!(cosigning.interval, Duration::from_millis(5_000));
+        let error = config(&format!("witness a {vkey}\nquorum a\n"), "ra.example/log")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("witness a has no URL"), "{error}");
+        let error = config("quorum b\n", "ra.example/log")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("policy line 1: quorum \"b\" is not defined above"),
+            "{error}"
+        );
+        let error = config("quorum none\n", "two words")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("log_origin"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

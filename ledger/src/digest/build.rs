@@ -39,6 +39,8 @@ use tokio_postgres::IsolationLevel;
 use super::merkle::Hash;
 use super::{DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
 use crate::older_transactions::{WaitError, wait_for_older};
+use crate::tlog::note::{Checkpoint, SignedNote, sign_checkpoint};
+use crate::tlog::tree::Tree;
 
 /// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
 pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
@@ -112,10 +114,31 @@ impl From<WaitError> for BuildError {
 ///
 /// Cloning it shares it: `ledger serve` gives the same one to the builder and to the proofs,
 /// which take their Merkle paths from it instead of reading every leaf.
-#[derive(Debug, Clone, Default)]
-pub struct TreeCache(Arc<Mutex<Option<Arc<CachedTree>>>>);
+#[derive(Debug, Clone)]
+pub struct TreeCache(Arc<Mutex<Option<Arc<CachedTree>>>>, Arc<str>);
+
+impl Default for TreeCache {
+    fn default() -> Self {
+        Self::with_origin(crate::tlog::DEFAULT_ORIGIN)
+    }
+}
 
 impl TreeCache {
+    /// An empty cache of a builder whose checkpoints name the log `origin`.
+    pub fn with_origin(origin: &str) -> Self {
+        Self(Arc::default(), origin.into())
+    }
+
+    /// The log's origin, the first line of its checkpoints.
+    pub fn origin(&self) -> &str {
+        &self.1
+    }
+
+    /// The newest tree this process sealed, if any.
+    pub fn newest(&self) -> Option<Arc<CachedTree>> {
+        self.slot().clone()
+    }
+
     /// The digest the cached leaves describe, if any.
     pub fn seq(&self) -> Option<i64> {
         self.slot().as_ref().map(|tree| tree.seq)
@@ -147,9 +170,21 @@ pub struct CachedTree {
     leaves: Vec<CachedLeaf>,
     /// The leaves' hashes, in the same order.
     hashes: Vec<Hash>,
+    /// The transparency log as this digest's checkpoint sealed it.
+    log: Tree,
 }
 
 impl CachedTree {
+    /// The digest's number.
+    pub fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    /// The transparency log its checkpoint sealed.
+    pub fn log(&self) -> &Tree {
+        &self.log
+    }
+
     /// The index of `stream`'s leaf and its inclusion path, if the tree has it.
     pub fn path(&self, stream: &str) -> Option<(usize, Vec<Hash>)> {
         let index = self
@@ -165,6 +200,38 @@ struct CachedLeaf {
     stream: Box<str>,
     version: u64,
     leaf_hash: Hash,
+}
+
+/// A checkpoint's log: shared with the builder's tree when it is that one (no copy of a
+/// million leaves per use), else read from the database.
+#[derive(Debug, Clone)]
+pub enum SealedLog {
+    /// The builder's tree in memory.
+    Cached(Arc<CachedTree>),
+    /// Read from `digest_leaf_changes` and `events`.
+    Read(Arc<Tree>),
+}
+
+impl SealedLog {
+    /// The log of digest `seq`'s checkpoint.
+    pub async fn of(
+        client: &impl deadpool_postgres::GenericClient,
+        cache: &TreeCache,
+        seq: i64,
+    ) -> Result<Self, BuildError> {
+        match cache.newest().filter(|tree| tree.seq == seq) {
+            Some(tree) => Ok(Self::Cached(tree)),
+            None => Ok(Self::Read(Arc::new(read_log(client, seq).await?))),
+        }
+    }
+
+    /// The tree.
+    pub fn tree(&self) -> &Tree {
+        match self {
+            Self::Cached(cached) => &cached.log,
+            Self::Read(tree) => tree,
+        }
+    }
 }
 
 /// Seals the next digest, unless nothing changed. Its time is the database's clock, with
@@ -192,7 +259,7 @@ pub async fn build_cached(
         // meanwhile): a failed build leaves no cache to trust.
         Ok(Some(time_micros)) => {
             let tree = cache.slot().take();
-            build_locked(&mut client, key, time_micros, tree)
+            build_locked(&mut client, key, cache.origin(), time_micros, tree)
                 .await
                 .map(Some)
         }
@@ -238,6 +305,7 @@ async fn sealing_time(client: &deadpool_postgres::Client) -> Result<Option<i64>,
 async fn build_locked(
     client: &mut deadpool_postgres::Client,
     key: &DigestKey,
+    origin: &str,
     time_micros: i64,
     tree: Option<Arc<CachedTree>>,
 ) -> Result<(Built, Option<Arc<CachedTree>>), BuildError> {
@@ -273,14 +341,40 @@ async fn build_locked(
     let heads = upsert_heads(&tx, &changed, seq, tree.is_some()).await?;
     let upserted = started.elapsed();
     let cached = tree.is_some();
-    let (leaves, event_count) = match tree {
+    let (leaves, event_count, log) = match tree {
         Some(tree) => {
             // Copied only if a proof still holds it.
             let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
-            merge(tree.leaves, heads, tree.event_count)
+            let mut log = tree.log;
+            append_log(&tx, &mut log, seq).await?;
+            let (leaves, event_count) = merge(tree.leaves, heads, tree.event_count);
+            (leaves, event_count, log)
         }
-        None => read_leaves(&tx).await?,
+        None => {
+            let (leaves, event_count) = read_leaves(&tx).await?;
+            let log = read_log(&tx, seq).await?;
+            (leaves, event_count, log)
+        }
     };
+    if log.size() != event_count {
+        // Honest history keeps them equal: every sealed event is one leaf. Sealed anyway
+        // (the witnesses judge the log), and said loudly.
+        tracing::error!(
+            seq,
+            log_size = log.size(),
+            event_count,
+            "the transparency log's size is not the digest's event count: the sealed history was changed"
+        );
+    }
+    let checkpoint = sign_checkpoint(
+        key.public(),
+        |message| key.sign_bytes(message),
+        &Checkpoint {
+            origin: origin.to_owned(),
+            size: log.size(),
+            root: log.root(),
+        },
+    );
     let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
     let digest = key.sign(Statement {
         seq: Some(seq),
@@ -291,7 +385,7 @@ async fn build_locked(
         previous,
     });
     let rooted = started.elapsed();
-    insert_digest(&tx, seq, &digest, key, changed.len()).await?;
+    insert_digest(&tx, seq, &digest, key, changed.len(), &checkpoint).await?;
     // Exactly the rows this snapshot shows: later appends keep theirs.
     tx.execute("DELETE FROM digest_dirty", &[]).await?;
     tx.commit().await?;
@@ -309,6 +403,7 @@ async fn build_locked(
         event_count,
         leaves,
         hashes,
+        log,
     });
     let built = Built::Sealed {
         seq,
@@ -395,8 +490,11 @@ async fn insert_digest(
     digest: &SignedDigest,
     key: &DigestKey,
     changed: usize,
+    checkpoint: &SignedNote,
 ) -> Result<(), BuildError> {
-    let document = DigestDocument::new(seq, digest, key.public_pem());
+    let mut document = DigestDocument::new(seq, digest, key.public_pem());
+    document.checkpoint = Some(checkpoint.text());
+    let sealed = Checkpoint::parse(&checkpoint.body).expect("a checkpoint this builder wrote");
     let statement = &digest.statement;
     tx.execute(
         include_str!("../sql/digest/insert_digest.sql"),
@@ -418,7 +516,48 @@ async fn insert_digest(
         ],
     )
     .await?;
+    tx.execute(
+        "INSERT INTO checkpoints (digest_seq, size, root, note) VALUES ($1, $2, $3, $4)",
+        &[
+            &seq,
+            &(sealed.size as i64),
+            &sealed.root.to_vec(),
+            &checkpoint.text(),
+        ],
+    )
+    .await?;
     Ok(())
+}
+
+/// Appends to `log` the leaves digest `seq` seals (`sql/tlog/log_appended.sql`).
+async fn append_log(
+    tx: &deadpool_postgres::Transaction<'_>,
+    log: &mut Tree,
+    seq: i64,
+) -> Result<(), BuildError> {
+    for row in tx
+        .query(include_str!("../sql/tlog/log_appended.sql"), &[&seq])
+        .await?
+    {
+        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
+    }
+    Ok(())
+}
+
+/// The whole transparency log up to digest `seq`, read from `digest_leaf_changes` and
+/// `events` (`sql/tlog/log_leaves.sql`): a leaf is `SHA-256(0x00 || event hash)`.
+pub async fn read_log(
+    client: &impl deadpool_postgres::GenericClient,
+    seq: i64,
+) -> Result<Tree, BuildError> {
+    let rows = client
+        .query(include_str!("../sql/tlog/log_leaves.sql"), &[&0i64, &seq])
+        .await?;
+    let mut log = Tree::new();
+    for row in rows {
+        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
+    }
+    Ok(log)
 }
 
 /// Every leaf from `digest_leaves`, in the tree's order, and the events they count.
@@ -519,8 +658,10 @@ pub async fn latest(
 ) -> Result<Option<DigestDocument>, BuildError> {
     let Some(row) = client
         .query_opt(
-            "SELECT seq, root, time_micros, stream_count, event_count, previous, signature, \
-                    public_key, message_version FROM digests ORDER BY seq DESC LIMIT 1",
+            "SELECT d.seq, d.root, d.time_micros, d.stream_count, d.event_count, d.previous, \
+                    d.signature, d.public_key, d.message_version, c.note \
+             FROM digests d LEFT JOIN checkpoints c ON c.digest_seq = d.seq \
+             ORDER BY d.seq DESC LIMIT 1",
             &[],
         )
         .await?
@@ -551,7 +692,9 @@ pub async fn latest(
             key.to_public_key_pem(Default::default()).ok()
         })
         .ok_or_else(|| BuildError::BadHash(format!("public key of digest {seq}")))?;
-    Ok(Some(DigestDocument::new(seq, &digest, pem)))
+    let mut document = DigestDocument::new(seq, &digest, pem);
+    document.checkpoint = row.get(9);
+    Ok(Some(document))
 }
 
 /// With digests off, clears the marks no builder will consume, leaving the one that makes

@@ -29,6 +29,15 @@
 //!   whole streams from version 1: the business's assignments in the jurisdiction and the
 //!   answer's contact. Folding their events recorded by `known_at`
 //!   ([`crate::queries::Fold`]) gives the answer.
+//! - `log` (issue 47, [`LogProof`]): `checkpoint`, the signed note the digest sealed with
+//!   every cosignature the ledger holds; `heads`, per stream in the order of `streams`, the
+//!   `index` and `path` of its head event's leaf (`SHA-256(0x00 || hash)`) in that
+//!   checkpoint's tree; `consistency`, per earlier size asked for (`consistent_with`), the
+//!   RFC 6962 consistency proof (`old_size`, `proof`) to the checkpoint's size. Hashes in
+//!   hex, as everywhere in the document.
+//! - The answer of `registered-agent?...&proof=true` is the answer's fields and this proof
+//!   under `proof`: both verifiers read it as saved (the outer fields must equal
+//!   `proof.answer`).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::{self, Deserializer};
@@ -170,6 +179,10 @@ impl<'de> Deserialize<'de> for ProofFormat {
 /// `tests/verify_digest.py` reads it as its `digest` object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DigestDocument {
+    /// The checkpoint of the transparency log this digest sealed: a C2SP signed note by
+    /// the same key ([`crate::tlog::note`]). Absent in digests sealed before issue 47.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
     /// Events in the sealed streams.
     pub event_count: u64,
     /// [`DIGEST_FORMAT`], or [`DIGEST_FORMAT_V1`] for a digest sealed before its number
@@ -202,6 +215,7 @@ impl DigestDocument {
         let statement = &digest.statement;
         debug_assert!(statement.seq.is_none_or(|signed| signed == seq));
         Self {
+            checkpoint: None,
             event_count: statement.event_count,
             format: DigestFormat::of(statement),
             hash: Hex(digest.hash()),
@@ -325,11 +339,46 @@ pub struct ProofDocument {
     pub format: ProofFormat,
     /// The digest's key, for convenience only.
     pub public_key_pem: String,
+    /// The transparency log's part (issue 47): the digest's checkpoint with its witnesses'
+    /// cosignatures, each proven stream's head event in the log, and consistency proofs
+    /// from the earlier sizes asked for. Absent when the digest sealed no checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogProof>,
     /// For an audit answer: the question.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<Question>,
     /// The proven streams.
     pub streams: Vec<StreamProof>,
+}
+
+/// A proof's part in the transparency log ([`crate::tlog`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogProof {
+    /// The checkpoint the proof's digest sealed, a C2SP signed note: the log's signature
+    /// (the digest key, named by the origin) and every witness cosignature the ledger holds.
+    pub checkpoint: String,
+    /// Consistency proofs from earlier sizes (`consistent_with`) to the checkpoint's.
+    pub consistency: Vec<ConsistencyProof>,
+    /// One per proven stream, in the order of `streams`: its head event's place in the log.
+    pub heads: Vec<LogInclusion>,
+}
+
+/// An event's leaf in the log: `SHA-256(0x00 || event hash)` at `index`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogInclusion {
+    /// The leaf's index.
+    pub index: u64,
+    /// Its RFC 6962 inclusion path in the checkpoint's tree.
+    pub path: Vec<HexHash>,
+}
+
+/// RFC 6962 `PROOF(old_size, D[size])`, to the checkpoint's size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsistencyProof {
+    /// The earlier size.
+    pub old_size: u64,
+    /// The hashes.
+    pub proof: Vec<HexHash>,
 }
 
 impl ProofDocument {
@@ -341,6 +390,7 @@ impl ProofDocument {
             digest,
             event_id: None,
             format: ProofFormat,
+            log: None,
             question: None,
             streams,
         }

@@ -9,32 +9,8 @@
 //! Inclusion paths (`PATH(m, D[n])`, section 2.1.3.1) and their verification (section
 //! 2.1.3.2) follow the same text, so any RFC 9162 implementation checks our proofs.
 
-use sha2::{Digest, Sha256};
-
-/// A SHA-256 hash.
-pub type Hash = [u8; 32];
-
-/// `SHA-256(0x00 || leaf)`.
-pub fn leaf_hash(leaf: &[u8]) -> Hash {
-    let mut hasher = Sha256::new();
-    hasher.update([0x00]);
-    hasher.update(leaf);
-    hasher.finalize().into()
-}
-
-/// `SHA-256(0x01 || left || right)`.
-pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
-    let mut hasher = Sha256::new();
-    hasher.update([0x01]);
-    hasher.update(left);
-    hasher.update(right);
-    hasher.finalize().into()
-}
-
-/// The hash of the empty tree.
-pub fn empty_root() -> Hash {
-    Sha256::digest([]).into()
-}
+/// The hashes, shared with the transparency log's tree, which defines them once.
+pub use crate::tlog::tree::{Hash, empty_root, leaf_hash, node_hash};
 
 /// The largest power of two smaller than `n` (n > 1).
 fn split(n: usize) -> usize {

@@ -51,10 +51,12 @@
 //! [`document`] (the JSON documents), [`build`] (sealing the next digest from the database),
 //! [`prove`] (inclusion proofs from the database), [`verify`] (checking a proof offline) and
 //! [`published`] with [`topic`] and [`chain`] (`ledger verify --digests`, the tables against
-//! the digests on Kafka, each placed in the chain by what it signs).
+//! the digests on Kafka, each placed in the chain by what it signs), and [`cosign`] (each
+//! digest's checkpoint of the transparency log, [`crate::tlog`], sent to the witnesses).
 
 pub mod build;
 pub mod chain;
+pub mod cosign;
 pub mod document;
 pub mod merkle;
 pub mod prove;

@@ -8,10 +8,14 @@ use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
 use super::build::{CachedTree, TreeCache};
-use super::document::{EventRecord, Hex, HexBytes, ProofDocument, Question, StreamProof};
+use super::document::{
+    ConsistencyProof, EventRecord, Hex, HexBytes, LogInclusion, LogProof, ProofDocument, Question,
+    StreamProof,
+};
 use super::{DigestDocument, merkle};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::{self, RegisteredAgent};
+use crate::tlog::note::Checkpoint;
 
 /// Why there is no proof.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +40,19 @@ pub enum ProofError {
     /// The database holds a hash that is not 32 bytes.
     #[error("proof: {0} is not 32 bytes")]
     BadHash(String),
+    /// The transparency log's part could not be made.
+    #[error("proof: the transparency log: {0}")]
+    Log(String),
+    /// A size to prove consistency from that is beyond the checkpoint.
+    #[error(
+        "consistent_with {asked} is beyond the size {size} of the newest checkpoint: name sizes of checkpoints you saved, at most {size}"
+    )]
+    ConsistentWith {
+        /// The size asked for.
+        asked: u64,
+        /// The checkpoint's size.
+        size: u64,
+    },
 }
 
 const EVENT_COLUMNS: &str = "event_id, stream, stream_version, event_type, schema_version, \
@@ -69,6 +86,17 @@ pub async fn for_event(
     event_id: Uuid,
     tree: &TreeCache,
 ) -> Result<ProofDocument, ProofError> {
+    for_event_with(pool, event_id, tree, &[]).await
+}
+
+/// [`for_event`], with the log's consistency proofs from each size of `consistent_with`
+/// (sizes of checkpoints the auditor saved) to the proof's checkpoint.
+pub async fn for_event_with(
+    pool: &Pool,
+    event_id: Uuid,
+    tree: &TreeCache,
+    consistent_with: &[u64],
+) -> Result<ProofDocument, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
     let event = tx
@@ -88,6 +116,7 @@ pub async fn for_event(
             sealed_at_least: version,
             what: format!("event {event_id}"),
         }],
+        consistent_with,
     )
     .await?;
     tx.commit().await?;
@@ -106,6 +135,19 @@ pub async fn for_answer(
     jurisdiction: Jurisdiction,
     at: DateTime<Utc>,
     known_at: Option<DateTime<Utc>>,
+) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
+    for_answer_with(pool, tree, business_id, jurisdiction, at, known_at, &[]).await
+}
+
+/// [`for_answer`], with the log's consistency proofs from each size of `consistent_with`.
+pub async fn for_answer_with(
+    pool: &Pool,
+    tree: &TreeCache,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: Option<DateTime<Utc>>,
+    consistent_with: &[u64],
 ) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
@@ -151,7 +193,7 @@ pub async fn for_answer(
             what,
         });
     }
-    let mut document = prove(&tx, tree, &spans).await?;
+    let mut document = prove(&tx, tree, &spans, consistent_with).await?;
     tx.commit().await?;
     document.question = Some(Question::new(
         business_id,
@@ -189,6 +231,7 @@ async fn prove(
     tx: &Transaction<'_>,
     tree: &TreeCache,
     spans: &[Span],
+    consistent_with: &[u64],
 ) -> Result<ProofDocument, ProofError> {
     let digest = super::build::latest(tx)
         .await?
@@ -225,7 +268,88 @@ async fn prove(
             stream: span.stream.clone(),
         });
     }
-    Ok(ProofDocument::new(digest, streams))
+    let log = log_part(tx, tree, &digest, &streams, consistent_with).await?;
+    let mut document = ProofDocument::new(digest, streams);
+    document.log = log;
+    Ok(document)
+}
+
+/// The proof's part in the transparency log: the checkpoint `digest` sealed with its
+/// cosignatures, each stream's head event in that checkpoint's tree, and the consistency
+/// proofs from `consistent_with`. `None` for a digest sealed before checkpoints were.
+async fn log_part(
+    tx: &Transaction<'_>,
+    tree: &TreeCache,
+    digest: &DigestDocument,
+    streams: &[StreamProof],
+    consistent_with: &[u64],
+) -> Result<Option<LogProof>, ProofError> {
+    let Some(note) = super::cosign::cosigned(tx, digest.seq)
+        .await
+        .map_err(|error| ProofError::Log(error.to_string()))?
+    else {
+        return Ok(None);
+    };
+    let size = Checkpoint::parse(&note.body)
+        .map_err(|error| ProofError::Log(error.to_string()))?
+        .size;
+    if let Some(&too_new) = consistent_with.iter().find(|&&old| old > size) {
+        return Err(ProofError::ConsistentWith {
+            asked: too_new,
+            size,
+        });
+    }
+    let log = super::build::SealedLog::of(tx, tree, digest.seq).await?;
+    let leaves: Vec<merkle::Hash> = streams
+        .iter()
+        .filter_map(|stream| stream.events.last())
+        .map(|head| merkle::leaf_hash(&head.hash.0))
+        .collect();
+    let consistent_with = consistent_with.to_vec();
+    // A pass over the leaves per head, and hashing: off the async threads.
+    let (heads, consistency) = tokio::task::spawn_blocking(move || {
+        let heads: Option<Vec<LogInclusion>> = leaves
+            .iter()
+            .map(|leaf| {
+                let index = log.tree().position(leaf)?;
+                let path = log.tree().inclusion_proof(index, size)?;
+                Some(LogInclusion {
+                    index,
+                    path: path.into_iter().map(Hex).collect(),
+                })
+            })
+            .collect();
+        let consistency: Option<Vec<ConsistencyProof>> = consistent_with
+            .iter()
+            .map(|&old_size| {
+                Some(ConsistencyProof {
+                    old_size,
+                    proof: log
+                        .tree()
+                        .consistency_proof(old_size, size)?
+                        .into_iter()
+                        .map(Hex)
+                        .collect(),
+                })
+            })
+            .collect();
+        (heads, consistency)
+    })
+    .await
+    .map_err(|error| ProofError::Log(error.to_string()))?;
+    let heads = heads.ok_or_else(|| {
+        ProofError::Log(format!(
+            "a proven head is not in the log of checkpoint {} (size {size})",
+            digest.seq
+        ))
+    })?;
+    let consistency = consistency
+        .ok_or_else(|| ProofError::Log(format!("the log has fewer than {size} leaves")))?;
+    Ok(Some(LogProof {
+        checkpoint: note.text(),
+        consistency,
+        heads,
+    }))
 }
 
 /// Where the Merkle paths come from: the builder's tree in memory when it is the newest

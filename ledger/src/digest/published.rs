@@ -187,6 +187,10 @@ pub async fn verify_topic(
     let mut digests = Vec::with_capacity(messages.len());
     let mut unreadable = Vec::new();
     for (location, payload) in &messages {
+        // Cosigned checkpoints share the topic (issue 47); they are not digests.
+        if super::cosign::is_cosigned_checkpoint(payload) {
+            continue;
+        }
         match parse(payload, location) {
             Ok(digest) => digests.push(digest),
             Err(problem) => unreadable.push(problem.to_string()),

@@ -192,6 +192,12 @@ impl DigestKey {
         }
     }
 
+    /// Ed25519 over any message: the log's checkpoints ([`crate::tlog::note`]) are signed
+    /// with the digest key too.
+    pub fn sign_bytes(&self, message: &[u8]) -> [u8; 64] {
+        self.0.sign(message).to_bytes()
+    }
+
     /// The public key.
     pub fn public(&self) -> VerifyingKey {
         self.0.verifying_key()

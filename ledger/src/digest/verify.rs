@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::document::{EventRecord, SignedFields, StreamProof};
+use super::document::{EventRecord, LogProof, SignedFields, StreamProof};
 use super::{Head, SignedDigest, Statement, merkle};
 use crate::domain::{Jurisdiction, assignment_stream};
 use crate::queries::Fold;
@@ -37,11 +37,29 @@ pub struct ClaimedProof {
     /// (`null` when absent, which only a question of no RA folds to).
     #[serde(default)]
     pub answer: Value,
+    /// The transparency log's part, when the digest sealed a checkpoint.
+    #[serde(default)]
+    pub log: Option<LogProof>,
 }
 
 impl ClaimedProof {
-    /// Reads a proof document; the error names the field and the value that do not read.
+    /// Reads a proof document, or the answer of `registered-agent?...&proof=true` as saved
+    /// (the answer's fields and the proof under `proof`, whose `answer` they must equal);
+    /// the error names the field and the value that do not read.
     pub fn from_json(document: &Value) -> Result<Self, Refused> {
+        let document = match document.get("proof") {
+            Some(proof) if document.get("digest").is_none() => {
+                let mut outer = document.clone();
+                if let Some(fields) = outer.as_object_mut() {
+                    fields.remove("proof");
+                }
+                if proof.get("answer") != Some(&outer) {
+                    return Err(Refused::AnswerBesideProof);
+                }
+                proof
+            }
+            _ => document,
+        };
         serde_path_to_error::deserialize(document).map_err(|error| Refused::Malformed {
             field: error.path().to_string(),
             problem: error.inner().to_string(),
@@ -183,6 +201,76 @@ pub enum Refused {
         folded: Value,
         /// The answer the proof carries.
         given: Value,
+    },
+    /// A saved API answer whose fields are not the answer its proof proves.
+    #[error("the answer's fields beside `proof` are not the proof's `answer`")]
+    AnswerBesideProof,
+    /// The proof has no transparency-log part, and one was required.
+    #[error("the proof has no transparency log part (its digest sealed no checkpoint)")]
+    NoLog,
+    /// A checkpoint that does not read or whose log signature fails.
+    #[error("{what}: {problem}")]
+    Checkpoint {
+        /// Which checkpoint.
+        what: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A checkpoint of another size than the digest's event count.
+    #[error("the checkpoint's size {size} is not the digest's event count {events}")]
+    CheckpointSize {
+        /// The checkpoint's size.
+        size: u64,
+        /// The digest's events.
+        events: u64,
+    },
+    /// Cosignatures short of the policy's quorum.
+    #[error("the checkpoint is cosigned by [{cosigned}], short of the policy's quorum {quorum}")]
+    Quorum {
+        /// The witnesses whose cosignature verified.
+        cosigned: String,
+        /// The quorum in words.
+        quorum: String,
+    },
+    /// A head event that is not in the log at its stated place.
+    #[error("the head of stream {stream} is not in the log at index {index}: {problem}")]
+    LogPath {
+        /// The stream.
+        stream: String,
+        /// The index claimed.
+        index: u64,
+        /// What the check said.
+        problem: String,
+    },
+    /// A saved checkpoint the proof's log does not extend.
+    #[error(
+        "NOT CONSISTENT with your saved checkpoint of size {saved_size} (root {saved_root}): \
+         {problem}; the log's history as of your checkpoint was rewritten, or you were shown a \
+         split view"
+    )]
+    Inconsistent {
+        /// The saved checkpoint's size.
+        saved_size: u64,
+        /// Its root, base64.
+        saved_root: String,
+        /// What the consistency check said.
+        problem: String,
+    },
+    /// A saved checkpoint with no consistency proof from its size in the proof.
+    #[error(
+        "the proof carries no consistency proof from your saved checkpoint's size {0}: ask \
+         again with consistent_with={0}"
+    )]
+    NoConsistencyProof(u64),
+    /// A saved checkpoint newer than the proof's.
+    #[error(
+        "your saved checkpoint (size {saved}) is newer than the proof's (size {size}): ask for a newer proof"
+    )]
+    SavedNewer {
+        /// The saved checkpoint's size.
+        saved: u64,
+        /// The proof's.
+        size: u64,
     },
 }
 
@@ -388,6 +476,148 @@ fn verify_answer(
         jurisdiction.code(),
         folded["contact"]["contact_id"].as_str().unwrap_or("(none)")
     ))
+}
+
+/// What the log part of a proof established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedLog {
+    /// The checkpoint.
+    pub checkpoint: crate::tlog::note::Checkpoint,
+    /// The policy's witnesses whose cosignature verified.
+    pub cosigned: Vec<String>,
+    /// The saved checkpoints' sizes it was proven consistent with.
+    pub consistent_with: Vec<u64>,
+}
+
+/// Checks the transparency log's part of a proof the digest checks of [`verify`] passed:
+/// the checkpoint's log signature (the digest key, named by the checkpoint's origin), its
+/// size against the digest's event count, the witnesses' cosignatures against `policy`'s
+/// quorum, each proven stream's head event in the checkpoint's tree, and that the log
+/// extends every checkpoint in `saved` (the auditor's own copies, checked with the same key).
+/// The error names the first thing that does not hold.
+pub fn verify_log(
+    proof: &ClaimedProof,
+    public_key: &ed25519_dalek::VerifyingKey,
+    policy: Option<&crate::tlog::policy::Policy>,
+    saved: &[String],
+) -> Result<VerifiedLog, Refused> {
+    use crate::tlog::note::{Checkpoint, NoteKey, SignedNote};
+    use crate::tlog::tree;
+    let log = proof.log.as_ref().ok_or(Refused::NoLog)?;
+    let read = |what: &str, text: &str| -> Result<(SignedNote, Checkpoint), Refused> {
+        let problem = |problem: String| Refused::Checkpoint {
+            what: what.to_owned(),
+            problem,
+        };
+        let note = SignedNote::parse(text).map_err(|e| problem(e.to_string()))?;
+        let checkpoint = Checkpoint::parse(&note.body).map_err(|e| problem(e.to_string()))?;
+        NoteKey::log(&checkpoint.origin, *public_key)
+            .verify_signature(&note)
+            .map_err(|e| problem(format!("{e} (the log's key is the digest key)")))?;
+        Ok((note, checkpoint))
+    };
+    let (note, checkpoint) = read("log.checkpoint", &log.checkpoint)?;
+    if checkpoint.size != proof.digest.event_count {
+        return Err(Refused::CheckpointSize {
+            size: checkpoint.size,
+            events: proof.digest.event_count,
+        });
+    }
+    let mut cosigned = Vec::new();
+    if let Some(policy) = policy {
+        for witness in &policy.witnesses {
+            if witness.key.verify_cosignature(&note).is_ok() {
+                cosigned.push(witness.name.clone());
+            }
+        }
+        if !policy.satisfied(&cosigned.iter().cloned().collect()) {
+            return Err(Refused::Quorum {
+                cosigned: cosigned.join(", "),
+                quorum: policy.describe(),
+            });
+        }
+    }
+    if log.heads.len() != proof.streams.len() {
+        return Err(Refused::Malformed {
+            field: "log.heads".into(),
+            problem: format!(
+                "{} heads for {} streams",
+                log.heads.len(),
+                proof.streams.len()
+            ),
+        });
+    }
+    for (stream, head) in proof.streams.iter().zip(&log.heads) {
+        let event = stream
+            .events
+            .last()
+            .ok_or_else(|| Refused::NoEvents(stream.stream.clone()))?;
+        let path: Vec<tree::Hash> = head.path.iter().map(|hash| hash.0).collect();
+        tree::verify_inclusion(
+            &tree::leaf_hash(&event.hash.0),
+            head.index,
+            checkpoint.size,
+            &path,
+            &checkpoint.root,
+        )
+        .map_err(|problem| Refused::LogPath {
+            stream: stream.stream.clone(),
+            index: head.index,
+            problem: problem.to_string(),
+        })?;
+    }
+    let mut consistent_with = Vec::new();
+    for (i, text) in saved.iter().enumerate() {
+        let (_, old) = read(&format!("saved checkpoint {}", i + 1), text)?;
+        let inconsistent = |problem: String| Refused::Inconsistent {
+            saved_size: old.size,
+            saved_root: base64_of(&old.root),
+            problem,
+        };
+        if old.origin != checkpoint.origin {
+            return Err(Refused::Checkpoint {
+                what: format!("saved checkpoint {}", i + 1),
+                problem: format!("of log {:?}, not {:?}", old.origin, checkpoint.origin),
+            });
+        }
+        if old.size > checkpoint.size {
+            return Err(Refused::SavedNewer {
+                saved: old.size,
+                size: checkpoint.size,
+            });
+        }
+        let hashes: Vec<tree::Hash> = if old.size == checkpoint.size || old.size == 0 {
+            Vec::new()
+        } else {
+            log.consistency
+                .iter()
+                .find(|proof| proof.old_size == old.size)
+                .ok_or(Refused::NoConsistencyProof(old.size))?
+                .proof
+                .iter()
+                .map(|hash| hash.0)
+                .collect()
+        };
+        tree::verify_consistency(
+            old.size,
+            checkpoint.size,
+            &old.root,
+            &checkpoint.root,
+            &hashes,
+        )
+        .map_err(|problem| inconsistent(problem.to_string()))?;
+        consistent_with.push(old.size);
+    }
+    Ok(VerifiedLog {
+        checkpoint,
+        cosigned,
+        consistent_with,
+    })
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// One stream a proof established.

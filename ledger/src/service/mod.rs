@@ -85,8 +85,13 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         .await
         .map_err(|cause| ServeError::Listen { listen, cause })?;
     // The digest builder's tree, shared with the proofs.
-    let digest_tree = TreeCache::default();
-    let gauges = spawn_gauges(&service, &shutdown).await?;
+    let digest_tree = service
+        .digests
+        .as_ref()
+        .map_or_else(TreeCache::default, |digests| {
+            TreeCache::with_origin(&digests.origin)
+        });
+    let (gauges, service_metrics) = spawn_gauges(&service, &shutdown).await?;
     let state = AppState {
         digest_tree: digest_tree.clone(),
         ledger: Ledger::new(pool.clone()),
@@ -116,6 +121,27 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             settings.slot,
             settings.interval,
             settings.batch,
+            shutdown.clone(),
+        )));
+    }
+    if let Some(cosigning) = service
+        .digests
+        .as_ref()
+        .and_then(|digests| digests.cosigning.clone())
+    {
+        tracing::info!(
+            witnesses = cosigning.policy.witnesses.len(),
+            quorum = %cosigning.policy.describe(),
+            "checkpoints are sent to the witnesses"
+        );
+        // Its own pool: a slow witness never holds a connection of the API or the builder.
+        let pool = db::pool(&service.database_url, "ledger-witness", 1)?;
+        let metrics = service_metrics.clone();
+        tasks.push(tokio::spawn(digest::cosign::run(
+            pool,
+            cosigning,
+            digest_tree.clone(),
+            move |round| metrics.witnessed(round),
             shutdown.clone(),
         )));
     }
@@ -192,7 +218,7 @@ fn warn_of_random_keys(service: &Service) {
 async fn spawn_gauges(
     service: &Service,
     shutdown: &CancellationToken,
-) -> Result<JoinHandle<()>, ServeError> {
+) -> Result<(JoinHandle<()>, Arc<crate::metrics::ServiceMetrics>), ServeError> {
     let gauges = gauges::Gauges {
         slot: service.relay_slot.clone(),
         interval: service
@@ -222,15 +248,16 @@ async fn spawn_gauges(
             shutdown.clone(),
         )
     });
-    let rounds = gauges::run(pool, gauges, metrics, shutdown.clone());
-    Ok(tokio::spawn(async move {
+    let rounds = gauges::run(pool, gauges, metrics.clone(), shutdown.clone());
+    let task = tokio::spawn(async move {
         match follow {
             Some(follow) => {
                 tokio::join!(rounds, follow);
             }
             None => rounds.await,
         }
-    }))
+    });
+    Ok((task, metrics))
 }
 
 /// The digest builder when a key is configured; without one, the task that clears the

@@ -56,6 +56,10 @@ pub struct Digests {
     pub key: Arc<crate::digest::DigestKey>,
     /// Time between digests (when something changed).
     pub interval: Duration,
+    /// The transparency log's origin, the first line of its checkpoints.
+    pub origin: String,
+    /// The witnesses each checkpoint is sent to, when a policy is configured.
+    pub cosigning: Option<crate::digest::cosign::Cosigning>,
 }
 
 /// How `ledger serve` removes published outbox rows.

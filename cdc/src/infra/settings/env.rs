@@ -105,6 +105,14 @@ pub const OUTBOX_RETENTION_BATCH: &str = "LEDGER_OUTBOX_RETENTION_BATCH";
 pub const DIGEST_KEY_FILE: &str = "LEDGER_DIGEST_KEY_FILE";
 /// `digest_interval_ms`.
 pub const DIGEST_INTERVAL_MS: &str = "LEDGER_DIGEST_INTERVAL_MS";
+/// `log_origin`.
+pub const LOG_ORIGIN: &str = "LEDGER_LOG_ORIGIN";
+/// `witness_policy_file`.
+pub const WITNESS_POLICY_FILE: &str = "LEDGER_WITNESS_POLICY_FILE";
+/// `witness_interval_ms`.
+pub const WITNESS_INTERVAL_MS: &str = "LEDGER_WITNESS_INTERVAL_MS";
+/// `witness_timeout_ms`.
+pub const WITNESS_TIMEOUT_MS: &str = "LEDGER_WITNESS_TIMEOUT_MS";
 /// `body_read_timeout_ms`.
 pub const BODY_READ_TIMEOUT_MS: &str = "LEDGER_BODY_READ_TIMEOUT_MS";
 /// `write_stall_timeout_ms`.

@@ -17,6 +17,7 @@ mod reassign;
 mod rebuild;
 mod relay;
 mod replay;
+mod witness;
 mod write;
 
 use std::time::Duration;
@@ -192,6 +193,26 @@ pub enum BenchCommand {
         /// Incremental digests to time.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+    },
+    /// The transparency log at a million events against real witnesses (the stack's): the
+    /// cosigning round trip per cosignature, a proof's log part in bytes, its offline check.
+    Witness {
+        /// The witness policy with URLs (the stack's `.stack/witness-policy.txt`).
+        #[arg(long, default_value = ".stack/witness-policy.txt")]
+        policy: std::path::PathBuf,
+        /// Each witness's litewitness database, in the policy's order (the bench registers
+        /// a log of its own with each).
+        #[arg(long = "witness-db", default_values = [".stack/witness-a/litewitness.db", ".stack/witness-b/litewitness.db"])]
+        witness_dbs: Vec<std::path::PathBuf>,
+        /// The `witnessctl` binary.
+        #[arg(long, default_value = "witnessctl")]
+        witnessctl: std::path::PathBuf,
+        /// Leaves (events) in the log.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Checkpoints sent one leaf apart, each timed.
+        #[arg(long, default_value_t = 200)]
+        appends: u64,
     },
     /// Write latency before and during an online projection rebuild over many events.
     Rebuild {
@@ -383,6 +404,22 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
             changed,
             rounds,
         } => digest::run(database_url, streams, changed, rounds).await,
+        BenchCommand::Witness {
+            policy,
+            witness_dbs,
+            witnessctl,
+            events,
+            appends,
+        } => {
+            witness::run(witness::WitnessBench {
+                policy,
+                witness_dbs,
+                witnessctl,
+                events,
+                appends,
+            })
+            .await
+        }
         BenchCommand::Rebuild {
             events,
             rate,

@@ -41,8 +41,12 @@ fn proof_error(error: crate::digest::prove::ProofError) -> Response {
             error_page(StatusCode::CONFLICT, "Not sealed yet", &error.to_string())
         }
         ProofError::Pool(error) => api_error(error),
-        ProofError::Database(_) | ProofError::Digest(_) | ProofError::BadHash(_) => {
-            api_error(ApiError::internal(&error))
+        ProofError::ConsistentWith { .. } => {
+            error_page(StatusCode::BAD_REQUEST, "No proof", &error.to_string())
         }
+        ProofError::Database(_)
+        | ProofError::Digest(_)
+        | ProofError::BadHash(_)
+        | ProofError::Log(_) => api_error(ApiError::internal(&error)),
     }
 }

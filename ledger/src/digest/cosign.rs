@@ -1,0 +1,513 @@
+//! Sending each new checkpoint to the policy's witnesses (`add-checkpoint`, C2SP
+//! `tlog-witness`), keeping what they answer, and saying whether the quorum holds.
+//!
+//! The safety argument, in layers:
+//! - **The ledger never waits for a witness.** Rounds run in a task of their own, after
+//!   the digest committed, each request bounded by a timeout; a witness down or slow leaves
+//!   the newest checkpoint short of its quorum (a gauge, an alert) and the next round sends
+//!   it again. Nothing the ledger or the relay does waits on this task.
+//! - **A refusal is never retried blindly.** What an answer means is
+//!   [`crate::tlog::witness::classify`]'s pure decision: a 4xx, a 409 that does not resolve, a
+//!   200 whose lines do not verify with the witness's key from the policy, are each an
+//!   alarm with the witness's reason, kept in `witness_state` and logged at error; that
+//!   checkpoint is not sent to that witness again.
+//! - **What counts is what verifies.** A cosignature is stored only after the witness's
+//!   key from the policy verified it over this checkpoint's text.
+//! - **The `old` size is the witness's own.** The ledger remembers the size each witness
+//!   last cosigned (or named in a 409) and proves consistency from there; the witness
+//!   checks that proof against its own stored root, so a log that changed under it cannot
+//!   be cosigned whatever the ledger remembers.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+
+use super::build::{SealedLog, TreeCache};
+use crate::tlog::note::{SignatureLine, SignedNote};
+use crate::tlog::policy::{Policy, Witness};
+use crate::tlog::tree::Tree;
+use crate::tlog::witness::{AfterConflict, Answer, after_conflict, classify, request_body};
+
+/// What a witness's last answer was, as `witness_state.outcome` keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It cosigned the checkpoint.
+    Cosigned = 0,
+    /// No answer worth keeping; sent again next round.
+    Unavailable = 1,
+    /// A definite no: an alarm.
+    Refused = 2,
+}
+
+impl Outcome {
+    /// The outcome of its stored number.
+    pub fn from_stored(value: i16) -> Option<Self> {
+        [Self::Cosigned, Self::Unavailable, Self::Refused]
+            .into_iter()
+            .find(|outcome| *outcome as i16 == value)
+    }
+
+    /// In words.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cosigned => "cosigned",
+            Self::Unavailable => "unavailable",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// One witness after a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessStatus {
+    /// Its name in the policy.
+    pub witness: String,
+    /// What it answered last.
+    pub outcome: Outcome,
+    /// Its reason, for a refusal or an unavailability.
+    pub reason: Option<String>,
+    /// The size the ledger believes it holds.
+    pub size: u64,
+}
+
+/// The newest checkpoint and its cosignatures after a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Round {
+    /// The digest that sealed it.
+    pub digest_seq: i64,
+    /// Its size.
+    pub size: u64,
+    /// The checkpoint with every verified cosignature added.
+    pub cosigned: SignedNote,
+    /// The witnesses (by policy name) whose cosignature it carries.
+    pub cosigners: BTreeSet<String>,
+    /// Whether they meet the policy's quorum.
+    pub quorum: bool,
+    /// Each witness's state.
+    pub witnesses: Vec<WitnessStatus>,
+}
+
+/// Why a round could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CosignError {
+    /// No connection.
+    #[error("cosigning: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// A statement failed.
+    #[error("cosigning: {}", crate::db::describe(.0))]
+    Database(#[from] tokio_postgres::Error),
+    /// The log could not be read.
+    #[error("cosigning: {0}")]
+    Log(#[from] super::build::BuildError),
+    /// A stored checkpoint does not read.
+    #[error("cosigning: checkpoint of digest {0} does not read: {1}")]
+    Checkpoint(i64, crate::tlog::note::NoteError),
+}
+
+/// How the rounds are run.
+#[derive(Debug, Clone)]
+pub struct Cosigning {
+    /// The policy: the witnesses, their keys and URLs, the quorum.
+    pub policy: Arc<Policy>,
+    /// Time between rounds.
+    pub interval: Duration,
+    /// How long one request may take.
+    pub timeout: Duration,
+}
+
+/// Runs a round every `cosigning.interval` until `shutdown`; the outcome feeds `observe`
+/// (the gauges). A failed round is logged and the next one tries again.
+pub async fn run(
+    pool: Pool,
+    cosigning: Cosigning,
+    cache: TreeCache,
+    observe: impl Fn(&Round) + Send,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let http = client(cosigning.timeout);
+    let mut every = ra_ledger_cdc::infra::runtime::Every::new(cosigning.interval, shutdown);
+    while every.tick().await {
+        match round(&pool, &cosigning.policy, &cache, &http).await {
+            Ok(Some(round)) => observe(&round),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "cosigning round failed; trying again next time"),
+        }
+    }
+}
+
+/// The HTTP client of the rounds: `timeout` per request, no proxy from the environment.
+pub fn client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .no_proxy()
+        .build()
+        .expect("an HTTP client with rustls")
+}
+
+/// One round: the newest checkpoint sent to every witness that has not answered it for
+/// good yet; `None` when no checkpoint exists.
+pub async fn round(
+    pool: &Pool,
+    policy: &Policy,
+    cache: &TreeCache,
+    http: &reqwest::Client,
+) -> Result<Option<Round>, CosignError> {
+    let client = pool.get().await?;
+    let Some(row) = client
+        .query_opt(
+            "SELECT digest_seq, size, note FROM checkpoints ORDER BY digest_seq DESC LIMIT 1",
+            &[],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let seq: i64 = row.get(0);
+    let size = row.get::<_, i64>(1) as u64;
+    let mut cosigned =
+        SignedNote::parse(row.get(2)).map_err(|e| CosignError::Checkpoint(seq, e))?;
+    let checkpoint = cosigned.clone();
+    // Read only when a witness is to be sent the checkpoint.
+    let mut log: Option<SealedLog> = None;
+    let mut witnesses = Vec::with_capacity(policy.witnesses.len());
+    let mut cosigners = BTreeSet::new();
+    for witness in &policy.witnesses {
+        let stored = client
+            .query_opt(
+                "SELECT line FROM cosignatures WHERE digest_seq = $1 AND witness = $2",
+                &[&seq, &witness.name],
+            )
+            .await?;
+        let state = client
+            .query_opt(
+                "SELECT size, digest_seq, outcome, reason FROM witness_state WHERE witness = $1",
+                &[&witness.name],
+            )
+            .await?;
+        let held = state.as_ref().map_or(0, |row| row.get::<_, i64>(0) as u64);
+        if let Some(line) = stored {
+            cosigned.add([SignatureLine::parse(line.get(0))
+                .map_err(|error| CosignError::Checkpoint(seq, error))?]);
+            cosigners.insert(witness.name.clone());
+            witnesses.push(WitnessStatus {
+                witness: witness.name.clone(),
+                outcome: Outcome::Cosigned,
+                reason: None,
+                size: held,
+            });
+            continue;
+        }
+        // A refusal of this very checkpoint is not sent again.
+        if let Some(state) = &state
+            && state.get::<_, Option<i64>>(1) == Some(seq)
+            && Outcome::from_stored(state.get(2)) == Some(Outcome::Refused)
+        {
+            witnesses.push(WitnessStatus {
+                witness: witness.name.clone(),
+                outcome: Outcome::Refused,
+                reason: state.get(3),
+                size: held,
+            });
+            continue;
+        }
+        let log = match &log {
+            Some(log) => log,
+            None => log.insert(SealedLog::of(&client, cache, seq).await?),
+        };
+        let (status, line) = send(http, witness, &checkpoint, log.tree(), size, held).await;
+        if let Some(line) = &line {
+            client
+                .execute(
+                    "INSERT INTO cosignatures (digest_seq, witness, line) VALUES ($1, $2, $3) \
+                     ON CONFLICT DO NOTHING",
+                    &[&seq, &witness.name, &line.text()],
+                )
+                .await?;
+            cosigned.add([line.clone()]);
+            cosigners.insert(witness.name.clone());
+        }
+        client
+            .execute(
+                "INSERT INTO witness_state (witness, size, digest_seq, outcome, reason, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, now()) \
+                 ON CONFLICT (witness) DO UPDATE SET size = EXCLUDED.size, \
+                   digest_seq = EXCLUDED.digest_seq, outcome = EXCLUDED.outcome, \
+                   reason = EXCLUDED.reason, updated_at = now()",
+                &[
+                    &witness.name,
+                    &(status.size as i64),
+                    &seq,
+                    &(status.outcome as i16),
+                    &status.reason,
+                ],
+            )
+            .await?;
+        match status.outcome {
+            Outcome::Refused => tracing::error!(
+                witness = %witness.name,
+                digest_seq = seq,
+                size,
+                reason = status.reason.as_deref().unwrap_or(""),
+                "WITNESS REFUSED the checkpoint: it is not sent to this witness again; see docs/operators.md#runbook-witness-refused"
+            ),
+            Outcome::Unavailable => tracing::warn!(
+                witness = %witness.name,
+                digest_seq = seq,
+                reason = status.reason.as_deref().unwrap_or(""),
+                "witness unavailable; the checkpoint is sent again next round"
+            ),
+            Outcome::Cosigned => {
+                tracing::debug!(witness = %witness.name, digest_seq = seq, "cosigned")
+            }
+        }
+        witnesses.push(status);
+    }
+    let quorum = policy.satisfied(&cosigners);
+    publish(&client, seq, size, quorum, &cosigners, &cosigned).await?;
+    Ok(Some(Round {
+        digest_seq: seq,
+        size,
+        cosigned,
+        cosigners,
+        quorum,
+        witnesses,
+    }))
+}
+
+/// The `format` of a cosigned checkpoint's document on the digest topic.
+pub const COSIGNED_FORMAT: &str = "ra-ledger cosigned checkpoint v1";
+
+/// The outbox's event type of a cosigned checkpoint (the relay's `event_type` header).
+pub const COSIGNED_EVENT_TYPE: &str = "CheckpointCosigned";
+
+/// A cosigned checkpoint as the digest topic carries it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CosignedDocument {
+    /// The signed note: the log's signature and the witnesses' cosignatures.
+    pub checkpoint: String,
+    /// The policy's witnesses whose cosignature it carries.
+    pub cosigners: Vec<String>,
+    /// The digest that sealed it.
+    pub digest_seq: i64,
+    /// [`COSIGNED_FORMAT`].
+    pub format: String,
+    /// Whether the cosigners meet the policy's quorum (a checkpoint short of it is
+    /// published as such, once, and again once the quorum is met).
+    pub quorum: bool,
+    /// The checkpoint's size.
+    pub size: u64,
+}
+
+/// Publishes the checkpoint of digest `seq` on the digest topic through the outbox, once
+/// short of the quorum (after a round every witness answered or failed) and once with it:
+/// `checkpoint_publications` remembers which, in the same transaction.
+async fn publish(
+    client: &deadpool_postgres::Client,
+    seq: i64,
+    size: u64,
+    quorum: bool,
+    cosigners: &BTreeSet<String>,
+    cosigned: &SignedNote,
+) -> Result<(), CosignError> {
+    let document = CosignedDocument {
+        checkpoint: cosigned.text(),
+        cosigners: cosigners.iter().cloned().collect(),
+        digest_seq: seq,
+        format: COSIGNED_FORMAT.into(),
+        quorum,
+        size,
+    };
+    client
+        .execute(
+            "WITH first AS ( \
+                 INSERT INTO checkpoint_publications (digest_seq, quorum) VALUES ($1, $2) \
+                 ON CONFLICT DO NOTHING RETURNING digest_seq) \
+             INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT $3, $4, 'ledger', $5, $6 FROM first",
+            &[
+                &seq,
+                &quorum,
+                &uuid::Uuid::now_v7(),
+                &super::build::AGGREGATE_TYPE,
+                &COSIGNED_EVENT_TYPE,
+                &serde_json::to_vec(&document).expect("a document always serializes"),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether a message of the digest topic is a cosigned checkpoint (not a digest).
+pub fn is_cosigned_checkpoint(payload: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(payload)
+        .ok()
+        .is_some_and(|document| document["format"] == COSIGNED_FORMAT)
+}
+
+/// The checkpoint digest `seq` sealed, with every cosignature stored for it; `None` when
+/// that digest sealed none (sealed before issue 47).
+pub async fn cosigned(
+    client: &impl deadpool_postgres::GenericClient,
+    seq: i64,
+) -> Result<Option<SignedNote>, CosignError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT c.note, \
+                    coalesce(array_agg(s.line ORDER BY s.witness) FILTER (WHERE s.line IS NOT NULL), '{}') \
+             FROM checkpoints c LEFT JOIN cosignatures s ON s.digest_seq = c.digest_seq \
+             WHERE c.digest_seq = $1 GROUP BY c.note",
+            &[&seq],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut note =
+        SignedNote::parse(row.get(0)).map_err(|error| CosignError::Checkpoint(seq, error))?;
+    for line in row.get::<_, Vec<String>>(1) {
+        note.add([
+            SignatureLine::parse(&line).map_err(|error| CosignError::Checkpoint(seq, error))?
+        ]);
+    }
+    Ok(Some(note))
+}
+
+/// The newest checkpoint with every cosignature stored for it, as a signed note, and the
+/// digest that sealed it; `None` before the first.
+pub async fn latest_cosigned(
+    client: &impl deadpool_postgres::GenericClient,
+) -> Result<Option<(i64, SignedNote)>, CosignError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT c.digest_seq, c.note, \
+                    coalesce(array_agg(s.line ORDER BY s.witness) FILTER (WHERE s.line IS NOT NULL), '{}') \
+             FROM (SELECT * FROM checkpoints ORDER BY digest_seq DESC LIMIT 1) c \
+             LEFT JOIN cosignatures s ON s.digest_seq = c.digest_seq \
+             GROUP BY c.digest_seq, c.note",
+            &[],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let seq: i64 = row.get(0);
+    let mut note =
+        SignedNote::parse(row.get(1)).map_err(|error| CosignError::Checkpoint(seq, error))?;
+    for line in row.get::<_, Vec<String>>(2) {
+        note.add([
+            SignatureLine::parse(&line).map_err(|error| CosignError::Checkpoint(seq, error))?
+        ]);
+    }
+    Ok(Some((seq, note)))
+}
+
+/// Sends the checkpoint of `size` to `witness`, which the ledger believes holds `held`;
+/// follows one 409 (rule 2 of [`crate::tlog::witness`]). Returns its state and, when it
+/// cosigned, its verified line.
+async fn send(
+    http: &reqwest::Client,
+    witness: &Witness,
+    checkpoint: &SignedNote,
+    log: &Tree,
+    size: u64,
+    held: u64,
+) -> (WitnessStatus, Option<SignatureLine>) {
+    let status = |outcome, reason: Option<String>, size| WitnessStatus {
+        witness: witness.name.clone(),
+        outcome,
+        reason,
+        size,
+    };
+    let Some(url) = &witness.url else {
+        return (
+            status(
+                Outcome::Refused,
+                Some("the policy gives no URL for this witness".into()),
+                held,
+            ),
+            None,
+        );
+    };
+    let mut old = held;
+    for sent in 1..=2u32 {
+        let Some(proof) = log.consistency_proof(old.min(size), size) else {
+            return (
+                status(
+                    Outcome::Refused,
+                    Some(format!(
+                        "the log has no tree of size {size} to prove from {old}"
+                    )),
+                    old,
+                ),
+                None,
+            );
+        };
+        if old > size {
+            let AfterConflict::Refuse(reason) = after_conflict(old, size, sent) else {
+                unreachable!("a larger size is always refused")
+            };
+            return (status(Outcome::Refused, Some(reason), old), None);
+        }
+        let answer = post(http, url, &request_body(old, &proof, checkpoint)).await;
+        match answer {
+            Answer::Cosigned(lines) => {
+                let verified = lines.into_iter().find(|line| {
+                    let mut note = checkpoint.clone();
+                    note.signatures = vec![line.clone()];
+                    witness.key.verify_cosignature(&note).is_ok()
+                });
+                return match verified {
+                    Some(line) => (status(Outcome::Cosigned, None, size), Some(line)),
+                    None => (
+                        status(
+                            Outcome::Refused,
+                            Some(format!(
+                                "HTTP 200, but no line verifies with the policy's key {}: an unknown key",
+                                witness.key.vkey()
+                            )),
+                            old,
+                        ),
+                        None,
+                    ),
+                };
+            }
+            Answer::HoldsSize(held) => match after_conflict(held, size, sent) {
+                AfterConflict::ResendFrom(held) => old = held,
+                AfterConflict::Refuse(reason) => {
+                    return (status(Outcome::Refused, Some(reason), held), None);
+                }
+            },
+            Answer::Refused(reason) => return (status(Outcome::Refused, Some(reason), old), None),
+            Answer::Unavailable(reason) => {
+                return (status(Outcome::Unavailable, Some(reason), old), None);
+            }
+        }
+    }
+    unreachable!("the second 409 is refused by after_conflict")
+}
+
+/// POSTs an `add-checkpoint` body; a transport failure is [`Answer::Unavailable`].
+pub async fn post(http: &reqwest::Client, url: &str, body: &str) -> Answer {
+    let response = match http
+        .post(format!("{}/add-checkpoint", url.trim_end_matches('/')))
+        .body(body.to_owned())
+        .send()
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => return Answer::Unavailable(format!("no answer: {error}")),
+    };
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    match response.text().await {
+        Ok(text) => classify(status, content_type.as_deref(), &text),
+        Err(error) => Answer::Unavailable(format!("HTTP {status}, body unread: {error}")),
+    }
+}

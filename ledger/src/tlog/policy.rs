@@ -1,0 +1,282 @@
+//! Which witnesses count and how many must cosign: a policy file in the C2SP
+//! `tlog-policy` form (the Sigsum policy's lines, with keys as signed-note vkeys). Pure.
+//!
+//! ```text
+//! # comments and blank lines are ignored
+//! log <vkey of the log>
+//! witness <name> <vkey> [<url>]        url: where add-checkpoint is posted (its prefix)
+//! group <name> <k|all|any> <member>... members: witnesses or groups defined above
+//! quorum <name|none>                   the witness or group whose rule must hold
+//! ```
+//!
+//! The rules, in the order the reader applies them: every name is defined once, before
+//! it is used; a group's `k` is between 1 and its members' count; exactly one `quorum`
+//! line. A checkpoint meets the policy when the quorum's witness cosigned it, or enough
+//! of its group's members meet theirs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::note::{ALG_COSIGNATURE_V1, ALG_ED25519, NoteKey};
+
+/// A witness of the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Witness {
+    /// Its name in the policy (what groups list).
+    pub name: String,
+    /// Its cosigning key; the key's own name is the one its cosignature lines carry.
+    pub key: NoteKey,
+    /// The URL prefix of its `add-checkpoint`, if the policy gives one.
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Member {
+    Witness(usize),
+    Group(usize),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Group {
+    threshold: usize,
+    members: Vec<Member>,
+}
+
+/// A parsed policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The log's key, if a `log` line gives it.
+    pub log: Option<NoteKey>,
+    /// The witnesses, in the file's order.
+    pub witnesses: Vec<Witness>,
+    groups: Vec<Group>,
+    quorum: Option<Member>,
+}
+
+/// A policy file that does not read: the line and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("policy line {line}: {problem}")]
+pub struct PolicyError {
+    /// The line's number, from 1 (0: the file as a whole).
+    pub line: usize,
+    /// What is wrong, naming the value.
+    pub problem: String,
+}
+
+impl Policy {
+    /// Reads a policy file's text.
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
+        let mut policy = Policy {
+            log: None,
+            witnesses: Vec::new(),
+            groups: Vec::new(),
+            quorum: None,
+        };
+        let mut names: BTreeMap<String, Member> = BTreeMap::new();
+        let mut quorum_lines = 0;
+        for (number, raw) in text.lines().enumerate() {
+            let line = number + 1;
+            let error = |problem: String| PolicyError { line, problem };
+            let words: Vec<&str> = raw
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            let Some((&keyword, args)) = words.split_first() else {
+                continue;
+            };
+            let key = |vkey: &str, algorithm: u8| {
+                NoteKey::from_vkey(vkey)
+                    .map_err(|e| error(e.to_string()))
+                    .and_then(|key| {
+                        if key.algorithm == algorithm {
+                            Ok(key)
+                        } else {
+                            Err(error(format!(
+                                "key {vkey:?} is of algorithm {:#04x}, not {algorithm:#04x}",
+                                key.algorithm
+                            )))
+                        }
+                    })
+            };
+            let fresh = |name: &str, names: &BTreeMap<String, Member>| {
+                if name == "none" || names.contains_key(name) {
+                    Err(error(format!(
+                        "name {name:?} is defined twice (or is `none`)"
+                    )))
+                } else {
+                    Ok(())
+                }
+            };
+            match (keyword, args) {
+                ("log", [vkey] | [vkey, _]) => policy.log = Some(key(vkey, ALG_ED25519)?),
+                ("witness", [name, vkey, rest @ ..]) if rest.len() <= 1 => {
+                    fresh(name, &names)?;
+                    names.insert(name.to_string(), Member::Witness(policy.witnesses.len()));
+                    policy.witnesses.push(Witness {
+                        name: name.to_string(),
+                        key: key(vkey, ALG_COSIGNATURE_V1)?,
+                        url: rest.first().map(|url| url.trim_end_matches('/').to_owned()),
+                    });
+                }
+                ("group", [name, threshold, members @ ..]) if !members.is_empty() => {
+                    fresh(name, &names)?;
+                    let members = members
+                        .iter()
+                        .map(|member| {
+                            names.get(*member).cloned().ok_or_else(|| {
+                                error(format!("group {name}: {member:?} is not defined above"))
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let threshold = match *threshold {
+                        "all" => members.len(),
+                        "any" => 1,
+                        k => k
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|k| (1..=members.len()).contains(k))
+                            .ok_or_else(|| {
+                                error(format!(
+                                    "group {name}: threshold {k:?} is not all, any or 1 to {}",
+                                    members.len()
+                                ))
+                            })?,
+                    };
+                    names.insert(name.to_string(), Member::Group(policy.groups.len()));
+                    policy.groups.push(Group { threshold, members });
+                }
+                ("quorum", [name]) => {
+                    quorum_lines += 1;
+                    policy.quorum = match *name {
+                        "none" => None,
+                        name => Some(names.get(name).cloned().ok_or_else(|| {
+                            error(format!("quorum {name:?} is not defined above"))
+                        })?),
+                    };
+                }
+                _ => return Err(error(format!("not a policy line: {raw:?}"))),
+            }
+        }
+        if quorum_lines != 1 {
+            return Err(PolicyError {
+                line: 0,
+                problem: format!("{quorum_lines} quorum lines: a policy has exactly one"),
+            });
+        }
+        Ok(policy)
+    }
+
+    /// Whether the witnesses named (by their policy names) meet the quorum.
+    pub fn satisfied(&self, cosigned: &BTreeSet<String>) -> bool {
+        match &self.quorum {
+            None => true,
+            Some(member) => self.holds(member, cosigned),
+        }
+    }
+
+    fn holds(&self, member: &Member, cosigned: &BTreeSet<String>) -> bool {
+        match member {
+            Member::Witness(i) => cosigned.contains(&self.witnesses[*i].name),
+            Member::Group(i) => {
+                let group = &self.groups[*i];
+                group
+                    .members
+                    .iter()
+                    .filter(|member| self.holds(member, cosigned))
+                    .count()
+                    >= group.threshold
+            }
+        }
+    }
+
+    /// The quorum in words, for status pages and errors.
+    pub fn describe(&self) -> String {
+        match &self.quorum {
+            None => "no witness needed (quorum none)".into(),
+            Some(member) => self.describe_member(member),
+        }
+    }
+
+    fn describe_member(&self, member: &Member) -> String {
+        match member {
+            Member::Witness(i) => self.witnesses[*i].name.clone(),
+            Member::Group(i) => {
+                let group = &self.groups[*i];
+                let members: Vec<String> = group
+                    .members
+                    .iter()
+                    .map(|m| self.describe_member(m))
+                    .collect();
+                format!("{} of ({})", group.threshold, members.join(", "))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vkey(name: &str, seed: u8) -> String {
+        NoteKey {
+            name: name.into(),
+            algorithm: ALG_COSIGNATURE_V1,
+            public: ed25519_dalek::SigningKey::from_bytes(&[seed; 32]).verifying_key(),
+        }
+        .vkey()
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn two_of_two_and_two_of_three_groups_count_as_written() {
+        let text = format!(
+            "# the stack's witnesses\nwitness a {} http://127.0.0.1:1/\nwitness b {}\nwitness c {}\n\
+             group ab all a b\ngroup two 2 a b c\ngroup either any ab c\nquorum two\n",
+            vkey("w.example/a", 1),
+            vkey("w.example/b", 2),
+            vkey("w.example/c", 3)
+        );
+        let policy = Policy::parse(&text).unwrap();
+        assert_eq!(
+            policy.witnesses[0].url.as_deref(),
+            Some("http://127.0.0.1:1")
+        );
+        assert!(policy.satisfied(&set(&["a", "c"])));
+        assert!(!policy.satisfied(&set(&["b"])));
+        assert!(!policy.satisfied(&set(&["x", "y"])));
+        assert_eq!(policy.describe(), "2 of (a, b, c)");
+        let either = Policy::parse(&text.replace("quorum two", "quorum either")).unwrap();
+        assert!(either.satisfied(&set(&["c"])) && !either.satisfied(&set(&["a"])));
+        assert!(either.satisfied(&set(&["a", "b"])));
+    }
+
+    #[test]
+    fn a_bad_line_is_named_with_its_value() {
+        let a = vkey("w.example/a", 1);
+        let error = |text: &str| Policy::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            error(&format!("witness a {a}\ngroup g 3 a\nquorum g\n")),
+            "policy line 2: group g: threshold \"3\" is not all, any or 1 to 1"
+        );
+        assert_eq!(
+            error(&format!("witness a {a}\nquorum b\n")),
+            "policy line 2: quorum \"b\" is not defined above"
+        );
+        assert_eq!(
+            error(&format!("witness a {a}\nwitness a {a}\nquorum a\n")),
+            "policy line 2: name \"a\" is defined twice (or is `none`)"
+        );
+        assert_eq!(
+            error(&format!("witness a {a}\n")),
+            "policy line 0: 0 quorum lines: a policy has exactly one"
+        );
+        assert!(
+            error("witness a nokey\nquorum a\n").starts_with("policy line 1: not a verifier key")
+        );
+        assert!(error("frobnicate\nquorum none\n").contains("not a policy line"));
+    }
+}
