@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use ra_ledger::digest::DigestKey;
-use ra_ledger::digest::build::{Built, build};
+use ra_ledger::digest::build::{Built, TreeCache, build_cached};
+use ra_ledger::digest::cosign;
+use ra_ledger::tlog::note::NoteKey;
+use ra_ledger::tlog::policy::Policy;
 use ra_ledger::replay::ReplayState;
 use ra_ledger_tests::api::{TestApi, contact_body};
 use ra_ledger_tests::relay::{RunningRelay, test_config};
@@ -221,10 +224,31 @@ async fn the_asyncapi_document_describes_every_record_the_ledger_puts_on_kafka()
     })
     .await?;
 
-    // A signed digest.
+    // A signed digest, and its checkpoint cosigned by the run's two witnesses.
     let key = DigestKey::from_seed(&[29; 32]);
-    let sealed = build(api.ledger.pool(), &key).await?;
+    let origin = format!("ra-ledger.test/{}", ra_ledger_tests::random_suffix());
+    let cache = TreeCache::with_origin(&origin);
+    let sealed = build_cached(api.ledger.pool(), &key, &cache).await?;
     assert!(matches!(sealed, Built::Sealed { seq: 1, .. }), "{sealed:?}");
+    let log = NoteKey::log(&origin, key.public());
+    let [a, b] = ra_ledger_tests::witness::witnesses();
+    a.add_log(&origin, &log.vkey())?;
+    b.add_log(&origin, &log.vkey())?;
+    let policy = Policy::parse(&format!(
+        "log {}\n{}\n{}\ngroup both all a b\nquorum both\n",
+        log.vkey(),
+        a.policy_line("a"),
+        b.policy_line("b")
+    ))?;
+    let round = cosign::round(
+        api.ledger.pool(),
+        &policy,
+        &cache,
+        &cosign::client(Duration::from_secs(5)),
+    )
+    .await?
+    .expect("a checkpoint");
+    assert!(round.quorum, "{round:?}");
 
     // A replay of every aggregate type a replay can select.
     let reply = api
