@@ -57,32 +57,9 @@ fn collect_path(leaves: &[Hash], index: usize, path: &mut Vec<Hash>) {
 }
 
 /// Whether `path` proves leaf hash `leaf` at `index` in a tree of `size` leaves with root
-/// `root` (RFC 9162 section 2.1.3.2).
+/// `root` (RFC 9162 section 2.1.3.2): the transparency log's check, which says why not.
 pub fn verify_inclusion(leaf: &Hash, index: u64, size: u64, path: &[Hash], root: &Hash) -> bool {
-    if index >= size {
-        return false;
-    }
-    let (mut fnode, mut snode) = (index, size - 1);
-    let mut hash = *leaf;
-    for sibling in path {
-        if snode == 0 {
-            return false;
-        }
-        if fnode & 1 == 1 || fnode == snode {
-            hash = node_hash(sibling, &hash);
-            if fnode & 1 == 0 {
-                while fnode & 1 == 0 && fnode != 0 {
-                    fnode >>= 1;
-                    snode >>= 1;
-                }
-            }
-        } else {
-            hash = node_hash(&hash, sibling);
-        }
-        fnode >>= 1;
-        snode >>= 1;
-    }
-    snode == 0 && hash == *root
+    crate::tlog::tree::verify_inclusion(leaf, index, size, path, root).is_ok()
 }
 
 #[cfg(test)]
