@@ -189,9 +189,19 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     let span = info_span!("relay", slot = %config.slot);
     async move {
-        let config = crate::registry::register_topics(config)
-            .await
-            .inspect_err(|error| error!(%error, "relay stopped"))?;
+        let config = match crate::registry::register_topics(config.clone()).await {
+            Ok(registered) => registered,
+            Err(error) => {
+                let error = RelayError::from(error);
+                error!(%error, "relay stopped");
+                // An incompatible schema stays so until an operator acts: the verdict says
+                // so, as for any refusal. A registry that does not answer yet is not one.
+                if !should_retry(&error) {
+                    lag_report::refused(&config, &error).await;
+                }
+                return Err(error);
+            }
+        };
         let mut backoff = Duration::from_millis(100);
         let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
         // The server the sessions of this process streamed from: a reconnect that reaches

@@ -230,9 +230,25 @@ async fn a_schema_the_registry_refuses_stops_the_relay_with_the_registrys_reason
     registry.register(&subject, &older).await?;
     write_assignments(&api, 3).await?;
 
-    let error = RunningRelay::start(config)
+    let error = RunningRelay::start(config.clone())
         .refusal(Duration::from_secs(60))
         .await?;
+    // Kept for the verdict's "refused start", as any refusal is.
+    let recorded: Option<String> = database
+        .connect()
+        .await?
+        .query_opt(
+            "SELECT refused FROM relay_lag_reports WHERE slot_name = $1",
+            &[&config.slot],
+        )
+        .await?
+        .and_then(|row| row.get(0));
+    assert!(
+        recorded
+            .as_deref()
+            .is_some_and(|text| text.contains("Incompatible artifact")),
+        "{recorded:?}"
+    );
     let RelayError::Registry(RegistryError::Incompatible {
         subject: refused,
         level,
