@@ -143,6 +143,35 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<
 /// Every setting is declared once: no code of the ledger or the CDC crate names or reads
 /// an environment variable but the declaration, whose names the configs' tables and the
 /// tools' flags take; and every name declared there is used.
+/// The operators' settings reference names every variable of the one declaration: the
+/// reference promises to be complete, and a variable added to `env.rs` without a line there
+/// (`LEDGER_RELAY_DELIVERY`, the example consumer's two, found so) fails here.
+#[test]
+fn every_declared_environment_variable_is_in_the_operators_reference() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let declaration = std::fs::read_to_string(root.join(DECLARATION))?;
+    let reference = std::fs::read_to_string(root.join("docs/operators.md"))?;
+    let constant = regex::Regex::new(r#"pub const \w+: &str = "(\w+)";"#)?;
+    let names: Vec<&str> = constant
+        .captures_iter(&declaration)
+        .filter_map(|declared| declared.get(1).map(|m| m.as_str()))
+        .collect();
+    assert!(names.len() > 40, "{names:?}");
+    let missing: Vec<&str> = names
+        .into_iter()
+        .filter(|name| {
+            !regex::Regex::new(&format!(r"\b{name}\b"))
+                .expect("a variable's name is a regex")
+                .is_match(&reference)
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "declared in {DECLARATION}, not in docs/operators.md: {missing:?}"
+    );
+    Ok(())
+}
+
 #[test]
 fn every_environment_variable_is_read_through_its_one_declaration() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
