@@ -569,6 +569,9 @@ def verify_file(path, public_pem, policy=None, saved=()):
 
 def main(argv):
     args = argv[1:]
+    if "--help" in args or "-h" in args:
+        print(__doc__)
+        return 0
     public_pem = None
     policy = None
     saved = []
