@@ -11,7 +11,10 @@
 //! (`x-protobuf-message`), from the `.proto` it references, after Confluent's framing when
 //! the payload's schema says `x-confluent-wire-format`; a JSON payload of a message that
 //! names one (its canonical JSON, `x-relay-value-format: json`) is also read back as that
-//! message by the canonical JSON parser (pbjson).
+//! message by the canonical JSON parser (pbjson). [`descriptor`] holds those JSON payload
+//! schemas to the compiled `.proto`, field by field, without a broker.
+
+mod descriptor;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
