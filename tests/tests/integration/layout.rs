@@ -172,6 +172,47 @@ fn every_declared_environment_variable_is_in_the_operators_reference() -> anyhow
     Ok(())
 }
 
+/// Each config's part of the operators' reference names every key of its file, as its
+/// declaration holds them (`KEYS`, from `settings!`): a field added to a config and not to
+/// the reference fails here, naming it. A key counts as named in backticks (`` `key` ``,
+/// `` `key = …` ``, `` `[key]` ``) or as a line of a TOML example (`key = …`, `[key]`).
+#[test]
+fn every_config_key_is_in_its_part_of_the_operators_reference() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let reference = std::fs::read_to_string(root.join("docs/operators.md"))?;
+    let configs: [(&str, &[&str]); 3] = [
+        ("### `ledger serve`", ra_ledger::config::ServeConfig::KEYS),
+        (
+            "### `ledger relay`",
+            ra_ledger_cdc::config::RelayConfig::KEYS,
+        ),
+        ("### `ledger worker`", ra_ledger::config::WorkerConfig::KEYS),
+    ];
+    let mut missing = Vec::new();
+    for (heading, keys) in configs {
+        let start = reference
+            .find(&format!("{heading}\n"))
+            .unwrap_or_else(|| panic!("docs/operators.md has no heading {heading}"));
+        let section = &reference[start + heading.len()..];
+        // To the next heading (a code block's `# comment` is not one).
+        let next = regex::Regex::new(r"\n#{1,4} ")?;
+        let section = &section[..next.find(section).map_or(section.len(), |m| m.start())];
+        assert!(keys.len() > 10, "{heading}: {keys:?}");
+        for key in keys {
+            let named = regex::Regex::new(&format!(r"(?m)`\[?{key}(\]|`| =)|^\[?{key}(\]| =)"))?;
+            if !named.is_match(section) {
+                missing.push(format!("{heading}: `{key}`"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "declared, not in docs/operators.md:\n{}",
+        missing.join("\n")
+    );
+    Ok(())
+}
+
 #[test]
 fn every_environment_variable_is_read_through_its_one_declaration() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

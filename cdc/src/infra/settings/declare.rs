@@ -153,6 +153,12 @@ macro_rules! settings {
             )*
         }
 
+        impl $name {
+            /// The keys of this config's TOML file, in declaration order: what its part of
+            /// the operators' reference must name (a test holds it to that).
+            pub const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+        }
+
         impl Default for $name {
             fn default() -> Self {
                 Self {
