@@ -160,3 +160,102 @@ fn uuid_param(name: &str, value: &str) -> Result<Uuid, ApiError> {
         .parse()
         .map_err(|_| ApiError::bad_request(format!("{name} {value:?} is not a UUID")))
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+    use serde_json::Value;
+    use uuid::Uuid;
+
+    use crate::domain::{ContactStatus, EndReason, Jurisdiction, PostalAddress};
+    use crate::queries::{AssignmentView, ContactView, RegisteredAgent};
+
+    /// The keys of `value` equal the properties of the schema it is described by, objects
+    /// within it by theirs (`$ref`s followed); what differs, by path.
+    fn differences(document: &Value, schema: &Value, value: &Value, path: &str) -> Vec<String> {
+        let schema = match schema["$ref"].as_str() {
+            Some(reference) => {
+                let pointer = reference.trim_start_matches('#');
+                document.pointer(pointer).expect("the $ref resolves")
+            }
+            None => schema,
+        };
+        let Some(object) = value.as_object() else {
+            return Vec::new();
+        };
+        let properties = schema["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{path}: no properties in the document"));
+        let mut found = Vec::new();
+        for key in object.keys().filter(|key| !properties.contains_key(*key)) {
+            found.push(format!("{path}.{key} is served, not in openapi.json"));
+        }
+        for key in properties.keys().filter(|key| !object.contains_key(*key)) {
+            found.push(format!("{path}.{key} is in openapi.json, not served"));
+        }
+        for (key, inner) in object {
+            if let Some(described) = properties.get(key) {
+                found.extend(differences(
+                    document,
+                    described,
+                    inner,
+                    &format!("{path}.{key}"),
+                ));
+            }
+        }
+        found
+    }
+
+    /// Every field of the views the API serves as JSON is a property of its schema in
+    /// `openapi.json`, and the other way round. The views are written out whole (no `..`),
+    /// so a field added to one does not compile here until it is, and then this test names
+    /// the schema that lacks it.
+    #[test]
+    fn the_views_served_have_exactly_the_properties_openapi_json_gives_them() {
+        let document: Value = serde_json::from_str(include_str!("openapi.json")).unwrap();
+        let time = DateTime::<Utc>::UNIX_EPOCH;
+        let id = Uuid::nil();
+        let assignment = AssignmentView {
+            assignment_id: id,
+            business_id: id,
+            jurisdiction: Jurisdiction::parse("jurisdiction", "TX").unwrap(),
+            contact_id: id,
+            started_at: time,
+            ended_at: Some(time),
+            end_reason: Some(EndReason::Replaced),
+            replaces: Some(id),
+            replaced_by: Some(id),
+            recorded_at: time,
+            ended_recorded_at: Some(time),
+        };
+        let contact = ContactView {
+            contact_id: id,
+            jurisdiction: Jurisdiction::parse("jurisdiction", "TX").unwrap(),
+            name: "Office".into(),
+            address: PostalAddress {
+                line1: "1 Main St".into(),
+                line2: String::new(),
+                city: "Austin".into(),
+                region: "TX".into(),
+                postal_code: "78701".into(),
+            },
+            status: ContactStatus::OnFile,
+            supersedes: Some(id),
+            superseded_by: Some(id),
+            created_at: time,
+            recorded_at: time,
+            superseded_at: Some(time),
+            superseded_recorded_at: Some(time),
+            version: 2,
+        };
+        let agent = RegisteredAgent {
+            assignment,
+            contact,
+            contact_status: ContactStatus::OnFile,
+        };
+        let served = serde_json::to_value(&agent).unwrap();
+        let schema = serde_json::json!({"$ref": "#/components/schemas/RegisteredAgent"});
+        let found = differences(&document, &schema, &served, "RegisteredAgent");
+        assert!(found.is_empty(), "{found:#?}");
+    }
+}

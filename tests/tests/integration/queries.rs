@@ -204,3 +204,111 @@ async fn every_statement_read_as_a_view_selects_its_columns() -> anyhow::Result<
     assert_ne!(agent.contact.recorded_at, assignment.recorded_at);
     Ok(())
 }
+
+/// Columns a projection fills from the envelope (its times and version), not from a field
+/// of its event.
+const FROM_ENVELOPE: [&str; 8] = [
+    "started_at",
+    "ended_at",
+    "recorded_at",
+    "ended_recorded_at",
+    "created_at",
+    "superseded_at",
+    "superseded_recorded_at",
+    "stream_version",
+];
+
+/// The columns that hold an event's field: its own name, but for these.
+fn columns_of(message: &str, field: &str) -> Vec<String> {
+    match (message, field) {
+        ("AssignmentEnded", "reason") => vec!["end_reason".into()],
+        ("ContactCreated", "address") => [
+            "address_line1",
+            "address_line2",
+            "city",
+            "region",
+            "postal_code",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        _ => vec![field.to_owned()],
+    }
+}
+
+/// A field added to an event of the projections, to its table, or to its view is in all
+/// three or this test names where it is missing: each field of `events.proto`'s contact and
+/// assignment events has its column in the projection table, each column is a field's or
+/// the envelope's, and the table's columns are the view's `COLUMNS`, which the test above
+/// holds every statement and reader to.
+#[tokio::test]
+async fn the_projections_hold_every_field_of_their_events_and_the_views_every_column()
+-> anyhow::Result<()> {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto/proto");
+    let files = protox::compile([ra_ledger_proto::EVENTS_PROTO_PATH], [include])?;
+    let fields = |message: &str| -> Vec<String> {
+        files
+            .file
+            .iter()
+            .flat_map(|file| &file.message_type)
+            .find(|described| described.name() == message)
+            .unwrap_or_else(|| panic!("{message} is not in events.proto"))
+            .field
+            .iter()
+            .map(|field| field.name().to_owned())
+            .collect()
+    };
+    let database = TestDatabase::new().await?;
+    let client = database.connect().await?;
+    for (table, events, view) in [
+        (
+            "assignments",
+            ["AssignmentStarted", "AssignmentEnded"],
+            &AssignmentView::COLUMNS[..],
+        ),
+        (
+            "contacts",
+            ["ContactCreated", "ContactSuperseded"],
+            &ContactView::COLUMNS[..],
+        ),
+    ] {
+        let columns: BTreeSet<String> = client
+            .query(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = 'public' AND table_name = $1",
+                &[&table],
+            )
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let viewed: BTreeSet<String> = view.iter().map(|name| (*name).to_owned()).collect();
+        assert_eq!(
+            columns, viewed,
+            "the columns of {table} (left) and of its view's COLUMNS (right)"
+        );
+        let mut filled: BTreeSet<String> = FROM_ENVELOPE
+            .iter()
+            .map(|name| (*name).to_owned())
+            .filter(|name| columns.contains(name))
+            .collect();
+        for event in events {
+            for field in fields(event) {
+                for column in columns_of(event, &field) {
+                    assert!(
+                        columns.contains(&column),
+                        "{event}.{field} has no column {column} in {table}: add it (a \
+                         migration, the projection's SQL, the view, openapi.json), or say \
+                         here why the projection does not hold it"
+                    );
+                    filled.insert(column);
+                }
+            }
+        }
+        let unfilled: Vec<_> = columns.difference(&filled).collect();
+        assert!(
+            unfilled.is_empty(),
+            "{table} has columns no field of {events:?} and no envelope time fills: {unfilled:?}"
+        );
+    }
+    Ok(())
+}
