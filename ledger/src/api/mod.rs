@@ -210,9 +210,9 @@ mod tests {
     }
 
     /// Every field of the views the API serves as JSON is a property of its schema in
-    /// `openapi.json`, and the other way round. The views are written out whole (no `..`),
-    /// so a field added to one does not compile here until it is, and then this test names
-    /// the schema that lacks it.
+    /// `openapi.json`, and the other way round, and one of the view's `COLUMNS`. The views
+    /// are written out whole (no `..`), so a field added to one does not compile here until
+    /// it is, and then this test names the schema or the list that lacks it.
     #[test]
     fn the_views_served_have_exactly_the_properties_openapi_json_gives_them() {
         let document: Value = serde_json::from_str(include_str!("openapi.json")).unwrap();
@@ -260,6 +260,36 @@ mod tests {
         let schema = serde_json::json!({"$ref": "#/components/schemas/RegisteredAgent"});
         let found = differences(&document, &schema, &served, "RegisteredAgent");
         assert!(found.is_empty(), "{found:#?}");
+        // And each view reads what it serves: its fields are its COLUMNS (a contact's
+        // address is five columns, its version the stream's).
+        let keys =
+            |value: &Value| -> Vec<String> {
+                let mut keys = Vec::new();
+                for (key, inner) in value.as_object().unwrap() {
+                    match key.as_str() {
+                        "address" => keys.extend(inner.as_object().unwrap().keys().map(|line| {
+                            match line.as_str() {
+                                "line1" | "line2" => format!("address_{line}"),
+                                _ => line.clone(),
+                            }
+                        })),
+                        "version" => keys.push("stream_version".into()),
+                        _ => keys.push(key.clone()),
+                    }
+                }
+                keys.sort();
+                keys
+            };
+        let sorted = |columns: &[&str]| -> Vec<String> {
+            let mut columns: Vec<String> = columns.iter().map(|c| (*c).to_owned()).collect();
+            columns.sort();
+            columns
+        };
+        assert_eq!(
+            keys(&served["assignment"]),
+            sorted(&AssignmentView::COLUMNS)
+        );
+        assert_eq!(keys(&served["contact"]), sorted(&ContactView::COLUMNS));
     }
 
     /// The field names a struct's `Deserialize` asks for: serde's derive passes them all to
