@@ -96,8 +96,18 @@ async fn contact_created(
     envelope: &v1::Envelope,
     created: &v1::ContactCreated,
 ) -> Result<u64, ProjectionError> {
-    let address = created.address.clone().unwrap_or_default();
-    let status = if created.status == v1::ContactStatus::OnFile as i32 {
+    // Every field named, none with `..`: a field added to the event does not compile here
+    // until the projection takes it or says why not.
+    let v1::ContactCreated {
+        contact_id,
+        jurisdiction,
+        name,
+        address,
+        status,
+        supersedes,
+    } = created;
+    let address = address.clone().unwrap_or_default();
+    let status = if *status == v1::ContactStatus::OnFile as i32 {
         "on_file"
     } else {
         "primary"
@@ -106,16 +116,16 @@ async fn contact_created(
         client,
         include_str!("sql/projections/contact_created.sql"),
         &[
-            &uuid("contact_id", &created.contact_id, envelope)?,
-            &created.jurisdiction,
-            &created.name,
+            &uuid("contact_id", contact_id, envelope)?,
+            jurisdiction,
+            name,
             &address.line1,
             &address.line2,
             &address.city,
             &address.region,
             &address.postal_code,
             &status,
-            &optional_uuid("supersedes", &created.supersedes, envelope)?,
+            &optional_uuid("supersedes", supersedes, envelope)?,
             &from_micros(envelope.effective_at_micros),
             &from_micros(envelope.recorded_at_micros),
             &envelope.stream_version,
@@ -129,12 +139,18 @@ async fn contact_superseded(
     envelope: &v1::Envelope,
     superseded: &v1::ContactSuperseded,
 ) -> Result<u64, ProjectionError> {
+    let v1::ContactSuperseded {
+        contact_id,
+        // The contact's row has it since its creation.
+        jurisdiction: _,
+        superseded_by,
+    } = superseded;
     Ok(cached::execute(
         client,
         include_str!("sql/projections/contact_superseded.sql"),
         &[
-            &uuid("contact_id", &superseded.contact_id, envelope)?,
-            &uuid("superseded_by", &superseded.superseded_by, envelope)?,
+            &uuid("contact_id", contact_id, envelope)?,
+            &uuid("superseded_by", superseded_by, envelope)?,
             &from_micros(envelope.effective_at_micros),
             &from_micros(envelope.recorded_at_micros),
             &envelope.stream_version,
@@ -148,16 +164,23 @@ async fn assignment_started(
     envelope: &v1::Envelope,
     started: &v1::AssignmentStarted,
 ) -> Result<u64, ProjectionError> {
+    let v1::AssignmentStarted {
+        assignment_id,
+        business_id,
+        jurisdiction,
+        contact_id,
+        replaces,
+    } = started;
     Ok(cached::execute(
         client,
         include_str!("sql/projections/assignment_started.sql"),
         &[
-            &uuid("assignment_id", &started.assignment_id, envelope)?,
-            &uuid("business_id", &started.business_id, envelope)?,
-            &started.jurisdiction,
-            &uuid("contact_id", &started.contact_id, envelope)?,
+            &uuid("assignment_id", assignment_id, envelope)?,
+            &uuid("business_id", business_id, envelope)?,
+            jurisdiction,
+            &uuid("contact_id", contact_id, envelope)?,
             &from_micros(envelope.effective_at_micros),
-            &optional_uuid("replaces", &started.replaces, envelope)?,
+            &optional_uuid("replaces", replaces, envelope)?,
             &from_micros(envelope.recorded_at_micros),
         ],
     )
@@ -169,26 +192,55 @@ async fn assignment_ended(
     envelope: &v1::Envelope,
     ended: &v1::AssignmentEnded,
 ) -> Result<u64, ProjectionError> {
+    let Ended {
+        assignment_id,
+        reason,
+        replaced_by,
+    } = Ended::of(ended);
     Ok(cached::execute(
         client,
         include_str!("sql/projections/assignment_ended.sql"),
         &[
-            &uuid("assignment_id", &ended.assignment_id, envelope)?,
+            &uuid("assignment_id", assignment_id, envelope)?,
             &from_micros(envelope.effective_at_micros),
-            &end_reason(ended),
-            &optional_uuid("replaced_by", &ended.replaced_by, envelope)?,
+            &reason,
+            &optional_uuid("replaced_by", replaced_by, envelope)?,
             &from_micros(envelope.recorded_at_micros),
         ],
     )
     .await?)
 }
 
-/// The database spelling of why an assignment ended.
-fn end_reason(ended: &v1::AssignmentEnded) -> &'static str {
-    if ended.reason == v1::EndReason::Replaced as i32 {
-        "replaced"
-    } else {
-        "cancelled"
+/// What an `AssignmentEnded` changes on its row, taken from every field of the event by
+/// name: a field added to the event does not compile here until the projection takes it
+/// or says why not.
+struct Ended<'e> {
+    assignment_id: &'e str,
+    /// The database spelling of why it ended.
+    reason: &'static str,
+    replaced_by: &'e str,
+}
+
+impl<'e> Ended<'e> {
+    fn of(ended: &'e v1::AssignmentEnded) -> Self {
+        let v1::AssignmentEnded {
+            assignment_id,
+            // The row has these since its start.
+            business_id: _,
+            jurisdiction: _,
+            contact_id: _,
+            reason,
+            replaced_by,
+        } = ended;
+        Self {
+            assignment_id,
+            reason: if *reason == v1::EndReason::Replaced as i32 {
+                "replaced"
+            } else {
+                "cancelled"
+            },
+            replaced_by,
+        }
     }
 }
 
@@ -290,14 +342,19 @@ impl EndColumns {
         envelope: &v1::Envelope,
         ended: &v1::AssignmentEnded,
     ) -> Result<(), ProjectionError> {
+        let Ended {
+            assignment_id,
+            reason,
+            replaced_by,
+        } = Ended::of(ended);
         self.event_id.push(envelope.event_id.clone());
         self.assignment_id
-            .push(uuid("assignment_id", &ended.assignment_id, envelope)?);
+            .push(uuid("assignment_id", assignment_id, envelope)?);
         self.ended_at
             .push(from_micros(envelope.effective_at_micros));
-        self.reason.push(end_reason(ended));
+        self.reason.push(reason);
         self.replaced_by
-            .push(optional_uuid("replaced_by", &ended.replaced_by, envelope)?);
+            .push(optional_uuid("replaced_by", replaced_by, envelope)?);
         self.recorded_at
             .push(from_micros(envelope.recorded_at_micros));
         Ok(())
@@ -321,17 +378,26 @@ impl StartColumns {
         envelope: &v1::Envelope,
         started: &v1::AssignmentStarted,
     ) -> Result<(), ProjectionError> {
+        // Every field by name, as in `assignment_started`: the two folds of a start cannot
+        // take different fields.
+        let v1::AssignmentStarted {
+            assignment_id,
+            business_id,
+            jurisdiction,
+            contact_id,
+            replaces,
+        } = started;
         self.assignment_id
-            .push(uuid("assignment_id", &started.assignment_id, envelope)?);
+            .push(uuid("assignment_id", assignment_id, envelope)?);
         self.business_id
-            .push(uuid("business_id", &started.business_id, envelope)?);
-        self.jurisdiction.push(started.jurisdiction.clone());
+            .push(uuid("business_id", business_id, envelope)?);
+        self.jurisdiction.push(jurisdiction.clone());
         self.contact_id
-            .push(uuid("contact_id", &started.contact_id, envelope)?);
+            .push(uuid("contact_id", contact_id, envelope)?);
         self.started_at
             .push(from_micros(envelope.effective_at_micros));
         self.replaces
-            .push(optional_uuid("replaces", &started.replaces, envelope)?);
+            .push(optional_uuid("replaces", replaces, envelope)?);
         self.recorded_at
             .push(from_micros(envelope.recorded_at_micros));
         Ok(())

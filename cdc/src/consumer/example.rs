@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::consumer::{self, INBOX_SCHEMA};
 use crate::replay;
-use ra_ledger_proto::v1::envelope::Event;
+use ra_ledger_proto::v1::{self, envelope::Event};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
@@ -309,20 +309,33 @@ async fn apply_all(
                 .unwrap_or_default();
             match &envelope.event {
                 Some(Event::AssignmentStarted(started)) => {
+                    // Every field by name: a field added to the event does not compile
+                    // here until the example keeps it or says why not.
+                    let v1::AssignmentStarted {
+                        assignment_id,
+                        business_id,
+                        jurisdiction,
+                        contact_id,
+                        // The current RA only: which assignment came before is history.
+                        replaces: _,
+                    } = started;
                     tx.execute(
                         &start,
-                        &[
-                            &started.business_id,
-                            &started.jurisdiction,
-                            &started.assignment_id,
-                            &started.contact_id,
-                            &since,
-                        ],
+                        &[business_id, jurisdiction, assignment_id, contact_id, &since],
                     )
                     .await?;
                 }
                 Some(Event::AssignmentEnded(ended)) => {
-                    tx.execute(&end, &[&ended.assignment_id]).await?;
+                    let v1::AssignmentEnded {
+                        assignment_id,
+                        // Its row goes: why it ended and what replaced it are history.
+                        business_id: _,
+                        jurisdiction: _,
+                        contact_id: _,
+                        reason: _,
+                        replaced_by: _,
+                    } = ended;
+                    tx.execute(&end, &[assignment_id]).await?;
                 }
                 _ => {}
             }

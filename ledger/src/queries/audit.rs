@@ -41,7 +41,7 @@ pub async fn registered_agent_at(
     )
     .await?;
     Ok(row.map(|row| {
-        let contact = ContactView::from_row(&row, 11);
+        let contact = ContactView::from_joined_row(&row);
         RegisteredAgent {
             assignment: AssignmentView::from_row(&row).as_known_at(known_at),
             contact_status: contact.status_at(at, known_at),
@@ -74,7 +74,7 @@ pub async fn registered_agents_during(
     Ok(rows
         .iter()
         .map(|row| {
-            let contact = ContactView::from_row(row, 11);
+            let contact = ContactView::from_joined_row(row);
             let assignment = AssignmentView::from_row(row);
             RegisteredAgent {
                 contact_status: contact.status_at(assignment.started_at.max(from), Utc::now()),
@@ -95,7 +95,7 @@ pub async fn lineage(
     Ok(cached::query(client, sql, &[&contact_id])
         .await?
         .iter()
-        .map(|row| ContactView::from_row(row, 0))
+        .map(ContactView::from_row)
         .collect())
 }
 

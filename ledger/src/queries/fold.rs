@@ -47,18 +47,26 @@ impl Fold {
             let effective = from_micros(envelope.effective_at_micros);
             match &envelope.event {
                 Some(Event::ContactCreated(created)) => {
-                    let address = created.address.clone().unwrap_or_default();
-                    let contact_id = uuid("contact_id", &created.contact_id)?;
+                    // Every field by name, as the projections take them: a field added to
+                    // an event does not compile here until the fold takes it too.
+                    let v1::ContactCreated {
+                        contact_id,
+                        jurisdiction,
+                        name,
+                        address,
+                        // A contact is created primary; a supersede demotes it.
+                        status: _,
+                        supersedes,
+                    } = created;
+                    let address = address.clone().unwrap_or_default();
+                    let contact_id = uuid("contact_id", contact_id)?;
                     fold.contacts.insert(
                         contact_id,
                         ContactView {
                             contact_id,
-                            jurisdiction: Jurisdiction::parse(
-                                "jurisdiction",
-                                &created.jurisdiction,
-                            )
-                            .map_err(|error| error.to_string())?,
-                            name: created.name.clone(),
+                            jurisdiction: Jurisdiction::parse("jurisdiction", jurisdiction)
+                                .map_err(|error| error.to_string())?,
+                            name: name.clone(),
                             address: PostalAddress {
                                 line1: address.line1,
                                 line2: address.line2,
@@ -67,7 +75,7 @@ impl Fold {
                                 postal_code: address.postal_code,
                             },
                             status: ContactStatus::Primary,
-                            supersedes: optional("supersedes", &created.supersedes)?,
+                            supersedes: optional("supersedes", supersedes)?,
                             superseded_by: None,
                             created_at: effective,
                             recorded_at: recorded,
@@ -78,7 +86,12 @@ impl Fold {
                     );
                 }
                 Some(Event::ContactSuperseded(superseded)) => {
-                    let contact_id = uuid("contact_id", &superseded.contact_id)?;
+                    let v1::ContactSuperseded {
+                        contact_id,
+                        jurisdiction: _,
+                        superseded_by,
+                    } = superseded;
+                    let contact_id = uuid("contact_id", contact_id)?;
                     let contact = fold.contacts.get_mut(&contact_id).ok_or_else(|| {
                         format!(
                             "event {}: contact {contact_id} superseded before it was created",
@@ -86,28 +99,32 @@ impl Fold {
                         )
                     })?;
                     contact.status = ContactStatus::OnFile;
-                    contact.superseded_by = Some(uuid("superseded_by", &superseded.superseded_by)?);
+                    contact.superseded_by = Some(uuid("superseded_by", superseded_by)?);
                     contact.superseded_at = Some(effective);
                     contact.superseded_recorded_at = Some(recorded);
                     contact.version = envelope.stream_version;
                 }
                 Some(Event::AssignmentStarted(started)) => {
-                    let assignment_id = uuid("assignment_id", &started.assignment_id)?;
+                    let v1::AssignmentStarted {
+                        assignment_id,
+                        business_id,
+                        jurisdiction,
+                        contact_id,
+                        replaces,
+                    } = started;
+                    let assignment_id = uuid("assignment_id", assignment_id)?;
                     fold.assignments.insert(
                         assignment_id,
                         AssignmentView {
                             assignment_id,
-                            business_id: uuid("business_id", &started.business_id)?,
-                            jurisdiction: Jurisdiction::parse(
-                                "jurisdiction",
-                                &started.jurisdiction,
-                            )
-                            .map_err(|error| error.to_string())?,
-                            contact_id: uuid("contact_id", &started.contact_id)?,
+                            business_id: uuid("business_id", business_id)?,
+                            jurisdiction: Jurisdiction::parse("jurisdiction", jurisdiction)
+                                .map_err(|error| error.to_string())?,
+                            contact_id: uuid("contact_id", contact_id)?,
                             started_at: effective,
                             ended_at: None,
                             end_reason: None,
-                            replaces: optional("replaces", &started.replaces)?,
+                            replaces: optional("replaces", replaces)?,
                             replaced_by: None,
                             recorded_at: recorded,
                             ended_recorded_at: None,
@@ -115,7 +132,16 @@ impl Fold {
                     );
                 }
                 Some(Event::AssignmentEnded(ended)) => {
-                    let assignment_id = uuid("assignment_id", &ended.assignment_id)?;
+                    let v1::AssignmentEnded {
+                        assignment_id,
+                        // The assignment has these since its start.
+                        business_id: _,
+                        jurisdiction: _,
+                        contact_id: _,
+                        reason,
+                        replaced_by,
+                    } = ended;
+                    let assignment_id = uuid("assignment_id", assignment_id)?;
                     let assignment = fold.assignments.get_mut(&assignment_id).ok_or_else(|| {
                         format!(
                             "event {}: assignment {assignment_id} ended before it started",
@@ -123,16 +149,23 @@ impl Fold {
                         )
                     })?;
                     assignment.ended_at = Some(effective);
-                    assignment.end_reason =
-                        Some(if ended.reason == v1::EndReason::Replaced as i32 {
-                            EndReason::Replaced
-                        } else {
-                            EndReason::Cancelled
-                        });
-                    assignment.replaced_by = optional("replaced_by", &ended.replaced_by)?;
+                    assignment.end_reason = Some(if *reason == v1::EndReason::Replaced as i32 {
+                        EndReason::Replaced
+                    } else {
+                        EndReason::Cancelled
+                    });
+                    assignment.replaced_by = optional("replaced_by", replaced_by)?;
                     assignment.ended_recorded_at = Some(recorded);
                 }
-                _ => {}
+                // Runs change no contact and no assignment; an envelope without an event
+                // has nothing to fold. Named, not `_`: a new event type does not compile
+                // here until the fold says what it does.
+                Some(
+                    Event::ReassignmentPageRequested(_)
+                    | Event::ReassignmentRowFailed(_)
+                    | Event::ReassignmentCompleted(_),
+                )
+                | None => {}
             }
         }
         Ok(fold)

@@ -6,6 +6,12 @@
 //! [`audit`]; this module holds the views and the lookups the commands make, and the
 //! console's reads: a business's or a contact's whole record ([`records`]) and its search
 //! ([`search`]).
+//!
+//! Each view has one column list, its `COLUMNS`, and its reader finds each column by name:
+//! every statement read as a view selects exactly that list, in any order, and the test
+//! `queries::every_statement_read_as_a_view_selects_its_columns` prepares each one to hold
+//! it there. Not a SQL view: an online rebuild moves the projection tables to another
+//! schema, and a view would follow the retired tables.
 
 mod audit;
 mod fold;
@@ -78,31 +84,72 @@ pub struct ContactView {
 }
 
 impl ContactView {
-    pub(crate) fn from_row(row: &Row, offset: usize) -> Self {
-        let status: String = row.get(offset + 8);
+    /// The view's columns: every statement whose rows are read as contacts selects exactly
+    /// these, in any order, and [`ContactView::from_row`] reads them by name. The test
+    /// `queries::every_statement_read_as_a_view_selects_its_columns` holds each statement
+    /// to this list.
+    pub const COLUMNS: [&'static str; 16] = [
+        "contact_id",
+        "jurisdiction",
+        "name",
+        "address_line1",
+        "address_line2",
+        "city",
+        "region",
+        "postal_code",
+        "status",
+        "supersedes",
+        "superseded_by",
+        "created_at",
+        "recorded_at",
+        "superseded_at",
+        "superseded_recorded_at",
+        "stream_version",
+    ];
+
+    /// What a statement that joins an assignment with its contact puts before each of the
+    /// contact's [`COLUMNS`](Self::COLUMNS), so that no name is read twice (both views have
+    /// a `recorded_at`, of different events).
+    pub const JOINED_PREFIX: &'static str = "c_";
+
+    pub(crate) fn from_row(row: &Row) -> Self {
+        Self::read(&Named { row, prefix: "" })
+    }
+
+    /// The contact of a row that also holds its assignment: its columns carry
+    /// [`JOINED_PREFIX`](Self::JOINED_PREFIX).
+    pub(crate) fn from_joined_row(row: &Row) -> Self {
+        Self::read(&Named {
+            row,
+            prefix: Self::JOINED_PREFIX,
+        })
+    }
+
+    fn read(row: &Named<'_>) -> Self {
+        let status: String = row.get("status");
         Self {
-            contact_id: row.get(offset),
-            jurisdiction: row.get(offset + 1),
-            name: row.get(offset + 2),
+            contact_id: row.get("contact_id"),
+            jurisdiction: row.get("jurisdiction"),
+            name: row.get("name"),
             address: PostalAddress {
-                line1: row.get(offset + 3),
-                line2: row.get(offset + 4),
-                city: row.get(offset + 5),
-                region: row.get(offset + 6),
-                postal_code: row.get(offset + 7),
+                line1: row.get("address_line1"),
+                line2: row.get("address_line2"),
+                city: row.get("city"),
+                region: row.get("region"),
+                postal_code: row.get("postal_code"),
             },
-            status: if status == "primary" {
+            status: if status == ContactStatus::Primary.as_str() {
                 ContactStatus::Primary
             } else {
                 ContactStatus::OnFile
             },
-            supersedes: row.get(offset + 9),
-            superseded_by: row.get(offset + 10),
-            created_at: row.get(offset + 11),
-            recorded_at: row.get(offset + 12),
-            superseded_at: row.get(offset + 13),
-            superseded_recorded_at: row.get(offset + 14),
-            version: row.get(offset + 15),
+            supersedes: row.get("supersedes"),
+            superseded_by: row.get("superseded_by"),
+            created_at: row.get("created_at"),
+            recorded_at: row.get("recorded_at"),
+            superseded_at: row.get("superseded_at"),
+            superseded_recorded_at: row.get("superseded_recorded_at"),
+            version: row.get("stream_version"),
         }
     }
 
@@ -163,26 +210,66 @@ pub struct AssignmentView {
 }
 
 impl AssignmentView {
+    /// The view's columns: every statement whose rows are read as assignments selects
+    /// exactly these, in any order (a joined one adds its contact's, prefixed), and
+    /// [`AssignmentView::from_row`] reads them by name. The test
+    /// `queries::every_statement_read_as_a_view_selects_its_columns` holds each statement
+    /// to this list.
+    pub const COLUMNS: [&'static str; 11] = [
+        "assignment_id",
+        "business_id",
+        "jurisdiction",
+        "contact_id",
+        "started_at",
+        "ended_at",
+        "end_reason",
+        "replaces",
+        "replaced_by",
+        "recorded_at",
+        "ended_recorded_at",
+    ];
+
     pub(crate) fn from_row(row: &Row) -> Self {
-        let reason: Option<String> = row.get(6);
+        let row = Named { row, prefix: "" };
+        let reason: Option<String> = row.get("end_reason");
         Self {
-            assignment_id: row.get(0),
-            business_id: row.get(1),
-            jurisdiction: row.get(2),
-            contact_id: row.get(3),
-            started_at: row.get(4),
-            ended_at: row.get(5),
+            assignment_id: row.get("assignment_id"),
+            business_id: row.get("business_id"),
+            jurisdiction: row.get("jurisdiction"),
+            contact_id: row.get("contact_id"),
+            started_at: row.get("started_at"),
+            ended_at: row.get("ended_at"),
             end_reason: reason.map(|reason| {
-                if reason == "replaced" {
+                if reason == EndReason::Replaced.as_str() {
                     EndReason::Replaced
                 } else {
                     EndReason::Cancelled
                 }
             }),
-            replaces: row.get(7),
-            replaced_by: row.get(8),
-            recorded_at: row.get(9),
-            ended_recorded_at: row.get(10),
+            replaces: row.get("replaces"),
+            replaced_by: row.get("replaced_by"),
+            recorded_at: row.get("recorded_at"),
+            ended_recorded_at: row.get("ended_recorded_at"),
+        }
+    }
+}
+
+/// A row read by column name, each name behind `prefix`: a view's columns are found
+/// wherever its statement puts them, so neither a column moved nor one added before them
+/// shifts what is read.
+struct Named<'r> {
+    row: &'r Row,
+    prefix: &'static str,
+}
+
+impl Named<'_> {
+    /// The column `name` (behind the prefix); a statement without it panics, which the
+    /// columns test rules out for every statement read as a view.
+    fn get<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, name: &str) -> T {
+        if self.prefix.is_empty() {
+            self.row.get(name)
+        } else {
+            self.row.get(format!("{}{name}", self.prefix).as_str())
         }
     }
 }
@@ -221,7 +308,7 @@ pub async fn contact(
         &[&contact_id],
     )
     .await?
-    .map(|row| ContactView::from_row(&row, 0)))
+    .map(|row| ContactView::from_row(&row)))
 }
 
 /// The jurisdiction's primary contact, if any.
@@ -232,7 +319,7 @@ pub async fn primary_contact(
     let sql = include_str!("../sql/queries/primary_contact.sql");
     Ok(cached::query_opt(client, sql, &[&jurisdiction.code()])
         .await?
-        .map(|row| ContactView::from_row(&row, 0)))
+        .map(|row| ContactView::from_row(&row)))
 }
 
 /// One assignment.

@@ -94,7 +94,7 @@ pub async fn contacts(
     )
     .await?
     .iter()
-    .map(|row| ContactView::from_row(row, 0))
+    .map(ContactView::from_row)
     .collect())
 }
 

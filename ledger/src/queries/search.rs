@@ -51,8 +51,5 @@ pub async fn search_contacts(
         &[&jurisdiction.map(Jurisdiction::code), &pattern],
     )
     .await?;
-    Ok(rows
-        .iter()
-        .map(|row| ContactView::from_row(row, 0))
-        .collect())
+    Ok(rows.iter().map(ContactView::from_row).collect())
 }

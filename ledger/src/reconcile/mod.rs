@@ -15,7 +15,7 @@
 //!    end it has once the relay caught up, with `read_committed`. The start is one the
 //!    records prove ([`start`]): the records' Kafka timestamps come from the relay's host
 //!    clock, which may be minutes off the database's, so they only guess it.
-//! 4. **The verdict.**
+//! 4. **The verdict** ([`verdict`], pure, its rules listed there).
 //!    - *lost*: in the snapshot, confirmed, not parked, not on Kafka;
 //!    - *phantom*: on Kafka, not in `events` (asked again at the end, so that an event
 //!      committed during the run is not one);
@@ -34,7 +34,7 @@
 //! records themselves are never kept. Records are decoded as they are polled (headers, and
 //! the envelope's stream version), so a run goes as fast as the consumer reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -48,15 +48,17 @@ use rdkafka::message::Headers as _;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 use tokio_postgres::IsolationLevel;
 
+use crate::db::cached;
 use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE};
 
 mod start;
+mod verdict;
+
+use verdict::Kafka;
+pub use verdict::Report;
 
 /// The aggregate types whose topics carry the ledger's events.
 pub const EVENT_AGGREGATES: [&str; 2] = [CONTACT_AGGREGATE, ASSIGNMENT_AGGREGATE];
-
-/// Lost and phantom ids shown in a report (the counts are whole).
-const SAMPLE: usize = 20;
 
 /// What a run covers.
 #[derive(Debug, Clone)]
@@ -93,51 +95,6 @@ fn range_start(
     match window.and_then(|window| chrono::TimeDelta::from_std(window).ok()) {
         Some(window) => Some(database_now - window),
         None => since,
-    }
-}
-
-/// One run's findings.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct Report {
-    /// Events of the range in the ledger.
-    pub events: u64,
-    /// Records read from Kafka.
-    pub records: u64,
-    /// Events confirmed by the relay and missing from Kafka.
-    pub lost: u64,
-    /// Some of them.
-    pub lost_sample: Vec<String>,
-    /// Records whose event id is not in the ledger.
-    pub phantom: u64,
-    /// Some of them.
-    pub phantom_sample: Vec<String>,
-    /// Copies beyond the first of an event id.
-    pub duplicates: u64,
-    /// The most copies of one event id.
-    pub max_copies: u32,
-    /// First copies not after the previous one of their key by `(commit_lsn, ordinal)`.
-    pub lsn_inversions: u64,
-    /// First copies not after the previous one of their key by stream version.
-    pub version_inversions: u64,
-    /// Events not on Kafka yet, the relay not having confirmed past them.
-    pub unseen: u64,
-    /// Events Kafka refused for good (in `outbox_parked`).
-    pub parked: u64,
-    /// Whether the relay confirmed past the ledger's snapshot within `settle`.
-    pub caught_up: bool,
-    /// How long the run took.
-    pub seconds: f64,
-}
-
-impl Report {
-    /// No loss and no phantom: what `ledger reconcile` exits 0 on.
-    pub fn clean(&self) -> bool {
-        self.lost == 0 && self.phantom == 0
-    }
-
-    /// Order inversions of either kind.
-    pub fn inversions(&self) -> u64 {
-        self.lsn_inversions + self.version_inversions
     }
 }
 
@@ -181,43 +138,9 @@ pub async fn run(
     .await
     .map_err(|_| ReconcileError::Kafka(KafkaError::Canceled))??;
     let (kafka, expected) = read;
-    let mut report = Report {
-        events: expected.len() as u64,
-        records: kafka.records,
-        duplicates: kafka.duplicates,
-        max_copies: kafka.max_copies,
-        lsn_inversions: kafka.lsn_inversions,
-        version_inversions: kafka.version_inversions,
-        caught_up,
-        ..Report::default()
-    };
-    let missing: Vec<u128> = expected
-        .iter()
-        .filter(|(_, copies)| **copies == 0)
-        .map(|(id, _)| *id)
-        .collect();
-    let parked = parked_among(pool, &missing).await?;
-    for id in missing {
-        if parked.contains(&id) {
-            report.parked += 1;
-        } else if caught_up {
-            report.lost += 1;
-            if report.lost_sample.len() < SAMPLE {
-                report.lost_sample.push(uuid_text(id));
-            }
-        } else {
-            report.unseen += 1;
-        }
-    }
-    let known = present_among(pool, &kafka.unexpected).await?;
-    for id in &kafka.unexpected {
-        if !known.contains(id) {
-            report.phantom += 1;
-            if report.phantom_sample.len() < SAMPLE {
-                report.phantom_sample.push(uuid_text(*id));
-            }
-        }
-    }
+    let parked = among(pool, &verdict::missing(&expected), PARKED).await?;
+    let known = among(pool, &kafka.unexpected, PRESENT).await?;
+    let mut report = verdict::verdict(&expected, &kafka, &parked, &known, caught_up);
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -238,7 +161,7 @@ async fn snapshot(
     // The first statement takes the snapshot; the position is read after it, and the
     // transaction's time (now(), the database's clock) from which a window goes back.
     let row = transaction
-        .query_one("SELECT pg_current_wal_insert_lsn()::text, now()", &[])
+        .query_one(include_str!("../sql/reconcile/snapshot_position.sql"), &[])
         .await?;
     let wal: String = row.get(0);
     let since = range_start(options.since, options.window, row.get(1));
@@ -276,7 +199,7 @@ async fn wait_for_slot(
     loop {
         let passed: bool = client
             .query_opt(
-                "SELECT confirmed_flush_lsn >= $2::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
+                include_str!("../sql/reconcile/slot_confirmed_past.sql"),
                 &[&slot, &wal],
             )
             .await?
@@ -290,18 +213,6 @@ async fn wait_for_slot(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// What the topics hold, counted against `expected` (whose counts it raises).
-#[derive(Debug, Default)]
-struct Kafka {
-    records: u64,
-    duplicates: u64,
-    max_copies: u32,
-    lsn_inversions: u64,
-    version_inversions: u64,
-    /// Ids read that are not in `expected`: phantoms, unless the ledger has them.
-    unexpected: Vec<u128>,
 }
 
 /// The last first copy of a key on its partition.
@@ -542,51 +453,24 @@ impl Counter<'_> {
     }
 }
 
-/// Which of `ids` are parked.
-async fn parked_among(
-    pool: &Pool,
-    ids: &[u128],
-) -> Result<std::collections::HashSet<u128>, ReconcileError> {
-    among(
-        pool,
-        ids,
-        "SELECT event_id FROM outbox_parked WHERE event_id = ANY($1)",
-    )
-    .await
-}
+/// The missing events that are parked: [`among`] them, those in `outbox_parked`.
+const PARKED: &str = include_str!("../sql/reconcile/parked_among.sql");
 
-/// Which of `ids` are in `events`.
-async fn present_among(
-    pool: &Pool,
-    ids: &[u128],
-) -> Result<std::collections::HashSet<u128>, ReconcileError> {
-    among(
-        pool,
-        ids,
-        "SELECT event_id FROM events WHERE event_id = ANY($1)",
-    )
-    .await
-}
+/// The unexpected ids that the ledger has: [`among`] them, those in `events`.
+const PRESENT: &str = include_str!("../sql/reconcile/present_among.sql");
 
-async fn among(
-    pool: &Pool,
-    ids: &[u128],
-    query: &str,
-) -> Result<std::collections::HashSet<u128>, ReconcileError> {
+/// Which of `ids` `query` (one of [`PARKED`], [`PRESENT`]) finds, asked 10,000 at a time.
+async fn among(pool: &Pool, ids: &[u128], query: &str) -> Result<HashSet<u128>, ReconcileError> {
     let client = pool.get().await?;
-    let mut found = std::collections::HashSet::new();
+    let mut found = HashSet::new();
     for chunk in ids.chunks(10_000) {
         let uuids: Vec<uuid::Uuid> = chunk.iter().map(|id| uuid::Uuid::from_u128(*id)).collect();
-        for row in client.query(query, &[&uuids]).await? {
+        for row in cached::query(&client, query, &[&uuids]).await? {
             let id: uuid::Uuid = row.get(0);
             found.insert(id.as_u128());
         }
     }
     Ok(found)
-}
-
-fn uuid_text(id: u128) -> String {
-    uuid::Uuid::from_u128(id).to_string()
 }
 
 #[cfg(test)]

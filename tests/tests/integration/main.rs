@@ -30,6 +30,7 @@ mod oncall;
 mod openapi;
 mod peers;
 mod prometheus;
+mod queries;
 mod races;
 mod reassignment;
 mod rebuild_online;
