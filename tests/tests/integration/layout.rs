@@ -188,14 +188,14 @@ fn every_config_key_is_in_its_part_of_the_operators_reference() -> anyhow::Resul
         ),
         ("### `ledger worker`", ra_ledger::config::WorkerConfig::KEYS),
     ];
+    // A section ends at the next heading (a code block's `# comment` is not one).
+    let next = regex::Regex::new(r"\n#{1,4} ")?;
     let mut missing = Vec::new();
     for (heading, keys) in configs {
         let start = reference
             .find(&format!("{heading}\n"))
             .unwrap_or_else(|| panic!("docs/operators.md has no heading {heading}"));
         let section = &reference[start + heading.len()..];
-        // To the next heading (a code block's `# comment` is not one).
-        let next = regex::Regex::new(r"\n#{1,4} ")?;
         let section = &section[..next.find(section).map_or(section.len(), |m| m.start())];
         assert!(keys.len() > 10, "{heading}: {keys:?}");
         for key in keys {
