@@ -19,8 +19,8 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 pub use audit::{
-    HistoryCursor, RegisteredAgent, assignment_history, lineage, registered_agent_at,
-    registered_agents_during,
+    ASSIGNMENT_HISTORY_SQL, HistoryCursor, REGISTERED_AGENT_AT_SQL, REGISTERED_AGENTS_DURING_SQL,
+    RegisteredAgent, assignment_history, lineage, registered_agent_at, registered_agents_during,
 };
 pub use fold::Fold;
 pub use records::{
@@ -163,7 +163,10 @@ pub struct AssignmentView {
 }
 
 impl AssignmentView {
-    pub(crate) fn from_row(row: &Row) -> Self {
+    /// An assignment from a row of its eleven columns, in the projection's order (as
+    /// `sql/reassign/lock_page_rows.sql` selects them). Public for the reassignment
+    /// benchmark's one-transaction comparison, which locks a contact's rows as a page does.
+    pub fn from_row(row: &Row) -> Self {
         let reason: Option<String> = row.get(6);
         Self {
             assignment_id: row.get(0),

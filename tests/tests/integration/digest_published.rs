@@ -45,7 +45,11 @@ async fn chains_hold(database: &TestDatabase) -> anyhow::Result<bool> {
 
 /// Rewrites every event of `stream` to name `contact` instead, recomputing the stream's
 /// whole hash chain, with the triggers off: what a superuser can do.
-pub(crate) async fn rewrite_contact(client: &Client, stream: &str, contact: Uuid) -> anyhow::Result<()> {
+pub(crate) async fn rewrite_contact(
+    client: &Client,
+    stream: &str,
+    contact: Uuid,
+) -> anyhow::Result<()> {
     client
         .batch_execute("BEGIN; ALTER TABLE events DISABLE TRIGGER USER")
         .await?;
