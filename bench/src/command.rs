@@ -15,6 +15,7 @@ use crate::{
     witness, write,
 };
 
+/// The benchmarks, one subcommand each; `ledger-bench <name> --help` gives its flags.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Assignments per second through the ledger's write path vs raw INSERTs of the same rows.

@@ -191,7 +191,7 @@ pub(super) struct LatencyFigures {
     pub(super) sent: u64,
     /// Commit → consumer receipt, one sample per event received.
     pub(super) latencies: Latencies,
-    /// How the relay delivered ([`super::delivery_summary`]).
+    /// How the relay delivered ([`delivery_summary`]).
     pub(super) summary: String,
 }
 

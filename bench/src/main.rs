@@ -14,7 +14,7 @@
 //! - [`scratch`]: the scratch databases and topic prefixes of a run.
 //! - [`seed`]: a Texas contact through the ledger, and the one-transaction REPLACE.
 //! - [`figures`]: latency distributions, and how a relay delivered.
-//! - the benchmarks, one module each: [`write`], [`import`], [`as_of`], [`digest`],
+//! - the benchmarks, one module each: [`write`](mod@write), [`import`], [`as_of`], [`digest`],
 //!   [`witness`], [`reassign`], [`relay`], [`latency`], [`replay`], [`outbox`],
 //!   [`rebuild`], [`kills`], [`peers`].
 //! - [`demo`]: the whole supersede flow on the local stack, with visible progress.

@@ -20,7 +20,7 @@ use super::{Inserted, Pgoutput};
 /// 120,000-150,000 rows/s at 6.6-7.5 µs a row, while the same slot drained at 187,000 rows/s
 /// beside a process that only burned CPU, and the walsender cost 2.8-3.3 µs a row under the
 /// relay. The slot's ceiling is the faster of this and the shared drain
-/// ([`RelayFigures::slot_ceiling`]).
+/// ([`RelayFigures::slot_ceiling`](super::RelayFigures::slot_ceiling)).
 #[derive(Debug, Clone)]
 pub(super) struct SlotCeiling {
     pub(super) format: Pgoutput,

@@ -13,7 +13,7 @@ use ra_ledger::db;
 ///
 /// Together they say which end a drain waits on. A walsender at one core is not proof that
 /// the slot is at its ceiling: its CPU a row says how much of that core went into decoding
-/// and how much into waking for its client ([`SlotCeiling`]). Under the relay on 2 cores
+/// and how much into waking for its client ([`SlotCeiling`](super::ceilings::SlotCeiling)). Under the relay on 2 cores
 /// (2026-12-03) the walsender ran half a core, waited 0.20-0.27 of the drain for a CPU the
 /// other processes held, and 0.09-0.15 for the relay to read what it had sent: the
 /// machine's CPU, not PostgreSQL's decoding, set the pace.
