@@ -178,15 +178,17 @@ ensure_python_env() {
     export LEDGER_PYTHON="$PYTHON_VENV/bin/python"
 }
 
-# The `ledger` binary, for the tests that run it as an operator does (its exit statuses):
-# cargo builds no other package's binaries for a test. A debug build with the tests'
-# `testing` feature, in the tests' target folder; exports LEDGER_BIN, its path. Built for
-# the whole workspace, as `cargo test --workspace` builds: `-p ra-ledger` alone resolves
-# other features for 55 shared crates (prost, axum, the CDC crate, the ledger's library...)
-# and a clean checkout compiled them all twice.
+# The `ledger` and `ledger-bench` binaries, for the tests that run them as an operator does
+# (their exit statuses): cargo builds no other package's binaries for a test. Debug builds
+# in the tests' target folder; exports LEDGER_BIN and LEDGER_BENCH_BIN, their paths. One
+# cargo invocation for the whole workspace's binaries, as `cargo test --workspace` builds:
+# the crates both share (the ledger's library, the CDC crate, prost, axum...) compile once,
+# and `-p ra-ledger` alone resolved other features for 55 shared crates, which a clean
+# checkout compiled twice.
 ensure_ledger_binary() {
-    (cd "$REPO_ROOT" && cargo build --locked --quiet --workspace --bins --features ra-ledger/testing)
+    (cd "$REPO_ROOT" && cargo build --locked --quiet --workspace --bins)
     export LEDGER_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ledger"
+    export LEDGER_BENCH_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/ledger-bench"
 }
 
 # schemathesis, pinned in tests/schemathesis/requirements.txt, which checks /openapi.json
@@ -297,7 +299,7 @@ ensure_kafka() {
         "kafka_2.*-$KAFKA_VERSION.jar" "kafka-tools-$KAFKA_VERSION.jar" "log4j-slf4j-impl-*.jar" "log4j-core-*.jar"
 }
 
-# Kafka Connect with Debezium's PostgreSQL connector (the peer of ledger bench peers) in
+# Kafka Connect with Debezium's PostgreSQL connector (the peer of ledger-bench peers) in
 # $DEBEZIUM_LIBS, from deploy/debezium/pom.xml (see fetch_pom_jars).
 ensure_debezium() {
     [ -n "$DEBEZIUM_VERSION" ] || die "no <debezium.version> in $DEBEZIUM_POM"

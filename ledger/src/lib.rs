@@ -57,10 +57,15 @@
 //! - [`config`]: the settings of `ledger serve` and `ledger worker`, file then environment.
 //! - [`worker`]: `ledger worker`, the Kafka consumer that runs the pages and hosts replays.
 //!
-//! **Test tooling**, with the `testing` feature: `testing` (scratch databases, topics,
-//! seeding).
+//! **The command lines**: [`command_line`], what `ledger` and `ledger-bench` share: stdout
+//! that ends quietly on a broken pipe (`outln!`, `out!`), a run's progress bar, the flags
+//! both parse.
+//!
+//! No test tooling: scratch databases, topics and seeding are `ra_ledger_testing`'s
+//! (`testing/`), the benchmarks and the demo `ledger-bench`'s (`bench/`).
 
 pub mod api;
+pub mod command_line;
 pub mod commands;
 pub mod config;
 pub mod console;
@@ -87,8 +92,6 @@ pub mod retention;
 pub mod service;
 pub mod session_key;
 pub mod store;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod tlog;
 pub mod topics;
 pub mod trace;

@@ -1,6 +1,11 @@
 //! The `ledger` command: migrations, the ledger service, the CDC relay, the reassignment
-//! worker, verification, projection rebuilds, audit queries, the demo and the benchmarks.
-//! Each subcommand lives in [`cli`].
+//! worker, verification, projection rebuilds, audit queries. Each subcommand lives in
+//! [`cli`]. The benchmarks and the demo are `ledger-bench`'s (`bench/`): this binary
+//! carries no benchmark, demo or scratch-database code.
+
+// `outln!` and `out!` (`ra_ledger::command_line::out`), for every module of the binary.
+#[macro_use]
+extern crate ra_ledger;
 
 mod cli;
 
@@ -8,8 +13,8 @@ use std::io::IsTerminal;
 
 /// mimalloc rather than glibc's malloc, for Rust here and for librdkafka through the crate's
 /// `override` feature: the relay's per-message allocations spent about 30% of its CPU in
-/// glibc's allocator (`perf` during `ledger bench relay`). With it the relay drained
-/// 112,000-129,000 rows/s, against 93,000-94,000 with mimalloc for Rust alone and 78,000
+/// glibc's allocator (`perf` during `ledger-bench relay`, whose in-process relay has this
+/// same allocator). With it the relay drained 112,000-129,000 rows/s, against 93,000-94,000 with mimalloc for Rust alone and 78,000
 /// with glibc (docs/benchmarks.md, "Benchmarks on Apache Kafka").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

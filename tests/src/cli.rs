@@ -1,6 +1,7 @@
 //! The `ledger` binary, run as an operator runs it: for what only the process shows, its
 //! exit status and its log. `deploy/test` builds it and names it in `LEDGER_BIN` (cargo
-//! builds no other package's binaries for a test).
+//! builds no other package's binaries for a test), and `ledger-bench` beside it in
+//! `LEDGER_BENCH_BIN`.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -15,6 +16,36 @@ pub fn binary() -> anyhow::Result<String> {
             "LEDGER_BIN is not set: run this test through deploy/test, which builds target/debug/ledger"
         )
     })
+}
+
+/// The `ledger-bench` binary's path, from `LEDGER_BENCH_BIN`.
+pub fn bench_binary() -> anyhow::Result<String> {
+    std::env::var("LEDGER_BENCH_BIN").map_err(|_| {
+        anyhow::anyhow!(
+            "LEDGER_BENCH_BIN is not set: run this test through deploy/test, which builds target/debug/ledger-bench"
+        )
+    })
+}
+
+/// What `binary --help` prints on stdout; fails unless it exits 0.
+pub async fn help(binary: &str) -> anyhow::Result<String> {
+    let output = tokio::time::timeout(
+        LONGEST,
+        tokio::process::Command::new(binary)
+            .arg("--help")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{binary} --help still ran after {LONGEST:?}"))??;
+    anyhow::ensure!(
+        output.status.success(),
+        "{binary} --help exited {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Runs `ledger` with `arguments` and `env` (over the test's environment, without its

@@ -1,9 +1,9 @@
 //! A fresh database per test, with the ledger's migrations applied: a
-//! [`ra_ledger::testing::ScratchDatabase`] on the run's PostgreSQL, dropped with the value.
+//! [`ra_ledger_testing::ScratchDatabase`] on the run's PostgreSQL, dropped with the value.
 
 use anyhow::Context;
-use ra_ledger::testing::ScratchDatabase;
 use ra_ledger_cdc::infra::pg::ReplicationTarget;
+use ra_ledger_testing::ScratchDatabase;
 use tokio_postgres::Client;
 
 use crate::stack::stack;

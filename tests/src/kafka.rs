@@ -61,7 +61,7 @@ impl TestTopics {
         partitions: i32,
     ) -> anyhow::Result<String> {
         let topic = format!("{}.{name}", self.prefix);
-        ra_ledger::testing::create_topics_with(
+        ra_ledger_testing::create_topics_with(
             self.client_config(),
             std::slice::from_ref(&topic),
             partitions,
@@ -80,7 +80,7 @@ impl Drop for TestTopics {
         let deleted = std::thread::Builder::new()
             .name("delete-test-topics".into())
             .spawn(move || {
-                futures::executor::block_on(ra_ledger::testing::delete_topics_with(config, &prefix))
+                futures::executor::block_on(ra_ledger_testing::delete_topics_with(config, &prefix))
             })
             .map(|thread| thread.join());
         match deleted {

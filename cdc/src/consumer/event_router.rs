@@ -6,7 +6,7 @@
 //!
 //! It is written against that shape only and looks at no header of the relay's own, so a
 //! consumer built for Debezium's topics reads the relay's with no change: the
-//! compatibility test and `ledger bench peers` read both systems' topics with it.
+//! compatibility test and `ledger-bench peers` read both systems' topics with it.
 
 use rdkafka::Message;
 use rdkafka::message::Headers as _;
@@ -129,7 +129,7 @@ mod tests {
         )
     }
 
-    /// A record as Debezium 3.6.1 wrote it in `ledger bench peers` (headers copied from
+    /// A record as Debezium 3.6.1 wrote it in `ledger-bench peers` (headers copied from
     /// its topic, context headers first).
     #[test]
     fn reads_a_debezium_record() {

@@ -1,15 +1,10 @@
 //! The `ledger` command line: one module per subcommand, each owning its arguments and its
 //! output. The library does the work; these modules parse, call and print, through
-//! [`out`]'s `outln!` and `out!`, which end quietly when the reader of stdout went away.
-
-#[macro_use]
-mod out;
+//! [`ra_ledger::command_line::out`]'s `outln!` and `out!`, which end quietly when the reader
+//! of stdout went away. The benchmarks and the demo are another binary's, `ledger-bench`
+//! (`bench/`).
 
 mod audit;
-#[cfg(feature = "testing")]
-mod bench;
-#[cfg(feature = "testing")]
-mod demo;
 mod grant;
 mod import;
 mod migrate;
@@ -79,17 +74,6 @@ enum Command {
     Runs {
         #[command(subcommand)]
         command: runs::RunsCommand,
-    },
-    /// Walk through a supersede on the local stack: seed, supersede, watch, audit, Kafka.
-    /// Built with the `testing` feature only (it seeds with the test tooling).
-    #[cfg(feature = "testing")]
-    Demo(demo::DemoOptions),
-    /// Print throughput and latency figures, measured in a scratch database.
-    /// Built with the `testing` feature only (scratch databases are test tooling).
-    #[cfg(feature = "testing")]
-    Bench {
-        #[command(subcommand)]
-        benchmark: bench::BenchCommand,
     },
     /// The outbox: rows removed once the relay confirmed them, and how big it is.
     Outbox {
@@ -168,10 +152,6 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Import(args) => import::run(url, args).await,
         Command::Worker(args) => worker::run(&database, args).await,
         Command::Runs { command } => runs::run(url, command).await,
-        #[cfg(feature = "testing")]
-        Command::Demo(options) => demo::run(url, options).await,
-        #[cfg(feature = "testing")]
-        Command::Bench { benchmark } => bench::run(url, benchmark).await,
         Command::Outbox { command } => outbox::run(url, command).await,
         Command::Topics { command } => topics::run(command).await,
         Command::Audit { question } => audit::run(url, question).await,

@@ -20,7 +20,7 @@ pub enum ProjectionsCommand {
         online: bool,
         /// With --online: after each chunk of the bulk, pause this many times as long as the
         /// chunk took, leaving CPU and disk to the writers (0: full speed).
-        #[arg(long, default_value_t = 1.0, value_parser = parse_pause_ratio, requires = "online")]
+        #[arg(long, default_value_t = 1.0, value_parser = ra_ledger::command_line::parse_pause_ratio, requires = "online")]
         pause_ratio: f64,
     },
 }
@@ -74,14 +74,6 @@ fn differences(
     }
     outln!("ok: rebuilt projections from {events} events equal the live ones");
     Ok(())
-}
-
-/// A pause ratio: a number from 0 to 100.
-pub fn parse_pause_ratio(text: &str) -> Result<f64, String> {
-    text.parse::<f64>()
-        .ok()
-        .filter(|ratio| (0.0..=100.0).contains(ratio))
-        .ok_or_else(|| format!("{text:?} is not a number from 0 to 100"))
 }
 
 async fn run_online(

@@ -16,7 +16,7 @@ pub struct RelayArgs {
     config: Option<String>,
     /// `exactly_once` or `at_least_once`; overrides the file and LEDGER_RELAY_DELIVERY
     /// (docs/exactly-once.md).
-    #[arg(long, value_parser = parse_delivery)]
+    #[arg(long, value_parser = ra_ledger::command_line::parse_delivery)]
     delivery: Option<DeliveryMode>,
     #[command(subcommand)]
     command: Option<RelayCommand>,
@@ -121,11 +121,6 @@ fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     chrono::DateTime::parse_from_rfc3339(text)
         .map(|time| time.to_utc())
         .map_err(|error| format!("expected an RFC 3339 time such as 2026-03-01T00:00:00Z: {error}"))
-}
-
-/// `--delivery`'s values.
-pub(crate) fn parse_delivery(text: &str) -> Result<DeliveryMode, String> {
-    DeliveryMode::parse(text).ok_or_else(|| "expected exactly_once or at_least_once".to_owned())
 }
 
 async fn parked(config: &RelayConfig, command: ParkedCommand) -> anyhow::Result<()> {

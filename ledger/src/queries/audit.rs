@@ -10,6 +10,18 @@ use super::{AssignmentView, ContactView};
 use crate::db::cached;
 use crate::domain::{ContactStatus, Jurisdiction};
 
+/// The SQL of [`registered_agent_at`]: `$1` business, `$2` jurisdiction code, `$3` at, `$4`
+/// known at. Public, as the other two below, so that its plan can be read where it runs
+/// (`ledger-bench as-of` prints it, with EXPLAIN ANALYZE, over a large history).
+pub const REGISTERED_AGENT_AT_SQL: &str = include_str!("../sql/queries/registered_agent_at.sql");
+/// The SQL of [`registered_agents_during`]: `$1` business, `$2` jurisdiction code, `$3`
+/// from, `$4` to.
+pub const REGISTERED_AGENTS_DURING_SQL: &str =
+    include_str!("../sql/queries/registered_agents_during.sql");
+/// The SQL of [`assignment_history`]: `$1` business, `$2` and `$3` the cursor (or nulls),
+/// `$4` the page's size.
+pub const ASSIGNMENT_HISTORY_SQL: &str = include_str!("../sql/queries/assignment_history.sql");
+
 /// The answer to "who was the RA": the assignment and its contact as they were.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RegisteredAgent {
@@ -33,7 +45,7 @@ pub async fn registered_agent_at(
     at: DateTime<Utc>,
     known_at: DateTime<Utc>,
 ) -> Result<Option<RegisteredAgent>, tokio_postgres::Error> {
-    let sql = include_str!("../sql/queries/registered_agent_at.sql");
+    let sql = REGISTERED_AGENT_AT_SQL;
     let row = cached::query_opt(
         client,
         sql,
@@ -64,7 +76,7 @@ pub async fn registered_agents_during(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<RegisteredAgent>, tokio_postgres::Error> {
-    let sql = include_str!("../sql/queries/registered_agents_during.sql");
+    let sql = REGISTERED_AGENTS_DURING_SQL;
     let rows = cached::query(
         client,
         sql,
@@ -119,7 +131,7 @@ pub async fn assignment_history(
     let (started_at, assignment_id) = after.map_or((None, None), |cursor| {
         (Some(cursor.started_at), Some(cursor.assignment_id))
     });
-    let sql = include_str!("../sql/queries/assignment_history.sql");
+    let sql = ASSIGNMENT_HISTORY_SQL;
     Ok(cached::query(
         client,
         sql,

@@ -25,8 +25,8 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 pub use audit::{
-    HistoryCursor, RegisteredAgent, assignment_history, lineage, registered_agent_at,
-    registered_agents_during,
+    ASSIGNMENT_HISTORY_SQL, HistoryCursor, REGISTERED_AGENT_AT_SQL, REGISTERED_AGENTS_DURING_SQL,
+    RegisteredAgent, assignment_history, lineage, registered_agent_at, registered_agents_during,
 };
 pub use fold::Fold;
 pub use records::{
@@ -229,7 +229,10 @@ impl AssignmentView {
         "ended_recorded_at",
     ];
 
-    pub(crate) fn from_row(row: &Row) -> Self {
+    /// An assignment from a row holding its [`COLUMNS`](Self::COLUMNS), read by name.
+    /// Public for the reassignment benchmark's one-transaction comparison, which locks a
+    /// contact's rows as a page does.
+    pub fn from_row(row: &Row) -> Self {
         let row = Named { row, prefix: "" };
         let reason: Option<String> = row.get("end_reason");
         Self {

@@ -40,8 +40,7 @@ mod status;
 pub use page::{PageFailed, PageOutcome, PageReport, handle};
 pub use page_log::{PageRecord, pages};
 pub use request::{PageRequest, PageRequestError};
-#[cfg(feature = "testing")]
-pub use rows::replace_all_at_once;
+pub use rows::replace_appends;
 pub use start::{RunStarted, reraise_stalled, resume, stalled, start_in};
 pub use status::{
     RowFailure, RunState, RunStatus, in_progress, in_progress_summary, running, runs_of, status,

@@ -174,7 +174,12 @@ async fn process(
     let (last_request_id, next_request) =
         progress::append_run_events(&tx, request, &run, &next, &failures, &page, &target).await?;
     if !isolated {
-        let appends = rows::replace_appends(&locked, &target);
+        let appends = rows::replace_appends(
+            &locked,
+            target.jurisdiction,
+            target.contact_id,
+            target.effective_at,
+        );
         write::record(&tx, &appends, &heads, &metadata).await?;
     }
     let progress = Progress {

@@ -2,8 +2,6 @@
 //! REPLACE onto the jurisdiction's primary contact, all at once or row by row.
 
 use chrono::{DateTime, Utc};
-#[cfg(feature = "testing")]
-use deadpool_postgres::Pool;
 use deadpool_postgres::Transaction;
 use uuid::Uuid;
 
@@ -14,8 +12,6 @@ use crate::domain::{
 };
 use crate::error::CommandError;
 use crate::events::replace_events;
-#[cfg(feature = "testing")]
-use crate::queries;
 use crate::queries::{AssignmentView, ContactView};
 use crate::store::{self, Heads, Metadata, StreamAppend};
 use crate::write;
@@ -109,26 +105,25 @@ pub(super) async fn read_heads(
     Ok(store::read_heads(tx, &streams).await?)
 }
 
-/// The REPLACE of each of `assignments` (locked, active, of distinct registrations).
-pub(super) fn replace_appends(
+/// The REPLACE of each of `assignments` (locked, active, of distinct registrations) onto
+/// `contact_id` of `jurisdiction` at `effective_at`: what a page appends. Public for one
+/// caller outside the crate, the reassignment benchmark's one-transaction comparison
+/// (`ledger-bench reassign`), so that it appends what a page does.
+pub fn replace_appends(
     assignments: &[AssignmentView],
-    target: &Target<'_>,
+    jurisdiction: Jurisdiction,
+    contact_id: Uuid,
+    effective_at: DateTime<Utc>,
 ) -> Vec<StreamAppend> {
     assignments
         .iter()
         .map(|old| StreamAppend {
             aggregate_type: ASSIGNMENT_AGGREGATE,
-            aggregate_id: registration_id(old.business_id, target.jurisdiction),
+            aggregate_id: registration_id(old.business_id, jurisdiction),
             // The row lock taken above serializes REPLACEs of this assignment; a writer
             // that appends without it loses on UNIQUE (stream, stream_version).
             expected_version: None,
-            events: replace_events(
-                old,
-                target.jurisdiction,
-                Uuid::now_v7(),
-                target.contact_id,
-                target.effective_at,
-            ),
+            events: replace_events(old, jurisdiction, Uuid::now_v7(), contact_id, effective_at),
         })
         .collect()
 }
@@ -152,7 +147,12 @@ pub(super) async fn replace_row_by_row(
     let mut failures = Vec::new();
     for assignment in locked {
         tx.batch_execute("SAVEPOINT reassign_row").await?;
-        let appends = replace_appends(std::slice::from_ref(assignment), target);
+        let appends = replace_appends(
+            std::slice::from_ref(assignment),
+            target.jurisdiction,
+            target.contact_id,
+            target.effective_at,
+        );
         match write::record(tx, &appends, target.heads, target.metadata).await {
             Ok(_) => tx.batch_execute("RELEASE SAVEPOINT reassign_row").await?,
             Err(error) => {
@@ -170,49 +170,4 @@ pub(super) async fn replace_row_by_row(
         }
     }
     Ok(failures)
-}
-
-#[cfg(feature = "testing")]
-/// What the chained pages avoid: every active assignment of `old_contact_id` REPLACEd onto
-/// `new_contact_id` in one transaction, with the same statements a page uses. Only for the
-/// benchmark's comparison; returns the rows moved.
-pub async fn replace_all_at_once(
-    pool: &Pool,
-    old_contact_id: Uuid,
-    new_contact_id: Uuid,
-    metadata: &Metadata,
-) -> Result<usize, CommandError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    let new = queries::contact(&tx, new_contact_id)
-        .await?
-        .ok_or_else(|| CommandError::NotFound {
-            what: "contact",
-            id: new_contact_id.to_string(),
-        })?;
-    let jurisdiction = new.jurisdiction;
-    let locked: Vec<AssignmentView> = tx
-        .query(
-            include_str!("../sql/testing/lock_active_of_contact.sql"),
-            &[&old_contact_id],
-        )
-        .await?
-        .iter()
-        .map(AssignmentView::from_row)
-        .collect();
-    let streams: Vec<String> = locked
-        .iter()
-        .map(|row| assignment_stream(row.business_id, jurisdiction))
-        .collect();
-    let heads = store::read_heads(&tx, &streams).await?;
-    let target = Target {
-        jurisdiction,
-        contact_id: new_contact_id,
-        effective_at: heads.now.max(new.created_at),
-        metadata,
-        heads: &heads,
-    };
-    write::record(&tx, &replace_appends(&locked, &target), &heads, metadata).await?;
-    tx.commit().await?;
-    Ok(locked.len())
 }

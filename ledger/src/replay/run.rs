@@ -27,7 +27,7 @@ use crate::metrics::ReplayMetrics;
 pub const WINDOW: i64 = 20_000;
 /// Events per batch at most. Below 10,000 events/s a batch is a tenth of a second's worth:
 /// a replay reaches the broker in small bursts the live relay's messages slip between,
-/// not in one burst a second that holds them up (measured by `ledger bench replay`).
+/// not in one burst a second that holds them up (measured by `ledger-bench replay`).
 pub const MAX_BATCH: u32 = 1_000;
 
 /// How a run ended.

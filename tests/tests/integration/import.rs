@@ -20,7 +20,7 @@ fn metadata() -> Metadata {
 }
 
 async fn primary(ledger: &Ledger, code: &str) -> anyhow::Result<Uuid> {
-    Ok(ra_ledger::testing::primary_contact(ledger, code, &metadata()).await?)
+    Ok(ra_ledger_testing::primary_contact(ledger, code, &metadata()).await?)
 }
 
 /// A file of `businesses` in `codes`, in turn.

@@ -1,10 +1,20 @@
 //! The source tree's shape: no two files of a crate import each other, directly or round a
-//! ring, in the ledger, the CDC crate and the test harness (`tests/import_circles.py`); no
-//! two of their top-level modules use each other; and no environment variable is named or
-//! read outside the settings' declaration.
+//! ring, in the ledger, the CDC crate, the test tooling, the benchmarks and the test harness
+//! (`tests/import_circles.py`); no two of their top-level modules use each other; no
+//! environment variable is named or read outside the settings' declaration; and the product
+//! binary carries no benchmark, demo or test tooling (no `testing` feature, no subcommand).
 
 use std::path::Path;
 use std::process::Command;
+
+/// Each crate's source folder and its name in paths, for the import checks.
+const CRATES: [(&str, &str); 5] = [
+    ("ledger/src", "ra_ledger"),
+    ("cdc/src", "ra_ledger_cdc"),
+    ("testing/src", "ra_ledger_testing"),
+    ("bench/src", "ra_ledger_bench"),
+    ("tests/src", "ra_ledger_tests"),
+];
 
 fn circles(src: &Path, crate_name: &str) -> anyhow::Result<(bool, String)> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("import_circles.py");
@@ -20,11 +30,7 @@ fn circles(src: &Path, crate_name: &str) -> anyhow::Result<(bool, String)> {
 #[test]
 fn no_crate_has_an_import_circle() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for (src, name) in [
-        ("ledger/src", "ra_ledger"),
-        ("cdc/src", "ra_ledger_cdc"),
-        ("tests/src", "ra_ledger_tests"),
-    ] {
+    for (src, name) in CRATES {
         let (clean, report) = circles(&root.join(src), name)?;
         assert!(clean, "{src}:\n{report}");
         assert!(report.contains("0 circles"), "{src}: {report}");
@@ -37,11 +43,7 @@ fn no_crate_has_an_import_circle() -> anyhow::Result<()> {
 #[test]
 fn no_crate_has_an_arrow_back_up() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for (src, name) in [
-        ("ledger/src", "ra_ledger"),
-        ("cdc/src", "ra_ledger_cdc"),
-        ("tests/src", "ra_ledger_tests"),
-    ] {
+    for (src, name) in CRATES {
         let (_, report) = circles(&root.join(src), name)?;
         assert!(report.contains("0 arrows back up"), "{src}: {report}");
     }
@@ -140,8 +142,8 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<
     Ok(())
 }
 
-/// Every setting is declared once: no code of the ledger or the CDC crate names or reads
-/// an environment variable but the declaration, whose names the configs' tables and the
+/// Every setting is declared once: no code of the ledger, the CDC crate, the test tooling or
+/// the benchmarks names or reads an environment variable but the declaration, whose names the configs' tables and the
 /// tools' flags take; and every name declared there is used.
 /// The operators' settings reference names every variable of the one declaration: the
 /// reference promises to be complete, and a variable added to `env.rs` without a line there
@@ -217,7 +219,7 @@ fn every_config_key_is_in_its_part_of_the_operators_reference() -> anyhow::Resul
 fn every_environment_variable_is_read_through_its_one_declaration() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
-    for src in ["ledger/src", "cdc/src"] {
+    for src in ["ledger/src", "cdc/src", "testing/src", "bench/src"] {
         rust_files(&root.join(src), &mut files)?;
     }
     let declaration = std::fs::read_to_string(root.join(DECLARATION))?;
@@ -278,4 +280,132 @@ fn the_declaration_check_finds_a_second_reading() {
         "let user = std::env::var(\"USER\");\n",
     );
     assert!(allowed.is_empty(), "{allowed:?}");
+}
+
+/// The lines of `text`, a crate's code, that compile something only with a `testing`
+/// feature: `cfg(feature = "testing")` alone or inside `all(…)`, `any(…)`, `cfg_attr`.
+/// Comments are left out.
+fn testing_cfgs(file: &str, text: &str) -> Vec<String> {
+    let cfg = regex::Regex::new(r#"cfg(_attr)?\(.*feature\s*=\s*"testing""#).expect("a regex");
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//") && cfg.is_match(line))
+        .map(|(number, line)| format!("{file}:{}: {}", number + 1, line.trim()))
+        .collect()
+}
+
+/// The subcommands a clap `--help` lists: the first word of each line of its `Commands:`
+/// section.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| line.trim_end() != "Commands:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The product carries no test tooling: `ledger/Cargo.toml` declares no `testing` feature
+/// and depends on neither the tooling nor the benchmarks, no file of the ledger's or the CDC
+/// crate's code compiles anything under a `testing` feature, and no manifest of the
+/// workspace turns one on. A plain `cargo build --release` at the root so builds a `ledger`
+/// without them (issue 49: the tests' `features = ["testing"]` put them into it).
+#[test]
+fn the_product_has_no_testing_feature() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("ledger/Cargo.toml"))?;
+    let feature = regex::Regex::new(r"(?m)^\s*testing\s*=")?;
+    assert!(
+        !feature.is_match(&manifest),
+        "ledger/Cargo.toml declares a testing feature"
+    );
+    for tooling in ["ra-ledger-testing", "ra-ledger-bench"] {
+        assert!(
+            !manifest.contains(tooling),
+            "ledger/Cargo.toml depends on {tooling}"
+        );
+    }
+    let turned_on = regex::Regex::new(r#"features\s*=\s*\[[^\]]*"testing""#)?;
+    for crate_dir in ["proto", "ledger", "cdc", "testing", "bench", "tests"] {
+        let path = root.join(crate_dir).join("Cargo.toml");
+        let text = std::fs::read_to_string(&path)?;
+        assert!(
+            !turned_on.is_match(&text) && !text.contains("ra-ledger/testing"),
+            "{crate_dir}/Cargo.toml turns on a testing feature"
+        );
+    }
+    let mut files = Vec::new();
+    for src in ["ledger/src", "cdc/src"] {
+        rust_files(&root.join(src), &mut files)?;
+    }
+    assert!(files.len() > 100, "{} files", files.len());
+    let mut found = Vec::new();
+    for path in &files {
+        let file = path.strip_prefix(&root)?.display().to_string();
+        found.extend(testing_cfgs(&file, &std::fs::read_to_string(path)?));
+    }
+    assert!(found.is_empty(), "testing cfgs:\n{}", found.join("\n"));
+    Ok(())
+}
+
+/// The check finds a `testing` cfg alone, inside `all(…)` and as a `cfg_attr`, and passes
+/// over comments and other features.
+#[test]
+fn the_testing_cfg_check_finds_each_form() {
+    let text = "#[cfg(feature = \"testing\")]\n\
+                mod a;\n\
+                #[cfg(all(test, feature = \"testing\"))]\n\
+                #[cfg_attr(feature = \"testing\", derive(Debug))]\n\
+                // #[cfg(feature = \"testing\")] in a comment\n\
+                #[cfg(feature = \"tls\")]\n";
+    let found = testing_cfgs("ledger/src/x.rs", text);
+    assert_eq!(
+        found,
+        [
+            "ledger/src/x.rs:1: #[cfg(feature = \"testing\")]",
+            "ledger/src/x.rs:3: #[cfg(all(test, feature = \"testing\"))]",
+            "ledger/src/x.rs:4: #[cfg_attr(feature = \"testing\", derive(Debug))]",
+        ]
+    );
+}
+
+/// The parse of `--help` reads the subcommands and nothing below them.
+#[test]
+fn subcommands_are_read_from_a_help() {
+    let help = "About\n\nUsage: ledger [OPTIONS] <COMMAND>\n\nCommands:\n  \
+                migrate  Apply pending\n  serve    Run the ledger\n  help     Print this\n\n\
+                Options:\n      --database-url <URL>\n";
+    assert_eq!(subcommands(help), ["migrate", "serve", "help"]);
+}
+
+/// `ledger --help` (the product binary `deploy/test` built) lists the product's commands
+/// and neither `bench` nor `demo`; `ledger-bench --help` lists the demo and every benchmark
+/// `docs/benchmarks.md` reports.
+#[tokio::test]
+async fn the_benchmarks_and_the_demo_are_ledger_bench_not_ledger() -> anyhow::Result<()> {
+    let ledger = subcommands(&ra_ledger_tests::cli::help(&ra_ledger_tests::cli::binary()?).await?);
+    for product in ["migrate", "serve", "relay", "worker", "verify", "runs"] {
+        assert!(
+            ledger.iter().any(|command| command == product),
+            "{ledger:?}"
+        );
+    }
+    for tooling in ["bench", "demo"] {
+        assert!(
+            !ledger.iter().any(|command| command == tooling),
+            "ledger lists {tooling}: {ledger:?}"
+        );
+    }
+    let bench =
+        subcommands(&ra_ledger_tests::cli::help(&ra_ledger_tests::cli::bench_binary()?).await?);
+    for expected in [
+        "demo", "write", "import", "as-of", "digest", "witness", "reassign", "relay", "latency",
+        "replay", "outbox", "rebuild", "kills", "peers",
+    ] {
+        assert!(
+            bench.iter().any(|command| command == expected),
+            "ledger-bench lacks {expected}: {bench:?}"
+        );
+    }
+    Ok(())
 }

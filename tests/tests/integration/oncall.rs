@@ -164,7 +164,7 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
         traceparent: None,
     };
     let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
-    let contact = ra_ledger::testing::primary_contact(&api.ledger, "TX", &metadata).await?;
+    let contact = ra_ledger_testing::primary_contact(&api.ledger, "TX", &metadata).await?;
 
     let driver = Driver::start().await?;
     let browser = driver.browser(false).await?;
@@ -189,7 +189,7 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
     let started = Instant::now();
     let mut samples = Vec::new();
     for _burst in 0..2 {
-        ra_ledger::testing::seed_assignments(&pool, texas, contact, 1_000, 1_000, |_| {}).await?;
+        ra_ledger_testing::seed_assignments(&pool, texas, contact, 1_000, 1_000, |_| {}).await?;
         let until = Instant::now() + Duration::from_secs(8);
         while Instant::now() < until {
             let relay_before = relay_figure(&relay);

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use ra_ledger::testing::debezium::{self, ConnectSetup};
 use ra_ledger_cdc::consumer::event_router;
 use ra_ledger_cdc::infra::pg::ReplicationTarget;
+use ra_ledger_testing::debezium::{self, ConnectSetup};
 use ra_ledger_tests::relay::{RunningRelay, subscribe, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};

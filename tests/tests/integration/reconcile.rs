@@ -36,8 +36,8 @@ async fn reconcile_is_clean_on_equal_topics_and_counts_each_disagreement() -> an
     let pool = ra_ledger::db::pool(&database.url, "reconcile-test", 4)?;
     let ledger = Ledger::new(pool.clone());
     let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
-    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata()).await?;
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 300, 30, |_| {}).await?;
+    let contact = ra_ledger_testing::primary_contact(&ledger, "TX", &metadata()).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 300, 30, |_| {}).await?;
     let relay = RunningRelay::start(config.clone());
     let options = Options {
         settle: Duration::from_secs(60),
@@ -132,7 +132,7 @@ async fn reconcile_is_clean_on_equal_topics_and_counts_each_disagreement() -> an
     // A stopped relay: new events are unseen, not lost; since a time, only they count.
     relay.stop().await?;
     let since = chrono::Utc::now();
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 5, 5, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 5, 5, |_| {}).await?;
     let stuck = reconcile::run(
         &pool,
         &config,
@@ -175,8 +175,8 @@ async fn ledger_reconcile_logs_no_error_for_the_ends_it_reads_to() -> anyhow::Re
     let pool = ra_ledger::db::pool(&database.url, "reconcile-test", 4)?;
     let ledger = Ledger::new(pool.clone());
     let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
-    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata()).await?;
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 20, 10, |_| {}).await?;
+    let contact = ra_ledger_testing::primary_contact(&ledger, "TX", &metadata()).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 20, 10, |_| {}).await?;
     let relay = RunningRelay::start(config.clone());
     let outcome = cli::ledger(
         &["reconcile"],
@@ -218,15 +218,15 @@ async fn a_relay_clock_ten_minutes_behind_the_databases_loses_nothing() -> anyho
     let pool = ra_ledger::db::pool(&database.url, "reconcile-test", 4)?;
     let ledger = Ledger::new(pool.clone());
     let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
-    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata()).await?;
+    let contact = ra_ledger_testing::primary_contact(&ledger, "TX", &metadata()).await?;
     let relay = RunningRelay::start(config.clone());
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 300, 30, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 300, 30, |_| {}).await?;
     // Past the slack within which commit times may be out of order: the older records can
     // prove where the range starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let client = database.connect().await?;
     let since: chrono::DateTime<chrono::Utc> = client.query_one("SELECT now()", &[]).await?.get(0);
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 60, 10, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 60, 10, |_| {}).await?;
     let expected: HashSet<String> = client
         .query("SELECT event_id::text FROM events", &[])
         .await?

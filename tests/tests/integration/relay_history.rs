@@ -406,9 +406,9 @@ async fn recover_publishes_events_retention_removed_from_the_outbox() -> anyhow:
         traceparent: None,
     };
     let since = chrono::Utc::now();
-    let contact = ra_ledger::testing::primary_contact(&ledger, "TX", &metadata).await?;
+    let contact = ra_ledger_testing::primary_contact(&ledger, "TX", &metadata).await?;
     let texas = ra_ledger::domain::Jurisdiction::parse("j", "TX")?;
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 50, 10, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 50, 10, |_| {}).await?;
     let client = database.connect().await?;
     // Their outbox rows are gone (as retention removes them once a slot confirmed them).
     client.execute("DELETE FROM outbox", &[]).await?;

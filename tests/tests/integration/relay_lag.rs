@@ -97,7 +97,7 @@ async fn slot_confirmed(client: &tokio_postgres::Client, slot: &str) -> anyhow::
 /// anyway, and the first round ends within 30 s of the start, before PostgreSQL asks for a
 /// reply (half its `wal_sender_timeout`, 60 s by default). Issue 50, item 12: a position
 /// waited up to the whole interval, and a kill -9 cost everything Kafka acknowledged
-/// meanwhile. The bound is generous for a loaded machine; `ledger bench kills` measures
+/// meanwhile. The bound is generous for a loaded machine; `ledger-bench kills` measures
 /// the lag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_follows_kafka_without_waiting_out_the_status_interval() -> anyhow::Result<()> {

@@ -39,7 +39,7 @@ async fn write_at_500_per_second(
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep_until(next.into()).await;
         next += Duration::from_millis(100);
-        ra_ledger::testing::seed_assignments(&pool, texas, contact, 45, 45, |_| {})
+        ra_ledger_testing::seed_assignments(&pool, texas, contact, 45, 45, |_| {})
             .await
             .expect("a batch of assignments");
         for _ in 0..2 {
@@ -94,7 +94,7 @@ async fn seed_past(database: &TestDatabase, api: &TestApi, count: usize) -> anyh
     let contact: Uuid = api.contact("TX", "Agent of the past").await.parse()?;
     let pool = ra_ledger::db::pool(&database.url, "seed", 1)?;
     let texas = Jurisdiction::parse("jurisdiction", "TX")?;
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, count, 1_000, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, count, 1_000, |_| {}).await?;
     let client = database.connect().await?;
     let some: Vec<Uuid> = client
         .query(

@@ -65,7 +65,7 @@ async fn a_cancelled_replay_stops_publishing_frees_its_place_and_shows_cancelled
     let contact: Uuid = api.contact("TX", "Agent of the past").await.parse()?;
     let pool = ra_ledger::db::pool(&database.url, "seed", 1)?;
     let texas = Jurisdiction::parse("jurisdiction", "TX")?;
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 20_000, 1_000, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 20_000, 1_000, |_| {}).await?;
     let mut topics = TestTopics::new();
     let relay = ra_ledger_tests::relay::test_config(&database, &mut topics).await?;
     let prefix = relay.topic_prefix.clone();

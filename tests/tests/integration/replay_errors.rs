@@ -36,7 +36,7 @@ async fn ledger_with_topics() -> anyhow::Result<(TestDatabase, TestApi, TestTopi
     let contact: Uuid = api.contact("TX", "Office").await.parse()?;
     let pool = ra_ledger::db::pool(&database.url, "seed", 1)?;
     let texas = Jurisdiction::parse("jurisdiction", "TX")?;
-    ra_ledger::testing::seed_assignments(&pool, texas, contact, 20, 20, |_| {}).await?;
+    ra_ledger_testing::seed_assignments(&pool, texas, contact, 20, 20, |_| {}).await?;
     let mut topics = TestTopics::new();
     let relay = ra_ledger_tests::relay::test_config(&database, &mut topics).await?;
     Ok((database, api, topics, relay.topic_prefix))

@@ -147,9 +147,9 @@ pub const WORKER_CONTINUE_CHAIN_MS: &str = "LEDGER_WORKER_CONTINUE_CHAIN_MS";
 
 // The tools.
 
-/// The ledger service's URL (`ledger demo --api`).
+/// The ledger service's URL (`ledger-bench demo --api`).
 pub const API_URL: &str = "LEDGER_API_URL";
-/// A writer's bearer token (`ledger demo --token`).
+/// A writer's bearer token (`ledger-bench demo --token`).
 pub const WRITER_TOKEN: &str = "LEDGER_WRITER_TOKEN";
 /// The digests' public key file (`ledger verify --public-key`).
 pub const DIGEST_PUBLIC_KEY_FILE: &str = "LEDGER_DIGEST_PUBLIC_KEY_FILE";

@@ -153,7 +153,7 @@ impl Load {
             while !token.is_cancelled() {
                 tick.tick().await;
                 let count = PER_TRANSACTION as usize;
-                ra_ledger::testing::seed_assignments(
+                ra_ledger_testing::seed_assignments(
                     &pool,
                     jurisdiction,
                     contact,
@@ -261,7 +261,7 @@ impl<'a> Scenario<'a> {
             causation_id: None,
             traceparent: None,
         };
-        let contact = ra_ledger::testing::primary_contact(&ledger, "CA", &metadata).await?;
+        let contact = ra_ledger_testing::primary_contact(&ledger, "CA", &metadata).await?;
         let mut scenario = Self {
             name: name.to_owned(),
             lanes,

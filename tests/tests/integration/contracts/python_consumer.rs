@@ -109,7 +109,7 @@ async fn the_python_consumer_applies_a_replay_then_the_live_topic_exactly_once_a
     // A past the live topic never holds (written before the relay's slot exists).
     let contact: Uuid = api.contact("TX", "Agent of the past").await.parse()?;
     let texas = Jurisdiction::parse("jurisdiction", "TX")?;
-    ra_ledger::testing::seed_assignments(api.ledger.pool(), texas, contact, 3_000, 1_000, |_| {})
+    ra_ledger_testing::seed_assignments(api.ledger.pool(), texas, contact, 3_000, 1_000, |_| {})
         .await?;
 
     let mut topics = TestTopics::new();

@@ -35,7 +35,7 @@ pub(super) async fn seeded(
         .await;
     created.expect(StatusCode::CREATED);
     let contact: Uuid = created.str("contact_id").parse()?;
-    let businesses = ra_ledger::testing::seed_assignments(
+    let businesses = ra_ledger_testing::seed_assignments(
         api.ledger.pool(),
         Jurisdiction::parse("jurisdiction", TX)?,
         contact,

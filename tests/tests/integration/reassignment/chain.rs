@@ -286,7 +286,7 @@ async fn a_worker_runs_the_next_page_at_once_and_drops_its_copy_from_kafka() -> 
         vec![1, 2, 3, 4, 5, 6]
     );
     assert_eq!(
-        ra_ledger::testing::max_pages_in_flight(&seeded.client, run_id).await?,
+        ra_ledger_testing::max_pages_in_flight(&seeded.client, run_id).await?,
         1,
         "one page at a time"
     );
@@ -324,7 +324,7 @@ async fn past_its_time_a_chain_run_at_once_goes_on_through_kafka() -> anyhow::Re
     assert_eq!((status.replaced, status.pages), (3_000, 61));
     assert_all_moved(&seeded, seeded.contact_id, new).await;
     assert_eq!(
-        ra_ledger::testing::max_pages_in_flight(&seeded.client, run_id).await?,
+        ra_ledger_testing::max_pages_in_flight(&seeded.client, run_id).await?,
         1
     );
     // Some pages ran at once, the others came through Kafka; every copy of a page run at

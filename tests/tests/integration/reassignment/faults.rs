@@ -147,7 +147,7 @@ async fn a_run_completes_when_its_topic_is_deleted_and_recreated_mid_run() -> an
     // Kafka deletes a topic in the background: until it is gone, creating it again is
     // refused (TopicAlreadyExists), so try until it is back.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while let Err(error) = ra_ledger::testing::create_topics(
+    while let Err(error) = ra_ledger_testing::create_topics(
         &topics.brokers,
         std::slice::from_ref(&config.topic),
         ra_ledger_tests::kafka::TEST_PARTITIONS,

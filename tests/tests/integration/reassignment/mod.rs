@@ -66,7 +66,7 @@ pub(super) async fn poisoned_then_seeded(
         reply.expect(StatusCode::CREATED);
         poison.push(business);
     }
-    let businesses = ra_ledger::testing::seed_assignments(
+    let businesses = ra_ledger_testing::seed_assignments(
         api.ledger.pool(),
         Jurisdiction::parse("jurisdiction", TX)?,
         contact_id,
@@ -193,7 +193,7 @@ pub(super) fn completed(status: &RunStatus) -> bool {
 }
 
 pub(super) async fn max_pages_in_flight(client: &Client, run_id: Uuid) -> i64 {
-    ra_ledger::testing::max_pages_in_flight(client, run_id)
+    ra_ledger_testing::max_pages_in_flight(client, run_id)
         .await
         .expect("page intervals")
 }

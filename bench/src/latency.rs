@@ -1,0 +1,320 @@
+//! `ledger-bench latency`: commit -> consumer receipt under a steady load through the relay.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use ra_ledger::db;
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, position_topic};
+use ra_ledger_cdc::value_format::ValueFormat;
+use rdkafka::Message as _;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Headers as _;
+use uuid::Uuid;
+
+use crate::figures::{Latencies, delivery_summary};
+use crate::scratch;
+
+/// One relay setting to measure: its delivery mode, and the latency settings under test.
+#[derive(Debug, Clone)]
+pub(super) struct Variant {
+    /// The delivery mode.
+    pub(super) delivery: DeliveryMode,
+    /// `linger.ms`, when not the relay's default.
+    pub(super) linger_ms: Option<u64>,
+    /// `flush_when_idle`, when not the relay's default.
+    pub(super) flush_when_idle: Option<bool>,
+    /// The topic's value format.
+    pub(super) value_format: ValueFormat,
+    /// The schema registry of a framed topic.
+    pub(super) schema_registry_url: Option<String>,
+}
+
+impl Variant {
+    /// `delivery` with the relay's defaults.
+    pub(super) fn of(delivery: DeliveryMode) -> Self {
+        Self {
+            delivery,
+            linger_ms: None,
+            flush_when_idle: None,
+            value_format: ValueFormat::Protobuf,
+            schema_registry_url: None,
+        }
+    }
+
+    /// Every combination of `modes` and the settings under test (the defaults where none),
+    /// each value format in turn, framed ones registered in `registry`.
+    pub(super) fn every(
+        modes: Vec<DeliveryMode>,
+        lingers: Option<Vec<u64>>,
+        flushes: Option<Vec<bool>>,
+        formats: &[ValueFormat],
+        registry: &str,
+    ) -> Vec<Self> {
+        let lingers: Vec<Option<u64>> = lingers.map_or(vec![None], |lingers| {
+            lingers.into_iter().map(Some).collect()
+        });
+        let flushes: Vec<Option<bool>> = flushes.map_or(vec![None], |flushes| {
+            flushes.into_iter().map(Some).collect()
+        });
+        let mut variants = Vec::new();
+        for delivery in modes {
+            for linger_ms in &lingers {
+                for flush_when_idle in &flushes {
+                    for value_format in formats {
+                        variants.push(Self {
+                            delivery,
+                            linger_ms: *linger_ms,
+                            flush_when_idle: *flush_when_idle,
+                            value_format: *value_format,
+                            schema_registry_url: value_format
+                                .is_framed()
+                                .then(|| registry.to_owned()),
+                        });
+                    }
+                }
+            }
+        }
+        variants
+    }
+
+    fn apply(&self, config: &mut RelayConfig) {
+        config.value_formats = BTreeMap::from([("assignment".into(), self.value_format)]);
+        config
+            .schema_registry_url
+            .clone_from(&self.schema_registry_url);
+        if let Some(linger) = self.linger_ms {
+            config.kafka.insert("linger.ms".into(), linger.to_string());
+        }
+        if let Some(flush) = self.flush_when_idle {
+            config.flush_when_idle = flush;
+        }
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut config = RelayConfig::default();
+        self.apply(&mut config);
+        write!(
+            f,
+            "{} (linger.ms {}, flush_when_idle {}, values {})",
+            self.delivery.as_str(),
+            config.linger_ms(),
+            config.flush_when_idle,
+            self.value_format.as_str()
+        )
+    }
+}
+
+/// Parses `--linger-ms`: a comma-separated list of milliseconds.
+pub(super) fn parse_lingers(text: &str) -> Result<Vec<u64>, String> {
+    text.split(',')
+        .map(|part| {
+            part.trim()
+                .parse()
+                .map_err(|_| format!("{part:?}: expected milliseconds, e.g. 0,1,2,5,10"))
+        })
+        .collect()
+}
+
+/// Parses `--flush-when-idle`: on, off or both.
+pub(super) fn parse_flush(text: &str) -> Result<Vec<bool>, String> {
+    match text {
+        "on" => Ok(vec![true]),
+        "off" => Ok(vec![false]),
+        "both" => Ok(vec![false, true]),
+        _ => Err(format!("{text:?}: expected on, off or both")),
+    }
+}
+
+pub async fn run(
+    database_url: &str,
+    brokers: &str,
+    rate: u64,
+    seconds: u64,
+    variants: Vec<Variant>,
+) -> anyhow::Result<()> {
+    if rate == 0 || seconds == 0 {
+        anyhow::bail!("--rate and --seconds must be at least 1");
+    }
+    let mut p99s = Vec::new();
+    for variant in variants {
+        let figures = measure(database_url, brokers, rate, seconds, variant.clone()).await?;
+        outln!(
+            "{variant}: steady load {rate} events/s for {seconds} s: {} sent, {} received; commit -> consumer receipt {} (target p99 <= 15 ms at 10,000 events/s)",
+            figures.sent,
+            figures.latencies.count,
+            figures.latencies
+        );
+        outln!("{}: {}", variant.delivery.as_str(), figures.summary);
+        p99s.push((variant, figures.latencies.p99));
+    }
+    // The same settings in another value format: its p99 over that of the run of the first
+    // format just before it (`protobuf,confluent_protobuf,protobuf,confluent_protobuf` pairs
+    // each framed run with the bare one before it).
+    for (index, (variant, p99)) in p99s.iter().enumerate() {
+        let before = p99s[..index].iter().rev().find(|(other, _)| {
+            other.delivery == variant.delivery
+                && other.linger_ms == variant.linger_ms
+                && other.flush_when_idle == variant.flush_when_idle
+                && other.value_format != variant.value_format
+        });
+        if let Some((first, first_p99)) = before
+            && first.value_format == p99s[0].0.value_format
+        {
+            outln!(
+                "{}: p99 values {} / {} (the run before) = {:.2}",
+                variant.delivery.as_str(),
+                variant.value_format.as_str(),
+                first.value_format.as_str(),
+                p99.as_secs_f64() / first_p99.as_secs_f64()
+            );
+        }
+    }
+    if let [(first, at_least_once), (second, exactly_once)] = &p99s[..]
+        && first.delivery == DeliveryMode::AtLeastOnce
+        && second.delivery == DeliveryMode::ExactlyOnce
+    {
+        outln!(
+            "p99 exactly_once / at_least_once = {:.2} (exactly once becomes the default at <= 2.00)",
+            exactly_once.as_secs_f64() / at_least_once.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Figures of the steady-load benchmark.
+#[derive(Debug, Clone)]
+pub(super) struct LatencyFigures {
+    /// Events committed.
+    pub(super) sent: u64,
+    /// Commit → consumer receipt, one sample per event received.
+    pub(super) latencies: Latencies,
+    /// How the relay delivered ([`delivery_summary`]).
+    pub(super) summary: String,
+}
+
+/// Steady load of `rate` events/s for `seconds` s (10 ms ticks of rate/100 rows per
+/// transaction) through the relay to a consumer; measures commit → consumer receipt using
+/// the `commit_timestamp` header (same machine clock).
+pub(super) async fn measure(
+    url: &str,
+    brokers: &str,
+    rate: u64,
+    seconds: u64,
+    variant: Variant,
+) -> anyhow::Result<LatencyFigures> {
+    let scratch = scratch::database(url).await?;
+    let client = db::connect(&scratch.url, "ledger-bench").await?;
+    let slot = scratch.create_slot(&client, "latency").await?;
+    let prefix = scratch::topic_prefix(brokers, "");
+    let topic = format!("{prefix}assignment");
+    ra_ledger_testing::create_topics(brokers, std::slice::from_ref(&topic), 3).await?;
+    ra_ledger_testing::create_topics(brokers, &[position_topic(&prefix)], 1).await?;
+    let consumer = assigned_consumer(brokers, &topic)?;
+    let mut relay_config = RelayConfig {
+        status_interval_ms: 100,
+        delivery: variant.delivery,
+        ..scratch.relay_config(slot, prefix, brokers)
+    };
+    variant.apply(&mut relay_config);
+    let metrics = std::sync::Arc::new(ra_ledger_cdc::metrics::RelayMetrics::default());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
+        relay_config,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let per_tick = (rate / 100).max(1) as i32;
+    let ticks = seconds * 100;
+    let expected = per_tick as u64 * ticks;
+    // Warm up: one row through relay, broker and consumer, so connecting, producer id
+    // negotiation and the consumer's first fetch are not in the figures.
+    client.execute(INSERT, &[&1i32, &"WarmUp"]).await?;
+    tokio::time::timeout(Duration::from_secs(60), consumer.stream().next())
+        .await
+        .map_err(|_| anyhow::anyhow!("warm-up row did not arrive within 60 s"))?;
+    let receiver = tokio::spawn(receive(consumer, expected));
+    eprintln!("steady load: {rate} events/s for {seconds} s ({per_tick} rows every 10 ms)…");
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for _ in 0..ticks {
+        tick.tick().await;
+        client
+            .execute(INSERT, &[&per_tick, &"AssignmentStarted"])
+            .await?;
+    }
+    let latencies = receiver.await?;
+    let summary = delivery_summary(variant.delivery, &metrics);
+    // The relay's own share (commit → Kafka acknowledgement), to tell it from the consumer's.
+    for line in metrics
+        .render()
+        .lines()
+        .filter(|line| line.starts_with(ra_ledger_cdc::metrics::COMMIT_TO_ACK.name))
+    {
+        eprintln!("{line}");
+    }
+    shutdown.cancel();
+    relay.await??;
+    drop(client);
+    scratch.drop().await?;
+    let latencies = Latencies::from_samples(latencies)
+        .ok_or_else(|| anyhow::anyhow!("the consumer received nothing"))?;
+    Ok(LatencyFigures {
+        sent: expected,
+        latencies,
+        summary,
+    })
+}
+
+/// Rows of the load: `$1` outbox rows of event type `$2`.
+const INSERT: &str = include_str!("sql/outbox_rows.sql");
+
+/// A consumer of `topic`'s three partitions from the beginning, assigned rather than in a
+/// group: no rebalance pauses in the figures. `read_committed`, as the consumers of an
+/// exactly-once relay read (the same for an at-least-once one: it writes no transactions).
+pub(super) fn assigned_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
+    let mut config = ra_ledger_testing::kafka_client(brokers)?;
+    ra_ledger_cdc::consumer::read_committed(&mut config);
+    let consumer: StreamConsumer = config
+        .set("group.id", format!("bench-{}", Uuid::new_v4().simple()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()?;
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..3 {
+        assignment.add_partition_offset(topic, partition, rdkafka::Offset::Beginning)?;
+    }
+    consumer.assign(&assignment)?;
+    Ok(consumer)
+}
+
+/// Commit -> receipt of each of `expected` messages, from their `commit_timestamp` header
+/// (the same machine's clock).
+async fn receive(consumer: StreamConsumer, expected: u64) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(expected as usize);
+    let mut stream = consumer.stream();
+    while (latencies.len() as u64) < expected {
+        let Ok(Some(Ok(message))) =
+            tokio::time::timeout(Duration::from_secs(60), stream.next()).await
+        else {
+            break;
+        };
+        let received = chrono::Utc::now();
+        let committed = message
+            .headers()
+            .and_then(|headers| headers.iter().find(|h| h.key == "commit_timestamp"))
+            .and_then(|h| std::str::from_utf8(h.value?).ok().map(str::to_owned))
+            .and_then(|text| chrono::DateTime::parse_from_rfc3339(&text).ok());
+        if let Some(committed) = committed {
+            latencies.push(
+                (received - committed.with_timezone(&chrono::Utc))
+                    .to_std()
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    latencies
+}

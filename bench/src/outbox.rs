@@ -1,0 +1,136 @@
+//! `ledger-bench outbox`: the outbox's rows and size on disk while a long stream of events
+//! flows through the relay and retention removes what the slot confirmed. It should stay
+//! flat: bounded by the relay's lag, not by the number of events ever written.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ra_ledger::{db, retention};
+use ra_ledger_cdc::metrics::RelayMetrics;
+use tokio_util::sync::CancellationToken;
+
+use crate::scratch;
+
+/// The benchmark's knobs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Events written in all.
+    pub events: u64,
+    /// Rows per transaction.
+    pub per_transaction: u64,
+    /// Most events written but not yet published: the writer waits above it, so the run
+    /// measures retention, not a broker slower than PostgreSQL.
+    pub max_unpublished: u64,
+    /// Time between retention rounds.
+    pub retention_interval: Duration,
+}
+
+pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow::Result<()> {
+    if options.events == 0 || options.per_transaction == 0 || options.max_unpublished == 0 {
+        anyhow::bail!("--events, --per-transaction and --max-unpublished must be at least 1");
+    }
+    let scratch = scratch::database(database_url).await?;
+    let client = db::connect(&scratch.url, "ledger-bench").await?;
+    let slot = scratch.create_slot(&client, "relay").await?;
+    let prefix = scratch::topic_prefix(brokers, "");
+    ra_ledger_testing::create_topics(brokers, &[format!("{prefix}assignment")], 3).await?;
+    ra_ledger_testing::create_topics(
+        brokers,
+        &[ra_ledger_cdc::config::position_topic(&prefix)],
+        1,
+    )
+    .await?;
+    let mut relay_config = scratch.relay_config(slot.clone(), prefix, brokers);
+    relay_config.heartbeat_interval_ms = 1_000;
+
+    let metrics = Arc::new(RelayMetrics::default());
+    let shutdown = CancellationToken::new();
+    let relay = tokio::spawn(ra_ledger_cdc::relay::run(
+        relay_config,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let pool = db::pool(&scratch.url, "ledger-bench-retention", 1)?;
+    let retention = tokio::spawn(retention::run(
+        pool.clone(),
+        slot,
+        options.retention_interval,
+        retention::DEFAULT_BATCH,
+        shutdown.clone(),
+    ));
+
+    outln!(
+        "{} events, {} per transaction, at most {} unpublished; retention every {:?}",
+        options.events,
+        options.per_transaction,
+        options.max_unpublished,
+        options.retention_interval
+    );
+    outln!(
+        "{:>9} {:>9} {:>6} {:>11} {:>10} {:>6}",
+        "written",
+        "published",
+        "s",
+        "outbox rows",
+        "outbox MB",
+        "marks"
+    );
+    let started = Instant::now();
+    let report = |written: u64| {
+        let pool = pool.clone();
+        let published = metrics.events_published();
+        async move {
+            let status = retention::status(&pool).await?;
+            outln!(
+                "{written:>9} {published:>9} {:>6.0} {:>11} {:>10.1} {:>6}",
+                started.elapsed().as_secs_f64(),
+                status.rows,
+                status.bytes as f64 / 1_048_576.0,
+                status.marks
+            );
+            anyhow::Ok(status)
+        }
+    };
+    report(0).await?;
+    let mut written = 0;
+    let mut next_report = options.events / 10;
+    let mut largest = 0;
+    while written < options.events {
+        anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
+        if written - metrics.events_published().min(written) >= options.max_unpublished {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        let rows = options.per_transaction.min(options.events - written);
+        client
+            .execute(
+                include_str!("sql/outbox_rows.sql"),
+                &[&(rows as i32), &"AssignmentStarted"],
+            )
+            .await?;
+        written += rows;
+        if written >= next_report {
+            largest = largest.max(report(written).await?.bytes);
+            next_report += options.events / 10;
+        }
+    }
+    while metrics.events_published() < written {
+        anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Two more rounds: the slot passes the last mark on the next heartbeat.
+    tokio::time::sleep(options.retention_interval * 2 + Duration::from_secs(1)).await;
+    let end = report(written).await?;
+    outln!(
+        "largest outbox on disk: {:.1} MB; after the drain: {} rows, {:.1} MB",
+        largest.max(end.bytes) as f64 / 1_048_576.0,
+        end.rows,
+        end.bytes as f64 / 1_048_576.0
+    );
+    shutdown.cancel();
+    relay.await??;
+    retention.await?;
+    drop(client);
+    scratch.drop().await?;
+    Ok(())
+}
