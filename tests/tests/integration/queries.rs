@@ -65,8 +65,18 @@ fn statements_read_as_views() -> anyhow::Result<BTreeMap<PathBuf, Reads>> {
     let include = regex::Regex::new(r#"include_str!\("([^"]+\.sql)"\)"#)?;
     let function = regex::Regex::new(r"^\s*(pub(\([a-z]+\))? )?(async )?fn ")?;
     let mut statements: BTreeMap<PathBuf, Reads> = BTreeMap::new();
+    // A statement named once as a constant of its module (`const X_SQL: &str =
+    // include_str!(…)`), then by that name in a function.
+    let constant = regex::Regex::new(r#"const (\w+): &str =\s*include_str!\("([^"]+\.sql)"\)"#)?;
     for file in files {
         let text = std::fs::read_to_string(&file)?;
+        let constants: Vec<(regex::Regex, PathBuf)> = constant
+            .captures_iter(&text)
+            .map(|found| {
+                let name = regex::Regex::new(&format!(r"\b{}\b", &found[1]))?;
+                anyhow::Ok((name, file.parent().unwrap().join(&found[2])))
+            })
+            .collect::<Result<_, _>>()?;
         let mut statement: Option<PathBuf> = None;
         for (number, line) in text.lines().enumerate() {
             if line.trim_start().starts_with("//") {
@@ -77,6 +87,8 @@ fn statements_read_as_views() -> anyhow::Result<BTreeMap<PathBuf, Reads>> {
             }
             if let Some(found) = include.captures(line) {
                 statement = Some(file.parent().unwrap().join(&found[1]));
+            } else if let Some((_, path)) = constants.iter().find(|(name, _)| name.is_match(line)) {
+                statement = Some(path.clone());
             }
             let reader = [
                 ("AssignmentView::from_row", 0),
