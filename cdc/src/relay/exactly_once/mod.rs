@@ -69,7 +69,7 @@ use super::in_flight::{self, Answer, InFlight, Producer, Sent};
 use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
 use super::setup::Opened;
 use crate::config::RelayConfig;
-use crate::history::{self, HistoryError, Identity, Server};
+use crate::history::{self, Identity, Server};
 use crate::metrics::RelayMetrics;
 use crate::position::{self, LastEvent, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
@@ -173,8 +173,9 @@ struct Resume {
     heartbeats: Option<u64>,
 }
 
-/// Checks the stored position against the server (see [`crate::history`]) and the outbox:
-/// the position resumes only if it names a point of this server's past. A position
+/// Checks the stored position against the server and the outbox ([`crate::history`], its
+/// rules 1 to 6, then rule 7 with the outbox's answer): the position resumes only if it
+/// names a point of this server's past. A position
 /// without an identity (an older relay's, or anything but the relay's) skips nothing.
 async fn resume_from(
     sql: &Client,
@@ -192,24 +193,15 @@ async fn resume_from(
         return Ok(Resume::default());
     };
     history::resume(&origin, server)?;
-    if let Some(event) = &position.last_event
-        && event.commit_lsn() > server.slot_confirmed
-    {
-        // Above the slot's position, retention cannot have removed its row.
-        let present = sql
+    if let Some(event) = history::must_hold(&origin, server) {
+        let held = sql
             .query_opt(
-                "SELECT 1 FROM outbox WHERE event_id = $1::text::uuid",
+                include_str!("../../sql/outbox_holds_event.sql"),
                 &[&event.id],
             )
             .await?
             .is_some();
-        if !present {
-            return Err(HistoryError::Rewound {
-                event_id: event.id.clone(),
-                commit_lsn: event.commit_lsn(),
-            }
-            .into());
-        }
+        history::still_held(event, held)?;
     }
     Ok(Resume {
         commit_lsn: position.commit_lsn(),
