@@ -12,6 +12,10 @@
 //!   `read_committed` consumer sees each event once, each PostgreSQL transaction whole.
 //!   Its module doc holds the safety argument.
 //!
+//! Both run behind one WAL reader ([`reader`]): it decodes the stream, keeps what both
+//! share (the producer's messages in flight, [`in_flight`], their bound and Kafka's
+//! answers) and asks the mode's delivery only what differs.
+//!
 //! What else publishes stays at least once in both modes: republished parked messages
 //! ([`republish_requests`], `ledger relay parked republish`), digests and replays have
 //! their own producers, outside the relay's transactions; their consumers keep
@@ -139,7 +143,8 @@ pub enum RelayError {
     /// is down, or it refused events.proto (its reason quoted).
     #[error("{0}. The relay publishes nothing until it has every framed topic's schema id")]
     Registry(#[from] crate::registry::RegistryError),
-    /// Exactly once: the relay's position could not be read back from Kafka.
+    /// The relay's position could not be read back from Kafka (both modes read it at
+    /// start).
     #[error(
         "{0}. The relay retries; check that the position topic exists (`ledger topics create`)"
     )]
