@@ -172,11 +172,10 @@ impl Delivery for AtLeastOnce<'_> {
         Ok(())
     }
 
-    fn close(&mut self, closed: Closed) -> bool {
+    fn close(&mut self, closed: Closed) {
         if let Some(seq) = self.current.take() {
             self.tracker.close(seq, closed.end_lsn, closed.heartbeats);
         }
-        false
     }
 
     /// Books one answer: success, or a permanent refusal parked durably first. A passing
@@ -212,10 +211,12 @@ impl Delivery for AtLeastOnce<'_> {
         Ok(())
     }
 
-    /// With `flush_when_idle`: the stream went idle with messages lingering in the
+    /// Never at a transaction's end: the producer batches across them. With
+    /// `flush_when_idle`, when caught up: the stream went idle with messages lingering in the
     /// producer, and the relay is not behind ([`BEHIND`]).
-    fn due_when_caught_up(&self) -> bool {
-        self.config.flush_when_idle
+    fn due(&self, caught_up: bool) -> bool {
+        caught_up
+            && self.config.flush_when_idle
             && self.unflushed
             && !behind(self.newest_commit_micros, now_micros())
     }

@@ -74,14 +74,15 @@ pub(super) trait Delivery {
         commit: &CommitInfo,
     ) -> Result<(), RelayError>;
 
-    /// The open transaction ended whole: whether to flush now.
-    fn close(&mut self, closed: Closed) -> bool;
+    /// The open transaction ended whole.
+    fn close(&mut self, closed: Closed);
 
     /// Books Kafka's answer to a send.
     async fn answered(&mut self, answer: Answer<Self::Tag>) -> Result<(), RelayError>;
 
-    /// Between transactions, with nothing more to read: whether to flush.
-    fn due_when_caught_up(&self) -> bool;
+    /// Between transactions, whether to flush now: right after one closed, or, when
+    /// `caught_up`, with nothing more to read.
+    fn due(&self, caught_up: bool) -> bool;
 
     /// Makes what was sent durable in Kafka (exactly once: commits the Kafka transaction).
     async fn flush(&mut self, kafka: &mut InFlight<Self::Tag>) -> Result<(), RelayError>;
@@ -255,7 +256,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
             }
             // Caught up means the server has sent nothing more, not that the reader stopped
             // for want of room: then it waits for outcomes instead.
-            let due = self.open.is_none() && can_read && self.delivery.due_when_caught_up();
+            let due = self.open.is_none() && can_read && self.delivery.due(true);
             tokio::select! {
                 // The priority order and its reasons: the module doc.
                 biased;
@@ -350,13 +351,14 @@ impl<'a, D: Delivery> Reader<'a, D> {
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.metrics.observe_wal_end(end_lsn.as_u64());
-                if let Some(open) = self.open.take()
-                    && self.delivery.close(Closed {
+                if let Some(open) = self.open.take() {
+                    self.delivery.close(Closed {
                         end_lsn: end_lsn.as_u64(),
                         heartbeats: open.heartbeats,
-                    })
-                {
-                    self.flush(replication).await?;
+                    });
+                    if self.delivery.due(false) {
+                        self.flush(replication).await?;
+                    }
                 }
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {

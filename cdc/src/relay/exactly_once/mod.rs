@@ -328,9 +328,9 @@ impl Delivery for ExactlyOnce<'_> {
     }
 
     /// A PostgreSQL transaction ends whole: it joins the group, which is flushed when due.
-    fn close(&mut self, closed: Closed) -> bool {
+    fn close(&mut self, closed: Closed) {
         let Some(transaction) = self.open.take() else {
-            return false;
+            return;
         };
         let end_lsn = closed.end_lsn;
         if closed.heartbeats.is_some() {
@@ -343,7 +343,7 @@ impl Delivery for ExactlyOnce<'_> {
                 end_lsn,
                 commit_micros: 0,
             });
-            return false;
+            return;
         }
         self.group.closed(
             transaction.commit.commit_lsn,
@@ -351,7 +351,6 @@ impl Delivery for ExactlyOnce<'_> {
             transaction.commit.commit_time_micros,
             transaction.messages > 0,
         );
-        self.group.due(&self.bounds, false, Instant::now())
     }
 
     /// Books an answer. Any failure ends the session (the reader aborts); a refusal for
@@ -373,8 +372,11 @@ impl Delivery for ExactlyOnce<'_> {
         }
     }
 
-    fn due_when_caught_up(&self) -> bool {
-        self.group.has_closed_transactions()
+    /// The group, when it holds whole transactions: at once when caught up, otherwise past
+    /// a bound ([`group`]). A skipped transaction never joins one: the skipped ones come
+    /// first in a session, all at or below the position the first group starts above.
+    fn due(&self, caught_up: bool) -> bool {
+        self.group.due(&self.bounds, caught_up, Instant::now())
     }
 
     async fn flush(&mut self, kafka: &mut InFlight<u64>) -> Result<(), RelayError> {
