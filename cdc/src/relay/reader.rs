@@ -84,7 +84,8 @@ pub(super) trait Delivery {
     /// `caught_up`, with nothing more to read.
     fn due(&self, caught_up: bool) -> bool;
 
-    /// Makes what was sent durable in Kafka (exactly once: commits the Kafka transaction).
+    /// Flushes what was sent: exactly once commits the Kafka transaction; at least once
+    /// starts sending at once what the producer lingers on, and returns.
     async fn flush(&mut self, kafka: &mut InFlight<Self::Tag>) -> Result<(), RelayError>;
 
     /// Where the slot may be confirmed now, when anything settled (at least once sends a
