@@ -1,6 +1,6 @@
 //! Which history a server is on, and whether a position the relay stored belongs to it.
 //! Pure: no I/O; the relay feeds it what `IDENTIFY_SYSTEM`, `TIMELINE_HISTORY` and
-//! `pg_replication_slots` said.
+//! `pg_replication_slots` said, and whether the outbox holds an event.
 //!
 //! # Why a position needs more than an LSN
 //!
@@ -33,9 +33,19 @@
 //!    restored from a copy taken before a heartbeat the position covers has a lower count,
 //!    however far it has written since ([`HistoryError::Restored`]). Rule 4 misses that
 //!    case once the restored server's WAL has passed the position again.
+//! 7. the newest event Kafka holds, when its transaction committed after the slot's
+//!    confirmed position, must still be in the outbox: retention never removes a row the
+//!    slot has not confirmed, so a database without it was restored or rewound to before
+//!    that commit, and its new transactions reuse the LSNs Kafka holds
+//!    ([`HistoryError::Rewound`]). It catches a restore rules 4 and 6 miss: one whose WAL
+//!    has passed the position again, from a copy taken after the last heartbeat the
+//!    position covers. [`must_hold`] names the event to look up (none when the slot
+//!    confirmed it: retention may have removed it since), the relay asks the outbox, and
+//!    [`still_held`] decides.
 //!
-//! When all hold, the transactions at or below the position are the same ones Kafka holds:
-//! below a switch point the two timelines' WAL is one and the same.
+//! [`resume`] applies rules 1 to 6; exactly once applies rule 7 after them. When all hold,
+//! the transactions at or below the position are the same ones Kafka holds: below a switch
+//! point the two timelines' WAL is one and the same.
 //!
 //! At least once skips nothing on a position's account, so [`continues`] applies only what
 //! would make it publish from the wrong server or lose: rules 1 to 3 (not the divergence:
@@ -108,6 +118,18 @@ pub struct Stored {
     pub end_lsn: u64,
     /// The slot's heartbeat count then, when the position carries one.
     pub heartbeats: Option<u64>,
+    /// The newest event Kafka holds from the slot, when the position names one (rule 7).
+    pub last_event: Option<NewestEvent>,
+}
+
+/// The newest event Kafka holds from a slot: an outbox row's event id and the commit LSN
+/// of its transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewestEvent {
+    /// The event id.
+    pub id: String,
+    /// The commit LSN of its transaction.
+    pub commit_lsn: u64,
 }
 
 /// What the relay knows of the server now.
@@ -279,6 +301,29 @@ fn gap(stored: &Stored, server: &Server) -> Result<(), HistoryError> {
     Ok(())
 }
 
+/// Rule 7's question: the event the outbox must still hold for `stored` to describe this
+/// database, if any. The newest event Kafka holds, when its transaction committed after
+/// the slot's confirmed position; at or below it, retention may have removed its row, and
+/// nothing is asked.
+pub fn must_hold<'a>(stored: &'a Stored, server: &Server) -> Option<&'a NewestEvent> {
+    stored
+        .last_event
+        .as_ref()
+        .filter(|event| event.commit_lsn > server.slot_confirmed)
+}
+
+/// Rule 7's verdict on the event [`must_hold`] named, once the outbox was asked: `held`
+/// when it has the event's row.
+pub fn still_held(event: &NewestEvent, held: bool) -> Result<(), HistoryError> {
+    if held {
+        return Ok(());
+    }
+    Err(HistoryError::Rewound {
+        event_id: event.id.clone(),
+        commit_lsn: event.commit_lsn,
+    })
+}
+
 /// Whether at least once may stream from `server` given the newest position `stored`
 /// (rules 1 to 3 but the divergence, and rule 5 when `both_modes_record`: the position was
 /// written by a relay whose both modes write positions before they confirm, so the slot
@@ -359,7 +404,43 @@ mod tests {
             identity: identity(timeline),
             end_lsn,
             heartbeats: None,
+            last_event: None,
         }
+    }
+
+    #[test]
+    fn the_newest_event_is_looked_up_above_the_slot_only_and_must_be_there() {
+        // The slot confirmed 500 (`server`).
+        let with_event = |commit_lsn| Stored {
+            last_event: Some(NewestEvent {
+                id: "e-1".into(),
+                commit_lsn,
+            }),
+            ..stored(1, 600)
+        };
+        let server = server(1, &[]);
+        assert_eq!(must_hold(&stored(1, 600), &server), None, "no event named");
+        assert_eq!(
+            must_hold(&with_event(500), &server),
+            None,
+            "confirmed by the slot: retention may have removed it"
+        );
+        let above = with_event(501);
+        let event = must_hold(&above, &server).expect("above the slot: looked up");
+        assert_eq!(event.id, "e-1");
+        assert_eq!(still_held(event, true), Ok(()));
+        let error = still_held(event, false).unwrap_err();
+        assert_eq!(
+            error,
+            HistoryError::Rewound {
+                event_id: "e-1".into(),
+                commit_lsn: 501
+            }
+        );
+        assert!(
+            error.to_string().contains("ledger relay recover"),
+            "says what to run: {error}"
+        );
     }
 
     #[test]

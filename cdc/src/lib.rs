@@ -23,8 +23,8 @@
 //! - [`registry`]: the schema registry of framed topics, written to once at start.
 //! - [`publish`]: Kafka records of outbox rows, and what to do with a delivery error.
 //! - [`ack`]: which commits Kafka has fully acknowledged, so the slot may move.
-//! - [`history`]: the server history a slot's position must belong to.
-//! - [`position`]: the exactly-once relay's position on its compacted topic.
+//! - [`history`]: the server history a slot's position must belong to, as pure rules.
+//! - [`position`]: the relay's position on its compacted topic, which both modes write.
 //! - [`parking`]: messages Kafka refused for good, kept for an operator.
 //! - [`replay`]: replay topics' names and markers.
 //! - [`relay`]: the session loop, its two delivery modes, setup, recovery.

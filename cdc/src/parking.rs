@@ -1,5 +1,5 @@
 //! Parked messages: ones Kafka refused for good, kept durably in `outbox_parked` with every
-//! header, listed and re-published by operators. Both ways in are here: the CLI publishes
+//! header (the relay parks them: [`park_refused`]), listed and re-published by operators. Both ways in are here: the CLI publishes
 //! again at once ([`republish`]); the console asks for it ([`request_republish`]) and the
 //! relay, which holds the producer, publishes what was asked ([`republish_requested`]).
 
@@ -10,6 +10,7 @@ use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::lsn::format_lsn;
+use crate::metrics::RelayMetrics;
 use crate::publish::OutgoingMessage;
 
 /// A parked message, as operators see it.
@@ -71,6 +72,28 @@ pub async fn park(
             ],
         )
         .await?;
+    Ok(())
+}
+
+/// Parks, as [`park`] does, a message a relay session found Kafka would never take as it
+/// is (refused for good, or with no rendering in its topic's format): said at ERROR for
+/// the operator, and counted. Both delivery modes park so.
+pub async fn park_refused(
+    client: &Client,
+    metrics: &RelayMetrics,
+    message: &OutgoingMessage,
+    commit_lsn: u64,
+    error: &str,
+) -> Result<(), tokio_postgres::Error> {
+    tracing::error!(
+        event_id = %message.row.event_id,
+        topic = %message.topic,
+        value_bytes = message.value.len(),
+        %error,
+        "a message Kafka will never take as it is; parking it in outbox_parked (see `ledger relay parked list`)"
+    );
+    park(client, message, commit_lsn, error).await?;
+    metrics.parked();
     Ok(())
 }
 

@@ -31,7 +31,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{DeliveryMode, RelayConfig};
-use crate::history::{Identity, Stored};
+use crate::history::{Identity, NewestEvent, Stored};
 use crate::infra::partition_end::PartitionEndContext;
 use crate::lsn::{format_lsn, parse_lsn};
 
@@ -156,6 +156,10 @@ impl Position {
             },
             end_lsn: self.end_lsn(),
             heartbeats: self.heartbeats,
+            last_event: self.last_event.as_ref().map(|event| NewestEvent {
+                id: event.id.clone(),
+                commit_lsn: event.commit_lsn(),
+            }),
         })
     }
 }
@@ -342,6 +346,10 @@ mod tests {
                 identity,
                 end_lsn: 0x1_0000_00F0,
                 heartbeats: Some(42),
+                last_event: Some(NewestEvent {
+                    id: "e1".into(),
+                    commit_lsn: 0x1_0000_0010,
+                }),
             })
         );
         assert_eq!(Position::decode(b"not json"), None);

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::RelayError;
-use super::in_flight::{self, Answer, InFlight};
-use super::reader::{Closed, Delivery, Reader, Rendered};
+use super::in_flight::{self, Answer, InFlight, Sent};
+use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
 use super::setup::Opened;
 use crate::ack::{AckTracker, Acknowledged, TransactionSeq};
 use crate::config::{DeliveryMode, RelayConfig};
@@ -33,9 +33,14 @@ use crate::metrics::{RelayMetrics, now_micros};
 use crate::position::{LastEvent, Position, Read};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
 
-/// What Kafka answered to a message (tagged with its transaction and commit LSN) or a
-/// position record.
-type Outcome = in_flight::Answer<(TransactionSeq, u64)>;
+/// What each message is sent with, to be known again in Kafka's answer.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
+    /// Its transaction's entry in the tracker.
+    seq: TransactionSeq,
+    /// Its transaction's commit LSN (where it is parked from).
+    commit_lsn: u64,
+}
 
 /// Runs one at-least-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -63,13 +68,13 @@ pub(super) async fn run(
         metrics,
         sql: &sql,
         tracker: AckTracker::new(),
-        in_flight: InFlight::new(producer),
         recorder: Recorder::new(config, server.identity),
         current: None,
         unflushed: false,
         newest_commit_micros: 0,
     };
-    let confirmed = Reader::new(config, metrics, &sql, delivery, coverage)
+    let kafka = InFlight::new(producer);
+    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage)
         .run(&mut replication, shutdown)
         .await?;
     replication.stop();
@@ -84,7 +89,6 @@ struct AtLeastOnce<'a> {
     metrics: &'a RelayMetrics,
     sql: &'a Client,
     tracker: AckTracker,
-    in_flight: InFlight<(TransactionSeq, u64)>,
     recorder: Recorder,
     /// The open transaction's entry in the tracker.
     current: Option<TransactionSeq>,
@@ -113,7 +117,7 @@ fn behind(commit_micros: i64, now_micros: i64) -> bool {
 }
 
 impl Delivery for AtLeastOnce<'_> {
-    type Outcome = Outcome;
+    type Tag = Tag;
 
     fn begin(&mut self, commit: &CommitInfo) -> bool {
         self.newest_commit_micros = commit.commit_time_micros;
@@ -124,9 +128,14 @@ impl Delivery for AtLeastOnce<'_> {
         true
     }
 
-    async fn send(&mut self, message: Rendered, commit: &CommitInfo) -> Result<(), RelayError> {
+    async fn send(
+        &mut self,
+        kafka: &mut InFlight<Tag>,
+        message: Rendered,
+        commit: &CommitInfo,
+    ) -> Result<(), RelayError> {
         let Some(seq) = self.current else {
-            return Err(super::reader::protocol("an insert outside a transaction"));
+            return Err(RelayError::protocol("an insert outside a transaction"));
         };
         let event_id = match &message {
             Ok(message) => &message.row.event_id,
@@ -142,48 +151,41 @@ impl Delivery for AtLeastOnce<'_> {
                     .await;
             }
         };
-        match self.in_flight.send(message, (seq, commit.commit_lsn)) {
+        let tag = Tag {
+            seq,
+            commit_lsn: commit.commit_lsn,
+        };
+        match kafka.send(message, tag) {
             Ok(()) => self.unflushed = true,
             Err(refused) => {
-                let (message, error) = *refused;
-                self.on_outcome(Answer::Message(
-                    (seq, commit.commit_lsn),
-                    message,
-                    Err(error),
-                ))
+                let refused = *refused;
+                self.answered(Answer {
+                    sent: Sent::Message {
+                        tag,
+                        message: refused.message,
+                    },
+                    result: Err(refused.error),
+                })
                 .await?;
             }
         }
         Ok(())
     }
 
-    fn close(&mut self, closed: Closed) -> bool {
+    fn close(&mut self, closed: Closed) {
         if let Some(seq) = self.current.take() {
             self.tracker.close(seq, closed.end_lsn, closed.heartbeats);
         }
-        false
     }
 
-    fn can_read(&self) -> bool {
-        self.in_flight.len() < self.config.max_in_flight
-    }
-
-    fn has_pending(&self) -> bool {
-        !self.in_flight.is_empty()
-    }
-
-    async fn next_outcome(&mut self) -> Option<Outcome> {
-        self.in_flight.next().await
-    }
-
-    /// Books one outcome: success, or a permanent refusal parked durably first. A passing
+    /// Books one answer: success, or a permanent refusal parked durably first. A passing
     /// failure ends the session; the next one republishes from the slot.
-    async fn on_outcome(&mut self, outcome: Outcome) -> Result<(), RelayError> {
-        let ((seq, commit_lsn), message, result) = match outcome {
-            Answer::Message(tag, message, result) => (tag, message, result),
-            Answer::Record(mark, result) => return self.recorder.answered(mark, result),
+    async fn answered(&mut self, answer: Answer<Tag>) -> Result<(), RelayError> {
+        let (Tag { seq, commit_lsn }, message) = match answer.sent {
+            Sent::Message { tag, message } => (tag, message),
+            Sent::Record { mark } => return self.recorder.answered(mark, answer.result),
         };
-        match result {
+        match answer.result {
             Ok(()) => self.tracker.delivered(seq),
             Err(error) if publish::classify(&error) == DeliveryFailure::Permanent => {
                 return self
@@ -209,10 +211,12 @@ impl Delivery for AtLeastOnce<'_> {
         Ok(())
     }
 
-    /// With `flush_when_idle`: the stream went idle with messages lingering in the
+    /// Never at a transaction's end: the producer batches across them. With
+    /// `flush_when_idle`, when caught up: the stream went idle with messages lingering in the
     /// producer, and the relay is not behind ([`BEHIND`]).
-    fn due_when_caught_up(&self) -> bool {
-        self.config.flush_when_idle
+    fn due(&self, caught_up: bool) -> bool {
+        caught_up
+            && self.config.flush_when_idle
             && self.unflushed
             && !behind(self.newest_commit_micros, now_micros())
     }
@@ -221,22 +225,22 @@ impl Delivery for AtLeastOnce<'_> {
     /// what the producer holds is sent without waiting out `linger.ms`, and what is sent
     /// meanwhile too. The outcomes arrive as usual; a busy stream never goes idle, and a relay
     /// behind never flushes, so their batches stay as large as linger makes them.
-    async fn flush(&mut self) -> Result<(), RelayError> {
+    async fn flush(&mut self, kafka: &mut InFlight<Tag>) -> Result<(), RelayError> {
         self.metrics.idle_flushed();
         self.unflushed = false;
-        let producer = self.in_flight.producer().clone();
+        let producer = kafka.producer().clone();
         let linger = Duration::from_millis(self.config.linger_ms());
         tokio::task::spawn_blocking(move || {
             // A timeout (what is in flight outlasts the linger) is fine: it only ends the
             // no-linger window.
-            let _ = super::kafka_flush(&producer, linger);
+            let _ = in_flight::kafka_flush(&producer, linger);
         });
         Ok(())
     }
 
     /// What Kafka holds a position record of, with the metrics of what settled; a record
     /// of what every acknowledged transaction allows is sent when due.
-    fn confirmable(&mut self) -> Option<(u64, i64)> {
+    fn confirmable(&mut self, kafka: &mut InFlight<Tag>) -> Option<Settled> {
         let settled = self.tracker.take_settled();
         if !settled.is_empty() {
             let now = now_micros();
@@ -252,8 +256,7 @@ impl Delivery for AtLeastOnce<'_> {
             self.metrics.set_in_flight(self.tracker.in_flight());
         }
         if let Some(acknowledged) = self.tracker.confirmable() {
-            self.recorder
-                .record(acknowledged, &mut self.in_flight, Instant::now());
+            self.recorder.record(acknowledged, kafka, Instant::now());
         }
         self.recorder.recorded
     }
@@ -264,34 +267,33 @@ impl Delivery for AtLeastOnce<'_> {
 
     /// Shutdown: settles what is in flight within the grace period, then records the
     /// position of what settled, so that the slot is confirmed to all of it.
-    async fn finish(&mut self, _in_transaction: bool) -> Result<(), RelayError> {
+    async fn finish(&mut self, kafka: &mut InFlight<Tag>) -> Result<(), RelayError> {
         info!(
             in_flight = self.tracker.in_flight(),
             "draining before shutdown"
         );
         let grace = Duration::from_millis(self.config.shutdown_grace_ms);
         let deadline = tokio::time::Instant::now() + grace;
-        self.settle_until(deadline).await?;
+        self.settle_until(kafka, deadline).await?;
         if let Some(acknowledged) = self.tracker.confirmable() {
             // Due now: the last one, whatever the interval.
-            self.recorder.record(
-                acknowledged,
-                &mut self.in_flight,
-                Instant::now() + RECORD_INTERVAL,
-            );
+            self.recorder
+                .record(acknowledged, kafka, Instant::now() + RECORD_INTERVAL);
         }
-        self.settle_until(deadline).await
+        self.settle_until(kafka, deadline).await
     }
-
-    async fn abort(&mut self) {}
 }
 
 impl AtLeastOnce<'_> {
     /// Books the outcomes of what is in flight until none is left or `deadline`.
-    async fn settle_until(&mut self, deadline: tokio::time::Instant) -> Result<(), RelayError> {
-        while !self.in_flight.is_empty() {
-            match tokio::time::timeout_at(deadline, self.in_flight.next()).await {
-                Ok(Some(outcome)) => self.on_outcome(outcome).await?,
+    async fn settle_until(
+        &mut self,
+        kafka: &mut InFlight<Tag>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), RelayError> {
+        while !kafka.is_empty() {
+            match tokio::time::timeout_at(deadline, kafka.next()).await {
+                Ok(Some(answer)) => self.answered(answer).await?,
                 Ok(None) => break,
                 Err(_) => {
                     warn!(
@@ -313,7 +315,7 @@ impl AtLeastOnce<'_> {
         commit_lsn: u64,
         error: &str,
     ) -> Result<(), RelayError> {
-        super::park(self.sql, self.metrics, message, commit_lsn, error).await?;
+        crate::parking::park_refused(self.sql, self.metrics, message, commit_lsn, error).await?;
         self.tracker.delivered(seq);
         self.metrics.set_in_flight(self.tracker.in_flight());
         Ok(())
@@ -331,10 +333,10 @@ struct Recorder {
     slot: String,
     topic: String,
     identity: Identity,
-    /// What Kafka acknowledged a record of: the end LSN and the commit time.
-    recorded: Option<(u64, i64)>,
+    /// What Kafka acknowledged a record of.
+    recorded: Option<Settled>,
     /// The record in flight.
-    sending: Option<(u64, i64)>,
+    sending: Option<Settled>,
     sent_at: Option<Instant>,
 }
 
@@ -356,7 +358,7 @@ impl Recorder {
         self.sending.is_none()
             && self
                 .recorded
-                .is_none_or(|(recorded, _)| acknowledged.end_lsn > recorded)
+                .is_none_or(|recorded| acknowledged.end_lsn > recorded.end_lsn)
             && self
                 .sent_at
                 .is_none_or(|at| now.saturating_duration_since(at) >= RECORD_INTERVAL)
@@ -364,12 +366,7 @@ impl Recorder {
 
     /// Sends a record of `acknowledged` when due. A record librdkafka would not queue (its
     /// queue full) is tried again at the next call.
-    fn record<T>(
-        &mut self,
-        acknowledged: &Acknowledged,
-        in_flight: &mut InFlight<T>,
-        now: Instant,
-    ) {
+    fn record<T>(&mut self, acknowledged: &Acknowledged, kafka: &mut InFlight<T>, now: Instant) {
         if !self.due(acknowledged, now) {
             return;
         }
@@ -385,7 +382,7 @@ impl Recorder {
             acknowledged.heartbeats,
             DeliveryMode::AtLeastOnce,
         );
-        match in_flight.send_record(
+        match kafka.send_record(
             &self.topic,
             0,
             self.slot.as_bytes(),
@@ -393,7 +390,10 @@ impl Recorder {
             acknowledged.end_lsn,
         ) {
             Ok(()) => {
-                self.sending = Some((acknowledged.end_lsn, acknowledged.commit_time_micros));
+                self.sending = Some(Settled {
+                    end_lsn: acknowledged.end_lsn,
+                    commit_micros: acknowledged.commit_time_micros,
+                });
                 self.sent_at = Some(now);
             }
             Err(error) => warn!(%error, "the position record was not queued; trying again"),
@@ -410,7 +410,7 @@ impl Recorder {
         let sending = self.sending.take();
         match result {
             Ok(()) => {
-                if let Some(sent) = sending.filter(|(end_lsn, _)| *end_lsn == mark) {
+                if let Some(sent) = sending.filter(|sent| sent.end_lsn == mark) {
                     self.recorded = Some(sent);
                 }
                 Ok(())
@@ -446,21 +446,25 @@ mod tests {
         };
         let start = Instant::now();
         assert!(recorder.due(&at(100), start), "nothing recorded yet");
-        recorder.sending = Some((100, 0));
+        let settled = |end_lsn| Settled {
+            end_lsn,
+            commit_micros: 0,
+        };
+        recorder.sending = Some(settled(100));
         recorder.sent_at = Some(start);
         assert!(
             !recorder.due(&at(200), start + RECORD_INTERVAL),
             "one in flight"
         );
         recorder.answered(100, Ok(())).unwrap();
-        assert_eq!(recorder.recorded, Some((100, 0)));
+        assert_eq!(recorder.recorded, Some(settled(100)));
         assert!(
             !recorder.due(&at(100), start + RECORD_INTERVAL),
             "nothing newer"
         );
         assert!(!recorder.due(&at(200), start), "too soon");
         assert!(recorder.due(&at(200), start + RECORD_INTERVAL));
-        recorder.sending = Some((200, 0));
+        recorder.sending = Some(settled(200));
         assert!(
             recorder
                 .answered(
@@ -473,7 +477,7 @@ mod tests {
         );
         assert_eq!(
             recorder.recorded,
-            Some((100, 0)),
+            Some(settled(100)),
             "a failed record confirms nothing"
         );
     }

@@ -9,9 +9,14 @@
 //!
 //! A message is known by its place in the order of sending (its id, librdkafka's opaque),
 //! so matching a report is an index into a queue: no map, no allocation.
+//!
+//! The relay's Kafka lives here: its producers ([`idempotent`], [`transactional`]), what
+//! they have in flight ([`InFlight`]), each send's [`Answer`], and [`kafka_flush`], which
+//! sends what the producer holds at once.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
@@ -26,17 +31,23 @@ use crate::publish::OutgoingMessage;
 /// The relay's producer: librdkafka's reports go to its [`Reports`].
 pub(crate) type Producer = ThreadedProducer<Reports>;
 
-/// What Kafka answered to something the session sent.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Answer<T> {
-    /// An outbox row's message, with the tag the session sent it with.
-    Message(T, OutgoingMessage, Result<(), KafkaError>),
-    /// A record of the relay's own (a position), with the mark it was sent with.
-    Record(u64, Result<(), KafkaError>),
+/// Kafka's answer to one send of the session's: what was sent, and whether Kafka has it.
+pub(crate) struct Answer<T> {
+    /// What was handed to librdkafka.
+    pub sent: Sent<T>,
+    /// Kafka's answer: `Ok` once Kafka has it (acknowledged; in a transaction, written, to
+    /// become visible at its commit).
+    pub result: Result<(), KafkaError>,
 }
 
 /// A message librdkafka would not queue, with why.
-pub(crate) type NotQueued = Box<(OutgoingMessage, KafkaError)>;
+#[derive(Debug)]
+pub(crate) struct NotQueued {
+    /// The message, never handed over.
+    pub message: OutgoingMessage,
+    /// librdkafka's refusal.
+    pub error: KafkaError,
+}
 
 /// The delivery reports librdkafka's polling thread handed over and the session has not
 /// taken yet: (message id, outcome).
@@ -71,11 +82,19 @@ impl ProducerContext for Reports {
 /// What was handed to librdkafka. Kept inline, not boxed: a box would be an allocation a
 /// message again, and records are one a Kafka transaction.
 #[allow(clippy::large_enum_variant)]
-enum Sent<T> {
-    /// An outbox row's message, with its tag.
-    Message(T, OutgoingMessage),
-    /// A record of the relay's own (a position), with its mark.
-    Record(u64),
+pub(crate) enum Sent<T> {
+    /// An outbox row's message, with the tag the session sent it with.
+    Message {
+        /// The session's tag.
+        tag: T,
+        /// The message.
+        message: OutgoingMessage,
+    },
+    /// A record of the relay's own (a position), with the mark it was sent with.
+    Record {
+        /// The session's mark.
+        mark: u64,
+    },
 }
 
 /// The messages and records in flight on one producer.
@@ -109,6 +128,26 @@ fn create(settings: &KafkaSettings) -> Result<Producer, KafkaError> {
         .create_with_context(Reports::default())
 }
 
+/// librdkafka's own `rd_kafka_flush`: while it runs, the producer sends without lingering,
+/// and it returns once every message's delivery report was served (by rdkafka's polling
+/// thread: the producer hands reports out as events), or after `timeout`. Blocking.
+///
+/// Not rdkafka's `Producer::flush`, which `commit_transaction` also calls: it polls in
+/// 100 ms steps, so it made every commit take at least 100 ms. After this flush the one in
+/// `commit_transaction` finds nothing left and returns at once.
+#[allow(unsafe_code)]
+pub(crate) fn kafka_flush(producer: &Producer, timeout: Duration) -> Result<(), KafkaError> {
+    let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the pointer is the producer's live librdkafka handle (`producer` holds it for
+    // the whole call), and rd_kafka_flush may be called from any thread.
+    let code =
+        unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
+    match code {
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
+        code => Err(KafkaError::Flush(code.into())),
+    }
+}
+
 impl<T> InFlight<T> {
     pub(crate) fn new(producer: Producer) -> Self {
         Self {
@@ -126,7 +165,7 @@ impl<T> InFlight<T> {
 
     /// Hands `message` to librdkafka; its outcome comes from [`InFlight::next`] with `tag`.
     /// A message librdkafka would not even queue comes back at once.
-    pub(crate) fn send(&mut self, message: OutgoingMessage, tag: T) -> Result<(), NotQueued> {
+    pub(crate) fn send(&mut self, message: OutgoingMessage, tag: T) -> Result<(), Box<NotQueued>> {
         let record = BaseRecord::with_opaque_to(&message.topic, self.next_id)
             .key(message.row.aggregate_id.as_bytes())
             .payload(message.value.as_ref())
@@ -134,10 +173,10 @@ impl<T> InFlight<T> {
         let queued = self.producer.send(record).map_err(|(error, _)| error);
         match queued {
             Ok(()) => {
-                self.sent(Sent::Message(tag, message));
+                self.sent(Sent::Message { tag, message });
                 Ok(())
             }
-            Err(error) => Err(Box::new((message, error))),
+            Err(error) => Err(Box::new(NotQueued { message, error })),
         }
     }
 
@@ -156,7 +195,7 @@ impl<T> InFlight<T> {
             .key(key)
             .payload(payload);
         self.producer.send(record).map_err(|(error, _)| error)?;
-        self.sent(Sent::Record(mark));
+        self.sent(Sent::Record { mark });
         Ok(())
     }
 
@@ -183,13 +222,9 @@ impl<T> InFlight<T> {
     pub(crate) async fn next(&mut self) -> Option<Answer<T>> {
         loop {
             while let Some((id, result)) = self.taken.pop() {
-                match self.answered(id) {
-                    Some(Sent::Message(tag, message)) => {
-                        return Some(Answer::Message(tag, message, result));
-                    }
-                    Some(Sent::Record(mark)) => return Some(Answer::Record(mark, result)),
-                    // Sent before a [`InFlight::clear`].
-                    None => {}
+                // None: sent before a [`InFlight::clear`].
+                if let Some(sent) = self.answered(id) {
+                    return Some(Answer { sent, result });
                 }
             }
             if self.unanswered == 0 {
@@ -287,23 +322,17 @@ mod tests {
         assert_eq!(in_flight.len(), 51);
         let mut tags = Vec::new();
         let mut records = Vec::new();
-        while let Some(answer) = in_flight.next().await {
-            match answer {
-                Answer::Message(tag, message, result) => {
+        while let Some(Answer { sent, result }) = in_flight.next().await {
+            assert_eq!(
+                result.unwrap_err().rdkafka_error_code(),
+                Some(RDKafkaErrorCode::MessageTimedOut)
+            );
+            match sent {
+                Sent::Message { tag, message } => {
                     assert_eq!(message.row.event_id, format!("e-{tag}"));
-                    assert_eq!(
-                        result.unwrap_err().rdkafka_error_code(),
-                        Some(RDKafkaErrorCode::MessageTimedOut)
-                    );
                     tags.push(tag);
                 }
-                Answer::Record(mark, result) => {
-                    assert_eq!(
-                        result.unwrap_err().rdkafka_error_code(),
-                        Some(RDKafkaErrorCode::MessageTimedOut)
-                    );
-                    records.push(mark);
-                }
+                Sent::Record { mark } => records.push(mark),
             }
         }
         tags.sort_unstable();
@@ -323,7 +352,11 @@ mod tests {
         assert!(in_flight.is_empty());
         assert!(in_flight.next().await.is_none());
         in_flight.send(message("kept"), 99).unwrap();
-        let Some(Answer::Message(tag, message, _)) = in_flight.next().await else {
+        let Some(Answer {
+            sent: Sent::Message { tag, message },
+            ..
+        }) = in_flight.next().await
+        else {
             panic!("the message kept is answered");
         };
         assert_eq!((tag, message.row.event_id.as_str()), (99, "kept"));
@@ -334,17 +367,32 @@ mod tests {
     fn the_bound_counts_from_the_oldest_unanswered_send() {
         let mut in_flight = InFlight::new(unanswered_producer());
         for tag in 0..4u32 {
-            in_flight.sent(Sent::Message(tag, message("e")));
+            in_flight.sent(Sent::Message {
+                tag,
+                message: message("e"),
+            });
         }
-        assert!(matches!(in_flight.answered(2), Some(Sent::Message(2, _))));
-        assert!(matches!(in_flight.answered(1), Some(Sent::Message(1, _))));
+        assert!(matches!(
+            in_flight.answered(2),
+            Some(Sent::Message { tag: 2, .. })
+        ));
+        assert!(matches!(
+            in_flight.answered(1),
+            Some(Sent::Message { tag: 1, .. })
+        ));
         assert_eq!(in_flight.len(), 4, "the oldest, 0, is still unanswered");
         assert!(in_flight.answered(1).is_none(), "answered once only");
-        assert!(matches!(in_flight.answered(0), Some(Sent::Message(0, _))));
+        assert!(matches!(
+            in_flight.answered(0),
+            Some(Sent::Message { tag: 0, .. })
+        ));
         assert_eq!(in_flight.len(), 1);
         assert!(in_flight.answered(7).is_none(), "never sent");
         assert!(!in_flight.is_empty());
-        assert!(matches!(in_flight.answered(3), Some(Sent::Message(3, _))));
+        assert!(matches!(
+            in_flight.answered(3),
+            Some(Sent::Message { tag: 3, .. })
+        ));
         assert!(in_flight.is_empty());
     }
 }

@@ -7,10 +7,14 @@
 //!   ([`crate::position`]). After any crash it resumes from the slot: duplicates are
 //!   possible, loss is not; consumers deduplicate on the event id.
 //! - `exactly_once`, an [`exactly_once`] delivery: a transactional producer per slot, whole
-//!   PostgreSQL transactions grouped into Kafka transactions ([`group`]) that also carry
+//!   PostgreSQL transactions grouped into Kafka transactions that also carry
 //!   the relay's position ([`crate::position`]), the slot confirmed after each commit. A
 //!   `read_committed` consumer sees each event once, each PostgreSQL transaction whole.
 //!   Its module doc holds the safety argument.
+//!
+//! Both run behind one WAL reader ([`reader`]): it decodes the stream, keeps what both
+//! share (the producer's messages in flight, [`in_flight`], their bound and Kafka's
+//! answers) and asks the mode's delivery only what differs.
 //!
 //! What else publishes stays at least once in both modes: republished parked messages
 //! ([`republish_requests`], `ledger relay parked republish`), digests and replays have
@@ -29,7 +33,6 @@
 mod at_least_once;
 mod exactly_once;
 pub mod gate;
-mod group;
 mod health;
 mod in_flight;
 pub mod lag_report;
@@ -53,7 +56,6 @@ use crate::history::{HistoryError, Identity};
 use crate::metrics::RelayMetrics;
 use crate::outbox::{OutboxError, OutboxLayout};
 use crate::pgoutput::{DecodeError, Relation};
-use crate::publish::OutgoingMessage;
 
 /// Prefix of the relay's heartbeat messages in the WAL.
 pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
@@ -141,11 +143,19 @@ pub enum RelayError {
     /// is down, or it refused events.proto (its reason quoted).
     #[error("{0}. The relay publishes nothing until it has every framed topic's schema id")]
     Registry(#[from] crate::registry::RegistryError),
-    /// Exactly once: the relay's position could not be read back from Kafka.
+    /// The relay's position could not be read back from Kafka (both modes read it at
+    /// start).
     #[error(
         "{0}. The relay retries; check that the position topic exists (`ledger topics create`)"
     )]
     Position(#[from] crate::position::PositionError),
+}
+
+impl RelayError {
+    /// The replication stream broke the protocol: what it sent makes no sense where it came.
+    pub(super) fn protocol(what: &str) -> Self {
+        Self::Replication(PgWireError::Protocol(what.into()))
+    }
 }
 
 /// Whether to reconnect after an error or stop and tell the operator. Pure.
@@ -395,27 +405,6 @@ fn learn_relation(
     Ok(())
 }
 
-/// Parks a message Kafka would never take as it is (refused for good, or with no rendering
-/// in its topic's format) durably in `outbox_parked`, and counts it; both modes do.
-async fn park(
-    sql: &tokio_postgres::Client,
-    metrics: &RelayMetrics,
-    message: &OutgoingMessage,
-    commit_lsn: u64,
-    error: &str,
-) -> Result<(), RelayError> {
-    error!(
-        event_id = %message.row.event_id,
-        topic = %message.topic,
-        value_bytes = message.value.len(),
-        %error,
-        "a message Kafka will never take as it is; parking it in outbox_parked (see `ledger relay parked list`)"
-    );
-    crate::parking::park(sql, message, commit_lsn, error).await?;
-    metrics.parked();
-    Ok(())
-}
-
 /// The slot's position as `which` reads it, on a blocking thread.
 async fn read_position(
     config: &RelayConfig,
@@ -427,30 +416,6 @@ async fn read_position(
             .await
             .map_err(|_| RelayError::Kafka(KafkaError::Canceled))??,
     )
-}
-
-/// librdkafka's own `rd_kafka_flush`: while it runs, the producer sends without lingering,
-/// and it returns once every message's delivery report was served (by rdkafka's polling
-/// thread: the producer hands reports out as events), or after `timeout`. Blocking.
-///
-/// Not rdkafka's `Producer::flush`, which `commit_transaction` also calls: it polls in
-/// 100 ms steps, so it made every commit take at least 100 ms. After this flush the one in
-/// `commit_transaction` finds nothing left and returns at once.
-#[allow(unsafe_code)]
-pub(crate) fn kafka_flush(
-    producer: &in_flight::Producer,
-    timeout: Duration,
-) -> Result<(), KafkaError> {
-    use rdkafka::producer::Producer as _;
-    let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: the pointer is the producer's live librdkafka handle (`producer` holds it for
-    // the whole call), and rd_kafka_flush may be called from any thread.
-    let code =
-        unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
-    match code {
-        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR => Ok(()),
-        code => Err(KafkaError::Flush(code.into())),
-    }
 }
 
 #[cfg(test)]

@@ -3,16 +3,18 @@
 //! slot to what the delivery says Kafka has durably.
 //!
 //! The split follows supabase/etl's apply loop and its destinations: the reader knows the
-//! WAL (transactions, relations, heartbeats, read-ahead, confirmation), a delivery knows
-//! Kafka (an idempotent producer and its acknowledgements, or transactions and their
-//! position). The reader never asks which one it feeds.
+//! WAL (transactions, relations, heartbeats, read-ahead, confirmation) and owns what both
+//! deliveries share: the messages in flight on the producer, their bound (at it the reader
+//! reads no more WAL: the backpressure) and Kafka's answers, each handed to the delivery.
+//! A delivery says only what differs: acknowledgements and a position record of them, or
+//! transactions and their position. The reader never asks which one it feeds.
 //!
 //! # The loop
 //!
 //! A `biased` select, in this priority order, each with a comment on why:
 //! 1. shutdown;
-//! 2. a delivery outcome: it frees capacity, moves the slot, and a refusal must end a group
-//!    before more joins it;
+//! 2. Kafka's answer to a send: it frees capacity, moves the slot, and a refusal must end a
+//!    group before more joins it;
 //! 3. a heartbeat: a transactional message through the slot, so an idle outbox does not pin
 //!    WAL, and whose LSN and time let the age gauge see a transaction the server is still
 //!    decoding ([`Heartbeats`]);
@@ -35,10 +37,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
+use super::in_flight::{Answer, InFlight};
 use super::publication::{self, Coverage};
 use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::config::RelayConfig;
@@ -50,51 +53,68 @@ use crate::publish::{CommitHeaders, CommitInfo, OutgoingMessage, Unrenderable};
 /// An outbox row's message, or why it has none in its topic's format (to park).
 pub(super) type Rendered = Result<OutgoingMessage, Unrenderable>;
 
-/// What a delivery mode does with the committed transactions the reader decoded.
+/// What a delivery mode does with the committed transactions the reader decoded: only
+/// what differs between the two. The reader owns what they share: the producer's messages
+/// in flight ([`InFlight`]), the bound on them (`max_in_flight`, the backpressure: the
+/// reader reads no more WAL at it) and Kafka's answers, which it hands to
+/// [`Delivery::answered`] as they come. A method that sends is given the in-flight window.
 pub(super) trait Delivery {
-    /// A delivery outcome from Kafka.
-    type Outcome;
+    /// What each message is sent with, to be known again in Kafka's answer.
+    type Tag;
 
     /// A committed transaction starts: whether its rows are wanted (exactly once skips the
     /// transactions Kafka holds already).
     fn begin(&mut self, commit: &CommitInfo) -> bool;
 
     /// One row of the open, wanted transaction.
-    async fn send(&mut self, message: Rendered, commit: &CommitInfo) -> Result<(), RelayError>;
+    async fn send(
+        &mut self,
+        kafka: &mut InFlight<Self::Tag>,
+        message: Rendered,
+        commit: &CommitInfo,
+    ) -> Result<(), RelayError>;
 
-    /// The open transaction ended whole: whether to flush now.
-    fn close(&mut self, closed: Closed) -> bool;
+    /// The open transaction ended whole.
+    fn close(&mut self, closed: Closed);
 
-    /// Whether the reader may read more WAL: false at the in-flight bound.
-    fn can_read(&self) -> bool;
+    /// Books Kafka's answer to a send.
+    async fn answered(&mut self, answer: Answer<Self::Tag>) -> Result<(), RelayError>;
 
-    /// Whether outcomes are pending.
-    fn has_pending(&self) -> bool;
+    /// Between transactions, whether to flush now: right after one closed, or, when
+    /// `caught_up`, with nothing more to read.
+    fn due(&self, caught_up: bool) -> bool;
 
-    /// The next outcome (cancel-safe: nothing is lost when it is dropped unfinished).
-    async fn next_outcome(&mut self) -> Option<Self::Outcome>;
+    /// Flushes what was sent: exactly once commits the Kafka transaction; at least once
+    /// starts sending at once what the producer lingers on, and returns.
+    async fn flush(&mut self, kafka: &mut InFlight<Self::Tag>) -> Result<(), RelayError>;
 
-    /// Books an outcome.
-    async fn on_outcome(&mut self, outcome: Self::Outcome) -> Result<(), RelayError>;
+    /// Where the slot may be confirmed now, when anything settled (at least once sends a
+    /// record of its position here, when one is due).
+    fn confirmable(&mut self, kafka: &mut InFlight<Self::Tag>) -> Option<Settled>;
 
-    /// Between transactions, with nothing more to read: whether to flush.
-    fn due_when_caught_up(&self) -> bool;
+    /// The commit time of the oldest transaction read and not yet confirmable, for the age
+    /// gauge; a delivery that does not track it (exactly once) leaves the gauge to the
+    /// heartbeats.
+    fn oldest_unconfirmed(&self) -> Option<i64> {
+        None
+    }
 
-    /// Makes what was sent durable in Kafka (exactly once: commits the Kafka transaction).
-    async fn flush(&mut self) -> Result<(), RelayError>;
-
-    /// Where the slot may be confirmed now (end LSN, commit time), when anything settled.
-    fn confirmable(&mut self) -> Option<(u64, i64)>;
-
-    /// The commit time of the oldest transaction read and not yet confirmable.
-    fn oldest_unconfirmed(&self) -> Option<i64>;
-
-    /// Shutdown, reading no more: settles within the grace period (or commits or aborts
-    /// the open group; `in_transaction` when a PostgreSQL transaction is half read).
-    async fn finish(&mut self, in_transaction: bool) -> Result<(), RelayError>;
+    /// Shutdown, reading no more: settles within the grace period, or commits the open
+    /// group (aborts it when a PostgreSQL transaction is half read).
+    async fn finish(&mut self, kafka: &mut InFlight<Self::Tag>) -> Result<(), RelayError>;
 
     /// After an error: aborts what is open, if anything.
-    async fn abort(&mut self);
+    async fn abort(&mut self, _kafka: &mut InFlight<Self::Tag>) {}
+}
+
+/// Where the slot may be confirmed: the end LSN of a transaction Kafka has durably, with
+/// its commit time (for the confirmed commit's age). Ordered by the end LSN first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Settled {
+    /// The end LSN.
+    pub end_lsn: u64,
+    /// The commit time, microseconds since the Unix epoch.
+    pub commit_micros: i64,
 }
 
 /// How a transaction ended, for [`Delivery::close`].
@@ -150,11 +170,13 @@ impl Heartbeats {
 }
 
 /// The reader's state between events.
-pub(super) struct Reader<'a, D> {
+pub(super) struct Reader<'a, D: Delivery> {
     config: &'a RelayConfig,
     metrics: &'a RelayMetrics,
     sql: &'a Client,
     delivery: D,
+    /// What the delivery sent and Kafka has not answered yet.
+    kafka: InFlight<D::Tag>,
     layouts: HashMap<u32, OutboxLayout>,
     open: Option<Open>,
     /// What the server sent while the delivery flushed, handled first.
@@ -163,19 +185,20 @@ pub(super) struct Reader<'a, D> {
     heartbeats: Heartbeats,
     /// What the publication's checks vouch for.
     coverage: Coverage,
-    /// The newest position the delivery said Kafka has, with its commit time; confirmed
-    /// as far as the coverage allows.
-    settled: Option<(u64, i64)>,
+    /// The newest position the delivery said Kafka has; confirmed as far as the coverage
+    /// allows.
+    settled: Option<Settled>,
     confirmed: u64,
 }
 
 impl<'a, D: Delivery> Reader<'a, D> {
-    /// A reader feeding `delivery`.
+    /// A reader feeding `delivery`, which sends on `kafka`.
     pub(super) fn new(
         config: &'a RelayConfig,
         metrics: &'a RelayMetrics,
         sql: &'a Client,
         delivery: D,
+        kafka: InFlight<D::Tag>,
         coverage: Coverage,
     ) -> Self {
         Self {
@@ -183,6 +206,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
             metrics,
             sql,
             delivery,
+            kafka,
             layouts: HashMap::new(),
             open: None,
             read_ahead: VecDeque::new(),
@@ -206,7 +230,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
             Err(error) => Err(error),
         };
         if let Err(error) = outcome {
-            self.delivery.abort().await;
+            self.delivery.abort(&mut self.kafka).await;
             return Err(error);
         }
         Ok(self.confirmed)
@@ -222,7 +246,9 @@ impl<'a, D: Delivery> Reader<'a, D> {
         let mut check = tokio::time::interval(publication::CHECK_INTERVAL);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let can_read = self.delivery.can_read();
+            // The in-flight bound: one message waiting long (its partition's leader gone)
+            // stops the reading before the memory behind it grows without end.
+            let can_read = self.kafka.len() < self.config.max_in_flight;
             if can_read && let Some(event) = self.read_ahead.pop_front() {
                 self.read_ahead_bytes -= event_bytes(&event);
                 self.on_event(event, replication).await?;
@@ -231,19 +257,19 @@ impl<'a, D: Delivery> Reader<'a, D> {
             }
             // Caught up means the server has sent nothing more, not that the reader stopped
             // for want of room: then it waits for outcomes instead.
-            let due = self.open.is_none() && can_read && self.delivery.due_when_caught_up();
+            let due = self.open.is_none() && can_read && self.delivery.due(true);
             tokio::select! {
                 // The priority order and its reasons: the module doc.
                 biased;
                 () = shutdown.cancelled() => return Ok(()),
-                Some(outcome) = self.delivery.next_outcome(), if self.delivery.has_pending() => {
-                    self.delivery.on_outcome(outcome).await?;
+                Some(answer) = self.kafka.next(), if !self.kafka.is_empty() => {
+                    self.delivery.answered(answer).await?;
                 }
                 _ = heartbeat.tick() => self.heartbeat().await?,
                 _ = check.tick() => self.check_publication().await?,
                 event = replication.recv(), if can_read => {
                     let Some(event) = event? else {
-                        return Err(protocol("the server ended the stream"));
+                        return Err(RelayError::protocol("the server ended the stream"));
                     };
                     self.on_event(event, replication).await?;
                 }
@@ -293,7 +319,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
             } => {
                 if self.open.is_some() {
                     // An unclosed transaction would hold the slot back forever.
-                    return Err(protocol("a Begin inside a transaction"));
+                    return Err(RelayError::protocol("a Begin inside a transaction"));
                 }
                 let commit = CommitInfo {
                     commit_lsn: final_lsn.as_u64(),
@@ -326,13 +352,14 @@ impl<'a, D: Delivery> Reader<'a, D> {
             }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 self.metrics.observe_wal_end(end_lsn.as_u64());
-                if let Some(open) = self.open.take()
-                    && self.delivery.close(Closed {
+                if let Some(open) = self.open.take() {
+                    self.delivery.close(Closed {
                         end_lsn: end_lsn.as_u64(),
                         heartbeats: open.heartbeats,
-                    })
-                {
-                    self.flush(replication).await?;
+                    });
+                    if self.delivery.due(false) {
+                        self.flush(replication).await?;
+                    }
                 }
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
@@ -361,7 +388,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
             .get(&relation_oid)
             .ok_or(RelayError::Decode(DecodeError::UnknownTag(b'I')))?;
         let Some(open) = self.open.as_mut() else {
-            return Err(protocol("an insert outside a transaction"));
+            return Err(RelayError::protocol("an insert outside a transaction"));
         };
         let Some(headers) = &open.headers else {
             return Ok(());
@@ -375,7 +402,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
         }
         open.ordinal += 1;
         let commit = open.commit;
-        self.delivery.send(message, &commit).await
+        self.delivery.send(&mut self.kafka, message, &commit).await
     }
 
     /// Flushes the delivery, reading ahead meanwhile (see the module doc).
@@ -383,7 +410,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
         let bound = self.config.transaction_max_bytes;
         let mut read_error = None;
         let outcome = {
-            let flushed = self.delivery.flush();
+            let flushed = self.delivery.flush(&mut self.kafka);
             tokio::pin!(flushed);
             loop {
                 let room = read_error.is_none() && self.read_ahead_bytes < bound;
@@ -395,7 +422,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
                             self.read_ahead_bytes += event_bytes(&event);
                             self.read_ahead.push_back(event);
                         }
-                        Ok(None) => read_error = Some(protocol("the server ended the stream")),
+                        Ok(None) => read_error = Some(RelayError::protocol("the server ended the stream")),
                         Err(error) => read_error = Some(RelayError::from(error)),
                     },
                 }
@@ -411,14 +438,14 @@ impl<'a, D: Delivery> Reader<'a, D> {
     /// Moves the slot to what the delivery has durably, as far as the publication's checks
     /// vouch for, and books the oldest waiting.
     fn confirm(&mut self, replication: &ReplicationClient) {
-        if let Some(settled) = self.delivery.confirmable() {
+        if let Some(settled) = self.delivery.confirmable(&mut self.kafka) {
             self.settled = Some(self.settled.map_or(settled, |before| before.max(settled)));
         }
-        if let Some((settled, commit_micros)) = self.settled {
-            let lsn = settled.min(self.coverage.covered());
+        if let Some(settled) = self.settled {
+            let lsn = settled.end_lsn.min(self.coverage.covered());
             if lsn > self.confirmed {
                 replication.update_applied_lsn(Lsn::from_u64(lsn));
-                self.metrics.confirmed(lsn, commit_micros);
+                self.metrics.confirmed(lsn, settled.commit_micros);
                 self.confirmed = lsn;
                 self.heartbeats.confirmed(lsn);
             }
@@ -439,7 +466,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
     /// Shutdown: the delivery finishes, the slot is confirmed, and PostgreSQL is given a
     /// moment to record it.
     async fn finish(&mut self, replication: &mut ReplicationClient) -> Result<(), RelayError> {
-        self.delivery.finish(self.open.is_some()).await?;
+        self.delivery.finish(&mut self.kafka).await?;
         // Two checks: the second vouches for the WAL the first read, which is past all that
         // was read, so a clean stop confirms everything Kafka has.
         self.check_publication().await?;
@@ -463,10 +490,6 @@ fn event_bytes(event: &ReplicationEvent) -> usize {
         ReplicationEvent::XLogData { data, .. } => data.len() + 64,
         _ => 64,
     }
-}
-
-pub(super) fn protocol(what: &str) -> RelayError {
-    RelayError::Replication(PgWireError::Protocol(what.into()))
 }
 
 /// Waits (briefly) until PostgreSQL reports `confirmed` as the slot's position, so a clean

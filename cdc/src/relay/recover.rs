@@ -41,7 +41,7 @@ use rdkafka::producer::Producer as _;
 use tokio_postgres::{Client, IsolationLevel};
 use tracing::{info, warn};
 
-use super::in_flight::{self, Answer, InFlight};
+use super::in_flight::{self, Answer, InFlight, Sent};
 use super::{RelayError, publication, setup, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
@@ -351,21 +351,19 @@ impl<'a> Publisher<'a> {
         };
         match self.in_flight.send(message, ()) {
             Ok(()) => {}
-            Err(refused) => {
-                let (message, error) = *refused;
-                self.refused(&message, error).await?;
-            }
+            Err(refused) => self.refused(&refused.message, refused.error).await?,
         }
         Ok(())
     }
 
     async fn settle_one(&mut self) -> Result<(), RelayError> {
-        match self.in_flight.next().await {
-            Some(Answer::Message((), message, Err(error))) => {
-                self.refused(&message, error).await?;
-            }
-            // It sends no record of its own.
-            Some(Answer::Message(_, _, Ok(())) | Answer::Record(..)) | None => {}
+        // It sends no record of its own: only a message's failure counts.
+        if let Some(Answer {
+            sent: Sent::Message { message, .. },
+            result: Err(error),
+        }) = self.in_flight.next().await
+        {
+            self.refused(&message, error).await?;
         }
         Ok(())
     }
@@ -422,7 +420,9 @@ async fn commit_position(
         let mut in_flight = InFlight::<()>::new(in_flight::idempotent(config)?);
         in_flight.send_record(&topic, 0, config.slot.as_bytes(), &record, point)?;
         return match in_flight.next().await {
-            Some(Answer::Record(_, Err(error))) => Err(error.into()),
+            Some(Answer {
+                result: Err(error), ..
+            }) => Err(error.into()),
             _ => Ok(()),
         };
     }

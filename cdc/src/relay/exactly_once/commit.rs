@@ -7,14 +7,15 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
 use tracing::warn;
 
+use super::group::Group;
 use super::{ExactlyOnce, blocking};
 use crate::config::DeliveryMode;
 use crate::metrics::now_micros;
 use crate::position::Position;
 use crate::publish::OutgoingMessage;
 use crate::relay::RelayError;
-use crate::relay::group::Group;
-use crate::relay::in_flight::{Answer, InFlight};
+use crate::relay::in_flight::{self, Answer, InFlight, Sent};
+use crate::relay::reader::Settled;
 
 impl ExactlyOnce<'_> {
     /// Commits the group: the position record, then `commit_transaction`, then (only on
@@ -24,17 +25,20 @@ impl ExactlyOnce<'_> {
     /// Kafka transaction of its position record alone before the slot passes it: the slot
     /// is never confirmed past the newest committed position, so at start a slot ahead of
     /// the position can only mean something else moved it ([`crate::history`]'s gap).
-    pub(super) async fn commit(&mut self) -> Result<(), RelayError> {
+    pub(super) async fn commit(&mut self, kafka: &mut InFlight<u64>) -> Result<(), RelayError> {
         if !self.group.has_closed_transactions() {
             return Ok(());
         }
         if !self.in_kafka_transaction {
             if self.group.last_end_lsn <= self.position_end {
                 let group = std::mem::take(&mut self.group);
-                self.confirm_to = Some((group.last_end_lsn, group.last_commit_micros));
+                self.confirm_to = Some(Settled {
+                    end_lsn: group.last_end_lsn,
+                    commit_micros: group.last_commit_micros,
+                });
                 return Ok(());
             }
-            self.begin_kafka_transaction()?;
+            self.begin_kafka_transaction(kafka)?;
         }
         if self
             .kafka_started
@@ -57,7 +61,7 @@ impl ExactlyOnce<'_> {
             self.heartbeats,
             DeliveryMode::ExactlyOnce,
         );
-        self.in_flight.send_record(
+        kafka.send_record(
             &self.position_topic,
             0,
             self.config.slot.as_bytes(),
@@ -66,9 +70,13 @@ impl ExactlyOnce<'_> {
         )?;
         let started = Instant::now();
         let timeout = self.config.transaction_timeout();
-        match settle(&mut self.in_flight, timeout).await {
+        match settle(kafka, timeout).await {
             Ok(()) => {}
-            Err(Unsettled::Refused(message, commit_lsn, error)) => {
+            Err(Unsettled::Refused {
+                message,
+                commit_lsn,
+                error,
+            }) => {
                 self.failed(&error);
                 let error = self.refused(&message, commit_lsn, error).await;
                 return Err(self.too_large(error));
@@ -93,13 +101,16 @@ impl ExactlyOnce<'_> {
         }
         self.position = group.last_commit_lsn;
         self.position_end = group.last_end_lsn;
-        self.confirm_to = Some((group.last_end_lsn, group.last_commit_micros));
+        self.confirm_to = Some(Settled {
+            end_lsn: group.last_end_lsn,
+            commit_micros: group.last_commit_micros,
+        });
         Ok(())
     }
 
     /// Aborts the open Kafka transaction, if the producer still can; the next session's
     /// `init_transactions` aborts it otherwise.
-    pub(super) async fn abort_transaction(&mut self) {
+    pub(super) async fn abort_transaction(&mut self, kafka: &mut InFlight<u64>) {
         self.group = Group::default();
         self.open = None;
         self.kafka_started = None;
@@ -107,14 +118,14 @@ impl ExactlyOnce<'_> {
             return;
         }
         self.metrics.transaction_aborted();
-        self.in_flight.clear();
+        kafka.clear();
         if self.unusable {
             // Not even an abort on an instance whose last call may still land: the next
             // session's init_transactions aborts the transaction and fences this producer.
             return;
         }
         let timeout = self.config.transaction_timeout();
-        if let Err(error) = blocking(self.in_flight.producer(), move |producer| {
+        if let Err(error) = blocking(kafka.producer(), move |producer| {
             producer.abort_transaction(timeout)
         })
         .await
@@ -126,8 +137,15 @@ impl ExactlyOnce<'_> {
 
 /// Why a group could not be committed.
 pub(super) enum Unsettled {
-    /// A message's delivery failed: the message, its commit LSN and the error.
-    Refused(Box<OutgoingMessage>, u64, KafkaError),
+    /// A message's delivery failed.
+    Refused {
+        /// The message.
+        message: Box<OutgoingMessage>,
+        /// Its transaction's commit LSN.
+        commit_lsn: u64,
+        /// Kafka's answer.
+        error: KafkaError,
+    },
     /// The position record or the commit itself failed.
     Kafka(KafkaError),
 }
@@ -140,18 +158,25 @@ pub(super) async fn settle(
     timeout: std::time::Duration,
 ) -> Result<(), Unsettled> {
     blocking(in_flight.producer(), move |producer| {
-        crate::relay::kafka_flush(producer, timeout)
+        in_flight::kafka_flush(producer, timeout)
     })
     .await
     .map_err(Unsettled::Kafka)?;
-    while let Some(answer) = in_flight.next().await {
-        match answer {
-            Answer::Message(commit_lsn, message, Err(error)) => {
-                return Err(Unsettled::Refused(Box::new(message), commit_lsn, error));
-            }
-            Answer::Record(_, Err(error)) => return Err(Unsettled::Kafka(error)),
-            Answer::Message(_, _, Ok(())) | Answer::Record(_, Ok(())) => {}
-        }
+    while let Some(Answer { sent, result }) = in_flight.next().await {
+        let Err(error) = result else {
+            continue;
+        };
+        return Err(match sent {
+            Sent::Message {
+                tag: commit_lsn,
+                message,
+            } => Unsettled::Refused {
+                message: Box::new(message),
+                commit_lsn,
+                error,
+            },
+            Sent::Record { .. } => Unsettled::Kafka(error),
+        });
     }
     blocking(in_flight.producer(), move |producer| {
         producer.commit_transaction(timeout)

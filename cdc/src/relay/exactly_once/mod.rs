@@ -44,7 +44,7 @@
 //! # Why these choices
 //!
 //! - The group commits as soon as the relay has read everything the server sent (see
-//!   [`super::group`]) rather than on a timer: a timer adds its wait to every event's
+//!   [`group`]) rather than on a timer: a timer adds its wait to every event's
 //!   latency, while committing when caught up lets the groups grow with the load (what
 //!   arrives during one commit forms the next group).
 //! - `commit_transaction` blocks; it runs on a blocking thread, and the session reads
@@ -60,20 +60,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 mod commit;
+mod group;
+
+use group::{Bounds, Group};
 
 use super::RelayError;
-use super::group::{Bounds, Group};
-use super::in_flight::{self, Answer, InFlight, Producer};
-use super::reader::{Closed, Delivery, Reader, Rendered};
+use super::in_flight::{self, Answer, InFlight, Producer, Sent};
+use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
 use super::setup::Opened;
 use crate::config::RelayConfig;
-use crate::history::{self, HistoryError, Identity, Server};
+use crate::history::{self, Identity, Server};
 use crate::metrics::RelayMetrics;
 use crate::position::{self, LastEvent, Position};
 use crate::publish::{self, CommitInfo, DeliveryFailure, OutgoingMessage};
-
-/// What Kafka answered to a message (tagged with its commit LSN) or a position record.
-pub(super) type Outcome = in_flight::Answer<u64>;
 
 /// Runs one exactly-once session on `opened` until `shutdown` or an error.
 pub(super) async fn run(
@@ -120,7 +119,6 @@ pub(super) async fn run(
         config,
         metrics,
         sql: &sql,
-        in_flight: InFlight::new(producer),
         bounds: Bounds {
             messages: config.transaction_max_messages,
             bytes: config.transaction_max_bytes,
@@ -140,7 +138,8 @@ pub(super) async fn run(
         unusable: false,
         confirm_to: None,
     };
-    let confirmed = Reader::new(config, metrics, &sql, delivery, coverage)
+    let kafka = InFlight::new(producer);
+    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage)
         .run(&mut replication, shutdown)
         .await?;
     replication.stop();
@@ -174,8 +173,9 @@ struct Resume {
     heartbeats: Option<u64>,
 }
 
-/// Checks the stored position against the server (see [`crate::history`]) and the outbox:
-/// the position resumes only if it names a point of this server's past. A position
+/// Checks the stored position against the server and the outbox ([`crate::history`], its
+/// rules 1 to 6, then rule 7 with the outbox's answer): the position resumes only if it
+/// names a point of this server's past. A position
 /// without an identity (an older relay's, or anything but the relay's) skips nothing.
 async fn resume_from(
     sql: &Client,
@@ -193,24 +193,15 @@ async fn resume_from(
         return Ok(Resume::default());
     };
     history::resume(&origin, server)?;
-    if let Some(event) = &position.last_event
-        && event.commit_lsn() > server.slot_confirmed
-    {
-        // Above the slot's position, retention cannot have removed its row.
-        let present = sql
+    if let Some(event) = history::must_hold(&origin, server) {
+        let held = sql
             .query_opt(
-                "SELECT 1 FROM outbox WHERE event_id = $1::text::uuid",
+                include_str!("../../sql/outbox_holds_event.sql"),
                 &[&event.id],
             )
             .await?
             .is_some();
-        if !present {
-            return Err(HistoryError::Rewound {
-                event_id: event.id.clone(),
-                commit_lsn: event.commit_lsn(),
-            }
-            .into());
-        }
+        history::still_held(event, held)?;
     }
     Ok(Resume {
         commit_lsn: position.commit_lsn(),
@@ -245,8 +236,6 @@ struct ExactlyOnce<'a> {
     config: &'a RelayConfig,
     metrics: &'a RelayMetrics,
     sql: &'a Client,
-    /// The group's messages and its position record, on the transactional producer.
-    in_flight: InFlight<u64>,
     bounds: Bounds,
     position_topic: String,
     /// The server streamed from: what every position record names.
@@ -272,12 +261,14 @@ struct ExactlyOnce<'a> {
     /// again, not even to abort.
     unusable: bool,
     /// Where the slot may be confirmed, once known (after a commit, or past a skipped
-    /// transaction), with the commit time.
-    confirm_to: Option<(u64, i64)>,
+    /// transaction).
+    confirm_to: Option<Settled>,
 }
 
 impl Delivery for ExactlyOnce<'_> {
-    type Outcome = Outcome;
+    /// Each message's commit LSN. The group's messages and its position record are sent on
+    /// the transactional producer.
+    type Tag = u64;
 
     fn begin(&mut self, commit: &CommitInfo) -> bool {
         let skipped = commit.commit_lsn <= self.position;
@@ -290,7 +281,12 @@ impl Delivery for ExactlyOnce<'_> {
     }
 
     /// One message: sent in the open Kafka transaction (begun at the group's first).
-    async fn send(&mut self, message: Rendered, commit: &CommitInfo) -> Result<(), RelayError> {
+    async fn send(
+        &mut self,
+        kafka: &mut InFlight<u64>,
+        message: Rendered,
+        commit: &CommitInfo,
+    ) -> Result<(), RelayError> {
         let message = match message {
             Ok(message) => message,
             Err(unrenderable) if self.parked.contains(&unrenderable.message.row.event_id) => {
@@ -311,20 +307,20 @@ impl Delivery for ExactlyOnce<'_> {
             open.messages += 1;
         }
         if !self.in_kafka_transaction {
-            self.begin_kafka_transaction()?;
+            self.begin_kafka_transaction(kafka)?;
         }
         self.group.sent(message.value.len(), Instant::now());
         self.last_event = Some(LastEvent::new(&message.row.event_id, commit.commit_lsn));
-        match self.in_flight.send(message, commit.commit_lsn) {
+        match kafka.send(message, commit.commit_lsn) {
             Ok(()) => {}
             Err(refused) => {
-                let (message, error) = *refused;
+                let error = refused.error;
                 if publish::classify(&error) != DeliveryFailure::Permanent {
                     self.failed(&error);
                     return Err(self.too_large(error.into()));
                 }
                 // Refused before it was sent: the Kafka transaction is untouched.
-                self.park(&message, commit.commit_lsn, &error.to_string())
+                self.park(&refused.message, commit.commit_lsn, &error.to_string())
                     .await?;
             }
         }
@@ -332,9 +328,9 @@ impl Delivery for ExactlyOnce<'_> {
     }
 
     /// A PostgreSQL transaction ends whole: it joins the group, which is flushed when due.
-    fn close(&mut self, closed: Closed) -> bool {
+    fn close(&mut self, closed: Closed) {
         let Some(transaction) = self.open.take() else {
-            return false;
+            return;
         };
         let end_lsn = closed.end_lsn;
         if closed.heartbeats.is_some() {
@@ -343,8 +339,11 @@ impl Delivery for ExactlyOnce<'_> {
         if transaction.skipped {
             // Kafka holds it (it is at or below the position): the slot may pass it.
             self.metrics.transaction_skipped();
-            self.confirm_to = Some((end_lsn, 0));
-            return false;
+            self.confirm_to = Some(Settled {
+                end_lsn,
+                commit_micros: 0,
+            });
+            return;
         }
         self.group.closed(
             transaction.commit.commit_lsn,
@@ -352,86 +351,69 @@ impl Delivery for ExactlyOnce<'_> {
             transaction.commit.commit_time_micros,
             transaction.messages > 0,
         );
-        self.group.due(&self.bounds, false, Instant::now())
     }
 
-    fn can_read(&self) -> bool {
-        self.in_flight.len() < self.config.max_in_flight
-    }
-
-    fn has_pending(&self) -> bool {
-        !self.in_flight.is_empty()
-    }
-
-    async fn next_outcome(&mut self) -> Option<Outcome> {
-        self.in_flight.next().await
-    }
-
-    /// Books an outcome. Any failure ends the session (the reader aborts); a refusal for
+    /// Books an answer. Any failure ends the session (the reader aborts); a refusal for
     /// good is parked first, so the next session leaves it out.
-    async fn on_outcome(&mut self, outcome: Outcome) -> Result<(), RelayError> {
-        match outcome {
-            Answer::Message(_, _, Ok(())) | Answer::Record(_, Ok(())) => Ok(()),
-            Answer::Message(commit_lsn, message, Err(error)) => {
-                self.failed(&error);
+    async fn answered(&mut self, answer: Answer<u64>) -> Result<(), RelayError> {
+        let Err(error) = answer.result else {
+            return Ok(());
+        };
+        self.failed(&error);
+        match answer.sent {
+            Sent::Message {
+                tag: commit_lsn,
+                message,
+            } => {
                 let error = self.refused(&message, commit_lsn, error).await;
                 Err(self.too_large(error))
             }
-            Answer::Record(_, Err(error)) => {
-                self.failed(&error);
-                Err(self.too_large(error.into()))
-            }
+            Sent::Record { .. } => Err(self.too_large(error.into())),
         }
     }
 
-    fn due_when_caught_up(&self) -> bool {
-        self.group.has_closed_transactions()
+    /// The group, when it holds whole transactions: at once when caught up, otherwise past
+    /// a bound ([`group`]). A skipped transaction never joins one: the skipped ones come
+    /// first in a session, all at or below the position the first group starts above.
+    fn due(&self, caught_up: bool) -> bool {
+        self.group.due(&self.bounds, caught_up, Instant::now())
     }
 
-    async fn flush(&mut self) -> Result<(), RelayError> {
-        self.commit().await
+    async fn flush(&mut self, kafka: &mut InFlight<u64>) -> Result<(), RelayError> {
+        self.commit(kafka).await
     }
 
-    fn confirmable(&mut self) -> Option<(u64, i64)> {
+    fn confirmable(&mut self, _kafka: &mut InFlight<u64>) -> Option<Settled> {
         self.confirm_to.take()
     }
 
-    fn oldest_unconfirmed(&self) -> Option<i64> {
-        None
-    }
-
     /// Shutdown: commits the group when it holds whole transactions only, aborts it when a
-    /// PostgreSQL transaction is half read.
-    async fn finish(&mut self, in_transaction: bool) -> Result<(), RelayError> {
-        if in_transaction {
+    /// PostgreSQL transaction is half read (begun, not yet closed).
+    async fn finish(&mut self, kafka: &mut InFlight<u64>) -> Result<(), RelayError> {
+        if self.open.is_some() {
             info!(
                 "stopping inside a PostgreSQL transaction: its Kafka transaction is aborted and resent by the next relay"
             );
-            self.abort().await;
+            self.abort_transaction(kafka).await;
             return Ok(());
         }
-        self.commit().await
+        self.commit(kafka).await
     }
 
-    async fn abort(&mut self) {
-        self.abort_transaction().await;
+    async fn abort(&mut self, kafka: &mut InFlight<u64>) {
+        self.abort_transaction(kafka).await;
     }
 }
 
 impl ExactlyOnce<'_> {
     /// Begins the Kafka transaction of a group.
-    fn begin_kafka_transaction(&mut self) -> Result<(), RelayError> {
-        self.in_flight.producer().begin_transaction()?;
+    fn begin_kafka_transaction(&mut self, kafka: &InFlight<u64>) -> Result<(), RelayError> {
+        kafka.producer().begin_transaction()?;
         self.in_kafka_transaction = true;
         self.kafka_started = Some(Instant::now());
         Ok(())
     }
 
-    /// A Kafka transaction that failed once the transaction timeout had passed, holding one
-    /// PostgreSQL transaction (the group's only one, or one still being read): the next
-    /// attempt would fail the same way, so the relay stops and says what to do. With more
-    /// PostgreSQL transactions in it, the group's bounds would have ended it long before,
-    /// so the broker was slow, and the session is retried.
     /// Books a Kafka error of the group: an indefinite one makes the producer unusable.
     fn failed(&mut self, error: &KafkaError) {
         if publish::indefinite(error) {
@@ -441,6 +423,11 @@ impl ExactlyOnce<'_> {
         }
     }
 
+    /// A Kafka transaction that failed once the transaction timeout had passed, holding one
+    /// PostgreSQL transaction (the group's only one, or one still being read): the next
+    /// attempt would fail the same way, so the relay stops and says what to do. With more
+    /// PostgreSQL transactions in it, the group's bounds would have ended it long before,
+    /// so the broker was slow, and the session is retried.
     fn too_large(&self, error: RelayError) -> RelayError {
         let timeout = self.config.transaction_timeout();
         let Some(started) = self.kafka_started else {
@@ -492,7 +479,7 @@ impl ExactlyOnce<'_> {
         commit_lsn: u64,
         error: &str,
     ) -> Result<(), RelayError> {
-        super::park(self.sql, self.metrics, message, commit_lsn, error).await?;
+        crate::parking::park_refused(self.sql, self.metrics, message, commit_lsn, error).await?;
         self.parked.insert(message.row.event_id.clone());
         Ok(())
     }
