@@ -223,7 +223,7 @@ pub(super) async fn measure(
     let shutdown = tokio_util::sync::CancellationToken::new();
     let relay = tokio::spawn(ra_ledger_cdc::relay::run(
         relay_config,
-        metrics.clone(),
+        std::sync::Arc::clone(&metrics),
         shutdown.clone(),
     ));
     let per_tick = (rate / 100).max(1) as i32;

@@ -47,7 +47,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     let shutdown = CancellationToken::new();
     let relay = tokio::spawn(ra_ledger_cdc::relay::run(
         relay_config,
-        metrics.clone(),
+        Arc::clone(&metrics),
         shutdown.clone(),
     ));
     let pool = db::pool(&scratch.url, "ledger-bench-retention", 1)?;

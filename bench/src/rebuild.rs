@@ -123,7 +123,7 @@ async fn rebuild_under_writer(
         writer.ledger,
         writer.metadata,
         writer.rate,
-        stop.clone(),
+        Arc::clone(&stop),
     ));
     tokio::time::sleep(before).await;
     let rebuild_started = Instant::now();

@@ -25,7 +25,7 @@ impl<M: Default, E: Send + 'static> Background<M, E> {
     {
         let metrics = Arc::new(M::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(metrics.clone(), shutdown.clone()));
+        let task = tokio::spawn(run(Arc::clone(&metrics), shutdown.clone()));
         Self {
             metrics,
             shutdown,

@@ -94,7 +94,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     let distinct = Arc::new(AtomicUsize::new(0));
     let consumer = tokio::spawn(consume(
         latency::assigned_consumer(brokers, &topic)?,
-        distinct.clone(),
+        Arc::clone(&distinct),
         stop.clone(),
     ));
     let sampler = tokio::spawn(sample(

@@ -84,7 +84,7 @@ pub async fn run_phases(
         consumer,
         options.rows,
         IDLE,
-        progress.clone(),
+        Arc::clone(&progress),
     ));
     let started = Instant::now();
     let mut arena = Arena {
@@ -211,7 +211,12 @@ async fn steady_phase(
     let sent = per_tick * (duration.as_millis() / 10) as u64;
     let consumer = latency::assigned_consumer(brokers, &format!("{prefix}{aggregate_type}"))?;
     let progress = Arc::new(AtomicU64::new(0));
-    let reader = tokio::spawn(load::consume(consumer, sent + 1, IDLE, progress.clone()));
+    let reader = tokio::spawn(load::consume(
+        consumer,
+        sent + 1,
+        IDLE,
+        Arc::clone(&progress),
+    ));
     // Warm-up: one row through the system, the broker and the consumer's first fetch.
     load::backlog(client, aggregate_type, first, 1, 1).await?;
     let deadline = Instant::now() + IDLE;

@@ -65,7 +65,7 @@ pub(crate) async fn rdkafka_alone(
         .kafka_settings()
         .client_config()?
         .create_with_context(Counted::default())?;
-    let counted = producer.context().clone();
+    let counted = std::sync::Arc::clone(producer.context());
     let started = Instant::now();
     for (index, (event_id, key)) in keys.iter().enumerate() {
         let id = event_id.to_string();

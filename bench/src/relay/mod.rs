@@ -535,7 +535,7 @@ async fn relay_drain(relay_config: RelayConfig, rows: u64) -> anyhow::Result<(f6
     let started = Instant::now();
     let task = tokio::spawn(ra_ledger_cdc::relay::run(
         relay_config,
-        metrics.clone(),
+        std::sync::Arc::clone(&metrics),
         shutdown.clone(),
     ));
     while metrics.events_published() < rows {

@@ -183,7 +183,7 @@ mod tests {
             listener,
             text_router(move || answer.clone()),
             bounds,
-            stats.clone(),
+            Arc::clone(&stats),
             shutdown.clone(),
         ));
         (address, stats, shutdown)

@@ -226,7 +226,7 @@ pub async fn run(
             // And its lag, for the service and the console.
             let reporter = tokio::spawn(lag_report::run(
                 config.clone(),
-                metrics.clone(),
+                Arc::clone(&metrics),
                 requests.clone(),
             ));
             let outcome = session(&config, &metrics, &shutdown, &mut known, &requests).await;
@@ -298,7 +298,7 @@ async fn session(
             standbys: opened.standbys.clone(),
             gate: opened.gate,
         },
-        metrics.clone(),
+        Arc::clone(metrics),
         stop_watch.clone(),
         end.clone(),
     ));
@@ -380,7 +380,7 @@ pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
         tracing::warn!("{weakness}");
     }
     let metrics = Arc::new(RelayMetrics::default());
-    let rendered = metrics.clone();
+    let rendered = Arc::clone(&metrics);
     crate::infra::runtime::run_process(
         config.metrics_listen,
         move || rendered.render(),

@@ -63,7 +63,7 @@ pub async fn run(database_url: &str, args: ReconcileArgs) -> anyhow::Result<()> 
         return Ok(());
     };
     let metrics = Arc::new(ReconcileMetrics::default());
-    let rendered = metrics.clone();
+    let rendered = Arc::clone(&metrics);
     ra_ledger_cdc::infra::runtime::run_process(
         Some(args.metrics_listen),
         move || rendered.render(),

@@ -390,7 +390,7 @@ impl Paths {
         match self {
             // Hashing a path touches every leaf: off the async threads.
             Self::Cached(tree) => {
-                let (tree, stream) = (tree.clone(), stream.to_owned());
+                let (tree, stream) = (std::sync::Arc::clone(tree), stream.to_owned());
                 tokio::task::spawn_blocking(move || tree.path(&stream))
                     .await
                     .ok()

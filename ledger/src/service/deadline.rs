@@ -38,7 +38,8 @@ pub(super) async fn body_deadline(
         return next.run(request).await;
     }
     let expired = Arc::new(AtomicBool::new(false));
-    let request = request.map(|body| Body::new(DeadlineBody::new(body, limit, expired.clone())));
+    let request =
+        request.map(|body| Body::new(DeadlineBody::new(body, limit, Arc::clone(&expired))));
     let response = next.run(request).await;
     if !expired.load(Ordering::Relaxed) {
         return response;

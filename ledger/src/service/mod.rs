@@ -136,7 +136,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         );
         // Its own pool: a slow witness never holds a connection of the API or the builder.
         let pool = db::pool(&service.database_url, "ledger-witness", 1)?;
-        let metrics = service_metrics.clone();
+        let metrics = Arc::clone(&service_metrics);
         tasks.push(tokio::spawn(digest::cosign::run(
             pool,
             cosigning,
@@ -229,7 +229,7 @@ async fn spawn_gauges(
     };
     let metrics = Arc::new(crate::metrics::ServiceMetrics::default());
     if let Some(address) = service.metrics_listen {
-        let rendered = metrics.clone();
+        let rendered = Arc::clone(&metrics);
         ra_ledger_cdc::infra::runtime::serve(
             address,
             ra_ledger_cdc::infra::runtime::text_router(move || rendered.render()),
@@ -244,11 +244,11 @@ async fn spawn_gauges(
         gauges::follow_relay(
             pool.clone(),
             gauges.slot.clone(),
-            metrics.clone(),
+            Arc::clone(&metrics),
             shutdown.clone(),
         )
     });
-    let rounds = gauges::run(pool, gauges, metrics.clone(), shutdown.clone());
+    let rounds = gauges::run(pool, gauges, Arc::clone(&metrics), shutdown.clone());
     let task = tokio::spawn(async move {
         match follow {
             Some(follow) => {

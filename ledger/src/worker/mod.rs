@@ -62,7 +62,7 @@ pub async fn run(
           "reassignment worker started");
     let watcher = tokio::spawn(stalls::watch_runs(
         pool.clone(),
-        metrics.clone(),
+        Arc::clone(&metrics),
         config.stall_after(),
         shutdown.clone(),
     ));
@@ -130,7 +130,7 @@ fn host_replays(
         db::pool(&config.database_url, "ledger-replay", 2)?,
         config.client_settings(),
         config.schema_registry()?,
-        metrics.replays.clone(),
+        Arc::clone(&metrics.replays),
         REPLAY_POLL,
         shutdown.clone(),
     )))
@@ -180,7 +180,7 @@ pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
         tracing::warn!("{weakness}");
     }
     let metrics = Arc::new(WorkerMetrics::default());
-    let rendered = metrics.clone();
+    let rendered = Arc::clone(&metrics);
     ra_ledger_cdc::infra::runtime::run_process(
         config.metrics_listen,
         move || rendered.render(),

@@ -30,7 +30,7 @@ async fn a_broker_killed_while_50_000_events_stream_loses_none_and_keeps_key_ord
     let written = Arc::new(AtomicUsize::new(0));
     let kills_done = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn({
-        let (written, kills_done) = (written.clone(), kills_done.clone());
+        let (written, kills_done) = (Arc::clone(&written), Arc::clone(&kills_done));
         async move {
             let mut ids = Vec::new();
             let mut bursts = 0;

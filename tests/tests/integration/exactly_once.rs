@@ -289,7 +289,7 @@ async fn sample_whole_transactions(
     let mut collector = Collector::new(&topics)?;
     let client = database.connect().await?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = sample_stable_offsets(&topics, partitions, stop.clone());
+    let sampler = sample_stable_offsets(&topics, partitions, std::sync::Arc::clone(&stop));
     let mut expected = HashSet::new();
     for _ in 0..10 {
         expected.extend(insert_backlog(&client, 3, 10, 64).await?);

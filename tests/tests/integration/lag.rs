@@ -99,7 +99,7 @@ async fn the_lag_is_zero_on_an_idle_ledger_and_grows_while_the_relay_is_stuck() 
             interval: ROUND,
             digests: false,
         },
-        gauges.clone(),
+        std::sync::Arc::clone(&gauges),
         stop.clone(),
     ));
     let gauge = || {

@@ -147,13 +147,13 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
             interval: ROUND,
             digests: false,
         },
-        gauges.clone(),
+        Arc::clone(&gauges),
         stop.clone(),
     ));
     tokio::spawn(ra_ledger::gauges::follow_relay(
         pool.clone(),
         slot.clone(),
-        gauges.clone(),
+        Arc::clone(&gauges),
         stop.clone(),
     ));
     let relay = RunningRelay::start(config.clone());

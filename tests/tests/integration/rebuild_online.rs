@@ -134,7 +134,7 @@ async fn an_online_rebuild_under_writes_equals_the_live_tables_and_keeps_keys_an
 
     // The rebuild while a writer commits continuously repairs it.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = tokio::spawn(write_until(api.clone(), stop.clone()));
+    let writer = tokio::spawn(write_until(Arc::clone(&api), Arc::clone(&stop)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let report = rebuild_online(&pool, SWAP, |_, _, _| {}).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;

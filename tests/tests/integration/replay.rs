@@ -288,10 +288,10 @@ async fn a_late_joiner_bootstraps_from_a_replay_while_writes_go_on() -> anyhow::
     let stop = Arc::new(AtomicBool::new(false));
     let writing = (Instant::now(), event_count(&database).await?);
     let writer = tokio::spawn(write_at_500_per_second(
-        api.clone(),
+        Arc::clone(&api),
         ra_ledger::db::pool(&database.url, "writer", 1)?,
         contact,
-        stop.clone(),
+        Arc::clone(&stop),
     ));
     tokio::time::sleep(Duration::from_secs(3)).await;
 
@@ -310,7 +310,7 @@ async fn a_late_joiner_bootstraps_from_a_replay_while_writes_go_on() -> anyhow::
     args.group = format!("late-team-{}", Uuid::now_v7());
     args.bootstrap = Some(replay_id.to_string());
     args.kafka = topics.client.clone();
-    let consumer = tokio::spawn(example::run(args, counts.clone(), shutdown.clone()));
+    let consumer = tokio::spawn(example::run(args, Arc::clone(&counts), shutdown.clone()));
     let started = Instant::now();
     while !counts.live.load(Ordering::Relaxed) {
         anyhow::ensure!(

@@ -44,7 +44,7 @@ async fn serve(
         write_stall_timeout: WRITE_STALL,
         max_connections,
     };
-    let address = api.serve_limited(limits, stats.clone()).await?;
+    let address = api.serve_limited(limits, Arc::clone(&stats)).await?;
     Ok((address, stats))
 }
 

@@ -114,7 +114,7 @@ impl Tls {
 
     fn client_config(&self) -> Result<ClientConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone())
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|error| TlsError::new("TLS versions", error))?;
         let algorithms = provider.signature_verification_algorithms;

@@ -144,7 +144,7 @@ pub async fn serve(
             Some(config) => {
                 // The handshake runs on the connection's task: a slow client holds up
                 // nobody, and one that never finishes is dropped after TLS_HANDSHAKE.
-                let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(config));
                 let builder = builder.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {

@@ -90,11 +90,11 @@ impl ConnectionSlots {
 
     /// A place for the next connection, waiting (and saying so) while all are taken.
     pub(super) async fn next(&mut self) -> Place {
-        let permit = match self.permits.clone().try_acquire_owned() {
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
                 self.report_full();
-                match self.permits.clone().acquire_owned().await {
+                match Arc::clone(&self.permits).acquire_owned().await {
                     Ok(permit) => permit,
                     // Never closed: it lives as long as `self`.
                     Err(_) => return std::future::pending().await,
@@ -103,7 +103,7 @@ impl ConnectionSlots {
         };
         Place {
             permit,
-            stats: self.stats.clone(),
+            stats: Arc::clone(&self.stats),
         }
     }
 
@@ -138,7 +138,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_cap_waits_until_a_connection_closes_and_counts_the_wait() {
         let stats = Arc::new(ConnectionStats::default());
-        let mut slots = ConnectionSlots::new(2, "raise it", stats.clone());
+        let mut slots = ConnectionSlots::new(2, "raise it", Arc::clone(&stats));
         let first = slots.next().await;
         let second = slots.next().await;
         assert_eq!(

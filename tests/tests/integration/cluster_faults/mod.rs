@@ -144,7 +144,7 @@ impl Load {
     fn start(pool: Pool, jurisdiction: Jurisdiction, contact: Uuid) -> Self {
         let stop = CancellationToken::new();
         let written = Arc::new(AtomicU64::new(0));
-        let (token, counter) = (stop.clone(), written.clone());
+        let (token, counter) = (stop.clone(), Arc::clone(&written));
         let task = tokio::spawn(async move {
             let mut tick =
                 tokio::time::interval(Duration::from_millis(1_000 * PER_TRANSACTION / RATE));

@@ -117,7 +117,7 @@ async fn the_python_consumer_applies_a_replay_then_the_live_topic_exactly_once_a
     let relay = RunningRelay::start(relay_config.clone());
     let worker = RunningWorker::start(worker::test_config(&database, &topics));
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = tokio::spawn(write_until(api.clone(), stop.clone()));
+    let writer = tokio::spawn(write_until(Arc::clone(&api), Arc::clone(&stop)));
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let reply = api

@@ -52,7 +52,7 @@ impl Writer {
     fn start(url: String) -> Self {
         let stop = CancellationToken::new();
         let acknowledged = Arc::new(Mutex::new(0));
-        let counter = acknowledged.clone();
+        let counter = Arc::clone(&acknowledged);
         let token = stop.clone();
         let task = tokio::spawn(async move {
             let mut ids = Vec::new();

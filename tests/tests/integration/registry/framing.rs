@@ -282,12 +282,12 @@ impl CuttablePath {
         let port = listener.local_addr()?.port();
         let requests = Arc::new(AtomicUsize::new(0));
         let mut connections = JoinSet::new();
-        let counted = requests.clone();
+        let counted = Arc::clone(&requests);
         connections.spawn(async move {
             let mut open = JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
-                let counted = counted.clone();
+                let counted = Arc::clone(&counted);
                 open.spawn(async move {
                     if let Ok(server) = TcpStream::connect(&upstream).await {
                         let _ = relay_counting(client, server, counted).await;
