@@ -499,7 +499,16 @@ async fn a_slot_without_failover_stops_the_relay_after_a_promotion_and_recovers(
     );
     assert!(all, "{findings:?}");
     assert_eq!(findings.lost, 0, "{findings:?}");
-    assert_eq!(findings.phantom, 0, "{findings:?}");
+    // A slot without failover has no gate: the relay may have published what the old
+    // primary flushed in its last moment and the standby never received (the logical
+    // walsender sends what is flushed locally). Those are phantoms, as many as PostgreSQL
+    // lost of the acknowledged commits, plus at most the writer's one call in flight at the
+    // kill (4 transactions of 5 rows), whose writer saw the connection fail rather than a
+    // commit. docs/operators.md says so; `ledger reconcile` lists them.
+    assert!(
+        findings.phantom <= findings.postgres_lost + 20,
+        "{findings:?}"
+    );
     Ok(())
 }
 
