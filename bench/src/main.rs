@@ -42,8 +42,6 @@ mod seed;
 mod witness;
 mod write;
 
-use std::io::IsTerminal;
-
 use clap::Parser;
 use ra_ledger_cdc::infra::settings::{DatabaseUrl, env, local};
 
@@ -80,13 +78,7 @@ enum Command {
 /// Exits 0, or prints the error with its causes and exits 1.
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    ra_ledger::command_line::init_logging();
     match run(Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -9,8 +9,6 @@ extern crate ra_ledger;
 
 mod cli;
 
-use std::io::IsTerminal;
-
 /// mimalloc rather than glibc's malloc, for Rust here and for librdkafka through the crate's
 /// `override` feature: the relay's per-message allocations spent about 30% of its CPU in
 /// glibc's allocator (`perf` during `ledger-bench relay`, whose in-process relay has this
@@ -24,13 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// other error.
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    ra_ledger::command_line::init_logging();
     match cli::run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

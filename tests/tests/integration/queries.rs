@@ -12,6 +12,8 @@ use ra_ledger::domain::Jurisdiction;
 use ra_ledger::queries::{self, AssignmentView, ContactView};
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::TestApi;
+
+use crate::layout::rust_files;
 use uuid::Uuid;
 
 /// The views a statement's rows are read as.
@@ -39,18 +41,6 @@ impl Reads {
         }
         columns
     }
-}
-
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            rust_files(&path, files)?;
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            files.push(path);
-        }
-    }
-    Ok(())
 }
 
 /// Every statement read as a view, found in the source of the ledger and of the crates that

@@ -27,7 +27,11 @@ impl Contract {
     /// Each difference between a JSON rendering's payload schema and the protobuf message
     /// it renders, named by the document's message and the property's path.
     pub fn json_payloads_against(&self, descriptor: &FileDescriptorSet) -> Vec<String> {
-        let mut problems = Vec::new();
+        let mut walk = Walk {
+            contract: self,
+            descriptor,
+            problems: Vec::new(),
+        };
         let messages = self.document["components"]["messages"]
             .as_object()
             .cloned()
@@ -38,58 +42,74 @@ impl Contract {
                 continue;
             }
             let Some(name) = message["x-protobuf-message"].as_str() else {
-                problems.push(format!("{id}: a JSON rendering without x-protobuf-message"));
+                walk.problems
+                    .push(format!("{id}: a JSON rendering without x-protobuf-message"));
                 continue;
             };
             let Some(proto) = find_message(descriptor, name) else {
-                problems.push(format!("{id}: events.proto has no message {name}"));
+                walk.problems
+                    .push(format!("{id}: events.proto has no message {name}"));
                 continue;
             };
             checked += 1;
-            self.message_schema(descriptor, proto, &message["payload"], id, &mut problems);
+            walk.message_schema(proto, &message["payload"], id);
         }
         if checked == 0 {
-            problems.push("the document has no JSON rendering of a protobuf message".into());
+            walk.problems
+                .push("the document has no JSON rendering of a protobuf message".into());
         }
-        problems
+        walk.problems
+    }
+}
+
+/// One check of the document against the descriptor, and what it found.
+struct Walk<'a> {
+    contract: &'a Contract,
+    descriptor: &'a FileDescriptorSet,
+    problems: Vec<String>,
+}
+
+impl<'a> Walk<'a> {
+    /// `schema`, or what its `$ref` names; `None`, with the problem noted, when it names
+    /// nothing.
+    fn resolve(&mut self, schema: &'a Value, path: &str) -> Option<&'a Value> {
+        self.contract
+            .resolve(schema)
+            .map_err(|problem| self.problems.push(format!("{path}: {problem}")))
+            .ok()
     }
 
     /// `schema` describes `proto`'s fields, no more and no fewer.
-    fn message_schema(
-        &self,
-        descriptor: &FileDescriptorSet,
-        proto: &DescriptorProto,
-        schema: &Value,
-        path: &str,
-        problems: &mut Vec<String>,
-    ) {
-        let schema = match self.resolve(schema) {
-            Ok(schema) => schema,
-            Err(problem) => return problems.push(format!("{path}: {problem}")),
+    fn message_schema(&mut self, proto: &'a DescriptorProto, schema: &'a Value, path: &str) {
+        let Some(schema) = self.resolve(schema, path) else {
+            return;
         };
         if schema["type"] != "object" {
-            problems.push(format!("{path}: {} is not an object", proto.name()));
+            self.problems
+                .push(format!("{path}: {} is not an object", proto.name()));
         }
-        let properties = schema["properties"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
+        let properties = schema["properties"].as_object();
         let fields: BTreeSet<&str> = proto.field.iter().map(|field| field.json_name()).collect();
-        for name in properties.keys() {
+        for name in properties
+            .into_iter()
+            .flat_map(|properties| properties.keys())
+        {
             if !fields.contains(name.as_str()) {
-                problems.push(format!("{path}.{name}: {} has no such field", proto.name()));
+                self.problems
+                    .push(format!("{path}.{name}: {} has no such field", proto.name()));
             }
         }
         for name in schema["required"].as_array().into_iter().flatten() {
             if !name.as_str().is_some_and(|name| fields.contains(name)) {
-                problems.push(format!("{path}: required {name} is no field"));
+                self.problems
+                    .push(format!("{path}: required {name} is no field"));
             }
         }
         for field in &proto.field {
             let at = format!("{path}.{}", field.json_name());
-            match properties.get(field.json_name()) {
-                Some(property) => self.field_schema(descriptor, field, property, &at, problems),
-                None => problems.push(format!(
+            match properties.and_then(|properties| properties.get(field.json_name())) {
+                Some(property) => self.field_schema(field, property, &at),
+                None => self.problems.push(format!(
                     "{at}: field {} of {} is not described",
                     field.name(),
                     proto.name()
@@ -99,21 +119,14 @@ impl Contract {
     }
 
     /// `schema` is the JSON of `field` in the proto3 mapping.
-    fn field_schema(
-        &self,
-        descriptor: &FileDescriptorSet,
-        field: &FieldDescriptorProto,
-        schema: &Value,
-        path: &str,
-        problems: &mut Vec<String>,
-    ) {
-        let schema = match self.resolve(schema) {
-            Ok(schema) => schema,
-            Err(problem) => return problems.push(format!("{path}: {problem}")),
+    fn field_schema(&mut self, field: &'a FieldDescriptorProto, schema: &'a Value, path: &str) {
+        let Some(schema) = self.resolve(schema, path) else {
+            return;
         };
         if field.label() == Label::Repeated {
             if schema["type"] != "array" {
-                problems.push(format!("{path}: a repeated field is a JSON array"));
+                self.problems
+                    .push(format!("{path}: a repeated field is a JSON array"));
             }
             return;
         }
@@ -124,17 +137,19 @@ impl Contract {
             Type::Int32 | Type::Uint32 | Type::Sint32 | Type::Fixed32 | Type::Sfixed32 => "integer",
             Type::Bool => "boolean",
             Type::Double | Type::Float => "number",
-            Type::Enum => return self.enum_schema(descriptor, field, schema, path, problems),
+            Type::Enum => return self.enum_schema(field, schema, path),
             Type::Message | Type::Group => {
                 let name = field.type_name().trim_start_matches('.');
-                return match find_message(descriptor, name) {
-                    Some(proto) => self.message_schema(descriptor, proto, schema, path, problems),
-                    None => problems.push(format!("{path}: events.proto has no message {name}")),
+                return match find_message(self.descriptor, name) {
+                    Some(proto) => self.message_schema(proto, schema, path),
+                    None => self
+                        .problems
+                        .push(format!("{path}: events.proto has no message {name}")),
                 };
             }
         };
         if schema["type"] != json_type {
-            problems.push(format!(
+            self.problems.push(format!(
                 "{path}: a {:?} field is a JSON {json_type}, the document says {}",
                 field.r#type(),
                 schema["type"]
@@ -147,22 +162,18 @@ impl Contract {
             )
             && schema.get("pattern").is_none()
         {
-            problems.push(format!("{path}: a 64-bit integer's string has no pattern"));
+            self.problems
+                .push(format!("{path}: a 64-bit integer's string has no pattern"));
         }
     }
 
     /// An enum is written by its value names; its zero value, the default, never is.
-    fn enum_schema(
-        &self,
-        descriptor: &FileDescriptorSet,
-        field: &FieldDescriptorProto,
-        schema: &Value,
-        path: &str,
-        problems: &mut Vec<String>,
-    ) {
+    fn enum_schema(&mut self, field: &'a FieldDescriptorProto, schema: &'a Value, path: &str) {
         let name = field.type_name().trim_start_matches('.');
-        let Some(values) = find_enum(descriptor, name) else {
-            return problems.push(format!("{path}: events.proto has no enum {name}"));
+        let Some(values) = find_enum(self.descriptor, name) else {
+            return self
+                .problems
+                .push(format!("{path}: events.proto has no enum {name}"));
         };
         let expected: BTreeSet<&str> = values
             .iter()
@@ -176,7 +187,7 @@ impl Contract {
             .filter_map(Value::as_str)
             .collect();
         if listed != expected {
-            problems.push(format!(
+            self.problems.push(format!(
                 "{path}: enum {name} is written as one of {expected:?}, the document lists {listed:?}"
             ));
         }
