@@ -14,6 +14,7 @@ use ra_ledger::reassign::{self, RunState, RunStatus};
 use ra_ledger::store::Metadata;
 use ra_ledger::worker::WorkerError;
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::kafka::BOOTSTRAP_SERVERS;
 use ra_ledger_cdc::relay::RelayError;
 use ra_ledger_testing::{PageTiming, ScratchDatabase};
 use uuid::Uuid;
@@ -225,7 +226,7 @@ async fn pipeline(
         .map(|_| {
             let mut config = WorkerConfig {
                 database_url: scratch.url.as_str().into(),
-                brokers: brokers.into(),
+                kafka: [(BOOTSTRAP_SERVERS.to_owned(), brokers.to_owned())].into(),
                 topic: format!("{prefix}reassignment"),
                 group_id: format!("{prefix}workers"),
                 metrics_listen: None,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use ra_ledger::metrics::WorkerMetrics;
 use ra_ledger::reassign::RunStatus;
 use ra_ledger::worker::{WorkerConfig, WorkerError};
+use ra_ledger_cdc::infra::kafka::BOOTSTRAP_SERVERS;
 
 use crate::{Background, TestDatabase, TestTopics};
 
@@ -13,13 +14,13 @@ use crate::{Background, TestDatabase, TestTopics};
 pub fn test_config(database: &TestDatabase, topics: &TestTopics) -> WorkerConfig {
     WorkerConfig {
         database_url: database.url.as_str().into(),
-        brokers: topics.brokers.as_str().into(),
         topic: format!("{}.outbox.event.reassignment", topics.prefix),
         group_id: format!("worker-{}", topics.prefix),
         retry_backoff_max_ms: 200,
         kafka: quick_group_settings()
             .into_iter()
             .chain(topics.client.clone())
+            .chain([(BOOTSTRAP_SERVERS.to_owned(), topics.brokers.clone())])
             .collect(),
         ..WorkerConfig::default()
     }
@@ -51,7 +52,7 @@ pub fn spawn(binary: &str, config: &WorkerConfig) -> anyhow::Result<Child> {
     command
         .args(["--pdeathsig", "SIGKILL", "--", binary])
         .env("LEDGER_DATABASE_URL", &config.database_url)
-        .env("LEDGER_KAFKA_BROKERS", &config.brokers)
+        .env("LEDGER_KAFKA_BROKERS", &config.kafka[BOOTSTRAP_SERVERS])
         .env("LEDGER_REASSIGNMENT_TOPIC", &config.topic)
         .env("LEDGER_WORKER_GROUP", &config.group_id)
         .env(

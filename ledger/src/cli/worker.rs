@@ -1,6 +1,7 @@
 //! `ledger worker`: the reassignment page handler.
 
 use ra_ledger::config::WorkerConfig;
+use ra_ledger_cdc::infra::kafka::BOOTSTRAP_SERVERS;
 use ra_ledger_cdc::infra::settings::{env, listen_address};
 
 use super::{DatabaseArg, parse_key_value, refused};
@@ -52,7 +53,7 @@ pub async fn run(database: &DatabaseArg, args: WorkerArgs) -> anyhow::Result<()>
         config.database_url = database.url.as_str().into();
     }
     if let Some(brokers) = args.brokers {
-        config.brokers = brokers.into();
+        config.kafka.insert(BOOTSTRAP_SERVERS.into(), brokers);
     }
     config.topic = args.topic.unwrap_or(config.topic);
     config.group_id = args.group.unwrap_or(config.group_id);

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ra_ledger_cdc::infra::kafka::{Brokers, KafkaSettings};
+use ra_ledger_cdc::infra::kafka::{BOOTSTRAP_SERVERS, KafkaSettings};
 use ra_ledger_cdc::infra::settings::{
     ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, env, flag, listen, local, non_empty,
     number, within,
@@ -25,9 +25,6 @@ ra_ledger_cdc::settings! {
         /// (`LEDGER_DATABASE_PASSWORD_FILE`), so the URL needs none.
         database_password_file: Option<PathBuf> = None,
             env env::DATABASE_PASSWORD_FILE => |c, v| c.database_password_file = Some(v.into());
-        /// Kafka bootstrap servers (`LEDGER_KAFKA_BROKERS`).
-        brokers: Brokers = local::KAFKA_BROKERS.into(),
-            env env::KAFKA_BROKERS => |c, v| c.brokers = v.into();
         /// The reassignment topic (`LEDGER_REASSIGNMENT_TOPIC`).
         topic: String = local::REASSIGNMENT_TOPIC.into(),
             env env::REASSIGNMENT_TOPIC => |c, v| c.topic = v.to_owned();
@@ -70,9 +67,13 @@ ra_ledger_cdc::settings! {
         /// then goes on through Kafka): `LEDGER_WORKER_CONTINUE_CHAIN_MS`, 1 to 60000.
         continue_chain_ms: u64 = 20_000,
             env env::WORKER_CONTINUE_CHAIN_MS => |c, v| c.continue_chain_ms = number(v)?;
-        /// Other librdkafka consumer settings (`security.protocol`, `ssl.ca.location`, ...,
-        /// and the `LEDGER_KAFKA_*` variables).
-        kafka: BTreeMap<String, String> = BTreeMap::new(), shown keys;
+        /// librdkafka consumer settings, as the relay's: `bootstrap.servers`
+        /// (`LEDGER_KAFKA_BROKERS`), `security.protocol`, `ssl.ca.location`, ..., and the
+        /// `LEDGER_KAFKA_*` variables.
+        kafka: BTreeMap<String, String> =
+            BTreeMap::from([(BOOTSTRAP_SERVERS.into(), local::KAFKA_BROKERS.into())]),
+            env env::KAFKA_BROKERS => |c, v| c.kafka.insert(BOOTSTRAP_SERVERS.into(), v.to_owned()),
+            shown keys;
         /// Secret librdkafka settings read from files, e.g.
         /// `{ "sasl.password" = "/run/secrets/kafka-password" }`.
         kafka_secret_files: BTreeMap<String, PathBuf> = BTreeMap::new();
@@ -87,6 +88,10 @@ ra_ledger_cdc::settings! {
 
 impl Settings for WorkerConfig {
     const ENV: &'static [EnvVar<Self>] = WORKER_ENV;
+
+    // Before the relay's shape was the worker's too, its brokers were a key of their own.
+    const MOVED: &'static [(&'static str, &'static str)] =
+        &[("brokers", "kafka.\"bootstrap.servers\" (as the relay's)")];
 
     fn kafka_maps(&mut self) -> Option<KafkaMaps<'_>> {
         Some((&mut self.kafka, &mut self.kafka_secret_files))
@@ -114,8 +119,18 @@ impl WorkerConfig {
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.database_url.check()?;
+        if self
+            .kafka
+            .get(BOOTSTRAP_SERVERS)
+            .is_none_or(|servers| servers.trim().is_empty())
+        {
+            return Err(ConfigError::invalid(
+                "kafka.\"bootstrap.servers\"",
+                "",
+                "the worker needs at least one broker",
+            ));
+        }
         for (field, value) in [
-            ("brokers", self.brokers.as_str()),
             ("topic", self.topic.as_str()),
             ("group_id", self.group_id.as_str()),
         ] {
@@ -157,19 +172,13 @@ impl WorkerConfig {
         Duration::from_millis(self.continue_chain_ms)
     }
 
-    /// The consumer's own librdkafka settings and secret files (the brokers and the group
-    /// settings are added by the worker).
+    /// The settings of the worker's Kafka clients: its librdkafka settings, the brokers
+    /// among them, and secret files (the group settings are added by the worker).
     pub fn kafka_settings(&self) -> KafkaSettings {
         KafkaSettings {
             properties: self.kafka.clone(),
             secret_files: self.kafka_secret_files.clone(),
         }
-    }
-
-    /// The settings of the worker's Kafka clients: its own librdkafka settings and secret
-    /// files, with `brokers` as `bootstrap.servers`.
-    pub fn client_settings(&self) -> KafkaSettings {
-        self.kafka_settings().with_brokers(&self.brokers)
     }
 
     /// Longest pause between retries of a failing page.
@@ -212,5 +221,35 @@ mod tests {
                 .contains("group_id")
         );
         assert!(toml::from_str::<WorkerConfig>("topik = \"x\"").is_err());
+        let brokerless = WorkerConfig {
+            kafka: BTreeMap::from([(BOOTSTRAP_SERVERS.into(), " ".into())]),
+            ..WorkerConfig::default()
+        };
+        assert!(
+            brokerless
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("bootstrap.servers")
+        );
+    }
+
+    /// A file of the worker's older shape is refused, saying where its key went.
+    #[test]
+    fn a_moved_key_is_refused_naming_its_new_place() {
+        let file = std::env::temp_dir().join(format!("worker-moved-{}.toml", std::process::id()));
+        std::fs::write(&file, "brokers = \"kafka-1:9093\"\n").unwrap();
+        let error = WorkerConfig::load(file.to_str()).unwrap_err().to_string();
+        std::fs::remove_file(&file).unwrap();
+        assert!(error.contains("unknown field `brokers`"), "{error}");
+        assert!(
+            error.contains("`brokers` is now kafka.\"bootstrap.servers\""),
+            "{error}"
+        );
+        let file = std::env::temp_dir().join(format!("worker-new-{}.toml", std::process::id()));
+        std::fs::write(&file, "[kafka]\n\"bootstrap.servers\" = \"kafka-1:9093\"\n").unwrap();
+        let config = WorkerConfig::load(file.to_str()).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(config.kafka[BOOTSTRAP_SERVERS], "kafka-1:9093");
     }
 }

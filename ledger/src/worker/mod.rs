@@ -128,7 +128,7 @@ fn host_replays(
 ) -> Result<JoinHandle<()>, WorkerError> {
     Ok(tokio::spawn(crate::replay::serve::serve(
         db::pool(&config.database_url, "ledger-replay", 2)?,
-        config.client_settings(),
+        config.kafka_settings(),
         config.schema_registry()?,
         Arc::clone(&metrics.replays),
         REPLAY_POLL,
@@ -155,7 +155,7 @@ fn host_replays(
 fn consumer_config(
     config: &WorkerConfig,
 ) -> Result<rdkafka::ClientConfig, ra_ledger_cdc::infra::settings::ConfigError> {
-    let mut client_config = config.client_settings().client_config()?;
+    let mut client_config = config.kafka_settings().client_config()?;
     client_config
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
@@ -176,7 +176,7 @@ fn consumer_config(
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
 pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
-    if let Some(weakness) = config.client_settings().weakness() {
+    if let Some(weakness) = config.kafka_settings().weakness() {
         tracing::warn!("{weakness}");
     }
     let metrics = Arc::new(WorkerMetrics::default());

@@ -33,6 +33,10 @@ pub trait Settings: serde::de::DeserializeOwned + Default + 'static {
     /// The environment variables of this config, each with the field it sets.
     const ENV: &'static [EnvVar<Self>];
 
+    /// Keys an older shape of this config had, each with where its setting is now: a file
+    /// still naming one is refused (as every unknown key), saying so.
+    const MOVED: &'static [(&'static str, &'static str)] = &[];
+
     /// The librdkafka properties and secret files of a config that has them: the
     /// `LEDGER_KAFKA_*` security variables ([`crate::infra::kafka::ENV_SETTINGS`]) are read
     /// into them after [`Settings::ENV`].
@@ -44,13 +48,26 @@ pub trait Settings: serde::de::DeserializeOwned + Default + 'static {
     /// an error), then the environment. The command line may change fields after this; the
     /// config's secrets and checks come last.
     fn read(path: Option<&str>) -> Result<Self, ConfigError> {
-        let mut config: Self = read_file(path)?;
+        let mut config: Self = read_file(path).map_err(|error| moved(error, Self::MOVED))?;
         overlay(&mut config, Self::ENV, env::read)?;
         if let Some((properties, secret_files)) = config.kafka_maps() {
             crate::infra::kafka::apply_env(properties, secret_files);
         }
         Ok(config)
     }
+}
+
+/// A file's error, with where a moved key went when the file names one.
+fn moved(error: ConfigError, moved: &[(&str, &str)]) -> ConfigError {
+    let ConfigError::File { path, mut message } = error else {
+        return error;
+    };
+    for (old, new) in moved {
+        if message.contains(&format!("unknown field `{old}`")) {
+            message.push_str(&format!("\n`{old}` is now {new}"));
+        }
+    }
+    ConfigError::File { path, message }
 }
 
 /// Sets every field whose variable in `table` has a value in `lookup`.
