@@ -107,6 +107,13 @@ pub const STREAMING_WITHOUT_STANDBY: Metric = Metric::gauge(
     "ra_relay_streaming_without_standby",
     "1 while the relay streams without the standby gate (its slot's failover off) because the primary has no standby.",
 );
+/// Ways the outbox guard is switched off that the relay can see: the trigger missing,
+/// disabled or not firing for every session, `event_triggers = off`, the override set for a
+/// role or a database ([`crate::relay::publication::guard_bypasses`]).
+pub const GUARD_BYPASSES: Metric = Metric::gauge(
+    "ra_relay_outbox_guard_bypasses",
+    "Ways the outbox guard (the event trigger of migration V17) is switched off that the relay sees; each is named in its log.",
+);
 /// Standbys (the other hosts of a multi-host database URL) the relay checks.
 pub const STANDBYS: Metric = Metric::gauge(
     "ra_relay_standbys",
@@ -147,6 +154,7 @@ pub struct RelayMetrics {
     gate_waiting: AtomicU64,
     gate_missing: AtomicU64,
     without_standby: AtomicU64,
+    guard_bypasses: AtomicU64,
     standbys: AtomicU64,
     standby_slots_ready: AtomicU64,
     timeline: AtomicU64,
@@ -184,6 +192,7 @@ impl Default for RelayMetrics {
             gate_waiting: AtomicU64::new(0),
             gate_missing: AtomicU64::new(0),
             without_standby: AtomicU64::new(0),
+            guard_bypasses: AtomicU64::new(0),
             standbys: AtomicU64::new(0),
             standby_slots_ready: AtomicU64::new(0),
             timeline: AtomicU64::new(0),
@@ -304,6 +313,12 @@ impl RelayMetrics {
             .store(u64::from(without), Ordering::Relaxed);
     }
 
+    /// How many ways the outbox guard is switched off, as the last check saw.
+    pub fn set_guard_bypasses(&self, bypasses: usize) {
+        self.guard_bypasses
+            .store(bypasses as u64, Ordering::Relaxed);
+    }
+
     /// Of `standbys` checked, `ready` have the slot ready to take over.
     pub fn set_standbys(&self, standbys: usize, ready: usize) {
         self.standbys.store(standbys as u64, Ordering::Relaxed);
@@ -365,6 +380,7 @@ impl RelayMetrics {
         STANDBY_GATE_WAITING.render(&mut out, load(&self.gate_waiting));
         STANDBY_GATE_MISSING_SLOTS.render(&mut out, load(&self.gate_missing));
         STREAMING_WITHOUT_STANDBY.render(&mut out, load(&self.without_standby));
+        GUARD_BYPASSES.render(&mut out, load(&self.guard_bypasses));
         STANDBYS.render(&mut out, load(&self.standbys));
         STANDBY_SLOTS_READY.render(&mut out, load(&self.standby_slots_ready));
         SERVER_TIMELINE.render(&mut out, load(&self.timeline));
@@ -401,6 +417,7 @@ mod tests {
         STANDBY_GATE_WAITING,
         STANDBY_GATE_MISSING_SLOTS,
         STREAMING_WITHOUT_STANDBY,
+        GUARD_BYPASSES,
         STANDBYS,
         STANDBY_SLOTS_READY,
         SERVER_TIMELINE,

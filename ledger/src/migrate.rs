@@ -200,7 +200,7 @@ pub fn embedded() -> Vec<String> {
 }
 
 /// Grants a relay role exactly what the relay needs in this database: read the outbox,
-/// park refused messages, keep its slot's registration (migrations V12 and V17), report its lag (V18). The role
+/// park refused messages, keep its slot's registration and its record of what Kafka holds (migrations V12, V17 and V20), report its lag (V18). The role
 /// itself (LOGIN REPLICATION) is created by the operator; it can read nothing else, and
 /// write nothing but `outbox_parked`, `relay_slots` and `relay_lag_reports`.
 pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
@@ -210,7 +210,8 @@ pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_p
             "GRANT SELECT ON outbox TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON outbox_parked TO {role}; \
              GRANT SELECT, INSERT ON relay_slots TO {role}; \
-             GRANT UPDATE (publication, publication_identity, heartbeats, ready) \
+             GRANT UPDATE (publication, publication_identity, heartbeats, ready, \
+                           generation, published_lsn, published_system_id, published_at) \
                    ON relay_slots TO {role}; \
              GRANT SELECT, INSERT, UPDATE ON relay_lag_reports TO {role};"
         ))

@@ -1,18 +1,26 @@
 //! Outbox retention: rows the relay has published are removed in bounded batches, and
-//! never before the relay's slot confirmed them.
+//! never before the relay recorded that Kafka holds them.
 //!
 //! Why batched deletes rather than time partitions dropped whole: a partition could only be
-//! dropped once every row in it is confirmed, which needs each row's commit position, and
+//! dropped once every row in it is in Kafka, which needs each row's commit position, and
 //! rows do not know it (ids are not commit order). Partitioning would also split the
 //! `event_id` unique index (a unique index must include the partition key) and need
 //! `publish_via_partition_root` on the publication. Batched deletes keep one plain table;
 //! autovacuum hands the space back to new rows, so the table's size follows the backlog the
-//! relay has not confirmed, not the ledger's age.
+//! relay has not published, not the ledger's age.
 //!
-//! Rows are matched to the slot through marks (see migration V6): a mark taken at one moment
-//! names the oldest transaction then running and the WAL position after it. When the slot's
-//! confirmed position passes a mark, every row of an older transaction has been published.
-//! Each [`prune`] removes what the newest confirmed mark covers, then takes a new mark.
+//! What retention deletes on is the relay's own record, `relay_slots.published_lsn`
+//! (migration V20): Kafka holds every outbox row committed below it. The relay alone writes
+//! it, after Kafka acknowledged, under the slot registration it streams with and while that
+//! registration is ready, and with the server's system identifier. Not the slot's confirmed
+//! position, which others write: PostgreSQL puts a new slot's at its consistent point before
+//! the snapshot's rows are in Kafka, and a DBA's `pg_replication_slot_advance` or a peek
+//! moves it. Both once deleted committed rows that never reached Kafka (issue 55, item 1).
+//!
+//! Rows are matched to that record through marks (see migration V6): a mark taken at one
+//! moment names the oldest transaction then running and the WAL position after it. When the
+//! record passes a mark, every row of an older transaction is in Kafka. Each [`prune`]
+//! removes what the newest such mark covers, then takes a new mark.
 //!
 //! `outbox_parked` is never purged: an operator decides what becomes of a parked row.
 
@@ -30,9 +38,10 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// What one [`prune`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pruned {
-    /// The slot's confirmed position; `None` when the slot does not exist or has confirmed
-    /// nothing, and then nothing is removed.
-    pub confirmed: Option<String>,
+    /// What the relay recorded Kafka holds (`relay_slots.published_lsn`); `None` while its
+    /// registration is not ready, has no record yet or is of another server, and then
+    /// nothing is removed.
+    pub published: Option<String>,
     /// The mark the removal went up to, when the slot had passed one.
     pub through: Option<String>,
     /// Rows removed.
@@ -48,7 +57,7 @@ pub struct Status {
     pub rows: i64,
     /// The outbox's size on disk, indexes and TOAST included, in bytes.
     pub bytes: i64,
-    /// Marks kept: those the slot has not confirmed yet, and the newest one it has (kept so
+    /// Marks kept: those the relay's record has not passed yet, and the newest one it has (kept so
     /// the console can tell which rows are published, [`crate::lag`]).
     pub marks: i64,
     /// The oldest of them.
@@ -57,21 +66,24 @@ pub struct Status {
     pub parked: i64,
 }
 
-/// Removes the outbox rows the slot `slot` has confirmed, `batch` rows per statement, then
-/// takes a new mark. Safe to run from several processes at once.
+/// Removes the outbox rows the relay of slot `slot` recorded Kafka holds, `batch` rows per
+/// statement, then takes a new mark. Safe to run from several processes at once.
 pub async fn prune(pool: &Pool, slot: &str, batch: i64) -> Result<Pruned, RetentionError> {
     let client = pool.get().await?;
-    let confirmed: Option<String> = client
-        .query_opt(include_str!("sql/retention/slot_position.sql"), &[&slot])
+    let published: Option<String> = client
+        .query_opt(
+            include_str!("sql/retention/published_position.sql"),
+            &[&slot],
+        )
         .await?
         .and_then(|row| row.get(0));
     let mut pruned = Pruned {
-        confirmed: confirmed.clone(),
+        published: published.clone(),
         ..Pruned::default()
     };
-    if let Some(confirmed) = confirmed {
+    if let Some(published) = published {
         let mark = client
-            .query_opt(include_str!("sql/retention/usable_mark.sql"), &[&confirmed])
+            .query_opt(include_str!("sql/retention/usable_mark.sql"), &[&published])
             .await?;
         if let Some(mark) = mark {
             let lsn: String = mark.get(0);
@@ -134,12 +146,13 @@ pub async fn run(
     let mut warned_missing = false;
     while every.tick().await {
         match prune(&pool, &slot, batch).await {
-            Ok(pruned) if pruned.confirmed.is_none() => {
+            Ok(pruned) if pruned.published.is_none() => {
                 if !warned_missing {
                     tracing::warn!(
                         %slot,
-                        "outbox retention waits: the relay's slot does not exist or has confirmed \
-                         nothing yet, so no row is known to be published"
+                        "outbox retention waits: the relay has not recorded that Kafka holds \
+                         anything under a ready registration of this slot on this server (no \
+                         relay yet, or a snapshot being published), so no row is removed"
                     );
                     warned_missing = true;
                 }
@@ -151,8 +164,8 @@ pub async fn run(
                         removed = pruned.removed,
                         batches = pruned.batches,
                         through = pruned.through.as_deref().unwrap_or_default(),
-                        confirmed = pruned.confirmed.as_deref().unwrap_or_default(),
-                        "outbox rows the relay confirmed were removed"
+                        published = pruned.published.as_deref().unwrap_or_default(),
+                        "outbox rows the relay recorded Kafka holds were removed"
                     );
                 }
             }

@@ -24,6 +24,7 @@ use tracing::{error, info, warn};
 
 use super::RelayError;
 use super::in_flight::{self, Answer, InFlight, Sent};
+use super::published::Published;
 use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
 use super::setup::Opened;
 use crate::ack::{AckTracker, Acknowledged, TransactionSeq};
@@ -54,6 +55,7 @@ pub(super) async fn run(
         mut replication,
         server,
         coverage,
+        generation,
         ..
     } = opened;
     if let Some(position) = super::read_position(config, Read::Newest).await?
@@ -63,6 +65,7 @@ pub(super) async fn run(
     }
     let producer = in_flight::idempotent(config)?;
     metrics.set_streaming(true);
+    let published = Published::new(&config.slot, generation, &server.identity.system_id);
     let delivery = AtLeastOnce {
         config,
         metrics,
@@ -74,7 +77,7 @@ pub(super) async fn run(
         newest_commit_micros: 0,
     };
     let kafka = InFlight::new(producer);
-    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage)
+    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage, published)
         .run(&mut replication, shutdown)
         .await?;
     replication.stop();

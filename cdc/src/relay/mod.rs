@@ -37,6 +37,7 @@ mod health;
 mod in_flight;
 pub mod lag_report;
 pub mod publication;
+mod published;
 mod reader;
 pub mod recover;
 mod setup;

@@ -48,7 +48,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::RelayError;
 use super::slot::Registration;
@@ -80,8 +80,19 @@ pub struct Catalog {
     /// Every transaction still running at the snapshot.
     #[serde(default)]
     pub running: Vec<String>,
-    /// `pg_event_trigger.evtenabled` of the DDL guard, when installed (`D` is disabled).
+    /// Those of them that changed or removed a catalog row the check read (its xmax): their
+    /// commit record may be in the WAL already while the commit log says "in progress".
+    #[serde(default)]
+    pub pending: Vec<String>,
+    /// `pg_event_trigger.evtenabled` of the DDL guard, when installed (`D` is disabled,
+    /// `A` fires in every session, `O` not in replica ones, `R` only in those).
     pub guard: Option<String>,
+    /// `event_triggers` as this session has it (PostgreSQL 17+; `None` before).
+    #[serde(default)]
+    pub event_triggers: Option<String>,
+    /// Role and database settings that switch the guard or event triggers off.
+    #[serde(default)]
+    pub overrides: Vec<String>,
     /// The WAL insert position, read after the snapshot.
     pub wal: String,
 }
@@ -317,15 +328,7 @@ pub async fn at_start(
         .into());
     }
     let (checked, catalog) = ensure(sql, config, registration.is_none()).await?;
-    match catalog.guard.as_deref() {
-        None => warn!(
-            "the outbox guard of migration V17 is not installed, so nothing refuses a command that takes the outbox out of the publication (the relay still stops on it): as a superuser, run `SELECT ra_ledger_install_outbox_guard()` in this database"
-        ),
-        Some("D") => warn!(
-            "the outbox guard of migration V17 is disabled (ALTER EVENT TRIGGER ra_ledger_outbox_guard ENABLE turns it on again)"
-        ),
-        Some(_) => {}
-    }
+    // The ways the guard is switched off are named by the reader's first check, at once.
     if let Some(before) =
         registration.and_then(|registration| registration.publication_identity.as_deref())
         && before != checked.identity
@@ -443,12 +446,63 @@ pub fn check(publication: &str, catalog: &Catalog) -> Result<Checked, Publicatio
     })
 }
 
+/// The ways the outbox guard is switched off that `catalog` shows, each with its fix
+/// (issue 55, item 6). Pure. What the relay cannot see: a session's own `SET` of the
+/// override, of `event_triggers` or of `session_replication_role` (the guard is enabled
+/// ALWAYS, so the last no longer matters); those it catches by its checks, as it does any
+/// change the guard let through.
+pub fn guard_bypasses(catalog: &Catalog) -> Vec<String> {
+    let mut bypasses = Vec::new();
+    match catalog.guard.as_deref() {
+        None => bypasses.push(
+            "not installed: as a superuser, run `SELECT ra_ledger_install_outbox_guard()` in this database".to_owned(),
+        ),
+        Some("D") => bypasses.push(
+            "disabled: `ALTER EVENT TRIGGER ra_ledger_outbox_guard ENABLE ALWAYS`".to_owned(),
+        ),
+        Some("O") => bypasses.push(
+            "skipped by sessions with session_replication_role = replica: `ALTER EVENT TRIGGER ra_ledger_outbox_guard ENABLE ALWAYS`".to_owned(),
+        ),
+        Some("R") => bypasses.push(
+            "fires in replica sessions only: `ALTER EVENT TRIGGER ra_ledger_outbox_guard ENABLE ALWAYS`".to_owned(),
+        ),
+        Some(_) => {}
+    }
+    if catalog
+        .event_triggers
+        .as_deref()
+        .is_some_and(|value| matches!(value, "off" | "false" | "no" | "0"))
+    {
+        bypasses.push(
+            "event_triggers = off: no event trigger fires (ALTER SYSTEM RESET event_triggers, then a reload)".to_owned(),
+        );
+    }
+    for setting in &catalog.overrides {
+        bypasses.push(format!(
+            "set for {setting} (ALTER ROLE … RESET or ALTER DATABASE … RESET that setting)"
+        ));
+    }
+    bypasses
+}
+
 /// One WAL position a check read, waiting to be vouched for.
+///
+/// Why the transactions it waits for are enough (issue 55, item 5): a command that changes
+/// what pgoutput sends of the outbox changes a catalog row the check reads (the
+/// publication's row, its tables' rows, the outbox's `pg_class` row: `publish`, a table
+/// dropped from it, a filter, the publication or the outbox dropped, renamed or rebuilt),
+/// and a change committed before the earlier check's WAL position is, at the later check,
+/// either visible (the check judges it), committed but not yet visible (waited for), or not
+/// yet marked committed in the commit log because its commit record is still being
+/// flushed: then the row the check reads is the old version, whose xmax names the running
+/// transaction (`pending`, waited for too). Once all have ended, the next check sees the
+/// change. Changes that only add catalog rows (another table, a schema) leave no xmax, and
+/// lose nothing: what they add is refused when its first Relation message arrives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Candidate {
     wal: u64,
-    /// Transactions committed but invisible to the check after it: vouched for once all
-    /// have ended.
+    /// Transactions committed but invisible to the check after it, or running with a
+    /// change to a catalog row it read: vouched for once all have ended.
     waiting: Vec<String>,
 }
 
@@ -511,7 +565,12 @@ impl Coverage {
         if let Some(previous) = self.previous.replace(wal) {
             self.candidates.push_back(Candidate {
                 wal: previous,
-                waiting: catalog.committed_invisible.clone(),
+                waiting: catalog
+                    .committed_invisible
+                    .iter()
+                    .chain(&catalog.pending)
+                    .cloned()
+                    .collect(),
             });
         }
         for candidate in &mut self.candidates {
@@ -761,6 +820,68 @@ mod tests {
         assert_eq!(coverage.covered(), 0, "900 still running");
         coverage.passed(&checked, &at("0/4000", &[], &[])).unwrap();
         assert_eq!(coverage.covered(), 0x3000, "900 ended, and nothing changed");
+    }
+
+    #[test]
+    fn every_bypass_of_the_guard_the_catalog_shows_is_named() {
+        let always = Catalog {
+            guard: Some("A".into()),
+            event_triggers: Some("on".into()),
+            ..ours()
+        };
+        assert_eq!(guard_bypasses(&always), Vec::<String>::new());
+        for (guard, says) in [
+            (None, "not installed"),
+            (Some("D"), "disabled"),
+            (Some("O"), "session_replication_role = replica"),
+            (Some("R"), "replica sessions only"),
+        ] {
+            let catalog = Catalog {
+                guard: guard.map(str::to_owned),
+                ..always.clone()
+            };
+            let named = guard_bypasses(&catalog);
+            assert!(named.len() == 1 && named[0].contains(says), "{named:?}");
+        }
+        let off = Catalog {
+            event_triggers: Some("off".into()),
+            overrides: vec![
+                "role ops: ra_ledger.allow_outbox_publication_change=on".into(),
+                "database ledger: session_replication_role=replica".into(),
+            ],
+            ..always
+        };
+        let named = guard_bypasses(&off);
+        assert_eq!(named.len(), 3, "{named:?}");
+        assert!(named[0].contains("event_triggers = off"));
+        assert!(named[1].contains("role ops") && named[1].contains("RESET"));
+    }
+
+    #[test]
+    fn a_running_change_of_a_catalog_row_read_is_waited_out() {
+        let checked = check("pub", &ours()).unwrap();
+        let mut coverage = Coverage::new("pub", &checked);
+        coverage.passed(&checked, &at("0/1000", &[], &[])).unwrap();
+        // 900 updated the publication's row and is still "in progress" in the commit log,
+        // its commit record perhaps already before 0/1000.
+        let pending = Catalog {
+            pending: vec!["900".into()],
+            ..at("0/2000", &[], &["900", "901"])
+        };
+        coverage.passed(&checked, &pending).unwrap();
+        assert_eq!(
+            coverage.covered(),
+            0,
+            "900 may have changed the publication"
+        );
+        coverage
+            .passed(&checked, &at("0/3000", &[], &["901"]))
+            .unwrap();
+        assert_eq!(
+            coverage.covered(),
+            0x2000,
+            "900 ended, and the check after it found the publication unchanged"
+        );
     }
 
     #[test]

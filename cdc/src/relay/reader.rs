@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::in_flight::{Answer, InFlight};
 use super::publication::{self, Coverage};
+use super::published::Published;
 use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::config::RelayConfig;
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
@@ -189,6 +190,10 @@ pub(super) struct Reader<'a, D: Delivery> {
     /// allows.
     settled: Option<Settled>,
     confirmed: u64,
+    /// The relay's record of what Kafka holds, for retention ([`super::published`]).
+    published: Published,
+    /// The ways the outbox guard is switched off that the last check saw.
+    guard_bypasses: Vec<String>,
 }
 
 impl<'a, D: Delivery> Reader<'a, D> {
@@ -200,6 +205,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
         delivery: D,
         kafka: InFlight<D::Tag>,
         coverage: Coverage,
+        published: Published,
     ) -> Self {
         Self {
             config,
@@ -215,6 +221,8 @@ impl<'a, D: Delivery> Reader<'a, D> {
             coverage,
             settled: None,
             confirmed: 0,
+            published,
+            guard_bypasses: Vec::new(),
         }
     }
 
@@ -266,7 +274,10 @@ impl<'a, D: Delivery> Reader<'a, D> {
                     self.delivery.answered(answer).await?;
                 }
                 _ = heartbeat.tick() => self.heartbeat().await?,
-                _ = check.tick() => self.check_publication().await?,
+                _ = check.tick() => {
+                    self.check_publication().await?;
+                    self.published.record(self.sql, self.confirmed, false).await?;
+                }
                 event = replication.recv(), if can_read => {
                     let Some(event) = event? else {
                         return Err(RelayError::protocol("the server ended the stream"));
@@ -300,6 +311,14 @@ impl<'a, D: Delivery> Reader<'a, D> {
         let catalog = publication::read(self.sql, &self.config.publication).await?;
         let checked = publication::check(&self.config.publication, &catalog)?;
         self.coverage.passed(&checked, &catalog)?;
+        let bypasses = publication::guard_bypasses(&catalog);
+        if bypasses != self.guard_bypasses {
+            for bypass in bypasses.iter().filter(|b| !self.guard_bypasses.contains(b)) {
+                tracing::warn!(%bypass, "the outbox guard is switched off this way, so nothing refuses a command that takes the outbox out of the publication (the relay still stops on it)");
+            }
+            self.metrics.set_guard_bypasses(bypasses.len());
+            self.guard_bypasses = bypasses;
+        }
         Ok(())
     }
 
@@ -472,6 +491,9 @@ impl<'a, D: Delivery> Reader<'a, D> {
         self.check_publication().await?;
         self.check_publication().await?;
         self.confirm(replication);
+        self.published
+            .record(self.sql, self.confirmed, true)
+            .await?;
         wait_for_confirmation(self.sql, self.config, self.confirmed).await;
         Ok(())
     }

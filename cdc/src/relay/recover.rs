@@ -97,19 +97,31 @@ pub(super) async fn from_snapshot(
 ) -> Result<Recovered, RelayError> {
     let application_name = format!("ledger-relay-recover:{}", config.slot);
     let (primary, sql, _) = setup::find_primary(config, &application_name).await?;
+    // A slot a relay holds is refused before anything is written: a refused recovery
+    // changes nothing (it used to mark the running relay's registration not ready first).
+    if let Some(pid) = slot::holder(&sql, &config.slot).await? {
+        return Err(RelayError::SlotBusy {
+            slot: config.slot.clone(),
+            pid,
+        });
+    }
     // Parking and registering write; the snapshot's transaction only reads.
     let writer = crate::infra::pg::connect(&primary).await?;
     let (checked, _) = publication::ensure(&sql, config, true).await?;
+    // Dropped first (PostgreSQL refuses to drop a slot a session holds, so a relay that
+    // took it meanwhile keeps it and its registration), then registered as publishing: a
+    // crash between the two leaves a ready registration without a slot, which the relay
+    // refuses as lost until this runs again; never a running relay's registration undone.
+    let dropped_slot = drop_old_slot(&sql, &config.slot).await?;
     slot::register_snapshot(
         &writer,
         &config.slot,
         by,
         &config.publication,
         &checked.identity,
-        false,
+        slot::SnapshotState::Publishing,
     )
     .await?;
-    let dropped_slot = drop_old_slot(&sql, &config.slot).await?;
     let mut replication = ReplicationClient::connect_gated(setup::replication_config(
         config,
         &primary,
@@ -150,13 +162,18 @@ pub(super) async fn from_snapshot(
         .await?
         .map(|registration| registration.heartbeats);
     commit_position(config, &identity, consistent_point, heartbeats).await?;
+    // Ready, and the generation's first record of what Kafka holds: every outbox row
+    // committed before the consistent point was in the snapshot, and Kafka has them all.
     slot::register_snapshot(
         &writer,
         &config.slot,
         by,
         &config.publication,
         &checked.identity,
-        true,
+        slot::SnapshotState::Published {
+            consistent_point,
+            system_id: &identity.system_id,
+        },
     )
     .await?;
     // Let the slot go without confirming anything: the relay streams from its start.

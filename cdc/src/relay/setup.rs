@@ -50,6 +50,9 @@ pub(super) struct Opened {
     pub coverage: Coverage,
     /// With `slot_failover`: how the session streams with respect to the standby gate.
     pub gate: Option<Gate>,
+    /// The slot registration's generation: the session records what Kafka holds under it
+    /// ([`super::published`]).
+    pub generation: i64,
 }
 
 /// Connects to the primary, checks its identity and the slot, and starts the stream.
@@ -155,8 +158,11 @@ pub(super) async fn open(
             wal_flush: identity.xlogpos.as_u64(),
             history,
             slot_confirmed: confirmed,
-            heartbeats: registration.map_or(0, |registration| registration.heartbeats),
+            heartbeats: registration
+                .as_ref()
+                .map_or(0, |registration| registration.heartbeats),
         },
+        generation: registration.map_or(0, |registration| registration.generation),
         primary,
         standbys,
         coverage,

@@ -176,6 +176,11 @@ pub struct Registration {
     pub ready: bool,
     /// How many heartbeats the relay wrote through it ([`crate::history`], rule 6).
     pub heartbeats: u64,
+    /// The generation of its record of what Kafka holds: bumped by every snapshot
+    /// (migration V20). A session records under the generation it started in.
+    pub generation: i64,
+    /// That record: Kafka holds every outbox row committed below this LSN.
+    pub published: Option<u64>,
 }
 
 /// The slot `slot`'s registration, if it has one.
@@ -198,6 +203,11 @@ pub async fn registration(sql: &Client, slot: &str) -> Result<Option<Registratio
         publication_identity: row.get(1),
         ready: row.get(2),
         heartbeats: u64::try_from(row.get::<_, i64>(3)).unwrap_or(0),
+        generation: row.get(4),
+        published: row
+            .get::<_, Option<String>>(5)
+            .as_deref()
+            .and_then(parse_lsn),
     }))
 }
 
@@ -306,22 +316,59 @@ pub async fn register(
     Ok(())
 }
 
+/// What a snapshot's registration says of Kafka ([`register_snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotState<'a> {
+    /// Its rows are being published: a new generation begins, with no record of what
+    /// Kafka holds, so retention deletes nothing.
+    Publishing,
+    /// Kafka acknowledged every row it holds: the registration is ready, and Kafka holds
+    /// every outbox row committed before the slot's consistent point on that server.
+    Published {
+        /// The slot's consistent point.
+        consistent_point: u64,
+        /// The server's system identifier.
+        system_id: &'a str,
+    },
+}
+
 /// Registers a slot created with a snapshot anew ([`super::recover`]): its publication
 /// and identity as `checked` now, and whether what the snapshot holds is in Kafka yet.
+/// Returns the registration's generation.
 pub async fn register_snapshot(
     sql: &Client,
     slot: &str,
     by: &str,
     publication: &str,
     identity: &str,
-    ready: bool,
-) -> Result<(), RelayError> {
-    sql.execute(
-        include_str!("../sql/register_snapshot.sql"),
-        &[&slot, &by, &publication, &identity, &ready],
-    )
-    .await?;
-    Ok(())
+    state: SnapshotState<'_>,
+) -> Result<i64, RelayError> {
+    let (ready, point, system_id) = match state {
+        SnapshotState::Publishing => (false, None, None),
+        SnapshotState::Published {
+            consistent_point,
+            system_id,
+        } => (
+            true,
+            Some(crate::lsn::format_lsn(consistent_point)),
+            Some(system_id),
+        ),
+    };
+    let row = sql
+        .query_one(
+            include_str!("../sql/register_snapshot.sql"),
+            &[
+                &slot,
+                &by,
+                &publication,
+                &identity,
+                &ready,
+                &point,
+                &system_id,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
 }
 
 /// The process holding `slot`, if any.

@@ -6,14 +6,21 @@
 -- - transactions that committed but are not visible to this snapshot yet (a synchronous
 --   commit waiting for its standby), which the check waits out before it vouches for the
 --   WAL written before it;
+-- - transactions still running at the snapshot that changed or removed a catalog row the
+--   check read (the xmax of the publication's row, of its tables' rows, of the outbox's
+--   pg_class row): a DDL whose commit record may already be in the WAL while the commit
+--   log still says "in progress" (XLogFlush under way), waited out the same way;
 -- - the transactions still running, and the WAL insert position, read after the snapshot;
--- - whether the DDL guard (migration V17) is installed and enabled.
+-- - whether the DDL guard (migration V17) is installed and enabled, and what else switches
+--   it off that a session can see: event_triggers (PostgreSQL 17+) as this session has it,
+--   and the settings of roles and databases that turn the guard or event triggers off
+--   (issue 55, item 6).
 WITH outbox AS (
     SELECT c.oid, n.nspname, c.relname, c.relkind
     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('outbox')
 ), publication AS (
-    SELECT p.*, p.xmin FROM pg_publication p WHERE p.pubname = $1
+    SELECT p.*, p.xmin, p.xmax FROM pg_publication p WHERE p.pubname = $1
 ), snapshot AS (
     SELECT x FROM pg_snapshot_xip(pg_current_snapshot()) AS x
 )
@@ -45,7 +52,32 @@ SELECT json_build_object(
     'committed_invisible', (SELECT coalesce(json_agg(x::text), '[]') FROM snapshot
                             WHERE pg_xact_status(x) = 'committed'),
     'running', (SELECT coalesce(json_agg(x::text), '[]') FROM snapshot),
+    'pending', (SELECT coalesce(json_agg(DISTINCT s.x::text), '[]') FROM snapshot s
+                WHERE (s.x::text::bigint & 4294967295) IN (
+                    SELECT p.xmax::text::bigint FROM publication p
+                    UNION ALL
+                    SELECT r.xmax::text::bigint
+                    FROM pg_publication_rel r JOIN publication p ON p.oid = r.prpubid
+                    UNION ALL
+                    SELECT c.xmax::text::bigint FROM pg_class c JOIN outbox o ON o.oid = c.oid)),
     'guard', (SELECT evtenabled::text FROM pg_event_trigger
               WHERE evtname = 'ra_ledger_outbox_guard'),
+    'event_triggers', current_setting('event_triggers', true),
+    'overrides', (SELECT coalesce(json_agg(format('%s: %s',
+                      CASE WHEN s.setrole = 0 THEN 'database ' || coalesce(d.datname, '(all)')
+                           ELSE 'role ' || r.rolname
+                                || coalesce(' in database ' || d.datname, '')
+                      END, c) ORDER BY 1), '[]')
+                  FROM pg_db_role_setting s
+                  LEFT JOIN pg_roles r ON r.oid = s.setrole
+                  LEFT JOIN pg_database d ON d.oid = s.setdatabase
+                  CROSS JOIN LATERAL unnest(s.setconfig) AS c
+                  WHERE (s.setdatabase = 0 OR d.datname = current_database())
+                    AND ((lower(split_part(c, '=', 1)) = 'ra_ledger.allow_outbox_publication_change'
+                          AND lower(split_part(c, '=', 2)) IN ('on', 'true'))
+                      OR (lower(split_part(c, '=', 1)) = 'event_triggers'
+                          AND lower(split_part(c, '=', 2)) IN ('off', 'false', 'no', '0'))
+                      OR (lower(split_part(c, '=', 1)) = 'session_replication_role'
+                          AND lower(split_part(c, '=', 2)) = 'replica'))),
     'wal', pg_current_wal_insert_lsn()::text
 )::text

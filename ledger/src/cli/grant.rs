@@ -44,7 +44,7 @@ pub async fn run(database_url: &str, command: GrantCommand) -> anyhow::Result<()
                 .await
                 .map_err(describe)?;
             outln!(
-                "granted {role}: SELECT on outbox; SELECT, INSERT, UPDATE on outbox_parked; SELECT, INSERT on relay_slots; SELECT, INSERT, UPDATE on relay_lag_reports"
+                "granted {role}: SELECT on outbox; SELECT, INSERT, UPDATE on outbox_parked; SELECT, INSERT and UPDATE of its registration's columns on relay_slots; SELECT, INSERT, UPDATE on relay_lag_reports"
             );
         }
     }

@@ -44,18 +44,19 @@ pub async fn run(database_url: &str, command: OutboxCommand) -> anyhow::Result<(
                 anyhow::bail!("--slot {slot:?}: a slot name is 1-63 characters of a-z, 0-9 and _");
             }
             let pruned = retention::prune(&pool, &slot, batch).await?;
-            match (&pruned.confirmed, &pruned.through) {
+            match (&pruned.published, &pruned.through) {
                 (None, _) => outln!(
-                    "slot {slot} does not exist or has confirmed nothing: no row is known to be \
-                     published, none removed"
+                    "the relay of slot {slot} has not recorded that Kafka holds anything (no relay \
+                     yet, a snapshot being published, or a record of another server): none removed"
                 ),
-                (Some(confirmed), None) => outln!(
-                    "slot {slot} confirmed {confirmed}, behind every retention mark: none removed \
-                     yet (a mark was taken; run again once the relay moved on)"
+                (Some(published), None) => outln!(
+                    "the relay of slot {slot} recorded Kafka holds what committed before \
+                     {published}, behind every retention mark: none removed yet (a mark was \
+                     taken; run again once the relay moved on)"
                 ),
-                (Some(confirmed), Some(through)) => outln!(
-                    "removed {} rows in {} batches, up to mark {through} (slot {slot} confirmed \
-                     {confirmed})",
+                (Some(published), Some(through)) => outln!(
+                    "removed {} rows in {} batches, up to mark {through} (the relay of slot \
+                     {slot} recorded Kafka holds what committed before {published})",
                     pruned.removed,
                     pruned.batches
                 ),

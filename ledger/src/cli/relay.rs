@@ -109,7 +109,7 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
             let client = db::connect(&database.url, "ledger-grant").await?;
             migrate::grant_relay_role(&client, &role).await?;
             outln!(
-                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked, SELECT, INSERT on relay_slots and SELECT, INSERT, UPDATE on relay_lag_reports"
+                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked, SELECT, INSERT and UPDATE of its registration's columns on relay_slots and SELECT, INSERT, UPDATE on relay_lag_reports"
             );
             Ok(())
         }

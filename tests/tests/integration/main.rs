@@ -46,6 +46,7 @@ mod replay;
 mod replay_cancel;
 mod replay_errors;
 mod retention;
+mod retention_loss;
 mod roles;
 mod secrets;
 mod service;

@@ -552,13 +552,8 @@ async fn the_guard_refuses_what_takes_the_outbox_out_of_the_publication() -> any
     client
         .batch_execute("ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert, update'); ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert')")
         .await?;
-    client
-        .execute(
-            "INSERT INTO relay_slots (slot_name, registered_by, publication) \
-             VALUES ('streamed', 'relay', $1)",
-            &[&PUBLICATION],
-        )
-        .await?;
+    // A relay's live slot streams through it (the guard guards live slots only).
+    let slot = live_slot(&client).await?;
     let before: String = client
         .query_one(
             "SELECT p.oid::text || array_agg(r.oid ORDER BY r.oid)::text \
@@ -621,6 +616,79 @@ async fn the_guard_refuses_what_takes_the_outbox_out_of_the_publication() -> any
         .batch_execute(&format!(
             "{ALLOW}; ALTER PUBLICATION ra_ledger_outbox DROP TABLE outbox"
         ))
+        .await?;
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await?;
+    Ok(())
+}
+
+/// A slot of the relay's registered with the stack's publication, as a relay that streamed
+/// leaves it; its name (drop it before the test ends: a slot keeps its database).
+async fn live_slot(client: &Client) -> anyhow::Result<String> {
+    let slot = format!("guarded_{}", ra_ledger_tests::random_suffix());
+    client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await?;
+    client
+        .execute(
+            "INSERT INTO relay_slots (slot_name, registered_by, publication) \
+             VALUES ($1, 'relay', $2)",
+            &[&slot, &PUBLICATION],
+        )
+        .await?;
+    Ok(slot)
+}
+
+/// Issue 55, item 3: a registration naming a publication later dropped with the override
+/// (its slot long gone) made the guard refuse every DDL of the database, a temp table's
+/// DROP and future migrations included. The guard now guards live slots only, and a
+/// publication already wrong blocks no DDL on other objects; what breaks a right one is
+/// still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_blocks_no_ddl_once_a_guarded_publication_is_gone() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let client = database.connect().await?;
+    client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION old_pub FOR TABLE outbox WITH (publish = 'insert'); \
+             INSERT INTO relay_slots (slot_name, registered_by, publication) \
+             VALUES ('gone_{suffix}', 'relay', 'old_pub'); \
+             {ALLOW}; DROP PUBLICATION old_pub; RESET ra_ledger.allow_outbox_publication_change",
+            suffix = ra_ledger_tests::random_suffix()
+        ))
+        .await?;
+    let unrelated = "CREATE TABLE scratch_x (a int); ALTER TABLE scratch_x ADD COLUMN b text; \
+                     CREATE TEMP TABLE scratch_t (a int); DROP TABLE scratch_t; DROP TABLE scratch_x";
+    client.batch_execute(unrelated).await?;
+    // A live slot whose publication is already wrong (broken past the guard, with the
+    // override): the relay refuses to stream through it; other DDL goes on.
+    let slot = live_slot(&client).await?;
+    client
+        .batch_execute(&format!(
+            "{ALLOW}; ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert, update'); \
+             RESET ra_ledger.allow_outbox_publication_change"
+        ))
+        .await?;
+    client.batch_execute(unrelated).await?;
+    // Put right again, it is guarded again.
+    client
+        .batch_execute("ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert')")
+        .await?;
+    let refused = client
+        .batch_execute("ALTER PUBLICATION ra_ledger_outbox DROP TABLE outbox")
+        .await
+        .expect_err("the guard let a right publication lose the outbox");
+    assert_eq!(
+        refused.as_db_error().map(|error| error.code().clone()),
+        Some(tokio_postgres::error::SqlState::OBJECT_IN_USE),
+        "{refused:?}"
+    );
+    client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await?;
     Ok(())
 }

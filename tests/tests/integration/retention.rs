@@ -1,5 +1,6 @@
-//! Outbox retention against the real relay, slot and broker: rows go only once the slot
-//! confirmed them, across a relay kill -9 and a long open transaction; parked rows stay.
+//! Outbox retention against the real relay, slot and broker: rows go only once the relay
+//! recorded that Kafka holds them, across a relay kill -9 and a long open transaction;
+//! parked rows stay. (What it did wrong before, trusting the slot: `retention_loss`.)
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use tokio_postgres::Client;
 
 use crate::relay_faults::spawn_relay;
 
-/// Records every removed outbox row with the slot's confirmed position at that moment.
+/// Records every removed outbox row with the relay's record of what Kafka holds at that
+/// moment (`relay_slots.published_lsn`).
 async fn watch_removals(client: &Client, slot: &str) -> anyhow::Result<()> {
     client
         .batch_execute(&format!(
@@ -19,8 +21,8 @@ async fn watch_removals(client: &Client, slot: &str) -> anyhow::Result<()> {
              CREATE FUNCTION note_removed() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
                  INSERT INTO removed_rows
-                 SELECT OLD.event_id::text, OLD.txid, confirmed_flush_lsn
-                 FROM pg_replication_slots WHERE slot_name = '{slot}';
+                 SELECT OLD.event_id::text, OLD.txid, published_lsn
+                 FROM relay_slots WHERE slot_name = '{slot}';
                  RETURN OLD;
              END $$;
              CREATE TRIGGER note_removed AFTER DELETE ON outbox
@@ -28,6 +30,29 @@ async fn watch_removals(client: &Client, slot: &str) -> anyhow::Result<()> {
         ))
         .await?;
     Ok(())
+}
+
+/// What the relay does once Kafka acknowledged everything: records it (and confirms its
+/// slot, which retention no longer reads). Returns the LSN recorded.
+async fn record_all_published(client: &Client, slot: &str) -> anyhow::Result<String> {
+    Ok(client
+        .query_one(
+            "WITH advanced AS (
+                 SELECT end_lsn FROM pg_replication_slot_advance($1, pg_current_wal_lsn())
+             )
+             INSERT INTO relay_slots (slot_name, registered_by, ready, published_lsn,
+                                      published_system_id)
+             SELECT $1, 'test', true, end_lsn,
+                    (SELECT system_identifier::text FROM pg_control_system())
+             FROM advanced
+             ON CONFLICT (slot_name) DO UPDATE
+             SET published_lsn = EXCLUDED.published_lsn,
+                 published_system_id = EXCLUDED.published_system_id
+             RETURNING published_lsn::text",
+            &[&slot],
+        )
+        .await?
+        .get(0))
 }
 
 async fn outbox_rows(client: &Client) -> anyhow::Result<i64> {
@@ -39,7 +64,7 @@ async fn outbox_rows(client: &Client) -> anyhow::Result<i64> {
 
 // Longer than our usual function on purpose: one scenario, read top to bottom.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -> anyhow::Result<()>
+async fn published_rows_are_removed_and_never_before_the_relay_recorded_them() -> anyhow::Result<()>
 {
     let database = TestDatabase::new().await?;
     let mut topics = TestTopics::new();
@@ -58,7 +83,7 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
     let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
     let prune = || retention::prune(&pool, &config.slot, 500);
 
-    // No relay yet: the slot confirmed nothing written, so nothing goes.
+    // No relay yet: it recorded nothing, so nothing goes.
     let mut expected: HashSet<String> = insert_backlog(&client, 20, 100, 32)
         .await?
         .into_iter()
@@ -68,8 +93,8 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
     }
     assert_eq!(outbox_rows(&client).await?, 2_000);
 
-    // The relay publishes, retention follows; the relay dies mid-stream (kill -9: the slot
-    // stays where it last confirmed) and retention goes no further than that.
+    // The relay publishes, retention follows; the relay dies mid-stream (kill -9: its record
+    // stays where it last wrote it) and retention goes no further than that.
     let mut collector = Collector::new(&topics)?;
     let mut relay = spawn_relay(&config)?;
     let mut removed_while_down = 0;
@@ -120,7 +145,7 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
     );
     long.commit().await?;
 
-    // Everything drains: the relay publishes, the slot confirms, retention removes.
+    // Everything drains: the relay publishes, records, retention removes.
     let deadline = Instant::now() + Duration::from_secs(120);
     while outbox_rows(&client).await? > 0 {
         anyhow::ensure!(
@@ -128,7 +153,7 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
             "{} outbox rows left after 120 s",
             outbox_rows(&client).await?
         );
-        // Heartbeats move the slot past the last mark even when nothing else is written.
+        // Heartbeats move the record past the last mark even when nothing else is written.
         prune().await?;
         collector.until(Duration::from_millis(500), |_| false).await;
     }
@@ -141,7 +166,7 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
         "not every event reached Kafka"
     );
 
-    // Each removed row had been published, at a commit the slot had confirmed.
+    // Each removed row had been published, at a commit below the relay's record.
     let commit_lsns: HashMap<&str, u64> = collector
         .received
         .iter()
@@ -158,10 +183,10 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
     for row in &removed {
         let (id, confirmed): (String, Option<String>) = (row.get(0), row.get(1));
         let commit = commit_lsns[id.as_str()];
-        let confirmed = lsn(&confirmed.expect("the slot had confirmed something"));
+        let confirmed = lsn(&confirmed.expect("the relay had recorded something"));
         assert!(
             commit < confirmed,
-            "{id} removed with the slot at {confirmed:X}, before its commit at {commit:X}"
+            "{id} removed with the relay's record at {confirmed:X}, before its commit at {commit:X}"
         );
     }
     let parked: i64 = client
@@ -180,9 +205,9 @@ async fn published_rows_are_removed_and_never_before_the_slot_confirmed_them() -
     Ok(())
 }
 
-/// The console's lag in time reads the newest retention mark the slot confirmed. Retention
+/// The console's lag in time reads the newest retention mark the relay recorded. Retention
 /// used to forget that mark with the rows under it, so the page said "unknown" from one
-/// round to the next; it keeps it now, until the slot confirms a newer one.
+/// round to the next; it keeps it now, until the relay records a newer one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
@@ -205,17 +230,11 @@ async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> any
     assert_eq!(
         published_before().await?,
         None,
-        "the slot confirmed no mark yet"
+        "the relay recorded no mark yet"
     );
     // What a relay does once Kafka acknowledged everything.
-    client
-        .execute(
-            "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())",
-            &[&slot],
-        )
-        .await?;
-    // The rows go in the rounds whose marks the slot confirmed, as the relay keeps
-    // confirming: a mark covers only rows of transactions older than the oldest one running
+    record_all_published(&client, &slot).await?;
+    // The rows go in the rounds whose marks the relay recorded, as it keeps recording: a mark covers only rows of transactions older than the oldest one running
     // when it was taken, and the cluster is shared with other tests, whose long
     // transactions can hold that back for a while. After every round, the console still has
     // a confirmed mark to read.
@@ -235,12 +254,7 @@ async fn the_newest_confirmed_mark_outlives_a_prune_for_the_lag_in_time() -> any
             started.elapsed() < Duration::from_secs(120),
             "{removed} of 20 rows removed after {round} rounds"
         );
-        client
-            .execute(
-                "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())",
-                &[&slot],
-            )
-            .await?;
+        record_all_published(&client, &slot).await?;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(removed, 20, "every row under a confirmed mark is gone");
@@ -268,16 +282,7 @@ async fn retention_goes_on_when_the_wal_position_grows_a_digit() -> anyhow::Resu
         )
         .await?;
     let pool = ra_ledger::db::pool(&database.url, "test-retention", 1)?;
-    let confirm_all = async || -> anyhow::Result<String> {
-        // What a relay does once Kafka acknowledged everything.
-        Ok(client
-            .query_one(
-                "SELECT end_lsn::text FROM pg_replication_slot_advance($1, pg_current_wal_lsn())",
-                &[&slot],
-            )
-            .await?
-            .get(0))
-    };
+    let confirm_all = async || record_all_published(&client, &slot).await;
     // Prunes, confirming everything between rounds, until the outbox is empty.
     let drain = async |phase: &str| -> anyhow::Result<()> {
         for _ in 0..50 {

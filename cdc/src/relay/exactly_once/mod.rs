@@ -66,6 +66,7 @@ use group::{Bounds, Group};
 
 use super::RelayError;
 use super::in_flight::{self, Answer, InFlight, Producer, Sent};
+use super::published::Published;
 use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
 use super::setup::Opened;
 use crate::config::RelayConfig;
@@ -88,6 +89,7 @@ pub(super) async fn run(
         mut replication,
         server,
         coverage,
+        generation,
         ..
     } = opened;
     // Check first, fence second: a relay pointed at an old primary or a clone shares the
@@ -115,6 +117,7 @@ pub(super) async fn run(
         "streaming from the slot, exactly once"
     );
     metrics.set_streaming(true);
+    let published = Published::new(&config.slot, generation, &server.identity.system_id);
     let delivery = ExactlyOnce {
         config,
         metrics,
@@ -139,7 +142,7 @@ pub(super) async fn run(
         confirm_to: None,
     };
     let kafka = InFlight::new(producer);
-    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage)
+    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage, published)
         .run(&mut replication, shutdown)
         .await?;
     replication.stop();

@@ -1,7 +1,9 @@
 -- The relay's slot ($1) and how far behind it is: whether a relay streams from it, the WAL
 -- bytes it has not confirmed, the WAL it keeps the server from recycling (from its
 -- restart_lsn), whether the server still keeps that WAL (wal_status, safe_wal_size) and the
--- limit past which it would not, the time of the newest retention mark it confirmed, and
+-- limit past which it would not, the time of the newest retention mark the relay's record of
+-- what Kafka holds has passed (relay_slots.published_lsn, migration V20: the fact retention
+-- deletes on, never the slot's confirmed position, which others can move), and
 -- the insert time (`created_at`, the inserting transaction's start) of the first outbox
 -- row, by id, that this mark does not cover; and the relay's own report of its lag
 -- (relay_lag_reports, migration V18: its oldest unconfirmed commit and how old the report
@@ -10,7 +12,7 @@
 --
 -- Why that row bounds the wait of every commit not yet published: a row the mark covers
 -- (id <= max_id, of a transaction older than oldest_xact) committed before the mark's
--- position, which the slot confirmed, so it is published. Every unpublished row is among the
+-- position, which the relay recorded Kafka holds, so it is published. Every unpublished row is among the
 -- rows not covered. Ids come from the identity in the order rows are inserted (cache 1), so
 -- the first uncovered row was inserted, and its transaction had started, before any other
 -- uncovered row was inserted, let alone committed. And whatever committed after the slot's
@@ -32,10 +34,16 @@ WITH slot AS (
     SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size')) AS slot_bytes,
            pg_size_bytes(current_setting('wal_keep_size')) AS keep_bytes,
            pg_size_bytes(current_setting('wal_segment_size')) AS segment_bytes
+), record AS (
+    SELECT published_lsn
+    FROM relay_slots
+    WHERE slot_name = $1
+      AND ready
+      AND published_system_id = (SELECT system_identifier::text FROM pg_control_system())
 ), mark AS (
     SELECT m.taken_at, m.max_id, m.oldest_xact
-    FROM outbox_retention_marks m, slot s
-    WHERE m.lsn <= s.confirmed_flush_lsn
+    FROM outbox_retention_marks m, record r
+    WHERE m.lsn <= r.published_lsn
     ORDER BY m.lsn DESC
     LIMIT 1
 )

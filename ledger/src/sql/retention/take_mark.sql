@@ -1,5 +1,5 @@
--- A new mark, unless no outbox row arrived since the newest mark the slot has not confirmed
--- yet ($1: the mark this round removed up to, kept for the console, or NULL). A kept mark
+-- A new mark, unless no outbox row arrived since the newest mark the relay's record has not
+-- passed yet ($1: the mark this round removed up to, kept for the console, or NULL). A kept mark
 -- does not count: its rows are removed, and rows it could not cover (of transactions older
 -- than its oldest_xact) need a newer mark even when nothing new arrives. The statement's
 -- snapshot is taken before it runs, so every transaction older than its xmin had finished,

@@ -1,4 +1,4 @@
--- The newest mark the slot has confirmed ($1: the slot's confirmed position). The ORDER BY
+-- The newest mark the relay's record has passed ($1: relay_slots.published_lsn). The ORDER BY
 -- names the table's column: unqualified, `lsn` would be the output column, the text, and
 -- text sorts '0/D9EC838' above '0/1B7406D0' and 'F/FF000028' above '10/0', so the same
 -- old mark would win every round once the WAL position grows a digit.
