@@ -54,10 +54,26 @@ END $$;
 -- a publication that was right is not any more. A publication already wrong (a bypass, an
 -- override) does not block DDL on unrelated objects: the relay refuses to stream through
 -- it, and says so.
-CREATE OR REPLACE FUNCTION ra_ledger_guarded_problems() RETURNS jsonb
+-- The publication's identity as the relay computes it (cdc/src/relay/publication.rs,
+-- `check`): its row's OID and version, the outbox's OID, and the outbox's membership row's
+-- OID and version. NULL when it does not carry the outbox.
+CREATE FUNCTION ra_ledger_publication_identity(publication name) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT coalesce(jsonb_object_agg(p.publication, ra_ledger_publication_problem(p.publication)),
-                    '{}'::jsonb)
+    SELECT format('publication %s@%s outbox %s membership %s@%s',
+                  p.oid, p.xmin, r.prrelid, r.oid, r.xmin)
+    FROM pg_publication p
+    JOIN pg_publication_rel r ON r.prpubid = p.oid AND r.prrelid = to_regclass('outbox')
+    WHERE p.pubname = publication
+$$;
+
+-- Each guarded publication (of a live slot's registration) with its problem (NULL when it
+-- carries exactly the outbox) and its identity.
+CREATE FUNCTION ra_ledger_guarded_publications() RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_object_agg(p.publication, jsonb_build_object(
+               'problem', ra_ledger_publication_problem(p.publication),
+               'identity', ra_ledger_publication_identity(p.publication))),
+           '{}'::jsonb)
     FROM (SELECT DISTINCT r.publication
           FROM relay_slots r
           WHERE r.publication IS NOT NULL
@@ -68,32 +84,48 @@ $$;
 CREATE OR REPLACE FUNCTION ra_ledger_outbox_guard_before() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
-    PERFORM set_config('ra_ledger.guard_before', ra_ledger_guarded_problems()::text, true);
+    PERFORM set_config('ra_ledger.guard_before', ra_ledger_guarded_publications()::text, true);
 END $$;
 
+-- After the command: refused when a guarded publication that was right is not any more.
+-- When it is still right but its identity changed (a no-op `SET (publish = 'insert')`,
+-- `OWNER TO`), and its identity before the command was the one the registrations record,
+-- the guard records the new one (issue 55, item 4): it saw the publication right at the end
+-- of every command since, so the change is harmless, and the relay accepts it. A change the
+-- guard did not see (a bypass, `REASSIGN OWNED`, which no event trigger sees) breaks that
+-- chain, and the relay refuses it as before.
 CREATE OR REPLACE FUNCTION ra_ledger_outbox_guard() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     before_text text := nullif(current_setting('ra_ledger.guard_before', true), '');
     before jsonb := coalesce(before_text::jsonb, '{}'::jsonb);
     guarded text;
+    now_state jsonb;
     problem text;
 BEGIN
     IF coalesce(current_setting('ra_ledger.allow_outbox_publication_change', true), '') IN ('on', 'true') THEN
         RETURN;
     END IF;
-    FOR guarded, problem IN
-        SELECT key, value #>> '{}' FROM jsonb_each(ra_ledger_guarded_problems())
+    FOR guarded, now_state IN SELECT key, value FROM jsonb_each(ra_ledger_guarded_publications())
     LOOP
+        problem := now_state ->> 'problem';
         -- Refused when this command broke it: it was right before (or the before-trigger
         -- is not installed, and then nothing is known of before).
         IF problem IS NOT NULL
-           AND (before_text IS NULL OR (before -> guarded) IS NULL
-                OR jsonb_typeof(before -> guarded) = 'null') THEN
+           AND (before_text IS NULL OR NOT (before ? guarded)
+                OR before -> guarded ->> 'problem' IS NULL) THEN
             RAISE EXCEPTION 'refused: after this %, %', tg_tag, problem
                 USING ERRCODE = 'object_in_use',
                       DETAIL = 'The CDC relay streams the outbox through this publication; outbox rows committed while it does not carry the outbox are never in the stream.',
                       HINT = 'If you mean it, SET ra_ledger.allow_outbox_publication_change = on in this session, then run `ledger relay recover` (docs/operators.md, "What the relay checks").';
+        END IF;
+        IF problem IS NULL AND before ? guarded
+           AND before -> guarded ->> 'problem' IS NULL
+           AND before -> guarded ->> 'identity' IS DISTINCT FROM now_state ->> 'identity' THEN
+            UPDATE relay_slots
+            SET publication_identity = now_state ->> 'identity'
+            WHERE publication = guarded
+              AND publication_identity = before -> guarded ->> 'identity';
         END IF;
     END LOOP;
 END $$;
@@ -104,7 +136,9 @@ BEGIN
                    current_schema());
     EXECUTE format('ALTER FUNCTION ra_ledger_outbox_guard_before() SET search_path = %I, pg_catalog',
                    current_schema());
-    EXECUTE format('ALTER FUNCTION ra_ledger_guarded_problems() SET search_path = %I, pg_catalog',
+    EXECUTE format('ALTER FUNCTION ra_ledger_guarded_publications() SET search_path = %I, pg_catalog',
+                   current_schema());
+    EXECUTE format('ALTER FUNCTION ra_ledger_publication_identity(name) SET search_path = %I, pg_catalog',
                    current_schema());
 END $$;
 

@@ -37,10 +37,12 @@ for mod, p in files.items():
         if target is None or target == mod: continue
         if mod[:len(target)] == target or target[:len(mod)] == mod: continue
         edges[mod].add(target)
-    # grouped uses: crate::a::{b, c::d}
-    for m in re.finditer(r'\b(?:crate|%s)::((?:\w+::)*)\{([^}]*)\}' % crate.replace('-', '_'), text):
-        prefix = [x for x in m.group(1).split('::') if x]
-        for item in m.group(2).split(','):
+    # grouped uses: crate::a::{b, c::d}, and super::{b, c} (a sibling of this file), which
+    # hid relay/recover <-> relay/setup (issue 58, item 1)
+    for m in re.finditer(r'\b(crate|super|%s)::((?:\w+::)*)\{([^}]*)\}' % crate.replace('-', '_'), text):
+        base = list(mod[:-1]) if m.group(1) == 'super' else []
+        prefix = base + [x for x in m.group(2).split('::') if x]
+        for item in m.group(3).split(','):
             item = item.strip().split(' ')[0]
             if not item: continue
             target = resolve(prefix + item.split('::'))

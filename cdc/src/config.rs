@@ -173,7 +173,7 @@ crate::settings! {
         reconnect_backoff_max_ms: u64 = 30_000;
         /// How often the confirmed position is repeated to PostgreSQL while the relay
         /// confirms nothing new; a newer one is reported within 10 ms
-        /// (`relay::setup::STATUS_PROMPT`).
+        /// (`relay::connect::STATUS_PROMPT`).
         status_interval_ms: u64 = 1_000;
         /// `at_least_once` (the default) or `exactly_once` (`LEDGER_RELAY_DELIVERY`).
         delivery: DeliveryMode = DeliveryMode::AtLeastOnce,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::setup;
+use super::connect;
 use crate::config::RelayConfig;
 use crate::metrics::RelayMetrics;
 
@@ -91,7 +91,7 @@ async fn report(
     oldest: Option<i64>,
 ) -> Result<(), super::RelayError> {
     if connection.is_none() {
-        *connection = Some(setup::connect_sql(config, application_name).await?);
+        *connection = Some(connect::connect_sql(config, application_name).await?);
     }
     if let Some(client) = connection.as_ref() {
         client
@@ -114,7 +114,7 @@ pub(super) async fn refused(config: &RelayConfig, error: &super::RelayError) {
     let reason = error.to_string();
     let write = async {
         let client =
-            setup::connect_sql(config, &format!("ledger-relay:{}:lag", config.slot)).await?;
+            connect::connect_sql(config, &format!("ledger-relay:{}:lag", config.slot)).await?;
         client
             .execute(
                 include_str!("../sql/lag_refused.sql"),

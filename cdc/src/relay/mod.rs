@@ -31,6 +31,7 @@
 //! outbox, a position from another history, a configuration that cannot work.
 
 mod at_least_once;
+mod connect;
 mod exactly_once;
 pub mod gate;
 mod health;
@@ -345,7 +346,7 @@ async fn republish_requests(config: RelayConfig, stop: CancellationToken) {
             () = tokio::time::sleep(REPUBLISH_POLL) => {}
         }
         if connection.is_none() {
-            connection = setup::connect_sql(&config, "ra-ledger-relay-republish")
+            connection = connect::connect_sql(&config, "ra-ledger-relay-republish")
                 .await
                 .map_err(|error| warn!(%error, "cannot connect for parked republish requests"))
                 .ok();

@@ -548,6 +548,19 @@ impl Coverage {
         self.outbox_oid
     }
 
+    /// The identity the checks hold the publication to.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The publication's identity changed in a way the guard saw harmless: the
+    /// registration records `identity` (the guard writes it, issue 55 item 4, migration
+    /// V20), so the checks hold the publication to it from now on. What was vouched for
+    /// stays: the publication carried the outbox at the end of every command between.
+    pub fn vouched_change(&mut self, identity: &str) {
+        identity.clone_into(&mut self.identity);
+    }
+
     /// A check whose rules held found `checked` in `catalog`: refused when the identity
     /// changed, else what it vouches for is added. Pure.
     pub fn passed(&mut self, checked: &Checked, catalog: &Catalog) -> Result<(), PublicationError> {

@@ -310,6 +310,21 @@ impl<'a, D: Delivery> Reader<'a, D> {
     async fn check_publication(&mut self) -> Result<(), RelayError> {
         let catalog = publication::read(self.sql, &self.config.publication).await?;
         let checked = publication::check(&self.config.publication, &catalog)?;
+        if checked.identity != self.coverage.identity() {
+            // The guard records in the registration a change it saw harmless (a no-op
+            // `SET`, `OWNER TO`); any other change is refused by `passed` below.
+            let registered = super::slot::registration(self.sql, &self.config.slot)
+                .await?
+                .and_then(|registration| registration.publication_identity);
+            if registered.as_deref() == Some(checked.identity.as_str()) {
+                tracing::info!(
+                    before = %self.coverage.identity(),
+                    now = %checked.identity,
+                    "the publication changed in a way the outbox guard saw harmless: streaming on"
+                );
+                self.coverage.vouched_change(&checked.identity);
+            }
+        }
         self.coverage.passed(&checked, &catalog)?;
         let bypasses = publication::guard_bypasses(&catalog);
         if bypasses != self.guard_bypasses {

@@ -42,9 +42,10 @@ use tokio_postgres::{Client, IsolationLevel};
 use tracing::{info, warn};
 
 use super::in_flight::{self, Answer, InFlight, Sent};
-use super::{RelayError, publication, setup, slot};
+use super::{RelayError, connect, publication, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
+use crate::infra::pg::Settings;
 use crate::lsn::{format_lsn, parse_lsn};
 use crate::outbox::OutboxRow;
 use crate::parking;
@@ -85,18 +86,22 @@ pub async fn recover(
     options: &RecoverOptions,
 ) -> Result<Recovered, RelayError> {
     let config = crate::registry::register_topics(config.clone()).await?;
-    from_snapshot(&config, options, "recover").await
+    let application_name = format!("ledger-relay-recover:{}", config.slot);
+    let (primary, _, _) = connect::find_primary(&config, &application_name).await?;
+    from_snapshot(&config, options, "recover", &primary).await
 }
 
-/// Creates the slot of `config` anew from a snapshot and publishes what the snapshot holds
-/// (the module doc); `by` registers who did (`recover`, or `relay` for the first slot).
+/// Creates the slot of `config` anew from a snapshot on `primary` and publishes what the
+/// snapshot holds (the module doc); `by` registers who did (`recover`, or `relay` for the
+/// first slot).
 pub(super) async fn from_snapshot(
     config: &RelayConfig,
     options: &RecoverOptions,
     by: &str,
+    primary: &Settings,
 ) -> Result<Recovered, RelayError> {
     let application_name = format!("ledger-relay-recover:{}", config.slot);
-    let (primary, sql, _) = setup::find_primary(config, &application_name).await?;
+    let sql = crate::infra::pg::connect(primary).await?;
     // A slot a relay holds is refused before anything is written: a refused recovery
     // changes nothing (it used to mark the running relay's registration not ready first).
     if let Some(pid) = slot::holder(&sql, &config.slot).await? {
@@ -106,7 +111,7 @@ pub(super) async fn from_snapshot(
         });
     }
     // Parking and registering write; the snapshot's transaction only reads.
-    let writer = crate::infra::pg::connect(&primary).await?;
+    let writer = crate::infra::pg::connect(primary).await?;
     let (checked, _) = publication::ensure(&sql, config, true).await?;
     // Dropped first (PostgreSQL refuses to drop a slot a session holds, so a relay that
     // took it meanwhile keeps it and its registration), then registered as publishing: a
@@ -122,9 +127,9 @@ pub(super) async fn from_snapshot(
         slot::SnapshotState::Publishing,
     )
     .await?;
-    let mut replication = ReplicationClient::connect_gated(setup::replication_config(
+    let mut replication = ReplicationClient::connect_gated(connect::replication_config(
         config,
-        &primary,
+        primary,
         &application_name,
     ))
     .await?;

@@ -69,6 +69,27 @@ async fn console_seconds(base: &str, cookie: &str) -> anyhow::Result<f64> {
     Ok(page[at..end].parse()?)
 }
 
+/// Waits until the console shows no commit waiting, for at most 30 s. Not one read: the
+/// service itself writes to the outbox now and then (a digest, a checkpoint's
+/// publication), and a read that falls between such a write and its publication shows the
+/// few milliseconds it waited, truly (issue 58, item 7: "left 0.044, right 0.0" on a loaded
+/// machine). What must hold is that the stuck wait is gone, not that nothing is ever
+/// written again.
+async fn console_reads_zero(base: &str, cookie: &str, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = console_seconds(base, cookie).await?;
+        if shown == 0.0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what}: the console still shows {shown} s waiting after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 // One scenario read top to bottom: idle, then stuck, then caught up again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lag_is_zero_on_an_idle_ledger_and_grows_while_the_relay_is_stuck() -> anyhow::Result<()>
@@ -158,11 +179,7 @@ async fn the_lag_is_zero_on_an_idle_ledger_and_grows_while_the_relay_is_stuck() 
          {mark_age:.1} s with {:?} bytes behind: not a test of idle otherwise",
         newest.lag_bytes
     );
-    assert_eq!(
-        console_seconds(&base, &cookie).await?,
-        0.0,
-        "the console, idle"
-    );
+    console_reads_zero(&base, &cookie, "the console, idle").await?;
 
     // Stuck: the relay frozen, one write waits, and its wait grows with the clock.
     send_signal(relay.id(), "STOP")?;
@@ -194,11 +211,7 @@ async fn the_lag_is_zero_on_an_idle_ledger_and_grows_while_the_relay_is_stuck() 
         now.waiting() == Waiting::Nothing
     })
     .await?;
-    assert_eq!(
-        console_seconds(&base, &cookie).await?,
-        0.0,
-        "the console, caught up"
-    );
+    console_reads_zero(&base, &cookie, "the console, caught up").await?;
     let mut relay = relay;
     relay.kill()?;
     relay.wait()?;

@@ -95,6 +95,36 @@ fn the_checker_finds_a_ring_of_files() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A circle through a grouped `use super::{…}` (issue 58, item 1: `relay/setup` and
+/// `relay/recover` used each other so, unseen): found.
+#[test]
+fn the_checker_finds_a_circle_through_a_grouped_super_use() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("super-circles-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("relay"))?;
+    std::fs::write(dir.join("lib.rs"), "mod relay;\n")?;
+    std::fs::write(dir.join("relay/mod.rs"), "mod setup;\nmod recover;\n")?;
+    std::fs::write(
+        dir.join("relay/setup.rs"),
+        "use super::recover::from_snapshot;\n",
+    )?;
+    std::fs::write(dir.join("relay/recover.rs"), "pub fn from_snapshot() {}\n")?;
+    let (clean, report) = circles(&dir, "demo")?;
+    assert!(clean, "no circle yet: {report}");
+    std::fs::write(
+        dir.join("relay/recover.rs"),
+        "use super::{RelayError, setup::{find_primary}};\npub fn from_snapshot() {}\n",
+    )?;
+    let (clean, report) = circles(&dir, "demo")?;
+    std::fs::remove_dir_all(&dir)?;
+    assert!(!clean, "{report}");
+    assert!(
+        report.contains("relay/recover <-> relay/setup")
+            || report.contains("relay/setup <-> relay/recover"),
+        "{report}"
+    );
+    Ok(())
+}
+
 /// The settings' declaration (`cdc/src/infra/settings/env.rs`): the one file of the crates'
 /// code that names an environment variable of the project, and the one that reads the
 /// environment.
@@ -409,4 +439,69 @@ async fn the_benchmarks_and_the_demo_are_ledger_bench_not_ledger() -> anyhow::Re
         );
     }
     Ok(())
+}
+
+/// The tests a row of the catalogue of drifts names (its last column): each backquoted
+/// path's last segment, the test function's name; a `…` shorthand names a sibling of the
+/// test before it and is left out.
+fn catalogue_tests(row: &str) -> Vec<String> {
+    let Some(column) = row.trim_end_matches('|').rsplit('|').next() else {
+        return Vec::new();
+    };
+    column
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|path| path.contains("::") && !path.contains('…'))
+        .filter_map(|path| path.rsplit("::").next().map(str::to_owned))
+        .collect()
+}
+
+/// docs/operators.md's catalogue of drifts (issue 55, item 8) lists at least 30, each with
+/// a test, and every test it names exists as a function of the workspace's tests: a row
+/// cannot promise a test nobody wrote, or keep naming one that was renamed.
+#[test]
+fn every_drift_of_the_catalogue_names_a_test_that_exists() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let docs = std::fs::read_to_string(root.join("docs/operators.md"))?;
+    let start = docs
+        .find("### The catalogue of drifts")
+        .ok_or_else(|| anyhow::anyhow!("docs/operators.md has no catalogue of drifts"))?;
+    let rows: Vec<&str> = docs[start..]
+        .lines()
+        .skip_while(|line| !line.starts_with("| # |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert!(rows.len() >= 30, "{} drifts in the catalogue", rows.len());
+    let mut sources = String::new();
+    let mut files = Vec::new();
+    for dir in ["tests/tests", "cdc/src", "ledger/src"] {
+        rust_files(&root.join(dir), &mut files)?;
+    }
+    for file in files {
+        sources.push_str(&std::fs::read_to_string(file)?);
+    }
+    for row in rows {
+        let tests = catalogue_tests(row);
+        assert!(!tests.is_empty(), "a drift without a test: {row}");
+        for test in tests {
+            assert!(
+                sources.contains(&format!("fn {test}(")),
+                "the catalogue names a test that does not exist: {test}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_catalogue_check_reads_the_last_column() {
+    assert_eq!(
+        catalogue_tests(
+            "| 1 | the `a::b` drift | refuses | `relay::x`, `…_y`, unit test `m::tests::z` |"
+        ),
+        ["x", "z"]
+    );
+    assert!(catalogue_tests("| 2 | a drift | refuses | none |").is_empty());
 }

@@ -692,3 +692,269 @@ async fn the_guard_blocks_no_ddl_once_a_guarded_publication_is_gone() -> anyhow:
         .await?;
     Ok(())
 }
+
+/// Issue 55, item 4: a no-op `ALTER PUBLICATION … SET (publish = 'insert')` and `OWNER TO`
+/// passed the guard, and the relay then refused (exit 78), with `recover` the only way on.
+/// The guard now records the new identity of a change it saw harmless, and the relay
+/// streams on; the same change made past the guard (the override) is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harmless_change_the_guard_saw_passes_the_relay_too() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let owner = format!("owner_{}", ra_ledger_tests::random_suffix());
+    client
+        .batch_execute(&format!("CREATE ROLE {owner} SUPERUSER"))
+        .await?;
+    let mut collector = Collector::new(&topics)?;
+    let relay = RunningRelay::start(config.clone());
+    let mut expected: HashSet<String> = HashSet::new();
+    for command in [
+        "ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert')".to_owned(),
+        format!("ALTER PUBLICATION ra_ledger_outbox OWNER TO {owner}"),
+        "ALTER PUBLICATION ra_ledger_outbox OWNER TO CURRENT_USER".to_owned(),
+    ] {
+        expected.extend(insert_backlog(&client, 1, 5, 16).await?);
+        assert!(
+            collector
+                .until_all(Duration::from_secs(60), &expected)
+                .await,
+            "before `{command}`"
+        );
+        // Two checks at least, so the registration is the relay's before the change.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        client.batch_execute(&command).await?;
+        expected.extend(insert_backlog(&client, 1, 5, 16).await?);
+        assert!(
+            collector
+                .until_all(Duration::from_secs(60), &expected)
+                .await,
+            "after `{command}`, the relay stopped: {:?}",
+            relay.task.is_finished()
+        );
+    }
+    assert!(
+        !relay.task.is_finished(),
+        "the relay refused a harmless change"
+    );
+    // The same no-op past the guard: nothing vouches for it.
+    client
+        .batch_execute(&format!(
+            "{ALLOW}; ALTER PUBLICATION ra_ledger_outbox SET (publish = 'insert')"
+        ))
+        .await?;
+    let error = relay.refusal(Duration::from_secs(60)).await?;
+    assert!(
+        matches!(
+            error,
+            RelayError::Publication(PublicationError::Changed { .. })
+        ),
+        "{error}"
+    );
+    client.batch_execute(&format!("DROP ROLE {owner}")).await?;
+    Ok(())
+}
+
+/// The catalogue of drifts (docs/operators.md, "What the relay checks"): the publication
+/// re-created `FOR ALL TABLES` carries every table of the database, the outbox among them:
+/// the relay refuses it (a Relation of another table would follow), and once it is put
+/// right and recovered, every event is on Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_re_created_for_all_tables_is_refused() -> anyhow::Result<()> {
+    let Streaming {
+        _database,
+        _topics,
+        config,
+        client,
+        relay,
+        mut collector,
+        mut expected,
+        probe: _,
+    } = streaming().await?;
+    client
+        .batch_execute(&format!(
+            "{ALLOW}; DROP PUBLICATION ra_ledger_outbox; \
+             CREATE PUBLICATION ra_ledger_outbox FOR ALL TABLES WITH (publish = 'insert')"
+        ))
+        .await?;
+    expected.extend(insert_backlog(&client, 1, 3, 16).await?);
+    let error = relay.refusal(Duration::from_secs(30)).await?;
+    assert!(wrong("FOR ALL TABLES")(&error), "{error:?}");
+    client.batch_execute(RESTORE).await?;
+    recover(&config, &RecoverOptions::default()).await?;
+    let relay = RunningRelay::start(config.clone());
+    expected.extend(insert_backlog(&client, 1, 3, 16).await?);
+    let all = collector
+        .until_all(Duration::from_secs(60), &expected)
+        .await;
+    relay.stop().await?;
+    assert!(all, "events missing after the recovery");
+    Ok(())
+}
+
+/// The catalogue: the publication dropped and re-created, right again before any check
+/// could see it gone (one transaction): the rows committed between are not in the stream;
+/// its new identity gives it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_dropped_and_re_created_between_two_checks_is_refused() -> anyhow::Result<()>
+{
+    refused_then_recovered(Break {
+        before_rows: "DROP PUBLICATION ra_ledger_outbox",
+        after_rows: "CREATE PUBLICATION ra_ledger_outbox FOR TABLE outbox WITH (publish = 'insert')",
+        one_transaction: true,
+        fix: "",
+        refusal: |error| {
+            matches!(
+                publication(error),
+                Some(PublicationError::Changed { .. } | PublicationError::Missing { .. })
+            )
+        },
+    })
+    .await
+}
+
+/// The catalogue: a second publication carrying the outbox (another consumer's) changes
+/// nothing the relay streams: it passes the guard and the relay, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_publication_of_the_outbox_is_harmless() -> anyhow::Result<()> {
+    let Streaming {
+        _database,
+        _topics,
+        config: _,
+        client,
+        relay,
+        mut collector,
+        mut expected,
+        probe: _,
+    } = streaming().await?;
+    client
+        .batch_execute("CREATE PUBLICATION someone_else FOR TABLE outbox")
+        .await?;
+    expected.extend(insert_backlog(&client, 2, 3, 16).await?);
+    assert!(
+        collector
+            .until_all(Duration::from_secs(60), &expected)
+            .await
+    );
+    assert!(!relay.task.is_finished(), "the relay stopped");
+    relay.stop().await?;
+    Ok(())
+}
+
+/// The catalogue: the slot dropped and created again by hand (`pg_create_logical_replication_
+/// slot`) starts now, past whatever committed since the old one's position: the relay
+/// refuses (the slot is ahead of the position Kafka holds), retention removes none of the
+/// rows it skipped, and `ledger relay recover` publishes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_re_created_by_hand_is_refused_and_loses_nothing() -> anyhow::Result<()> {
+    let Streaming {
+        _database,
+        _topics,
+        config,
+        client,
+        relay,
+        mut collector,
+        mut expected,
+        probe: _,
+    } = streaming().await?;
+    relay.stop().await?;
+    let skipped = insert_backlog(&client, 2, 10, 16).await?;
+    expected.extend(skipped.iter().cloned());
+    ra_ledger_tests::relay::drop_slot_once_released(&client, &config.slot).await?;
+    client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&config.slot],
+        )
+        .await?;
+    let pool = ra_ledger::db::pool(&client_url(&_database), "test-drift", 1)?;
+    for _ in 0..3 {
+        let pruned = ra_ledger::retention::prune(&pool, &config.slot, 500).await?;
+        assert_eq!(pruned.removed, 0, "{pruned:?}");
+    }
+    let error = RunningRelay::start(config.clone())
+        .refusal(Duration::from_secs(60))
+        .await?;
+    assert!(
+        matches!(
+            error,
+            RelayError::History(ra_ledger_cdc::history::HistoryError::Gap { .. })
+        ),
+        "{error}"
+    );
+    recover(&config, &RecoverOptions::default()).await?;
+    assert!(
+        collector
+            .until_all(Duration::from_secs(60), &expected)
+            .await,
+        "rows the re-created slot skipped are missing"
+    );
+    Ok(())
+}
+
+fn client_url(database: &TestDatabase) -> String {
+    database.url.as_str().to_owned()
+}
+
+/// Issue 55, item 6: what switches the guard off and the relay can see is named on its
+/// gauge (and in its log) while it streams: the override set for a role, then the trigger
+/// disabled; put right, the gauge goes back to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_names_each_bypass_of_the_guard_it_can_see() -> anyhow::Result<()> {
+    let Streaming {
+        _database,
+        _topics,
+        config: _,
+        client,
+        relay,
+        collector: _,
+        expected: _,
+        probe: _,
+    } = streaming().await?;
+    let bypasses = || {
+        relay
+            .metrics
+            .render()
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix("ra_relay_outbox_guard_bypasses ")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(u64::MAX)
+    };
+    let until = async |want: u64, what: &str| -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while bypasses() != want {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "{what}: the gauge says {}, not {want}",
+                bypasses()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    };
+    until(0, "installed ALWAYS, nothing set").await?;
+    let role = format!("ops_{}", ra_ledger_tests::random_suffix());
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role}; \
+             ALTER ROLE {role} SET ra_ledger.allow_outbox_publication_change = on"
+        ))
+        .await?;
+    until(1, "the override set for a role").await?;
+    client
+        .batch_execute("ALTER EVENT TRIGGER ra_ledger_outbox_guard DISABLE")
+        .await?;
+    until(2, "and the trigger disabled").await?;
+    client
+        .batch_execute(&format!(
+            "ALTER EVENT TRIGGER ra_ledger_outbox_guard ENABLE ALWAYS; DROP ROLE {role}"
+        ))
+        .await?;
+    until(0, "put right").await?;
+    relay.stop().await?;
+    Ok(())
+}
