@@ -1,0 +1,487 @@
+//! The protocol as a [`stateright::Model`]: the actions each party may take in a state, and
+//! what each does. The parties: the ledger (commits), the process that holds the slot (the
+//! relay, or `ledger relay recover`), Kafka (acknowledges, or the process dies first),
+//! retention, an operator (recover), a DBA (moves or drops the slot) and a Kafka admin
+//! (removes records). Crashes, DBA moves, record removals and recovers are bounded by
+//! [`Faults`]; everything else may happen at every step.
+
+use stateright::{Model, Property};
+
+use crate::decide::{self, Started};
+use crate::state::{
+    Delivery, Faults, Process, Registration, Rows, Rule, SnapshotStep, State, Step,
+};
+use crate::watcher;
+
+/// The model: which transactions the ledger commits, how the relay delivers, which
+/// retention rule runs, and how many faults a run may have.
+#[derive(Clone, Debug)]
+pub struct Protocol {
+    /// Outbox rows of each transaction, in commit order (at most 8 rows in all).
+    pub transactions: Vec<u8>,
+    /// The delivery mode.
+    pub delivery: Delivery,
+    /// Retention's rule.
+    pub rule: Rule,
+    /// The most faults of each kind in one run.
+    pub faults: Faults,
+}
+
+/// One step of one party.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The ledger commits its next transaction: events and outbox rows.
+    Commit,
+    /// The relay starts (first start, or restart after a crash): `slot::decide`, then the
+    /// `Gap` check.
+    Start,
+    /// Kafka acknowledges every row of the snapshot.
+    SnapshotAcked,
+    /// The relay's position at the consistent point is written to Kafka.
+    SnapshotPosition,
+    /// In one statement: registration ready, `published_lsn` = the consistent point.
+    SnapshotReady,
+    /// The relay reads the next transaction after the slot's confirmed position and
+    /// sends its rows.
+    Send,
+    /// Kafka acknowledges them with the relay's position (exactly once: the Kafka
+    /// transaction commits).
+    Ack,
+    /// The relay records `published_lsn`, for its generation and while ready.
+    Record,
+    /// The relay confirms the slot.
+    Confirm,
+    /// The process holding the slot dies (or its Kafka session fails): of the rows sent
+    /// and not acknowledged, `landed` reached Kafka anyway (none in exactly once).
+    Crash {
+        /// What landed.
+        landed: Rows,
+    },
+    /// Retention deletes what its rule allows.
+    Prune,
+    /// An operator runs `ledger relay recover` (refused while a session holds the slot).
+    Recover,
+    /// A DBA advances the slot to the end of the WAL (`pg_replication_slot_advance`, or
+    /// a consuming `pg_logical_slot_get_changes`).
+    DbaAdvance,
+    /// A DBA drops the slot.
+    DbaDrop,
+    /// A Kafka admin removes records (delete-records; a topic deleted and re-created).
+    DeleteRecords {
+        /// The events removed.
+        rows: Rows,
+    },
+}
+
+impl Protocol {
+    /// A model of `transactions` (rows per transaction) with the new retention rule, at
+    /// least once, and no faults; the builders below add them.
+    pub fn new(transactions: &[u8]) -> Self {
+        assert!(
+            transactions
+                .iter()
+                .map(|&rows| u32::from(rows))
+                .sum::<u32>()
+                <= Rows::BITS
+        );
+        Self {
+            transactions: transactions.to_vec(),
+            delivery: Delivery::AtLeastOnce,
+            rule: Rule::PublishedLsn,
+            faults: Faults::default(),
+        }
+    }
+
+    /// With this delivery mode.
+    pub fn delivery(self, delivery: Delivery) -> Self {
+        Self { delivery, ..self }
+    }
+
+    /// With this retention rule.
+    pub fn rule(self, rule: Rule) -> Self {
+        Self { rule, ..self }
+    }
+
+    /// With these fault bounds.
+    pub fn faults(self, faults: Faults) -> Self {
+        Self { faults, ..self }
+    }
+
+    /// The outbox rows of transaction `tx` (1-based).
+    pub fn rows_of(&self, tx: u8) -> Rows {
+        let before: u8 = self.transactions[..usize::from(tx - 1)].iter().sum();
+        let count = self.transactions[usize::from(tx - 1)];
+        (((1_u16 << count) - 1) << before) as Rows
+    }
+
+    /// The rows of the transactions committed after position `after`, up to `upto`.
+    pub fn rows_between(&self, after: u8, upto: u8) -> Rows {
+        (after + 1..=upto).fold(0, |rows, tx| rows | self.rows_of(tx))
+    }
+
+    /// Every row of the committed transactions: the events the ledger holds.
+    pub fn committed_rows(&self, state: &State) -> Rows {
+        self.rows_between(0, state.committed)
+    }
+
+    /// Every row of every transaction.
+    pub fn all_rows(&self) -> Rows {
+        self.rows_between(0, self.transactions.len() as u8)
+    }
+
+    /// Whether `spent` may grow by one of the kind `pick` reads.
+    fn allows(&self, state: &State, pick: fn(&Faults) -> u8) -> bool {
+        pick(&state.spent) < pick(&self.faults)
+    }
+
+    /// Rows sent and not acknowledged by the process holding the slot.
+    pub fn in_flight(&self, state: &State) -> Rows {
+        match state.process {
+            Process::Snapshot {
+                rows,
+                step: SnapshotStep::Publishing,
+                ..
+            } => rows,
+            Process::Streaming {
+                sending: Some((tx, Step::Sent)),
+                ..
+            } => self.rows_of(tx),
+            _ => 0,
+        }
+    }
+
+    /// The steps of the process holding the slot when nothing fails: what the relay does by
+    /// itself. Empty when it refused, or has nothing to send.
+    pub fn progress(&self, state: &State) -> Option<Action> {
+        match state.process {
+            Process::Down => Some(Action::Start),
+            Process::Refused(_) => None,
+            Process::Snapshot { step, .. } => Some(match step {
+                SnapshotStep::Publishing => Action::SnapshotAcked,
+                SnapshotStep::Acked => Action::SnapshotPosition,
+                SnapshotStep::PositionWritten => Action::SnapshotReady,
+            }),
+            Process::Streaming { sending, .. } => match sending {
+                None => (state.slot.unwrap_or(0) < state.committed).then_some(Action::Send),
+                Some((_, Step::Sent)) => Some(Action::Ack),
+                Some((_, Step::Acked)) => Some(Action::Record),
+                Some((_, Step::Recorded)) => Some(Action::Confirm),
+            },
+        }
+    }
+
+    /// The environment's actions: faults within their bounds, retention, commits.
+    fn environment(&self, state: &State, actions: &mut Vec<Action>) {
+        if usize::from(state.committed) < self.transactions.len() {
+            actions.push(Action::Commit);
+        }
+        actions.push(Action::Prune);
+        if state.process.holds_slot() && self.allows(state, |f| f.crashes) {
+            let sent = self.in_flight(state);
+            let landed = match self.delivery {
+                Delivery::ExactlyOnce if !matches!(state.process, Process::Snapshot { .. }) => 0,
+                // A snapshot's rows go through an idempotent producer in both modes.
+                _ => sent,
+            };
+            for subset in subsets(landed) {
+                actions.push(Action::Crash { landed: subset });
+            }
+        }
+        if !state.process.holds_slot() {
+            if self.allows(state, |f| f.recovers) {
+                actions.push(Action::Recover);
+            }
+            if state.slot.is_some() && self.allows(state, |f| f.dba) {
+                if state.slot < Some(state.committed) {
+                    actions.push(Action::DbaAdvance);
+                }
+                actions.push(Action::DbaDrop);
+            }
+        }
+        if state.kafka != 0 && self.allows(state, |f| f.kafka_losses) {
+            for row in (0..Rows::BITS)
+                .map(|bit| 1 << bit)
+                .filter(|r| state.kafka & r != 0)
+            {
+                actions.push(Action::DeleteRecords { rows: row });
+            }
+            if state.kafka.count_ones() > 1 {
+                actions.push(Action::DeleteRecords { rows: state.kafka });
+            }
+        }
+    }
+
+    /// The slot created anew from a snapshot at the end of the WAL, its registration not
+    /// ready, `published_lsn` cleared, the generation bumped, and the outbox rows the
+    /// snapshot sees to publish.
+    fn begin_snapshot(state: &mut State) {
+        let generation = state.registration.map_or(0, |r| r.generation) + 1;
+        state.registration = Some(Registration {
+            ready: false,
+            generation,
+            published: None,
+        });
+        state.slot = Some(state.committed);
+        state.process = Process::Snapshot {
+            point: state.committed,
+            rows: state.outbox,
+            step: SnapshotStep::Publishing,
+        };
+    }
+
+    /// `rows` reach Kafka.
+    fn land(state: &mut State, rows: Rows) {
+        state.kafka |= rows;
+        state.held |= rows;
+    }
+
+    /// The relay's steps on a state, as [`Action`] says; `None` when `action` does not
+    /// apply to the process's state.
+    fn relay_step(&self, state: &mut State, action: Action) -> Option<()> {
+        match (action, state.process) {
+            (Action::Start, Process::Down) => match decide::start(self.delivery, state) {
+                Started::Snapshot => Self::begin_snapshot(state),
+                Started::Refused(refusal) => state.process = Process::Refused(refusal),
+                Started::Stream => {
+                    state.process = Process::Streaming {
+                        generation: state.registration.map_or(0, |r| r.generation),
+                        sending: None,
+                    }
+                }
+            },
+            (
+                Action::SnapshotAcked,
+                Process::Snapshot {
+                    point,
+                    rows,
+                    step: SnapshotStep::Publishing,
+                },
+            ) => {
+                Self::land(state, rows);
+                state.process = snapshot(point, rows, SnapshotStep::Acked);
+            }
+            (
+                Action::SnapshotPosition,
+                Process::Snapshot {
+                    point,
+                    rows,
+                    step: SnapshotStep::Acked,
+                },
+            ) => {
+                state.position = Some(point);
+                state.process = snapshot(point, rows, SnapshotStep::PositionWritten);
+            }
+            (
+                Action::SnapshotReady,
+                Process::Snapshot {
+                    point,
+                    step: SnapshotStep::PositionWritten,
+                    ..
+                },
+            ) => {
+                let registration = state.registration.as_mut()?;
+                registration.ready = true;
+                registration.published = Some(point);
+                state.process = Process::Down;
+            }
+            (Action::Send, Process::Streaming { generation, .. }) => {
+                let tx = state.slot? + 1;
+                if tx > state.committed {
+                    return None;
+                }
+                state.process = streaming(generation, Some((tx, Step::Sent)));
+            }
+            (
+                Action::Ack,
+                Process::Streaming {
+                    generation,
+                    sending: Some((tx, Step::Sent)),
+                },
+            ) => {
+                Self::land(state, self.rows_of(tx));
+                state.position = state.position.max(Some(tx));
+                state.process = streaming(generation, Some((tx, Step::Acked)));
+            }
+            (
+                Action::Record,
+                Process::Streaming {
+                    generation,
+                    sending: Some((tx, Step::Acked)),
+                },
+            ) => {
+                if let Some(registration) = state.registration.as_mut()
+                    && registration.ready
+                    && registration.generation == generation
+                {
+                    registration.published = registration.published.max(Some(tx));
+                }
+                state.process = streaming(generation, Some((tx, Step::Recorded)));
+            }
+            (
+                Action::Confirm,
+                Process::Streaming {
+                    generation,
+                    sending: Some((tx, Step::Recorded)),
+                },
+            ) => {
+                state.slot = state.slot.max(Some(tx));
+                state.process = streaming(generation, None);
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// The environment's steps on a state.
+    fn environment_step(&self, state: &mut State, action: Action) {
+        match action {
+            Action::Commit => {
+                state.committed += 1;
+                state.outbox |= self.rows_of(state.committed);
+            }
+            Action::Crash { landed } => {
+                Self::land(state, landed);
+                state.process = Process::Down;
+                state.spent.crashes += 1;
+            }
+            Action::Prune => {
+                let deleted = decide::deletable(self.rule, state, |tx| self.rows_of(tx));
+                state.deleted_unheld |= deleted & !state.held;
+                state.outbox &= !deleted;
+            }
+            Action::Recover => {
+                state.spent.recovers += 1;
+                Self::begin_snapshot(state);
+            }
+            Action::DbaAdvance => {
+                state.spent.dba += 1;
+                state.slot = Some(state.committed);
+            }
+            Action::DbaDrop => {
+                state.spent.dba += 1;
+                state.slot = None;
+            }
+            Action::DeleteRecords { rows } => {
+                state.spent.kafka_losses += 1;
+                state.kafka &= !rows;
+            }
+            _ => unreachable!("{action:?} is the relay's"),
+        }
+    }
+
+    /// `action` applied to `state`, or `None` when it does not apply there.
+    pub fn step(&self, state: &State, action: Action) -> Option<State> {
+        let mut next = state.clone();
+        match action {
+            Action::Start
+            | Action::SnapshotAcked
+            | Action::SnapshotPosition
+            | Action::SnapshotReady
+            | Action::Send
+            | Action::Ack
+            | Action::Record
+            | Action::Confirm => self.relay_step(&mut next, action)?,
+            _ => self.environment_step(&mut next, action),
+        }
+        Some(next)
+    }
+
+    /// The state before anything happened: no transaction, no slot, no registration.
+    pub fn initial(&self) -> State {
+        State {
+            committed: 0,
+            outbox: 0,
+            kafka: 0,
+            held: 0,
+            deleted_unheld: 0,
+            position: None,
+            slot: None,
+            registration: None,
+            process: Process::Down,
+            spent: Faults::default(),
+        }
+    }
+}
+
+fn snapshot(point: u8, rows: Rows, step: SnapshotStep) -> Process {
+    Process::Snapshot { point, rows, step }
+}
+
+fn streaming(generation: u8, sending: Option<(u8, Step)>) -> Process {
+    Process::Streaming {
+        generation,
+        sending,
+    }
+}
+
+/// Every subset of `rows`, the empty one first.
+fn subsets(rows: Rows) -> impl Iterator<Item = Rows> {
+    // Counting down through the submasks of `rows`.
+    let mut next = Some(rows);
+    std::iter::from_fn(move || {
+        let current = next?;
+        next = (current != 0).then(|| (current - 1) & rows);
+        Some(current)
+    })
+    .collect::<Vec<_>>()
+    .into_iter()
+    .rev()
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial()]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if let Some(action) = self.progress(state) {
+            actions.push(action);
+        }
+        self.environment(state, actions);
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        self.step(state, action)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(NO_UNHELD_DELETE, |_, state: &State| {
+                state.deleted_unheld == 0
+            }),
+            Property::always(WATCHER_SEES_EVERY_GAP, |model: &Self, state: &State| {
+                watcher::lost(model, state) & !watcher::flagged(model, state) == 0
+            }),
+            Property::always(WATCHER_PAGES_ONLY_ON_GAPS, |model: &Self, state: &State| {
+                watcher::flagged(model, state) & !watcher::lost(model, state) == 0
+            }),
+            Property::sometimes(ALL_PUBLISHED_AND_DELETED, |model: &Self, state: &State| {
+                usize::from(state.committed) == model.transactions.len()
+                    && state.outbox == 0
+                    && state.kafka == model.all_rows()
+            }),
+            Property::sometimes(WATCHER_PAGES, |model: &Self, state: &State| {
+                watcher::flagged(model, state) != 0
+            }),
+            Property::sometimes(SNAPSHOT_RETRIED, |_, state: &State| {
+                state.registration.is_some_and(|r| r.generation >= 2)
+            }),
+        ]
+    }
+}
+
+/// Invariant 1: no committed outbox row is deleted before Kafka held it.
+pub const NO_UNHELD_DELETE: &str = "no outbox row is deleted before Kafka held it";
+/// Invariant 2: in every state, every event that will not reach Kafka by itself is flagged.
+pub const WATCHER_SEES_EVERY_GAP: &str = "the watcher flags every event that is lost";
+/// The watcher's converse: what it flags will not reach Kafka by itself.
+pub const WATCHER_PAGES_ONLY_ON_GAPS: &str = "the watcher flags only events that are lost";
+/// Not vacuous: every row reaches Kafka and leaves the outbox in some run.
+pub const ALL_PUBLISHED_AND_DELETED: &str = "every row is published and deleted";
+/// Not vacuous: the watcher pages in some run (one with faults that lose events).
+pub const WATCHER_PAGES: &str = "the watcher pages";
+/// Not vacuous: a snapshot is made again after a crash or by recover.
+pub const SNAPSHOT_RETRIED: &str = "a slot is created from a snapshot again";
