@@ -126,7 +126,7 @@ mod tests {
             committed: 3,
             outbox: 0b111,
             kafka: 0,
-            held: 0,
+            removed: 0,
             deleted_unheld: 0,
             position,
             slot,

@@ -122,9 +122,11 @@ pub struct State {
     pub outbox: Rows,
     /// What a `read_committed` consumer of Kafka reads now.
     pub kafka: Rows,
-    /// What Kafka has held at some point (an admin may have removed it since).
-    pub held: Rows,
-    /// Rows retention deleted while Kafka had never held them: invariant 1's witness.
+    /// What an admin removed from Kafka since the slot was last created from a snapshot,
+    /// and that has not landed again: a loss the watcher pages on and `recover` repairs.
+    pub removed: Rows,
+    /// Rows retention deleted while Kafka lacked them, but for an admin's removal since the
+    /// snapshot: invariant 1's witness.
     pub deleted_unheld: Rows,
     /// The relay's position in Kafka (its position record or transaction).
     pub position: Option<u8>,
