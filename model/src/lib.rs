@@ -28,11 +28,14 @@
 //! - A crash of the process holding the slot at every step, and its restart.
 //! - The watcher, as a check over the state ([`watcher`]).
 //!
-//! Checked ([`protocol`]'s properties): (1) no outbox row is deleted before Kafka held it;
-//! (2) every event that will not reach Kafka by itself is flagged by the watcher (and, the
-//! converse, nothing else is); and, so that they are not vacuous, runs exist where every
-//! row is published and deleted, where the watcher pages, and where a snapshot is made
-//! again.
+//! Checked ([`protocol`]'s properties): (1) no outbox row is deleted while Kafka lacks it,
+//! unless an admin removed it from Kafka since the slot's snapshot (that loss is the
+//! watcher's to page on, and `recover`'s new snapshot republishes what the outbox kept:
+//! so nothing may be deleted while a snapshot publishes, whatever an older generation's
+//! `published_lsn` said); (2) every event that will not reach Kafka by itself is flagged by
+//! the watcher (and, the converse, nothing else is); and, so that they are not vacuous,
+//! runs exist where every row is published and deleted, where the watcher pages, and where
+//! a snapshot is made again.
 //!
 //! # What is abstracted away, and why that is sound
 //!
@@ -56,9 +59,11 @@
 //!   where production goes on in the same process: the model's way only adds a window for
 //!   faults between the two.
 //! - **Only the event topics lose records**: the position topic is not deleted.
-//! - **Small bounds**: 2 or 3 transactions of 1 or 2 rows, at most 2 crashes and one of
-//!   each other fault per run. The rules treat every transaction alike, so a loss needs
-//!   at most one transaction before a fault, one during and one after to show.
+//! - **Small bounds**: 2 or 3 transactions of 1 or 2 rows; per run at most 2 or 3 crashes,
+//!   2 DBA moves, one removal from Kafka and one recover. The rules treat every
+//!   transaction alike, so a loss needs at most one transaction before a fault, one during
+//!   and one after to show; a second fault of a kind (a crash during the retry, a DBA move
+//!   after a recover) is covered.
 //!
 //! # Real decisions and mirrored ones
 //!

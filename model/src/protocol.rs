@@ -240,97 +240,98 @@ impl Protocol {
     /// The relay's steps on a state, as [`Action`] says; `None` when `action` does not
     /// apply to the process's state.
     fn relay_step(&self, state: &mut State, action: Action) -> Option<()> {
-        match (action, state.process) {
-            (Action::Start, Process::Down) => match decide::start(self.delivery, state) {
-                Started::Snapshot => Self::begin_snapshot(state),
-                Started::Refused(refusal) => state.process = Process::Refused(refusal),
-                Started::Stream => {
-                    state.process = Process::Streaming {
-                        generation: state.registration.map_or(0, |r| r.generation),
-                        sending: None,
+        match state.process {
+            Process::Down if action == Action::Start => {
+                match decide::start(self.delivery, state) {
+                    Started::Snapshot => Self::begin_snapshot(state),
+                    Started::Refused(refusal) => state.process = Process::Refused(refusal),
+                    Started::Stream => {
+                        let generation = state.registration.map_or(0, |r| r.generation);
+                        state.process = streaming(generation, None);
                     }
                 }
-            },
-            (
-                Action::SnapshotAcked,
-                Process::Snapshot {
-                    point,
-                    rows,
-                    step: SnapshotStep::Publishing,
-                },
-            ) => {
+                Some(())
+            }
+            Process::Snapshot { point, rows, step } => {
+                Self::snapshot_step(state, action, point, rows, step)
+            }
+            Process::Streaming {
+                generation,
+                sending,
+            } => self.stream_step(state, action, generation, sending),
+            _ => None,
+        }
+    }
+
+    /// A snapshot's steps: acknowledged, the position written, then ready with
+    /// `published_lsn` at the consistent point, and the process done.
+    fn snapshot_step(
+        state: &mut State,
+        action: Action,
+        point: u8,
+        rows: Rows,
+        step: SnapshotStep,
+    ) -> Option<()> {
+        let next = match (action, step) {
+            (Action::SnapshotAcked, SnapshotStep::Publishing) => {
                 Self::land(state, rows);
-                state.process = snapshot(point, rows, SnapshotStep::Acked);
+                SnapshotStep::Acked
             }
-            (
-                Action::SnapshotPosition,
-                Process::Snapshot {
-                    point,
-                    rows,
-                    step: SnapshotStep::Acked,
-                },
-            ) => {
+            (Action::SnapshotPosition, SnapshotStep::Acked) => {
                 state.position = Some(point);
-                state.process = snapshot(point, rows, SnapshotStep::PositionWritten);
+                SnapshotStep::PositionWritten
             }
-            (
-                Action::SnapshotReady,
-                Process::Snapshot {
-                    point,
-                    step: SnapshotStep::PositionWritten,
-                    ..
-                },
-            ) => {
+            (Action::SnapshotReady, SnapshotStep::PositionWritten) => {
                 let registration = state.registration.as_mut()?;
                 registration.ready = true;
                 registration.published = Some(point);
                 state.process = Process::Down;
+                return Some(());
             }
-            (Action::Send, Process::Streaming { generation, .. }) => {
+            _ => return None,
+        };
+        state.process = snapshot(point, rows, next);
+        Some(())
+    }
+
+    /// Streaming's steps for the transaction after the slot's confirmed position: sent,
+    /// acknowledged with the position, `published_lsn` recorded, the slot confirmed.
+    fn stream_step(
+        &self,
+        state: &mut State,
+        action: Action,
+        generation: u8,
+        sending: Option<(u8, Step)>,
+    ) -> Option<()> {
+        let next = match (action, sending) {
+            (Action::Send, None) => {
                 let tx = state.slot? + 1;
                 if tx > state.committed {
                     return None;
                 }
-                state.process = streaming(generation, Some((tx, Step::Sent)));
+                Some((tx, Step::Sent))
             }
-            (
-                Action::Ack,
-                Process::Streaming {
-                    generation,
-                    sending: Some((tx, Step::Sent)),
-                },
-            ) => {
+            (Action::Ack, Some((tx, Step::Sent))) => {
                 Self::land(state, self.rows_of(tx));
                 state.position = state.position.max(Some(tx));
-                state.process = streaming(generation, Some((tx, Step::Acked)));
+                Some((tx, Step::Acked))
             }
-            (
-                Action::Record,
-                Process::Streaming {
-                    generation,
-                    sending: Some((tx, Step::Acked)),
-                },
-            ) => {
+            (Action::Record, Some((tx, Step::Acked))) => {
                 if let Some(registration) = state.registration.as_mut()
                     && registration.ready
                     && registration.generation == generation
                 {
                     registration.published = registration.published.max(Some(tx));
                 }
-                state.process = streaming(generation, Some((tx, Step::Recorded)));
+                Some((tx, Step::Recorded))
             }
-            (
-                Action::Confirm,
-                Process::Streaming {
-                    generation,
-                    sending: Some((tx, Step::Recorded)),
-                },
-            ) => {
+            (Action::Confirm, Some((tx, Step::Recorded))) => {
                 state.slot = state.slot.max(Some(tx));
-                state.process = streaming(generation, None);
+                None
             }
             _ => return None,
-        }
+        };
+        state.process = streaming(generation, next);
         Some(())
     }
 
@@ -490,3 +491,48 @@ pub const ALL_PUBLISHED_AND_DELETED: &str = "every row is published and deleted"
 pub const WATCHER_PAGES: &str = "the watcher pages";
 /// Not vacuous: a snapshot is made again after a crash or by recover.
 pub const SNAPSHOT_RETRIED: &str = "a slot is created from a snapshot again";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_numbered_in_commit_order_and_every_part_of_a_send_may_land() {
+        let model = Protocol::new(&[1, 2, 1]);
+        let rows: Vec<Rows> = (1..=3).map(|tx| model.rows_of(tx)).collect();
+        assert_eq!(rows, [0b0001, 0b0110, 0b1000]);
+        assert_eq!(model.rows_between(1, 3), 0b1110);
+        assert_eq!(model.all_rows(), 0b1111);
+        assert_eq!(subsets(0b101).collect::<Vec<_>>(), [0, 0b001, 0b100, 0b101]);
+        assert_eq!(subsets(0).collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn a_held_slot_is_moved_by_nobody_but_its_holder() {
+        let model = Protocol::new(&[1]).faults(Faults {
+            crashes: 1,
+            dba: 1,
+            kafka_losses: 1,
+            recovers: 1,
+        });
+        let mut state = model.initial();
+        for action in [Action::Commit, Action::Start] {
+            state = model.step(&state, action).expect("applies");
+        }
+        assert!(state.process.holds_slot(), "{state:?}");
+        let mut offered = Vec::new();
+        model.actions(&state, &mut offered);
+        for refused in [Action::Recover, Action::DbaAdvance, Action::DbaDrop] {
+            assert!(!offered.contains(&refused), "{refused:?} in {offered:?}");
+        }
+        // What a snapshot sent may land in any part when its process dies.
+        assert!(offered.contains(&Action::Crash { landed: 0b1 }));
+        let crashed = model.step(&state, Action::Crash { landed: 0 }).unwrap();
+        let mut offered = Vec::new();
+        model.actions(&crashed, &mut offered);
+        // (The slot is at the end of the WAL: there is nothing to advance it past.)
+        for allowed in [Action::Recover, Action::DbaDrop] {
+            assert!(offered.contains(&allowed), "{allowed:?} not in {offered:?}");
+        }
+    }
+}
