@@ -28,7 +28,7 @@
 //! - A crash of the process holding the slot at every step, and its restart.
 //! - The watcher, as a check over the state ([`watcher`]).
 //!
-//! Checked ([`protocol`]'s properties): (1) no outbox row is deleted while Kafka lacks it,
+//! Checked ([`check`]'s properties): (1) no outbox row is deleted while Kafka lacks it,
 //! unless an admin removed it from Kafka since the slot's snapshot (that loss is the
 //! watcher's to page on, and `recover`'s new snapshot republishes what the outbox kept:
 //! so nothing may be deleted while a snapshot publishes, whatever an older generation's
@@ -75,6 +75,7 @@
 //!
 //! Run: `cargo test -p ra-ledger-model` (docs/protocol.md).
 
+pub mod check;
 pub mod decide;
 pub mod protocol;
 pub mod state;

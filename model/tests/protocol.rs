@@ -1,7 +1,7 @@
 //! The protocol model checked whole (both delivery modes, the new retention rule, every
 //! fault), and the old rule's counterexamples kept as replays.
 
-use ra_ledger_model::protocol::{
+use ra_ledger_model::check::{
     NO_UNHELD_DELETE, WATCHER_PAGES_ONLY_ON_GAPS, WATCHER_SEES_EVERY_GAP,
 };
 use ra_ledger_model::state::{Process, Refusal};

@@ -8,12 +8,13 @@ use std::path::Path;
 use std::process::Command;
 
 /// Each crate's source folder and its name in paths, for the import checks.
-const CRATES: [(&str, &str); 5] = [
+const CRATES: [(&str, &str); 6] = [
     ("ledger/src", "ra_ledger"),
     ("cdc/src", "ra_ledger_cdc"),
     ("testing/src", "ra_ledger_testing"),
     ("bench/src", "ra_ledger_bench"),
     ("tests/src", "ra_ledger_tests"),
+    ("model/src", "ra_ledger_model"),
 ];
 
 fn circles(src: &Path, crate_name: &str) -> anyhow::Result<(bool, String)> {
