@@ -1,8 +1,9 @@
 //! The source tree's shape: no two files of a crate import each other, directly or round a
-//! ring, in the ledger, the CDC crate, the test tooling, the benchmarks and the test harness
-//! (`tests/import_circles.py`); no two of their top-level modules use each other; no
-//! environment variable is named or read outside the settings' declaration; and the product
-//! binary carries no benchmark, demo or test tooling (no `testing` feature, no subcommand).
+//! ring, in the ledger, the CDC crate, the test tooling, the benchmarks, the test harness
+//! and the protocol model (`tests/import_circles.py`); no two of their top-level modules
+//! use each other; no environment variable is named or read outside the settings'
+//! declaration; and the product binary carries no benchmark, demo or test tooling (no
+//! `testing` feature, no subcommand).
 
 use std::path::Path;
 use std::process::Command;
