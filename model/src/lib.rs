@@ -7,8 +7,9 @@
 //! - The ledger commits transactions in order, each with its outbox rows and the same
 //!   events in `events`, which is never deleted ([`state::State::committed`]).
 //! - The replication slot: its confirmed position, moved by the relay's confirm, by a DBA
-//!   (advance, a consuming peek: to the end of the WAL) or dropped by one; created from a
-//!   snapshot at its consistent point (the end of the WAL then). It streams what committed
+//!   (advance, a consuming peek: to any committed position past it) or dropped by one;
+//!   created from a snapshot at its consistent point (the end of the WAL then); a DBA
+//!   cannot move a slot a session holds (PostgreSQL refuses). It streams what committed
 //!   after its confirmed position, from the WAL, whatever retention deleted since.
 //! - `relay_slots`: `ready`, `generation`, `published_lsn`
 //!   ([`state::Registration`]).

@@ -58,9 +58,12 @@ pub enum Action {
     Prune,
     /// An operator runs `ledger relay recover` (refused while a session holds the slot).
     Recover,
-    /// A DBA advances the slot to the end of the WAL (`pg_replication_slot_advance`, or
-    /// a consuming `pg_logical_slot_get_changes`).
-    DbaAdvance,
+    /// A DBA advances the slot (`pg_replication_slot_advance`, or a consuming
+    /// `pg_logical_slot_get_changes`), to any committed position past its own.
+    DbaAdvance {
+        /// The position.
+        to: u8,
+    },
     /// A DBA drops the slot.
     DbaDrop,
     /// A Kafka admin removes records (delete-records; a topic deleted and re-created).
@@ -197,9 +200,11 @@ impl Protocol {
             if self.allows(state, |f| f.recovers) {
                 actions.push(Action::Recover);
             }
-            if state.slot.is_some() && self.allows(state, |f| f.dba) {
-                if state.slot < Some(state.committed) {
-                    actions.push(Action::DbaAdvance);
+            if let Some(confirmed) = state.slot
+                && self.allows(state, |f| f.dba)
+            {
+                for to in confirmed + 1..=state.committed {
+                    actions.push(Action::DbaAdvance { to });
                 }
                 actions.push(Action::DbaDrop);
             }
@@ -362,9 +367,9 @@ impl Protocol {
                 state.spent.recovers += 1;
                 Self::begin_snapshot(state);
             }
-            Action::DbaAdvance => {
+            Action::DbaAdvance { to } => {
                 state.spent.dba += 1;
-                state.slot = Some(state.committed);
+                state.slot = Some(to);
             }
             Action::DbaDrop => {
                 state.spent.dba += 1;
@@ -470,7 +475,11 @@ mod tests {
         assert!(state.process.holds_slot(), "{state:?}");
         let mut offered = Vec::new();
         model.actions(&state, &mut offered);
-        for refused in [Action::Recover, Action::DbaAdvance, Action::DbaDrop] {
+        for refused in [
+            Action::Recover,
+            Action::DbaAdvance { to: 1 },
+            Action::DbaDrop,
+        ] {
             assert!(!offered.contains(&refused), "{refused:?} in {offered:?}");
         }
         // What a snapshot sent may land in any part when its process dies.

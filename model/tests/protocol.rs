@@ -166,7 +166,7 @@ const DBA_LOSS: [Action; 16] = [
     Action::Start,
     Action::Commit,
     Action::Crash { landed: 0 },
-    Action::DbaAdvance,
+    Action::DbaAdvance { to: 2 },
     Action::Prune,
     Action::Start,
     Action::Recover,
