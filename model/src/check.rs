@@ -5,7 +5,7 @@
 use stateright::{Model, Property};
 
 use crate::protocol::{Action, Protocol};
-use crate::state::State;
+use crate::state::{Process, Refusal, State};
 use crate::watcher;
 
 impl Model for Protocol {
@@ -35,6 +35,9 @@ impl Model for Protocol {
             Property::always(WATCHER_PAGES_ONLY_ON_GAPS, |model: &Self, state: &State| {
                 watcher::flagged(model, state) & !watcher::lost(model, state) == 0
             }),
+            Property::always(NO_FALSE_REWOUND, |_, state: &State| {
+                state.process != Process::Refused(Refusal::Rewound)
+            }),
             Property::sometimes(ALL_PUBLISHED_AND_DELETED, |model: &Self, state: &State| {
                 usize::from(state.committed) == model.transactions.len()
                     && state.outbox == 0
@@ -58,6 +61,8 @@ pub const NO_UNHELD_DELETE: &str = "no outbox row is deleted while Kafka lacks i
 pub const WATCHER_SEES_EVERY_GAP: &str = "the watcher flags every event that is lost";
 /// The watcher's converse: what it flags will not reach Kafka by itself.
 pub const WATCHER_PAGES_ONLY_ON_GAPS: &str = "the watcher flags only events that are lost";
+/// Exactly once's rule 7 refuses only a rewound database, and the model has none.
+pub const NO_FALSE_REWOUND: &str = "the relay never refuses a database as rewound";
 /// Not vacuous: every row reaches Kafka and leaves the outbox in some run.
 pub const ALL_PUBLISHED_AND_DELETED: &str = "every row is published and deleted";
 /// Not vacuous: the watcher pages in some run (one with faults that lose events).

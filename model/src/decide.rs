@@ -3,13 +3,14 @@
 //! Real (called, so the model checks the code that runs): what the relay does with its slot
 //! at start, [`ra_ledger_cdc::relay::slot::decide`], and the `Gap` check against the
 //! position Kafka holds, [`ra_ledger_cdc::history::continues`] (at least once) and
-//! [`ra_ledger_cdc::history::resume`] (exactly once). The model hands them the catalog row,
+//! [`ra_ledger_cdc::history::resume`] (exactly once), with exactly once's rule 7 after it
+//! ([`ra_ledger_cdc::history::must_hold`], [`ra_ledger_cdc::history::still_held`]). The model hands them the catalog row,
 //! the registration and the positions it has, as the relay's `setup::open` does.
 //!
 //! Mirrored (the production decision is SQL, or not written yet): retention's delete rule
 //! ([`deletable`]), which production applies through marks in `ledger/src/retention.rs`.
 
-use ra_ledger_cdc::history::{self, Identity, Server, Stored};
+use ra_ledger_cdc::history::{self, Identity, NewestEvent, Server, Stored};
 use ra_ledger_cdc::lsn::format_lsn;
 use ra_ledger_cdc::relay::slot::{self, Registration, SlotState, Start};
 
@@ -53,12 +54,15 @@ pub fn start(delivery: Delivery, state: &State) -> Started {
         Ok(Start::Stream) => match gap(delivery, state, catalog.as_ref()) {
             Ok(()) => Started::Stream,
             Err(history::HistoryError::Gap { .. }) => Started::Refused(Refusal::Gap),
+            Err(history::HistoryError::Rewound { .. }) => Started::Refused(Refusal::Rewound),
             Err(other) => unreachable!("the model has one server and one history: {other}"),
         },
     }
 }
 
-/// The history check the delivery applies before it streams, when Kafka holds a position.
+/// The history check the delivery applies before it streams, when Kafka holds a position:
+/// rule 5 (`Gap`) in both modes, and exactly once's rule 7 (the newest event Kafka holds,
+/// committed after the slot's confirmed position, must still be in the outbox).
 fn gap(
     delivery: Delivery,
     state: &State,
@@ -76,7 +80,10 @@ fn gap(
         identity: identity.clone(),
         end_lsn: u64::from(position),
         heartbeats: None,
-        last_event: None,
+        last_event: (state.position_event != 0).then(|| NewestEvent {
+            id: format!("row {}", state.position_event.trailing_zeros()),
+            commit_lsn: u64::from(position),
+        }),
     };
     let server = Server {
         identity,
@@ -87,7 +94,13 @@ fn gap(
     };
     match delivery {
         Delivery::AtLeastOnce => history::continues(&stored, &server, true),
-        Delivery::ExactlyOnce => history::resume(&stored, &server),
+        Delivery::ExactlyOnce => {
+            history::resume(&stored, &server)?;
+            match history::must_hold(&stored, &server) {
+                Some(event) => history::still_held(event, state.outbox & state.position_event != 0),
+                None => Ok(()),
+            }
+        }
     }
 }
 
@@ -129,6 +142,7 @@ mod tests {
             removed: 0,
             deleted_unheld: 0,
             position,
+            position_event: 0,
             slot,
             registration,
             process: Process::Down,
@@ -173,6 +187,33 @@ mod tests {
                 Started::Stream
             );
         }
+    }
+
+    #[test]
+    fn exactly_once_asks_the_outbox_for_the_newest_event_past_the_slot_and_at_least_once_not() {
+        // Kafka holds transaction 2, whose newest event is row 1; the slot confirmed 1.
+        let past_the_slot = |outbox| State {
+            outbox,
+            position_event: 0b010,
+            ..state(Some(1), registered(true, Some(2)), Some(2))
+        };
+        let gone = past_the_slot(0b100);
+        assert_eq!(
+            start(Delivery::ExactlyOnce, &gone),
+            Started::Refused(Refusal::Rewound)
+        );
+        assert_eq!(start(Delivery::AtLeastOnce, &gone), Started::Stream);
+        let kept = past_the_slot(0b110);
+        assert_eq!(start(Delivery::ExactlyOnce, &kept), Started::Stream);
+        let confirmed = State {
+            slot: Some(2),
+            ..gone
+        };
+        assert_eq!(
+            start(Delivery::ExactlyOnce, &confirmed),
+            Started::Stream,
+            "at or below the slot, retention may have removed it"
+        );
     }
 
     #[test]

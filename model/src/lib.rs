@@ -70,9 +70,19 @@
 //!
 //! The relay's start calls the production code ([`decide`]):
 //! `ra_ledger_cdc::relay::slot::decide` and the history's `Gap` check
-//! (`ra_ledger_cdc::history::continues` at least once, `history::resume` exactly once).
+//! (`ra_ledger_cdc::history::continues` at least once, `history::resume` exactly once),
+//! then exactly once's rule 7 (`history::must_hold`, `history::still_held`).
 //! Retention's rule ([`decide::deletable`]) and the protocol's steps are mirrored from item
 //! 1's design: retention is SQL through marks in production, and the steps are I/O.
+//!
+//! # What it found in item 1's design
+//!
+//! Exactly once refuses a healthy database as `Rewound` ([`check::NO_FALSE_REWOUND`]):
+//! `published_lsn` is recorded before the slot is confirmed, so retention may delete a
+//! transaction's rows the slot has not confirmed, and after a crash there rule 7 asks the
+//! outbox for the newest event Kafka holds and finds it gone. Nothing is lost (an operator's
+//! `recover`, duplicates); rule 7 must ask only past the greater of the slot's position and
+//! `published_lsn`. `tests/protocol.rs` keeps the run.
 //!
 //! Run: `cargo test -p ra-ledger-model` (docs/protocol.md).
 

@@ -290,6 +290,7 @@ impl Protocol {
             }
             (Action::SnapshotPosition, SnapshotStep::Acked) => {
                 state.position = Some(point);
+                state.position_event = 0;
                 SnapshotStep::PositionWritten
             }
             (Action::SnapshotReady, SnapshotStep::PositionWritten) => {
@@ -324,7 +325,14 @@ impl Protocol {
             }
             (Action::Ack, Some((tx, Step::Sent))) => {
                 Self::land(state, self.rows_of(tx));
-                state.position = state.position.max(Some(tx));
+                state.position = Some(tx);
+                // The newest event of the transaction, the last of its rows: only exactly
+                // once reads it (rule 7), so at least once's states need not tell it.
+                let rows = self.rows_of(tx);
+                state.position_event = match self.delivery {
+                    Delivery::ExactlyOnce => 1 << (Rows::BITS - 1 - rows.leading_zeros()),
+                    Delivery::AtLeastOnce => 0,
+                };
                 Some((tx, Step::Acked))
             }
             (Action::Record, Some((tx, Step::Acked))) => {
@@ -410,6 +418,7 @@ impl Protocol {
             removed: 0,
             deleted_unheld: 0,
             position: None,
+            position_event: 0,
             slot: None,
             registration: None,
             process: Process::Down,

@@ -54,6 +54,10 @@ pub enum Refusal {
     Lost,
     /// The slot is ahead of the position Kafka holds: `HistoryError::Gap`.
     Gap,
+    /// Exactly once: the newest event Kafka holds, committed after the slot's confirmed
+    /// position, is not in the outbox: `HistoryError::Rewound` (the model has no restore, so
+    /// any such refusal is a false one).
+    Rewound,
 }
 
 /// Where a snapshot's publication stands.
@@ -130,6 +134,10 @@ pub struct State {
     pub deleted_unheld: Rows,
     /// The relay's position in Kafka (its position record or transaction).
     pub position: Option<u8>,
+    /// The newest event that position names (the last row of its transaction; a
+    /// streaming position names one, a snapshot's none): exactly once's rule 7 asks the
+    /// outbox for it.
+    pub position_event: Rows,
     /// The slot's confirmed position, `None` when there is no slot.
     pub slot: Option<u8>,
     /// The slot's registration.
