@@ -35,6 +35,12 @@ impl Model for Protocol {
             Property::always(WATCHER_PAGES_ONLY_ON_GAPS, |model: &Self, state: &State| {
                 watcher::flagged(model, state) & !watcher::lost(model, state) == 0
             }),
+            Property::always(REFUSES_ONLY_A_MOVED_SLOT, |_, state: &State| {
+                !matches!(
+                    state.process,
+                    Process::Refused(Refusal::Gap | Refusal::Lost)
+                ) || state.spent.dba > 0
+            }),
             Property::always(NO_FALSE_REWOUND, |_, state: &State| {
                 state.process != Process::Refused(Refusal::Rewound)
             }),
@@ -61,6 +67,10 @@ pub const NO_UNHELD_DELETE: &str = "no outbox row is deleted while Kafka lacks i
 pub const WATCHER_SEES_EVERY_GAP: &str = "the watcher flags every event that is lost";
 /// The watcher's converse: what it flags will not reach Kafka by itself.
 pub const WATCHER_PAGES_ONLY_ON_GAPS: &str = "the watcher flags only events that are lost";
+/// The relay stops for an operator (`Gap`, `Lost`) only when a DBA moved or dropped the
+/// slot: its own crashes, retries and recovers never leave the slot ahead of Kafka's
+/// position, nor registered and gone.
+pub const REFUSES_ONLY_A_MOVED_SLOT: &str = "the relay refuses only a slot a DBA moved";
 /// Exactly once's rule 7 refuses only a rewound database, and the model has none.
 pub const NO_FALSE_REWOUND: &str = "the relay never refuses a database as rewound";
 /// Not vacuous: every row reaches Kafka and leaves the outbox in some run.

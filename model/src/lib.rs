@@ -36,7 +36,8 @@
 //! `published_lsn` said); (2) every event that will not reach Kafka by itself is flagged by
 //! the watcher (and, the converse, nothing else is); and, so that they are not vacuous,
 //! runs exist where every row is published and deleted, where the watcher pages, and where
-//! a snapshot is made again.
+//! a snapshot is made again. Beside them: the relay stops for an operator (`Gap`, `Lost`)
+//! only after a DBA moved or dropped the slot, never through its own crashes and retries.
 //!
 //! # What is abstracted away, and why that is sound
 //!

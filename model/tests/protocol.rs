@@ -2,8 +2,8 @@
 //! fault), and the old rule's counterexamples kept as replays.
 
 use ra_ledger_model::check::{
-    ALL_PUBLISHED_AND_DELETED, NO_FALSE_REWOUND, NO_UNHELD_DELETE, SNAPSHOT_RETRIED, WATCHER_PAGES,
-    WATCHER_PAGES_ONLY_ON_GAPS, WATCHER_SEES_EVERY_GAP,
+    ALL_PUBLISHED_AND_DELETED, NO_FALSE_REWOUND, NO_UNHELD_DELETE, REFUSES_ONLY_A_MOVED_SLOT,
+    SNAPSHOT_RETRIED, WATCHER_PAGES, WATCHER_PAGES_ONLY_ON_GAPS, WATCHER_SEES_EVERY_GAP,
 };
 use ra_ledger_model::state::{Process, Refusal};
 use ra_ledger_model::watcher::{flagged, lost};
@@ -65,6 +65,7 @@ fn with_the_new_rule_nothing_is_deleted_unheld_and_every_gap_is_paged_exactly_on
         NO_UNHELD_DELETE,
         WATCHER_SEES_EVERY_GAP,
         WATCHER_PAGES_ONLY_ON_GAPS,
+        REFUSES_ONLY_A_MOVED_SLOT,
     ] {
         checker.assert_no_discovery(invariant);
     }
