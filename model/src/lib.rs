@@ -60,6 +60,9 @@
 //! - **A snapshot's finish** returns the process to "down" and the relay starts again,
 //!   where production goes on in the same process: the model's way only adds a window for
 //!   faults between the two.
+//! - **Retention keeps no state between statements**, and each delete is atomic: its crash
+//!   at any step is a round that did not run, which the model has (retention is never
+//!   forced to run).
 //! - **Only the event topics lose records**: the position topic is not deleted.
 //! - **Small bounds**: 2 or 3 transactions of 1 or 2 rows; per run at most 2 or 3 crashes,
 //!   2 DBA moves, one removal from Kafka and one recover. The rules treat every
