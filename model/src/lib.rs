@@ -14,7 +14,8 @@
 //! - `relay_slots`: `ready`, `generation`, `published_lsn`
 //!   ([`state::Registration`]).
 //! - The relay's start ([`decide::start`]): a snapshot for a first start or a snapshot
-//!   left unfinished, a refusal for a lost slot or a slot ahead of Kafka's position (`Gap`).
+//!   left unfinished, a refusal for a lost slot or a slot ahead of Kafka's position (`Gap`),
+//!   and, exactly once, for a newest event Kafka holds that the outbox lacks (rule 7).
 //! - A snapshot (the relay's, or `ledger relay recover`'s): refused while a session holds
 //!   the slot; registration not ready, `published_lsn` cleared, generation bumped; the rows
 //!   the snapshot holds published, acknowledged, the position written at the consistent
@@ -50,8 +51,8 @@
 //! - **Marks.** Retention deletes as soon as its rule allows; production's marks only
 //!   delay deletes, so every real schedule of deletes is one the model explores.
 //! - **The position record and the messages are acknowledged in one step** (at least
-//!   once). The position is only read by the `Gap` check, and the relay writes it before it
-//!   confirms: a crash between the two acknowledgements leaves the same state as a crash
+//!   once). At least once reads the position only in the `Gap` check, and writes it before
+//!   it confirms: a crash between the two acknowledgements leaves the same state as a crash
 //!   before both, plus rows in Kafka, which a crash with a landed subset already gives.
 //! - **One process holds the slot.** The relay and recover each hold it while they publish,
 //!   and recover is refused while a session holds it, so their publishing never overlaps.
@@ -64,6 +65,8 @@
 //!   at any step is a round that did not run, which the model has (retention is never
 //!   forced to run).
 //! - **Only the event topics lose records**: the position topic is not deleted.
+//! - **One delivery mode per run**: a switch between modes across a restart is not
+//!   modelled (both write the position before they confirm, which is what the checks read).
 //! - **Small bounds**: 2 or 3 transactions of 1 or 2 rows; per run at most 2 or 3 crashes,
 //!   2 DBA moves, one removal from Kafka and one recover. The rules treat every
 //!   transaction alike, so a loss needs at most one transaction before a fault, one during
