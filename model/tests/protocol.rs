@@ -1,5 +1,6 @@
 //! The protocol model checked whole (both delivery modes, the new retention rule, every
-//! fault), and the old rule's counterexamples kept as replays.
+//! fault), and the counterexamples kept as replays: the old rule's losses, and exactly
+//! once's false `Rewound` under the new one.
 
 use ra_ledger_model::check::{
     ALL_PUBLISHED_AND_DELETED, NO_FALSE_REWOUND, NO_UNHELD_DELETE, REFUSES_ONLY_A_MOVED_SLOT,
