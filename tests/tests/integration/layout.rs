@@ -1,19 +1,21 @@
 //! The source tree's shape: no two files of a crate import each other, directly or round a
-//! ring, in the ledger, the CDC crate, the test tooling, the benchmarks and the test harness
-//! (`tests/import_circles.py`); no two of their top-level modules use each other; no
-//! environment variable is named or read outside the settings' declaration; and the product
-//! binary carries no benchmark, demo or test tooling (no `testing` feature, no subcommand).
+//! ring, in the ledger, the CDC crate, the test tooling, the benchmarks, the test harness
+//! and the protocol model (`tests/import_circles.py`); no two of their top-level modules
+//! use each other; no environment variable is named or read outside the settings'
+//! declaration; and the product binary carries no benchmark, demo or test tooling (no
+//! `testing` feature, no subcommand).
 
 use std::path::Path;
 use std::process::Command;
 
 /// Each crate's source folder and its name in paths, for the import checks.
-const CRATES: [(&str, &str); 5] = [
+const CRATES: [(&str, &str); 6] = [
     ("ledger/src", "ra_ledger"),
     ("cdc/src", "ra_ledger_cdc"),
     ("testing/src", "ra_ledger_testing"),
     ("bench/src", "ra_ledger_bench"),
     ("tests/src", "ra_ledger_tests"),
+    ("model/src", "ra_ledger_model"),
 ];
 
 fn circles(src: &Path, crate_name: &str) -> anyhow::Result<(bool, String)> {
