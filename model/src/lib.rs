@@ -82,14 +82,16 @@
 //! Retention's rule ([`decide::deletable`]) and the protocol's steps are mirrored from item
 //! 1's design: retention is SQL through marks in production, and the steps are I/O.
 //!
-//! # What it found in item 1's design
+//! # What it found in item 1's design, and the fix
 //!
-//! Exactly once refuses a healthy database as `Rewound` ([`check::NO_FALSE_REWOUND`]):
-//! `published_lsn` is recorded before the slot is confirmed, so retention may delete a
-//! transaction's rows the slot has not confirmed, and after a crash there rule 7 asks the
-//! outbox for the newest event Kafka holds and finds it gone. Nothing is lost (an operator's
-//! `recover`, duplicates); rule 7 must ask only past the greater of the slot's position and
-//! `published_lsn`. `tests/protocol.rs` keeps the run.
+//! Exactly once refused a healthy database as `Rewound` ([`check::NO_FALSE_REWOUND`]):
+//! `published_lsn` was recorded before the slot was confirmed, so retention could delete a
+//! transaction's rows the slot had not confirmed, and after a crash there rule 7 asked the
+//! outbox for the newest event Kafka holds and found it gone. The record is now the lesser
+//! of what Kafka acknowledged and the slot's position, taken after the confirm
+//! (`cdc/src/sql/record_published.sql`), so rule 7's premise ("retention never removes a row
+//! the slot has not confirmed") holds again, and the property holds in every check.
+//! `tests/protocol.rs` keeps the run that found it.
 //!
 //! Run: `cargo test -p ra-ledger-model` (docs/protocol.md).
 

@@ -44,10 +44,11 @@ pub enum Action {
     /// Kafka acknowledges them with the relay's position (exactly once: the Kafka
     /// transaction commits).
     Ack,
-    /// The relay records `published_lsn`, for its generation and while ready.
-    Record,
     /// The relay confirms the slot.
     Confirm,
+    /// The relay records `published_lsn`, for its generation and while ready: the lesser
+    /// of what Kafka acknowledged and the slot's position.
+    Record,
     /// The process holding the slot dies (or its Kafka session fails): of the rows sent
     /// and not acknowledged, `landed` reached Kafka anyway (none in exactly once).
     Crash {
@@ -164,8 +165,8 @@ impl Protocol {
             Process::Streaming { sending, .. } => match sending {
                 None => (state.slot.unwrap_or(0) < state.committed).then_some(Action::Send),
                 Some((_, Step::Sent)) => Some(Action::Ack),
-                Some((_, Step::Acked)) => Some(Action::Record),
-                Some((_, Step::Recorded)) => Some(Action::Confirm),
+                Some((_, Step::Acked)) => Some(Action::Confirm),
+                Some((_, Step::Confirmed)) => Some(Action::Record),
             },
         }
     }
@@ -307,7 +308,7 @@ impl Protocol {
     }
 
     /// Streaming's steps for the transaction after the slot's confirmed position: sent,
-    /// acknowledged with the position, `published_lsn` recorded, the slot confirmed.
+    /// acknowledged with the position, the slot confirmed, `published_lsn` recorded.
     fn stream_step(
         &self,
         state: &mut State,
@@ -335,17 +336,19 @@ impl Protocol {
                 };
                 Some((tx, Step::Acked))
             }
-            (Action::Record, Some((tx, Step::Acked))) => {
+            (Action::Confirm, Some((tx, Step::Acked))) => {
+                state.slot = state.slot.max(Some(tx));
+                Some((tx, Step::Confirmed))
+            }
+            (Action::Record, Some((tx, Step::Confirmed))) => {
+                // The lesser of what Kafka acknowledged and the slot's position as
+                // PostgreSQL has it (sql/record_published.sql): never ahead of the slot.
                 if let Some(registration) = state.registration.as_mut()
                     && registration.ready
                     && registration.generation == generation
                 {
-                    registration.published = registration.published.max(Some(tx));
+                    registration.published = registration.published.max(state.slot.min(Some(tx)));
                 }
-                Some((tx, Step::Recorded))
-            }
-            (Action::Confirm, Some((tx, Step::Recorded))) => {
-                state.slot = state.slot.max(Some(tx));
                 None
             }
             _ => return None,

@@ -78,8 +78,9 @@ pub enum Step {
     Sent,
     /// Kafka acknowledged them and the relay's position (exactly once: committed).
     Acked,
-    /// `published_lsn` is written.
-    Recorded,
+    /// The slot is confirmed past them; `published_lsn` is recorded next, the lesser of
+    /// them and the slot's position.
+    Confirmed,
 }
 
 /// The process that holds the slot and publishes: the relay, or `ledger relay recover`

@@ -10,6 +10,12 @@
 //! server's system identifier. A snapshot writes the generation's first record itself
 //! ([`super::recover`]).
 //!
+//! It is also never ahead of the slot: the record is the lesser of what the relay confirmed
+//! and the slot's position as PostgreSQL has it (`sql/record_published.sql`). Else a crash
+//! between the record and PostgreSQL hearing of the confirm would leave outbox rows deleted
+//! that the slot resends, and exactly once's rule 7 ([`crate::history`]) would refuse a
+//! healthy relay as rewound: the protocol model found that (docs/protocol.md).
+//!
 //! How often: at most once per [`RECORD_EVERY`] while the stream moves, and once more at a
 //! clean stop. Retention rounds are ten seconds apart, so a second costs nothing there, and
 //! an idle relay writes nothing: the record's own transaction carries no outbox row, and
@@ -72,21 +78,22 @@ impl Published {
             return Ok(());
         }
         let lsn = format_lsn(confirmed);
-        let written = sql
+        let written: Option<u64> = sql
             .query_opt(
                 include_str!("../sql/record_published.sql"),
                 &[&self.slot, &self.generation, &self.system_id, &lsn],
             )
             .await?
-            .is_some();
-        if !written && self.recorded == 0 {
-            tracing::warn!(
+            .and_then(|row| crate::lsn::parse_lsn(&row.get::<_, String>(0)));
+        match written {
+            // PostgreSQL may not have heard of the confirm yet: the rest next time.
+            Some(written) => self.recorded = written,
+            None => tracing::debug!(
                 slot = %self.slot,
                 generation = self.generation,
-                "the slot's registration is not ready or of another generation (a recovery began?): this session's word of what Kafka holds is not recorded, so retention keeps the outbox rows"
-            );
+                "nothing recorded of what Kafka holds: PostgreSQL has not confirmed the slot that far yet, or the registration is not ready or of another generation (a recovery began?); retention keeps the outbox rows until it is"
+            ),
         }
-        self.recorded = confirmed;
         self.at = Some(at);
         Ok(())
     }

@@ -506,10 +506,11 @@ impl<'a, D: Delivery> Reader<'a, D> {
         self.check_publication().await?;
         self.check_publication().await?;
         self.confirm(replication);
+        wait_for_confirmation(self.sql, self.config, self.confirmed).await;
+        // Once PostgreSQL has the final position: the record is never ahead of the slot.
         self.published
             .record(self.sql, self.confirmed, true)
             .await?;
-        wait_for_confirmation(self.sql, self.config, self.confirmed).await;
         Ok(())
     }
 }
