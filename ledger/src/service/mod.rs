@@ -137,11 +137,12 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         // Its own pool: a slow witness never holds a connection of the API or the builder.
         let pool = db::pool(&service.database_url, "ledger-witness", 1)?;
         let metrics = Arc::clone(&service_metrics);
+        let interval = cosigning.interval;
         tasks.push(tokio::spawn(digest::cosign::run(
             pool,
             cosigning,
             digest_tree.clone(),
-            move |round| metrics.witnessed(round),
+            move |ended| metrics.witnessed(ended, interval, chrono::Utc::now()),
             shutdown.clone(),
         )));
     }
