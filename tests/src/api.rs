@@ -68,6 +68,23 @@ impl TestApi {
 
     /// The API over `database`, its console reading the relay's slot `slot`.
     pub fn with_relay_slot(database: &TestDatabase, slot: &str) -> anyhow::Result<Self> {
+        Self::with_console(database, slot, None)
+    }
+
+    /// The API over `database`, its verdict and console watching the witnesses of
+    /// `witnessing` too.
+    pub fn with_witnessing(
+        database: &TestDatabase,
+        witnessing: ra_ledger::verdict::Witnessing,
+    ) -> anyhow::Result<Self> {
+        Self::with_console(database, "ra_ledger_relay", Some(witnessing))
+    }
+
+    fn with_console(
+        database: &TestDatabase,
+        slot: &str,
+        witnessing: Option<ra_ledger::verdict::Witnessing>,
+    ) -> anyhow::Result<Self> {
         let pool = ra_ledger::db::command_pool(
             &database.url,
             "ledger-api-test",
@@ -91,6 +108,7 @@ impl TestApi {
                 session_keys: ra_ledger::session_key::SessionKeys::random(),
                 secure_cookies: false,
                 relay_slot: slot.into(),
+                witnessing,
             },
         };
         let router = service::app(state, pool);

@@ -62,6 +62,8 @@ pub struct ConsoleState {
     pub secure_cookies: bool,
     /// The relay's replication slot, whose lag the console's operations page shows.
     pub relay_slot: String,
+    /// With a witness policy: the witnesses the verdict and the operations page watch.
+    pub witnessing: Option<crate::verdict::Witnessing>,
 }
 
 /// The API routes (health endpoints are added by the caller).

@@ -16,7 +16,15 @@
 //! - **The `old` size is the witness's own.** The ledger remembers the size each witness
 //!   last cosigned (or named in a 409) and proves consistency from there; the witness
 //!   checks that proof against its own stored root, so a log that changed under it cannot
-//!   be cosigned whatever the ledger remembers.
+//!   be cosigned whatever the ledger remembers. A witness that names a size smaller than
+//!   the one remembered lost its state ([`Outcome::LostState`]): an alarm too, kept and
+//!   logged, and not sent again from the smaller size.
+//! - **One cosigner at a time.** Several `ledger serve` replicas run rounds; the one that
+//!   holds the advisory lock [`COSIGN_LOCK_KEY`] for its round sends, the others read what
+//!   it stored (for their gauges and the verdict) and send nothing. Two senders could each
+//!   read a size, one send a newer checkpoint and the other an older one after it: the
+//!   witness then holds more than the older checkpoint's size, and the second sender logs a
+//!   false `WITNESS REFUSED`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -25,6 +33,11 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use super::build::{SealedLog, TreeCache};
+use super::checkpoint::publish;
+pub use super::checkpoint::{
+    COSIGNED_EVENT_TYPE, COSIGNED_FORMAT, CosignError, CosignedDocument, cosigned,
+    is_cosigned_checkpoint, latest_cosigned,
+};
 use crate::tlog::note::{SignatureLine, SignedNote};
 use crate::tlog::policy::{Policy, Witness};
 use crate::tlog::tree::Tree;
@@ -39,12 +52,23 @@ pub enum Outcome {
     Unavailable = 1,
     /// A definite no: an alarm.
     Refused = 2,
+    /// It holds a smaller size than it held before: its state was lost or restored. An
+    /// alarm.
+    LostState = 3,
 }
 
 impl Outcome {
+    /// Every outcome.
+    pub const ALL: [Self; 4] = [
+        Self::Cosigned,
+        Self::Unavailable,
+        Self::Refused,
+        Self::LostState,
+    ];
+
     /// The outcome of its stored number.
     pub fn from_stored(value: i16) -> Option<Self> {
-        [Self::Cosigned, Self::Unavailable, Self::Refused]
+        Self::ALL
             .into_iter()
             .find(|outcome| *outcome as i16 == value)
     }
@@ -55,7 +79,13 @@ impl Outcome {
             Self::Cosigned => "cosigned",
             Self::Unavailable => "unavailable",
             Self::Refused => "refused",
+            Self::LostState => "lost state",
         }
+    }
+
+    /// An alarm: the checkpoint is not sent to that witness again.
+    pub fn is_alarm(self) -> bool {
+        matches!(self, Self::Refused | Self::LostState)
     }
 }
 
@@ -87,23 +117,9 @@ pub struct Round {
     pub quorum: bool,
     /// Each witness's state.
     pub witnesses: Vec<WitnessStatus>,
-}
-
-/// Why a round could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum CosignError {
-    /// No connection.
-    #[error("cosigning: {0}")]
-    Pool(#[from] deadpool_postgres::PoolError),
-    /// A statement failed.
-    #[error("cosigning: {}", crate::db::describe(.0))]
-    Database(#[from] tokio_postgres::Error),
-    /// The log could not be read.
-    #[error("cosigning: {0}")]
-    Log(#[from] super::build::BuildError),
-    /// A stored checkpoint does not read.
-    #[error("cosigning: checkpoint of digest {0} does not read: {1}")]
-    Checkpoint(i64, crate::tlog::note::NoteError),
+    /// Whether this process held the cosigning lock and sent; `false`: another replica
+    /// holds it, and this round only read what that one stored.
+    pub cosigner: bool,
 }
 
 /// How the rounds are run.
@@ -117,25 +133,30 @@ pub struct Cosigning {
     pub timeout: Duration,
 }
 
-/// Runs a round every `cosigning.interval` until `shutdown`; the outcome feeds `observe`
-/// (the gauges). A failed round is logged and the next one tries again.
+/// Runs a round every `cosigning.interval` until `shutdown`; every round's end, a failed
+/// one too, feeds `observe` (the gauges: a failed round must not leave the last good one's
+/// quorum standing unnoticed). A failed round is logged and the next one tries again.
 pub async fn run(
     pool: Pool,
     cosigning: Cosigning,
     cache: TreeCache,
-    observe: impl Fn(&Round) + Send,
+    observe: impl Fn(&Result<Option<Round>, CosignError>) + Send,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let http = client(cosigning.timeout);
     let mut every = ra_ledger_cdc::infra::runtime::Every::new(cosigning.interval, shutdown);
     while every.tick().await {
-        match round(&pool, &cosigning.policy, &cache, &http).await {
-            Ok(Some(round)) => observe(&round),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, "cosigning round failed; trying again next time"),
+        let ended = round(&pool, &cosigning.policy, &cache, &http).await;
+        if let Err(error) = &ended {
+            tracing::warn!(%error, "cosigning round failed; trying again next time");
         }
+        observe(&ended);
     }
 }
+
+/// The advisory lock held by the one replica that sends checkpoints ("RALCOSIG" in
+/// ASCII), for one round at a time.
+pub const COSIGN_LOCK_KEY: i64 = 0x5241_4c43_4f53_4947;
 
 /// The HTTP client of the rounds: `timeout` per request, no proxy from the environment.
 pub fn client(timeout: Duration) -> reqwest::Client {
@@ -148,7 +169,8 @@ pub fn client(timeout: Duration) -> reqwest::Client {
 }
 
 /// One round: the newest checkpoint sent to every witness that has not answered it for
-/// good yet; `None` when no checkpoint exists.
+/// good yet, when this process takes the cosigning lock; without it, what the replica
+/// holding it stored. `None` when no checkpoint exists.
 pub async fn round(
     pool: &Pool,
     policy: &Policy,
@@ -156,6 +178,29 @@ pub async fn round(
     http: &reqwest::Client,
 ) -> Result<Option<Round>, CosignError> {
     let client = pool.get().await?;
+    let locked: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&COSIGN_LOCK_KEY])
+        .await?
+        .get(0);
+    let round = round_on(&client, policy, cache, locked.then_some(http)).await;
+    if !locked {
+        return round;
+    }
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&COSIGN_LOCK_KEY])
+        .await;
+    let round = round?;
+    unlocked?;
+    Ok(round)
+}
+
+/// [`round`] on one connection; `http` when this process holds the lock and sends.
+async fn round_on(
+    client: &deadpool_postgres::Client,
+    policy: &Policy,
+    cache: &TreeCache,
+    http: Option<&reqwest::Client>,
+) -> Result<Option<Round>, CosignError> {
     let Some(row) = client
         .query_opt(
             "SELECT digest_seq, size, note FROM checkpoints ORDER BY digest_seq DESC LIMIT 1",
@@ -169,104 +214,28 @@ pub async fn round(
     let size = row.get::<_, i64>(1) as u64;
     let mut cosigned =
         SignedNote::parse(row.get(2)).map_err(|e| CosignError::Checkpoint(seq, e))?;
-    let checkpoint = cosigned.clone();
+    let checkpoint = Sent {
+        seq,
+        size,
+        note: cosigned.clone(),
+    };
     // Read only when a witness is to be sent the checkpoint.
     let mut log: Option<SealedLog> = None;
     let mut witnesses = Vec::with_capacity(policy.witnesses.len());
     let mut cosigners = BTreeSet::new();
     for witness in &policy.witnesses {
-        let stored = client
-            .query_opt(
-                "SELECT line FROM cosignatures WHERE digest_seq = $1 AND witness = $2",
-                &[&seq, &witness.name],
-            )
-            .await?;
-        let state = client
-            .query_opt(
-                "SELECT size, digest_seq, outcome, reason FROM witness_state WHERE witness = $1",
-                &[&witness.name],
-            )
-            .await?;
-        let held = state.as_ref().map_or(0, |row| row.get::<_, i64>(0) as u64);
-        if let Some(line) = stored {
-            cosigned.add([SignatureLine::parse(line.get(0))
-                .map_err(|error| CosignError::Checkpoint(seq, error))?]);
+        let (status, line) =
+            one_witness(client, cache, http, &mut log, witness, &checkpoint).await?;
+        if let Some(line) = line {
+            cosigned.add([line]);
             cosigners.insert(witness.name.clone());
-            witnesses.push(WitnessStatus {
-                witness: witness.name.clone(),
-                outcome: Outcome::Cosigned,
-                reason: None,
-                size: held,
-            });
-            continue;
-        }
-        // A refusal of this very checkpoint is not sent again.
-        if let Some(state) = &state
-            && state.get::<_, Option<i64>>(1) == Some(seq)
-            && Outcome::from_stored(state.get(2)) == Some(Outcome::Refused)
-        {
-            witnesses.push(WitnessStatus {
-                witness: witness.name.clone(),
-                outcome: Outcome::Refused,
-                reason: state.get(3),
-                size: held,
-            });
-            continue;
-        }
-        let log = match &log {
-            Some(log) => log,
-            None => log.insert(SealedLog::of(&client, cache, seq).await?),
-        };
-        let (status, line) = send(http, witness, &checkpoint, log.tree(), size, held).await;
-        if let Some(line) = &line {
-            client
-                .execute(
-                    "INSERT INTO cosignatures (digest_seq, witness, line) VALUES ($1, $2, $3) \
-                     ON CONFLICT DO NOTHING",
-                    &[&seq, &witness.name, &line.text()],
-                )
-                .await?;
-            cosigned.add([line.clone()]);
-            cosigners.insert(witness.name.clone());
-        }
-        client
-            .execute(
-                "INSERT INTO witness_state (witness, size, digest_seq, outcome, reason, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, now()) \
-                 ON CONFLICT (witness) DO UPDATE SET size = EXCLUDED.size, \
-                   digest_seq = EXCLUDED.digest_seq, outcome = EXCLUDED.outcome, \
-                   reason = EXCLUDED.reason, updated_at = now()",
-                &[
-                    &witness.name,
-                    &(status.size as i64),
-                    &seq,
-                    &(status.outcome as i16),
-                    &status.reason,
-                ],
-            )
-            .await?;
-        match status.outcome {
-            Outcome::Refused => tracing::error!(
-                witness = %witness.name,
-                digest_seq = seq,
-                size,
-                reason = status.reason.as_deref().unwrap_or(""),
-                "WITNESS REFUSED the checkpoint: it is not sent to this witness again; see docs/operators.md#runbook-witness-refused"
-            ),
-            Outcome::Unavailable => tracing::warn!(
-                witness = %witness.name,
-                digest_seq = seq,
-                reason = status.reason.as_deref().unwrap_or(""),
-                "witness unavailable; the checkpoint is sent again next round"
-            ),
-            Outcome::Cosigned => {
-                tracing::debug!(witness = %witness.name, digest_seq = seq, "cosigned")
-            }
         }
         witnesses.push(status);
     }
     let quorum = policy.satisfied(&cosigners);
-    publish(&client, seq, size, quorum, &cosigners, &cosigned).await?;
+    if http.is_some() {
+        publish(client, seq, size, quorum, &cosigners, &cosigned).await?;
+    }
     Ok(Some(Round {
         digest_seq: seq,
         size,
@@ -274,134 +243,147 @@ pub async fn round(
         cosigners,
         quorum,
         witnesses,
+        cosigner: http.is_some(),
     }))
 }
 
-/// The `format` of a cosigned checkpoint's document on the digest topic.
-pub const COSIGNED_FORMAT: &str = "ra-ledger cosigned checkpoint v1";
-
-/// The outbox's event type of a cosigned checkpoint (the relay's `event_type` header).
-pub const COSIGNED_EVENT_TYPE: &str = "CheckpointCosigned";
-
-/// A cosigned checkpoint as the digest topic carries it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CosignedDocument {
-    /// The signed note: the log's signature and the witnesses' cosignatures.
-    pub checkpoint: String,
-    /// The policy's witnesses whose cosignature it carries.
-    pub cosigners: Vec<String>,
-    /// The digest that sealed it.
-    pub digest_seq: i64,
-    /// [`COSIGNED_FORMAT`].
-    pub format: String,
-    /// Whether the cosigners meet the policy's quorum (a checkpoint short of it is
-    /// published as such, once, and again once the quorum is met).
-    pub quorum: bool,
-    /// The checkpoint's size.
-    pub size: u64,
-}
-
-/// Publishes the checkpoint of digest `seq` on the digest topic through the outbox, once
-/// short of the quorum (after a round every witness answered or failed) and once with it:
-/// `checkpoint_publications` remembers which, in the same transaction.
-async fn publish(
-    client: &deadpool_postgres::Client,
+/// The checkpoint a round is about.
+struct Sent {
     seq: i64,
     size: u64,
-    quorum: bool,
-    cosigners: &BTreeSet<String>,
-    cosigned: &SignedNote,
-) -> Result<(), CosignError> {
-    let document = CosignedDocument {
-        checkpoint: cosigned.text(),
-        cosigners: cosigners.iter().cloned().collect(),
-        digest_seq: seq,
-        format: COSIGNED_FORMAT.into(),
-        quorum,
-        size,
+    note: SignedNote,
+}
+
+/// One witness in a round: its stored cosignature of the checkpoint, its stored alarm about
+/// it (not sent again), what a replica without the lock knows of it, or its answer now,
+/// stored and logged. Returns its state and its cosignature line.
+async fn one_witness(
+    client: &deadpool_postgres::Client,
+    cache: &TreeCache,
+    http: Option<&reqwest::Client>,
+    log: &mut Option<SealedLog>,
+    witness: &Witness,
+    checkpoint: &Sent,
+) -> Result<(WitnessStatus, Option<SignatureLine>), CosignError> {
+    let seq = checkpoint.seq;
+    let stored = client
+        .query_opt(
+            "SELECT line FROM cosignatures WHERE digest_seq = $1 AND witness = $2",
+            &[&seq, &witness.name],
+        )
+        .await?;
+    let state = client
+        .query_opt(
+            "SELECT size, digest_seq, outcome, reason FROM witness_state WHERE witness = $1",
+            &[&witness.name],
+        )
+        .await?;
+    let held = state.as_ref().map_or(0, |row| row.get::<_, i64>(0) as u64);
+    let status = |outcome, reason| WitnessStatus {
+        witness: witness.name.clone(),
+        outcome,
+        reason,
+        size: held,
     };
+    if let Some(line) = stored {
+        let line = SignatureLine::parse(line.get(0))
+            .map_err(|error| CosignError::Checkpoint(seq, error))?;
+        return Ok((status(Outcome::Cosigned, None), Some(line)));
+    }
+    let stored_outcome = state
+        .as_ref()
+        .and_then(|state| Outcome::from_stored(state.get(2)));
+    // An alarm about this very checkpoint: not sent again.
+    if let (Some(state), Some(outcome)) = (&state, stored_outcome)
+        && state.get::<_, Option<i64>>(1) == Some(seq)
+        && outcome.is_alarm()
+    {
+        return Ok((status(outcome, state.get(3)), None));
+    }
+    let Some(http) = http else {
+        // Another replica cosigns: its last word on this witness, or not yet.
+        return Ok(match (stored_outcome, &state) {
+            (Some(outcome), Some(state)) if outcome != Outcome::Cosigned => {
+                (status(outcome, state.get(3)), None)
+            }
+            _ => (
+                status(
+                    Outcome::Unavailable,
+                    Some("not cosigned yet (another replica holds the cosigning lock)".into()),
+                ),
+                None,
+            ),
+        });
+    };
+    let log = match log {
+        Some(log) => log,
+        None => log.insert(SealedLog::of(client, cache, seq).await?),
+    };
+    let (status, line) = send(
+        http,
+        witness,
+        &checkpoint.note,
+        log.tree(),
+        checkpoint.size,
+        held,
+    )
+    .await;
+    if let Some(line) = &line {
+        client
+            .execute(
+                "INSERT INTO cosignatures (digest_seq, witness, line) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+                &[&seq, &witness.name, &line.text()],
+            )
+            .await?;
+    }
     client
         .execute(
-            "WITH first AS ( \
-                 INSERT INTO checkpoint_publications (digest_seq, quorum) VALUES ($1, $2) \
-                 ON CONFLICT DO NOTHING RETURNING digest_seq) \
-             INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-             SELECT $3, $4, 'ledger', $5, $6 FROM first",
+            "INSERT INTO witness_state (witness, size, digest_seq, outcome, reason, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, now()) \
+             ON CONFLICT (witness) DO UPDATE SET size = EXCLUDED.size, \
+               digest_seq = EXCLUDED.digest_seq, outcome = EXCLUDED.outcome, \
+               reason = EXCLUDED.reason, updated_at = now()",
             &[
+                &witness.name,
+                &(status.size as i64),
                 &seq,
-                &quorum,
-                &uuid::Uuid::now_v7(),
-                &super::build::AGGREGATE_TYPE,
-                &COSIGNED_EVENT_TYPE,
-                &serde_json::to_vec(&document).expect("a document always serializes"),
+                &(status.outcome as i16),
+                &status.reason,
             ],
         )
         .await?;
-    Ok(())
+    log_answer(&status, seq, checkpoint.size);
+    Ok((status, line))
 }
 
-/// Whether a message of the digest topic is a cosigned checkpoint (not a digest).
-pub fn is_cosigned_checkpoint(payload: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(payload)
-        .ok()
-        .is_some_and(|document| document["format"] == COSIGNED_FORMAT)
-}
-
-/// The checkpoint digest `seq` sealed, with every cosignature stored for it; `None` when
-/// that digest sealed none (sealed before issue 47).
-pub async fn cosigned(
-    client: &impl deadpool_postgres::GenericClient,
-    seq: i64,
-) -> Result<Option<SignedNote>, CosignError> {
-    let Some(row) = client
-        .query_opt(
-            "SELECT c.note, \
-                    coalesce(array_agg(s.line ORDER BY s.witness) FILTER (WHERE s.line IS NOT NULL), '{}') \
-             FROM checkpoints c LEFT JOIN cosignatures s ON s.digest_seq = c.digest_seq \
-             WHERE c.digest_seq = $1 GROUP BY c.note",
-            &[&seq],
-        )
-        .await?
-    else {
-        return Ok(None);
-    };
-    let mut note =
-        SignedNote::parse(row.get(0)).map_err(|error| CosignError::Checkpoint(seq, error))?;
-    for line in row.get::<_, Vec<String>>(1) {
-        note.add([
-            SignatureLine::parse(&line).map_err(|error| CosignError::Checkpoint(seq, error))?
-        ]);
+/// Logs a witness's answer: an alarm at error, with its runbook.
+fn log_answer(status: &WitnessStatus, seq: i64, size: u64) {
+    let reason = status.reason.as_deref().unwrap_or("");
+    let witness = &status.witness;
+    match status.outcome {
+        Outcome::Refused => tracing::error!(
+            %witness,
+            digest_seq = seq,
+            size,
+            reason,
+            "WITNESS REFUSED the checkpoint: it is not sent to this witness again; see docs/operators.md#rawitnessrefused"
+        ),
+        Outcome::LostState => tracing::error!(
+            %witness,
+            digest_seq = seq,
+            size,
+            reason,
+            "WITNESS LOST ITS STATE: it holds less than it cosigned before; checkpoints are not sent to it from the smaller size; see docs/operators.md#rawitnessloststate"
+        ),
+        Outcome::Unavailable => tracing::warn!(
+            %witness,
+            digest_seq = seq,
+            reason,
+            "witness unavailable; the checkpoint is sent again next round"
+        ),
+        Outcome::Cosigned => tracing::debug!(%witness, digest_seq = seq, "cosigned"),
     }
-    Ok(Some(note))
-}
-
-/// The newest checkpoint with every cosignature stored for it, as a signed note, and the
-/// digest that sealed it; `None` before the first.
-pub async fn latest_cosigned(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<Option<(i64, SignedNote)>, CosignError> {
-    let Some(row) = client
-        .query_opt(
-            "SELECT c.digest_seq, c.note, \
-                    coalesce(array_agg(s.line ORDER BY s.witness) FILTER (WHERE s.line IS NOT NULL), '{}') \
-             FROM (SELECT * FROM checkpoints ORDER BY digest_seq DESC LIMIT 1) c \
-             LEFT JOIN cosignatures s ON s.digest_seq = c.digest_seq \
-             GROUP BY c.digest_seq, c.note",
-            &[],
-        )
-        .await?
-    else {
-        return Ok(None);
-    };
-    let seq: i64 = row.get(0);
-    let mut note =
-        SignedNote::parse(row.get(1)).map_err(|error| CosignError::Checkpoint(seq, error))?;
-    for line in row.get::<_, Vec<String>>(2) {
-        note.add([
-            SignatureLine::parse(&line).map_err(|error| CosignError::Checkpoint(seq, error))?
-        ]);
-    }
-    Ok(Some((seq, note)))
 }
 
 /// Sends the checkpoint of `size` to `witness`, which the ledger believes holds `held`;
@@ -446,7 +428,7 @@ async fn send(
             );
         };
         if old > size {
-            let AfterConflict::Refuse(reason) = after_conflict(old, size, sent) else {
+            let AfterConflict::Refuse(reason) = after_conflict(old, held, size, sent) else {
                 unreachable!("a larger size is always refused")
             };
             return (status(Outcome::Refused, Some(reason), old), None);
@@ -474,10 +456,15 @@ async fn send(
                     ),
                 };
             }
-            Answer::HoldsSize(held) => match after_conflict(held, size, sent) {
-                AfterConflict::ResendFrom(held) => old = held,
+            Answer::HoldsSize(named) => match after_conflict(named, held, size, sent) {
+                AfterConflict::ResendFrom(named) => old = named,
                 AfterConflict::Refuse(reason) => {
-                    return (status(Outcome::Refused, Some(reason), held), None);
+                    return (status(Outcome::Refused, Some(reason), named), None);
+                }
+                // The larger size stays remembered: the next checkpoint finds the witness
+                // still behind it, until an operator says otherwise (the runbook).
+                AfterConflict::LostState(reason) => {
+                    return (status(Outcome::LostState, Some(reason), held), None);
                 }
             },
             Answer::Refused(reason) => return (status(Outcome::Refused, Some(reason), old), None),

@@ -52,10 +52,12 @@
 //! [`prove`] (inclusion proofs from the database), [`verify`] (checking a proof offline) and
 //! [`published`] with [`topic`] and [`chain`] (`ledger verify --digests`, the tables against
 //! the digests on Kafka, each placed in the chain by what it signs), and [`cosign`] (each
-//! digest's checkpoint of the transparency log, [`crate::tlog`], sent to the witnesses).
+//! digest's checkpoint of the transparency log, [`crate::tlog`], sent to the witnesses)
+//! with [`checkpoint`] (the cosigned checkpoints as kept, read back and published).
 
 pub mod build;
 pub mod chain;
+pub mod checkpoint;
 pub mod cosign;
 pub mod document;
 pub mod merkle;

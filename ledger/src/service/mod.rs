@@ -105,6 +105,14 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             session_keys: service.session_keys,
             secure_cookies: service.secure_cookies,
             relay_slot: service.relay_slot,
+            witnessing: service.digests.as_ref().and_then(|digests| {
+                let cosigning = digests.cosigning.as_ref()?;
+                Some(crate::verdict::Witnessing::new(
+                    Arc::clone(&cosigning.policy),
+                    digests.interval,
+                    cosigning.interval,
+                ))
+            }),
         },
     };
     let mut tasks = vec![gauges];
@@ -137,11 +145,12 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         // Its own pool: a slow witness never holds a connection of the API or the builder.
         let pool = db::pool(&service.database_url, "ledger-witness", 1)?;
         let metrics = Arc::clone(&service_metrics);
+        let interval = cosigning.interval;
         tasks.push(tokio::spawn(digest::cosign::run(
             pool,
             cosigning,
             digest_tree.clone(),
-            move |round| metrics.witnessed(round),
+            move |ended| metrics.witnessed(ended, interval, chrono::Utc::now()),
             shutdown.clone(),
         )));
     }
@@ -193,10 +202,11 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
 /// verdict (`/status`).
 pub fn app(state: AppState, pool: Pool) -> Router {
     let slot = state.console.relay_slot.clone();
+    let witnessing = state.console.witnessing.clone();
     api::router(state.clone())
         .merge(console::router(state))
         .merge(health::router(pool.clone()))
-        .merge(crate::verdict::router(pool, slot))
+        .merge(crate::verdict::router(pool, slot, witnessing))
 }
 
 /// A key left out of the config is random for this process: what it signs dies with it.

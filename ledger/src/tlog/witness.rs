@@ -17,7 +17,11 @@
 //!    another key is a refusal (an unknown key), never a cosignature.
 //! 2. 409 with `text/x.tlog.size`: the witness holds another size. Sent again once, with a
 //!    proof from that size, when the log has it; a second 409, or a size larger than the
-//!    log (the log shrank, as seen by the witness), is a refusal.
+//!    log (the log shrank, as seen by the witness), is a refusal. A size smaller than the
+//!    one the witness held before (it cosigned it, or named it in a 409) is neither: the
+//!    witness lost its state or was restored from a backup, and a witness that forgot what
+//!    it cosigned can no longer tell a fork from this log. An alarm of its own (issue 56,
+//!    item 4), never a resend from the smaller size.
 //! 3. 400, 403, 404, 422 (and any other 4xx): a refusal with the witness's reason: a bad
 //!    consistency proof, an unknown log or key, an old size above the new. An alarm; the
 //!    same checkpoint is never sent to it again.
@@ -103,14 +107,22 @@ pub enum AfterConflict {
     ResendFrom(u64),
     /// A refusal, with why.
     Refuse(String),
+    /// The witness holds less than it did: it lost its state, with why.
+    LostState(String),
 }
 
-/// Rule 2 of the module's documentation.
-pub fn after_conflict(held: u64, size: u64, sent: u32) -> AfterConflict {
+/// Rule 2 of the module's documentation: the witness answered that it holds `held`; it held
+/// `before` as far as the ledger knows (0 when the ledger knows nothing of it).
+pub fn after_conflict(held: u64, before: u64, size: u64, sent: u32) -> AfterConflict {
     if held > size {
         AfterConflict::Refuse(format!(
             "the witness holds size {held}, larger than this checkpoint's {size}: as the witness \
              saw it, the log lost entries"
+        ))
+    } else if held < before {
+        AfterConflict::LostState(format!(
+            "the witness holds size {held}, smaller than the {before} it held before: it lost its \
+             state or was restored from a backup, and no longer tells a fork from this log"
         ))
     } else if sent > 1 {
         AfterConflict::Refuse(format!(
@@ -180,12 +192,36 @@ mod tests {
 
     #[test]
     fn a_conflict_resolves_once_and_never_backwards() {
-        assert_eq!(after_conflict(10, 25, 1), AfterConflict::ResendFrom(10));
+        assert_eq!(after_conflict(10, 0, 25, 1), AfterConflict::ResendFrom(10));
+        assert_eq!(after_conflict(10, 10, 25, 1), AfterConflict::ResendFrom(10));
         assert!(
-            matches!(after_conflict(30, 25, 1), AfterConflict::Refuse(r) if r.contains("lost entries"))
+            matches!(after_conflict(30, 0, 25, 1), AfterConflict::Refuse(r) if r.contains("lost entries"))
         );
         assert!(
-            matches!(after_conflict(10, 25, 2), AfterConflict::Refuse(r) if r.contains("does not resolve"))
+            matches!(after_conflict(10, 0, 25, 2), AfterConflict::Refuse(r) if r.contains("does not resolve"))
         );
+    }
+
+    /// A witness holding less than it held before lost its state: an alarm, not a resend.
+    #[test]
+    fn a_witness_holding_less_than_before_lost_its_state() {
+        assert_eq!(
+            after_conflict(4, 10, 25, 1),
+            AfterConflict::LostState(
+                "the witness holds size 4, smaller than the 10 it held before: it lost its state \
+                 or was restored from a backup, and no longer tells a fork from this log"
+                    .into()
+            )
+        );
+        // A witness that forgot everything (its log added again: size 0).
+        assert!(matches!(
+            after_conflict(0, 10, 25, 1),
+            AfterConflict::LostState(_)
+        ));
+        // Larger than the log is still the log's fault, as the witness sees it.
+        assert!(matches!(
+            after_conflict(30, 40, 25, 1),
+            AfterConflict::Refuse(_)
+        ));
     }
 }

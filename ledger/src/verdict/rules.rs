@@ -24,10 +24,21 @@
 //! 7. [`headroom_low`]: less than half of `max_slot_wal_keep_size` left (degraded).
 //! 8. [`parked_waiting`]: parked messages wait for an operator (degraded).
 //! 9. [`replay_failing`]: a replay failed in the last day (degraded).
+//!
+//! With a witness policy (issue 56, item 5; [`WitnessFacts`]):
+//!
+//! 10. [`witness_refused`]: a witness's last answer refused a checkpoint: the log may not
+//!     be the one it cosigned before (failing: the runbook says stop writes).
+//! 11. [`witness_lost_state`]: a witness holds less than it cosigned before; it no longer
+//!     tells a fork from this log (degraded).
+//! 12. [`quorum_short`]: the log has been ahead of the newest checkpoint that met the
+//!     quorum for longer than [`WitnessFacts::short_after`], a few digest intervals
+//!     (degraded; a checkpoint waits a round or two for its cosignatures in good times).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::digest::cosign::Outcome;
 use crate::lag::SlotProgress;
 use crate::lag::slot_wal::WalStatus;
 
@@ -58,6 +69,43 @@ pub struct Facts {
     pub newest_failed_replay: Option<String>,
     /// When the facts were read.
     pub now: DateTime<Utc>,
+    /// The witnesses, with a witness policy.
+    pub witnesses: Option<WitnessFacts>,
+}
+
+/// What the verdict knows of the witnesses and the newest checkpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WitnessFacts {
+    /// The policy's quorum, in words.
+    pub quorum: String,
+    /// Each witness of the policy, in its order.
+    pub witnesses: Vec<WitnessFact>,
+    /// The newest checkpoint's digest; `None` before the first.
+    pub newest: Option<i64>,
+    /// Whether the newest checkpoint met the quorum.
+    pub newest_met: bool,
+    /// When the oldest checkpoint after the newest one that met the quorum was sealed:
+    /// since when the quorum has been short. `None` while the newest met it.
+    pub short_since: Option<DateTime<Utc>>,
+    /// How long the quorum may be short before the verdict is degraded.
+    pub short_after: chrono::Duration,
+}
+
+/// One witness's last answer, as `witness_state` keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WitnessFact {
+    /// Its name in the policy.
+    pub name: String,
+    /// Its last answer's outcome; `None`: never sent a checkpoint.
+    pub outcome: Option<Outcome>,
+    /// Its reason, for anything but a cosignature.
+    pub reason: Option<String>,
+    /// The digest whose checkpoint it answered.
+    pub digest_seq: Option<i64>,
+    /// The size the ledger believes it holds.
+    pub size: u64,
+    /// When it answered.
+    pub answered_at: Option<DateTime<Utc>>,
 }
 
 /// The states, worst last (their order is their severity).
@@ -121,6 +169,9 @@ pub const RULES: &[Rule] = &[
     headroom_low,
     parked_waiting,
     replay_failing,
+    witness_refused,
+    witness_lost_state,
+    quorum_short,
 ];
 
 /// The verdict of `facts` under [`RULES`].
@@ -150,10 +201,32 @@ fn healthy_reason(facts: &Facts) -> String {
         .slot
         .as_ref()
         .map_or(0.0, |slot| slot.lag().seconds(facts.now));
+    let witnesses = match &facts.witnesses {
+        Some(witnesses) if witnesses.newest_met => "; the newest checkpoint has its witness quorum",
+        _ => "",
+    };
     format!(
-        "the relay streams from {}; the oldest unpublished commit waited {waited:.1} s; no parked message, no failed replay, the slot's WAL is safe",
+        "the relay streams from {}; the oldest unpublished commit waited {waited:.1} s; no parked message, no failed replay, the slot's WAL is safe{witnesses}",
         facts.slot_name
     )
+}
+
+/// The witnesses whose last answer was `outcome`, and the first one's.
+fn answered(facts: &Facts, outcome: Outcome) -> Option<(Vec<&str>, &WitnessFact)> {
+    let witnesses = facts.witnesses.as_ref()?;
+    let found: Vec<&WitnessFact> = witnesses
+        .witnesses
+        .iter()
+        .filter(|w| w.outcome == Some(outcome))
+        .collect();
+    let first = *found.first()?;
+    Some((found.iter().map(|w| w.name.as_str()).collect(), first))
+}
+
+fn checkpoint_of(witness: &WitnessFact) -> String {
+    witness.digest_seq.map_or("a checkpoint".into(), |seq| {
+        format!("the checkpoint of digest {seq}")
+    })
 }
 
 fn finding(state: State, reason: String, runbook: &'static str) -> Option<Finding> {
@@ -309,6 +382,67 @@ pub fn replay_failing(facts: &Facts) -> Option<Finding> {
     )
 }
 
+/// Rule 10.
+pub fn witness_refused(facts: &Facts) -> Option<Finding> {
+    let (names, first) = answered(facts, Outcome::Refused)?;
+    finding(
+        State::Failing,
+        format!(
+            "witness {} refused {} ({}): the log may not be what it cosigned before; it is not sent that checkpoint again",
+            names.join(", "),
+            checkpoint_of(first),
+            first.reason.as_deref().unwrap_or("no reason given")
+        ),
+        "docs/operators.md#rawitnessrefused",
+    )
+}
+
+/// Rule 11.
+pub fn witness_lost_state(facts: &Facts) -> Option<Finding> {
+    let (names, first) = answered(facts, Outcome::LostState)?;
+    finding(
+        State::Degraded,
+        format!(
+            "witness {} lost its state answering {} ({}); its cosignatures no longer protect against a fork",
+            names.join(", "),
+            checkpoint_of(first),
+            first.reason.as_deref().unwrap_or("no reason given")
+        ),
+        "docs/operators.md#rawitnessloststate",
+    )
+}
+
+/// Rule 12.
+pub fn quorum_short(facts: &Facts) -> Option<Finding> {
+    let witnesses = facts.witnesses.as_ref()?;
+    let since = witnesses.short_since?;
+    let short = facts.now - since;
+    (short > witnesses.short_after).then_some(())?;
+    let cosigned_by: Vec<&str> = witnesses
+        .witnesses
+        .iter()
+        .filter(|w| w.outcome == Some(Outcome::Cosigned) && w.digest_seq == witnesses.newest)
+        .map(|w| w.name.as_str())
+        .collect();
+    finding(
+        State::Degraded,
+        format!(
+            "the transparency log has been short of its witness quorum ({}) for {} s (newest checkpoint: digest {}, cosigned by {})",
+            witnesses.quorum,
+            short.num_seconds(),
+            witnesses
+                .newest
+                .map_or("none".into(), |seq| seq.to_string()),
+            if cosigned_by.is_empty() {
+                "no witness".into()
+            } else {
+                cosigned_by.join(", ")
+            }
+        ),
+        "docs/operators.md#racheckpointshortofquorum",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -350,7 +484,102 @@ mod tests {
             replays_failed: 0,
             newest_failed_replay: None,
             now: now(),
+            witnesses: None,
         }
+    }
+
+    fn witness(name: &str, outcome: Outcome, reason: &str) -> WitnessFact {
+        WitnessFact {
+            name: name.into(),
+            outcome: Some(outcome),
+            reason: (!reason.is_empty()).then(|| reason.into()),
+            digest_seq: Some(7),
+            size: 40,
+            answered_at: Some(now()),
+        }
+    }
+
+    fn witnessed(witnesses: Vec<WitnessFact>, short_for: Option<i64>) -> Facts {
+        Facts {
+            witnesses: Some(WitnessFacts {
+                quorum: "all of a, b".into(),
+                witnesses,
+                newest: Some(7),
+                newest_met: short_for.is_none(),
+                short_since: short_for.map(|s| now() - chrono::Duration::seconds(s)),
+                short_after: chrono::Duration::seconds(180),
+            }),
+            ..facts(Some(streaming()))
+        }
+    }
+
+    /// A refusal fails the verdict at once, naming the witness, the checkpoint and its
+    /// reason; a witness that lost its state degrades it.
+    #[test]
+    fn a_refusing_witness_fails_the_verdict_and_one_that_lost_its_state_degrades_it() {
+        let refused = verdict(&witnessed(
+            vec![
+                witness("a", Outcome::Cosigned, ""),
+                witness("b", Outcome::Refused, "HTTP 422: bad consistency proof"),
+            ],
+            Some(10),
+        ));
+        assert_eq!(refused.state, State::Failing);
+        assert_eq!(
+            refused.reason,
+            "witness b refused the checkpoint of digest 7 (HTTP 422: bad consistency proof): the log may not be what it cosigned before; it is not sent that checkpoint again"
+        );
+        assert_eq!(refused.runbook, Some("docs/operators.md#rawitnessrefused"));
+        let lost = verdict(&witnessed(
+            vec![
+                witness("a", Outcome::LostState, "the witness holds size 4"),
+                witness("b", Outcome::Cosigned, ""),
+            ],
+            Some(10),
+        ));
+        assert_eq!(lost.state, State::Degraded);
+        assert!(
+            lost.reason.starts_with("witness a lost its state"),
+            "{}",
+            lost.reason
+        );
+        assert_eq!(lost.runbook, Some("docs/operators.md#rawitnessloststate"));
+    }
+
+    /// Short of the quorum: healthy for a few digest intervals (a checkpoint waits a round
+    /// for its cosignatures), degraded past them; met, the healthy sentence says so.
+    #[test]
+    fn a_quorum_short_past_a_few_intervals_degrades_the_verdict() {
+        let down = || {
+            vec![
+                witness("a", Outcome::Cosigned, ""),
+                witness("b", Outcome::Unavailable, "no answer"),
+            ]
+        };
+        assert_eq!(verdict(&witnessed(down(), Some(100))).state, State::Healthy);
+        let short = verdict(&witnessed(down(), Some(600)));
+        assert_eq!(short.state, State::Degraded);
+        assert_eq!(
+            short.reason,
+            "the transparency log has been short of its witness quorum (all of a, b) for 600 s (newest checkpoint: digest 7, cosigned by a)"
+        );
+        assert_eq!(
+            short.runbook,
+            Some("docs/operators.md#racheckpointshortofquorum")
+        );
+        let met = verdict(&witnessed(
+            vec![
+                witness("a", Outcome::Cosigned, ""),
+                witness("b", Outcome::Cosigned, ""),
+            ],
+            None,
+        ));
+        assert_eq!(met.state, State::Healthy);
+        assert!(
+            met.reason.ends_with("has its witness quorum"),
+            "{}",
+            met.reason
+        );
     }
 
     #[test]

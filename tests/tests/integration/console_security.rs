@@ -208,6 +208,7 @@ async fn console_with(
             session_keys: keys.clone(),
             secure_cookies: false,
             relay_slot: "ra_ledger_relay".into(),
+            witnessing: None,
         },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -1,5 +1,6 @@
 //! The operator's page: the relay's slot and parked messages, the worker's runs and
-//! replays, the newest signed digest; and the request to republish a parked message.
+//! replays, the newest signed digest, the witnesses' quorum and each witness's last answer;
+//! and the request to republish a parked message.
 
 use std::collections::HashMap;
 
@@ -21,6 +22,7 @@ use crate::console::pictures::progress;
 use crate::console::session::Session;
 use crate::console::units::{self, Unit};
 use crate::digest::DigestDocument;
+use crate::digest::cosign::Outcome;
 use crate::hex::hex;
 use crate::lag::exact::Lag;
 use crate::lag::history::{self, Point, Window};
@@ -29,7 +31,7 @@ use crate::reassign;
 use crate::replay::{self, ReplaySummary};
 use crate::verdict::{
     self,
-    rules::{self, Verdict},
+    rules::{self, Verdict, WitnessFacts},
 };
 
 /// Most parked messages the page lists.
@@ -44,9 +46,14 @@ pub(in crate::console) async fn operations(
 ) -> Page {
     let window = Window::parse(query.get("lag").map_or("", String::as_str));
     let client = state.ledger.pool().get().await.map_err(api_error)?;
-    let facts = verdict::read(&client, &state.console.relay_slot)
-        .await
-        .map_err(api_error)?;
+    let facts = verdict::read(
+        &client,
+        &state.console.relay_slot,
+        state.console.witnessing.as_ref(),
+    )
+    .await
+    .map_err(api_error)?;
+    let witnesses = facts.witnesses.clone();
     let slot = facts.slot;
     let verdict = rules::verdict(&facts);
     let lag_history = history::read(&client, window).await.map_err(api_error)?;
@@ -82,6 +89,10 @@ pub(in crate::console) async fn operations(
         section #digests {
             h2 { "Signed digests" }
             (newest_digest(&state, digest.as_ref()))
+        }
+        section #witnesses {
+            h2 { "Witnesses" }
+            (witness_list(witnesses.as_ref()))
         }
     };
     Ok(layout("Operations", Some(&session), &state, body))
@@ -310,6 +321,47 @@ fn newest_digest(state: &AppState, digest: Option<&DigestDocument>) -> Markup {
                     dt { "Check" } dd #digest-verified { (signature_check(state, document)) }
                 }
                 p.hint { "The whole ledger against it: " code { "ledger verify" } "; one answer: " code { "ledger proof verify" } " (offline, from the public key)." }
+            }
+        }
+    }
+}
+
+/// The witnesses' quorum over the newest checkpoint, and each witness's last answer.
+fn witness_list(witnesses: Option<&WitnessFacts>) -> Markup {
+    html! {
+        @match witnesses {
+            None => p { "No witness policy on this service (" code { "witness_policy_file" } "): checkpoints are sealed and cosigned by nobody." }
+            Some(facts) => {
+                dl.facts {
+                    dt { "Quorum" } dd { (facts.quorum) }
+                    dt { "Newest checkpoint" }
+                    dd #quorum data-met=(facts.newest_met) {
+                        @match facts.newest {
+                            None => "none yet",
+                            Some(seq) => {
+                                "digest " (seq) ": "
+                                (if facts.newest_met { "quorum met" } else { "SHORT of the quorum" })
+                                @if let Some(since) = facts.short_since { " (since " (time(since)) ")" }
+                            }
+                        }
+                    }
+                }
+                table.list #witness-states {
+                    thead { tr { th { "Witness" } th { "Last answer" } th { "Checkpoint" } th { "Size held" } th { "Reason" } th { "When" } } }
+                    tbody {
+                        @for witness in &facts.witnesses {
+                            @let outcome = witness.outcome.map_or("not sent yet", Outcome::as_str);
+                            tr data-witness=(witness.name) data-outcome=(outcome) {
+                                td { code { (witness.name) } }
+                                td { (outcome) }
+                                td { (witness.digest_seq.map_or("—".into(), |seq| seq.to_string())) }
+                                td { (witness.size) }
+                                td { (witness.reason.as_deref().unwrap_or("")) }
+                                td { (witness.answered_at.map_or("—".into(), time)) }
+                            }
+                        }
+                    }
+                }
             }
         }
     }

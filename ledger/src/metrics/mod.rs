@@ -10,6 +10,14 @@ use ra_ledger_cdc::infra::prometheus::{Histogram, Metric};
 
 use crate::lag::slot_wal::WalStatus;
 
+pub mod witnesses;
+
+pub use witnesses::{
+    CHECKPOINT_COSIGNATURES, CHECKPOINT_QUORUM, CHECKPOINT_SIZE, WITNESS_COSIGNER,
+    WITNESS_ROUND_FAILED, WITNESS_ROUND_INTERVAL, WITNESS_ROUND_TIME, WITNESSES_LOST_STATE,
+    WITNESSES_REFUSING, WITNESSES_UNAVAILABLE,
+};
+
 /// Pages processed (committed).
 pub const PAGES_PROCESSED: Metric = Metric::counter(
     "ra_reassignment_pages_processed_total",
@@ -351,31 +359,6 @@ pub const DIGEST_UNSEALED_AGE: Metric = Metric::gauge(
     "ra_digest_unsealed_seconds",
     "At most how long appended events have waited for a signed digest; 0 when the newest digest holds every change.",
 );
-/// `ledger serve` with a witness policy: whether the newest checkpoint meets the quorum.
-pub const CHECKPOINT_QUORUM: Metric = Metric::gauge(
-    "ra_checkpoint_quorum_met",
-    "1 when the newest checkpoint of the transparency log carries the cosignatures the witness policy's quorum asks for, 0 while it is short.",
-);
-/// `ledger serve` with a witness policy: the size of the newest checkpoint sent.
-pub const CHECKPOINT_SIZE: Metric = Metric::gauge(
-    "ra_checkpoint_size",
-    "Leaves (events) in the newest checkpoint of the transparency log sent to the witnesses.",
-);
-/// `ledger serve` with a witness policy: witnesses that cosigned the newest checkpoint.
-pub const CHECKPOINT_COSIGNATURES: Metric = Metric::gauge(
-    "ra_checkpoint_cosignatures",
-    "Witnesses of the policy whose verified cosignature the newest checkpoint carries.",
-);
-/// `ledger serve` with a witness policy: witnesses whose last answer was a refusal.
-pub const WITNESSES_REFUSING: Metric = Metric::gauge(
-    "ra_witnesses_refusing",
-    "Witnesses whose last answer to a checkpoint was a refusal (a 4xx, a 409 that does not resolve, a cosignature by an unknown key): an alarm, never retried blindly.",
-);
-/// `ledger serve` with a witness policy: witnesses that did not answer the last round.
-pub const WITNESSES_UNAVAILABLE: Metric = Metric::gauge(
-    "ra_witnesses_unavailable",
-    "Witnesses that did not answer the last round (down, slow, a 5xx); the checkpoint is sent to them again.",
-);
 /// `ledger serve`: when the gauges were last read from the database.
 pub const GAUGES_READ: Metric = Metric::gauge(
     "ra_serve_gauges_read_timestamp_seconds",
@@ -390,8 +373,8 @@ pub struct ServiceMetrics {
     last: std::sync::Mutex<Option<ServiceGauges>>,
     /// The relay's report, read five times a second between rounds.
     relay: std::sync::Mutex<Option<RelayRead>>,
-    /// The last cosigning round's findings, with a witness policy.
-    witnessed: std::sync::Mutex<Option<WitnessGauges>>,
+    /// The cosigning rounds, with a witness policy.
+    witnessed: std::sync::Mutex<witnesses::Witnessed>,
 }
 
 /// The relay's report of its lag and whether a relay streams, as read by
@@ -404,21 +387,6 @@ pub struct RelayRead {
     pub streaming: bool,
     /// The relay's report, if it wrote one.
     pub report: Option<crate::lag::exact::RelayReport>,
-}
-
-/// What the last cosigning round found ([`crate::digest::cosign::Round`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WitnessGauges {
-    /// Whether the quorum holds.
-    pub quorum: bool,
-    /// The checkpoint's size.
-    pub size: u64,
-    /// Cosignatures it carries.
-    pub cosignatures: usize,
-    /// Witnesses refusing.
-    pub refusing: usize,
-    /// Witnesses unavailable.
-    pub unavailable: usize,
 }
 
 /// What one round of [`crate::gauges`] read.
@@ -473,42 +441,26 @@ impl ServiceMetrics {
         Some(slot)
     }
 
-    /// A cosigning round ended.
-    pub fn witnessed(&self, round: &crate::digest::cosign::Round) {
-        use crate::digest::cosign::Outcome;
-        let count = |outcome| {
-            round
-                .witnesses
-                .iter()
-                .filter(|w| w.outcome == outcome)
-                .count()
-        };
-        *self
-            .witnessed
+    /// A cosigning round ended (an error too) at `now`; rounds run every `interval`.
+    pub fn witnessed(
+        &self,
+        ended: &Result<Option<crate::digest::cosign::Round>, crate::digest::cosign::CosignError>,
+        interval: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) {
+        self.witnessed
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner()) = Some(WitnessGauges {
-            quorum: round.quorum,
-            size: round.size,
-            cosignatures: round.cosigners.len(),
-            refusing: count(Outcome::Refused),
-            unavailable: count(Outcome::Unavailable),
-        });
+            .unwrap_or_else(|poison| poison.into_inner())
+            .record(ended.as_ref().map_err(|_| ()), interval, now);
     }
 
     /// The Prometheus text format; nothing before the first round.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let witnessed = *self
-            .witnessed
+        self.witnessed
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(witnessed) = witnessed {
-            CHECKPOINT_QUORUM.render(&mut out, u8::from(witnessed.quorum));
-            CHECKPOINT_SIZE.render(&mut out, witnessed.size);
-            CHECKPOINT_COSIGNATURES.render(&mut out, witnessed.cosignatures);
-            WITNESSES_REFUSING.render(&mut out, witnessed.refusing);
-            WITNESSES_UNAVAILABLE.render(&mut out, witnessed.unavailable);
-        }
+            .unwrap_or_else(|poison| poison.into_inner())
+            .render(&mut out);
         let last = self
             .last
             .lock()
@@ -760,60 +712,5 @@ mod tests {
             assert!(text.contains(line), "{line} in\n{text}");
         }
         assert!(!text.contains("ra_slot_safe_wal_bytes"), "{text}");
-    }
-
-    /// With a witness policy: the last round's quorum and the witnesses refusing and
-    /// unavailable, each under its help and type.
-    #[test]
-    fn a_cosigning_round_shows_its_quorum_and_its_witnesses() {
-        use crate::digest::cosign::{Outcome, Round, WitnessStatus};
-        use crate::tlog::note::{SignatureLine, SignedNote};
-        let metrics = ServiceMetrics::default();
-        assert_eq!(metrics.render(), "");
-        let status = |witness: &str, outcome| WitnessStatus {
-            witness: witness.into(),
-            outcome,
-            reason: None,
-            size: 0,
-        };
-        metrics.witnessed(&Round {
-            digest_seq: 3,
-            size: 25,
-            cosigned: SignedNote {
-                body: "o\n25\nAA==\n".into(),
-                signatures: vec![SignatureLine {
-                    name: "o".into(),
-                    key_id: 1,
-                    signature: vec![0; 64],
-                }],
-            },
-            cosigners: ["a".to_string()].into(),
-            quorum: false,
-            witnesses: vec![
-                status("a", Outcome::Cosigned),
-                status("b", Outcome::Refused),
-                status("c", Outcome::Unavailable),
-            ],
-        });
-        let text = metrics.render();
-        for metric in [
-            CHECKPOINT_QUORUM,
-            CHECKPOINT_SIZE,
-            CHECKPOINT_COSIGNATURES,
-            WITNESSES_REFUSING,
-            WITNESSES_UNAVAILABLE,
-        ] {
-            let head = format!("# HELP {} {}\n", metric.name, metric.help);
-            assert_eq!(text.matches(&head).count(), 1, "{text}");
-        }
-        for line in [
-            "ra_checkpoint_quorum_met 0\n",
-            "ra_checkpoint_size 25\n",
-            "ra_checkpoint_cosignatures 1\n",
-            "ra_witnesses_refusing 1\n",
-            "ra_witnesses_unavailable 1\n",
-        ] {
-            assert!(text.contains(line), "{line} in\n{text}");
-        }
     }
 }
