@@ -398,7 +398,7 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 21] = [
+    const ALL: [Metric; 22] = [
         REPLICATION_LAG_BYTES,
         NEWEST_PUBLISHED_COMMIT_AGE,
         OLDEST_UNCONFIRMED_COMMIT_AGE,
