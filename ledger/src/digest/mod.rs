@@ -54,6 +54,7 @@
 //! the digests on Kafka, each placed in the chain by what it signs), and [`cosign`] (each
 //! digest's checkpoint of the transparency log, [`crate::tlog`], sent to the witnesses).
 
+pub mod answer;
 pub mod build;
 pub mod chain;
 pub mod cosign;

@@ -3,11 +3,11 @@
 //!
 //! To check one: recompute each event's hash from its fields and the previous hash, check
 //! each chain reaches its sealed head, each head's leaf reaches the root through its path,
-//! the signature, and for an answer, that `known_at` is not after the digest's time (the
-//! digest cannot vouch for what was recorded later) and the fold (`ledger proof verify`;
-//! `tests/verify_digest.py` checks all but the fold, and says so).
+//! the signature, and for an answer, what [`super::answer`] checks: `known_at` not after the
+//! digest's time (the digest cannot vouch for what was recorded later), exactly the streams
+//! the question and the answer name, and the fold. `tests/verify_digest.py` checks the same,
+//! written apart from this code; both are held to one list of forged proofs in the tests.
 
-use chrono::{DateTime, Utc};
 use prost::Message as _;
 use serde::Deserialize;
 use serde_json::Value;
@@ -15,8 +15,6 @@ use uuid::Uuid;
 
 use super::document::{EventRecord, LogProof, SignedFields, StreamProof};
 use super::{Head, SignedDigest, Statement, merkle};
-use crate::domain::{Jurisdiction, assignment_stream};
-use crate::queries::Fold;
 
 /// A proof as the verifier reads it: the fields it checks and nothing else. The formats,
 /// the keys and the digest's derived fields are not read (a verifier trusts none of them),
@@ -170,13 +168,73 @@ pub enum Refused {
     )]
     KnownAfterDigest {
         /// The question's `known_at`.
-        known_at: DateTime<Utc>,
+        known_at: chrono::DateTime<chrono::Utc>,
         /// The digest's time.
         sealed: String,
     },
-    /// An answer without the stream of the registration it answers about.
-    #[error("the proof does not prove stream {0}, whose events the answer folds")]
-    MissingStream(String),
+    /// An answer without a stream the question or the answer names.
+    #[error("the proof does not prove stream {stream}, {why}")]
+    MissingStream {
+        /// The stream.
+        stream: String,
+        /// Why the answer needs it.
+        why: String,
+    },
+    /// A stream the question and its answer do not name.
+    #[error(
+        "the proof carries stream {stream}, which the question and its answer do not name: \
+         an answer to this question folds only {expected}"
+    )]
+    StreamNotAsked {
+        /// The stream.
+        stream: String,
+        /// The streams the answer folds.
+        expected: String,
+    },
+    /// A stream carried twice.
+    #[error("the proof carries stream {0} twice")]
+    StreamTwice(String),
+    /// A question stated on the command line for a proof with none.
+    #[error(
+        "the proof answers no question (it is an event's proof): drop --business, \
+         --jurisdiction, --at and --known-at, or ask for the answer's proof"
+    )]
+    NoQuestion,
+    /// A proof of another question than the one stated.
+    #[error(
+        "the proof answers another question: you asked {field} {stated}, it answers {field} {proven}"
+    )]
+    OtherQuestion {
+        /// The part that differs, as its flag names it.
+        field: &'static str,
+        /// What the auditor stated.
+        stated: String,
+        /// What the proof answers.
+        proven: String,
+    },
+    /// `--max-age` with no verified cosignature to date the checkpoint.
+    #[error(
+        "--max-age needs a cosignature of the policy's witnesses, and none verified: pass \
+         --policy with the witnesses' keys"
+    )]
+    NoCosignatureTime,
+    /// The newest cosignature older than the auditor allows.
+    #[error(
+        "the newest cosignature is of {newest}, {age} s ago, older than --max-age {max_age} s: \
+         ask the ledger for a fresh proof (or the witnesses are not cosigning)"
+    )]
+    Stale {
+        /// The newest cosignature's time.
+        newest: String,
+        /// Its age in seconds.
+        age: u64,
+        /// The most allowed.
+        max_age: u64,
+    },
+    /// A checkpoint not signed by the policy's log key, or a policy's log key that is not
+    /// the key given.
+    #[error("{0}")]
+    LogKey(String),
     /// An answer proven from part of a stream.
     #[error(
         "the proof of stream {stream} starts at version {first}: an answer needs whole streams"
@@ -193,8 +251,8 @@ pub enum Refused {
     /// An answer the events do not give.
     #[error(
         "the proven events fold to another answer than the one given: they give {}, the proof's answer is {}",
-        describe_answer(.folded),
-        describe_answer(.given)
+        super::answer::describe_answer(.folded),
+        super::answer::describe_answer(.given)
     )]
     OtherAnswer {
         /// What the proven events fold to (`null`: no registered agent).
@@ -304,7 +362,7 @@ pub fn verify(
     }
     let answer = match &proof.question {
         None => None,
-        Some(question) => Some(verify_answer(
+        Some(question) => Some(super::answer::verify_answer(
             question,
             &proof.answer,
             &streams,
@@ -403,81 +461,6 @@ fn verify_link(
     Ok(())
 }
 
-/// An audit answer in words, for an operator reading why a proof was refused: `null` is no
-/// registered agent, else the contact and the assignment. Pure.
-fn describe_answer(answer: &Value) -> String {
-    if answer.is_null() {
-        return "no registered agent".to_owned();
-    }
-    let field = |value: &Value| {
-        value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned)
-    };
-    format!(
-        "contact {} ({:?}) through assignment {}",
-        field(&answer["contact"]["contact_id"]),
-        field(&answer["contact"]["name"]),
-        field(&answer["assignment"]["assignment_id"]),
-    )
-}
-
-/// That the proven events, whole streams from version 1, fold to the answer.
-fn verify_answer(
-    question: &AskedQuestion,
-    answer: &Value,
-    streams: &[ProvenStream],
-    envelopes: &[ra_ledger_proto::v1::Envelope],
-    digest_time_micros: i64,
-) -> Result<String, Refused> {
-    let business_id = question.business_id;
-    let jurisdiction = Jurisdiction::parse("question.jurisdiction", &question.jurisdiction)
-        .map_err(|_| Refused::Jurisdiction(question.jurisdiction.clone()))?;
-    let instant = |field: &'static str, micros: i64| {
-        DateTime::from_timestamp_micros(micros).ok_or(Refused::Instant { field, micros })
-    };
-    let at = instant("at_micros", question.at_micros)?;
-    let known_at = instant("known_at_micros", question.known_at_micros)?;
-    if known_at.timestamp_micros() > digest_time_micros {
-        let sealed = DateTime::from_timestamp_micros(digest_time_micros)
-            .map_or_else(|| digest_time_micros.to_string(), |time| time.to_string());
-        return Err(Refused::KnownAfterDigest { known_at, sealed });
-    }
-    let registration = assignment_stream(business_id, jurisdiction);
-    if !streams.iter().any(|proven| proven.stream == registration) {
-        return Err(Refused::MissingStream(registration));
-    }
-    if let Some(partial) = streams.iter().find(|proven| proven.first_version != 1) {
-        return Err(Refused::PartialStream {
-            stream: partial.stream.clone(),
-            first: partial.first_version,
-        });
-    }
-    // Only this registration's assignments count, whatever other streams came along.
-    let relevant: Vec<_> = envelopes
-        .iter()
-        .filter(|envelope| {
-            envelope.stream == registration || !envelope.stream.starts_with("assignment-")
-        })
-        .cloned()
-        .collect();
-    let folded = Fold::new(&relevant, known_at)
-        .map_err(Refused::Fold)?
-        .registered_agent_at(at);
-    let folded = serde_json::to_value(&folded).expect("an answer always serializes");
-    if &folded != answer {
-        return Err(Refused::OtherAnswer {
-            folded,
-            given: answer.clone(),
-        });
-    }
-    Ok(format!(
-        "the RA of business {business_id} in {} at {at}, as known at {known_at}, is contact {}",
-        jurisdiction.code(),
-        folded["contact"]["contact_id"].as_str().unwrap_or("(none)")
-    ))
-}
-
 /// What the log part of a proof established.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedLog {
@@ -485,6 +468,8 @@ pub struct VerifiedLog {
     pub checkpoint: crate::tlog::note::Checkpoint,
     /// The policy's witnesses whose cosignature verified.
     pub cosigned: Vec<String>,
+    /// The newest of their cosignatures' times (Unix seconds), if any verified.
+    pub newest_cosignature: Option<u64>,
     /// The saved checkpoints' sizes it was proven consistent with.
     pub consistent_with: Vec<u64>,
 }
@@ -517,6 +502,9 @@ pub fn verify_log(
         Ok((note, checkpoint))
     };
     let (note, checkpoint) = read("log.checkpoint", &log.checkpoint)?;
+    if let Some(pinned) = policy.and_then(|policy| policy.log.as_ref()) {
+        pinned_log_key(pinned, public_key, &checkpoint.origin)?;
+    }
     if checkpoint.size != proof.digest.event_count {
         return Err(Refused::CheckpointSize {
             size: checkpoint.size,
@@ -524,10 +512,12 @@ pub fn verify_log(
         });
     }
     let mut cosigned = Vec::new();
+    let mut newest_cosignature = None;
     if let Some(policy) = policy {
         for witness in &policy.witnesses {
-            if witness.key.verify_cosignature(&note).is_ok() {
+            if let Ok(time) = witness.key.verify_cosignature(&note) {
                 cosigned.push(witness.name.clone());
+                newest_cosignature = newest_cosignature.max(Some(time));
             }
         }
         if !policy.satisfied(&cosigned.iter().cloned().collect()) {
@@ -611,8 +601,36 @@ pub fn verify_log(
     Ok(VerifiedLog {
         checkpoint,
         cosigned,
+        newest_cosignature,
         consistent_with,
     })
+}
+
+/// That the policy's `log` line pins the key given and the checkpoint's origin: the auditor
+/// had the key and the policy from two places, and a disagreement means one of them is not
+/// the ledger's (a proof signed by another key is refused even when `--public-key` is that
+/// key). Pure.
+pub fn pinned_log_key(
+    pinned: &crate::tlog::note::NoteKey,
+    public_key: &ed25519_dalek::VerifyingKey,
+    origin: &str,
+) -> Result<(), Refused> {
+    use crate::tlog::note::NoteKey;
+    if pinned.public != *public_key {
+        return Err(Refused::LogKey(format!(
+            "the policy's log key {} is not --public-key's ({}): one of them is not the \
+             ledger's; get both again from their owners",
+            pinned.vkey(),
+            NoteKey::log(&pinned.name, *public_key).vkey()
+        )));
+    }
+    if pinned.name != origin {
+        return Err(Refused::LogKey(format!(
+            "the checkpoint is of log {origin:?}, the policy's log key is of {:?}",
+            pinned.name
+        )));
+    }
+    Ok(())
 }
 
 fn base64_of(bytes: &[u8]) -> String {
