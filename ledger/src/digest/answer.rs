@@ -18,28 +18,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::verify::{AskedQuestion, ProvenStream, Refused};
+use super::refused::{AskedQuestion, ProvenStream, Refused};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::Fold;
-
-/// An audit answer in words, for an operator reading why a proof was refused: `null` is no
-/// registered agent, else the contact and the assignment. Pure.
-pub(super) fn describe_answer(answer: &Value) -> String {
-    if answer.is_null() {
-        return "no registered agent".to_owned();
-    }
-    let field = |value: &Value| {
-        value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned)
-    };
-    format!(
-        "contact {} ({:?}) through assignment {}",
-        field(&answer["contact"]["contact_id"]),
-        field(&answer["contact"]["name"]),
-        field(&answer["assignment"]["assignment_id"]),
-    )
-}
 
 fn instant(field: &'static str, micros: i64) -> Result<DateTime<Utc>, Refused> {
     DateTime::from_timestamp_micros(micros).ok_or(Refused::Instant { field, micros })

@@ -62,6 +62,7 @@ pub mod document;
 pub mod merkle;
 pub mod prove;
 pub mod published;
+pub mod refused;
 pub mod signed;
 pub mod topic;
 pub mod verify;
