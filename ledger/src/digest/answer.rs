@@ -185,14 +185,16 @@ pub fn check_question(
             asked.business_id.to_string(),
         ));
     }
-    if let Some(code) = stated.jurisdiction.map(Jurisdiction::code) {
-        if code != asked.jurisdiction {
-            return Err(differs(
-                "jurisdiction",
-                code.to_owned(),
-                asked.jurisdiction.clone(),
-            ));
-        }
+    if let Some(code) = stated
+        .jurisdiction
+        .map(Jurisdiction::code)
+        .filter(|code| *code != asked.jurisdiction)
+    {
+        return Err(differs(
+            "jurisdiction",
+            code.to_owned(),
+            asked.jurisdiction.clone(),
+        ));
     }
     if let Some(at) = stated
         .at
