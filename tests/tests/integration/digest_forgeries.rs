@@ -21,8 +21,8 @@ use ra_ledger_tests::witness::witnesses;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-/// A ledger whose log both witnesses cosign, with business `business` served in TX and in
-/// NY, and `other` in TX.
+/// A ledger whose log both witnesses cosign, with business `business` served in TX (its
+/// first assignment replaced: three events) and in NY, and `other` in TX.
 pub struct Audited {
     /// Kept for the test's life: its drop removes the database.
     _database: TestDatabase,
@@ -63,7 +63,16 @@ impl Audited {
         api.contact("TX", "Texas Office").await;
         api.contact("NY", "New York Office").await;
         let (business, other) = (Uuid::now_v7(), Uuid::now_v7());
-        api.assign(business).await;
+        let first = api.assign(business).await;
+        let replaced = api
+            .post(&format!("/v1/assignments/{first}/replace"), json!({}))
+            .await;
+        assert_eq!(
+            replaced.status,
+            axum::http::StatusCode::CREATED,
+            "{:?}",
+            replaced.body
+        );
         api.assign(other).await;
         let ny = api
             .post(
@@ -312,6 +321,19 @@ fn forgeries(audited: &Audited, tx: &Value, ny: &Value, other: &Value) -> Vec<Fo
                     .clear();
             }),
             format!("the proof of stream assignment-{b}-TX has no events"),
+        ),
+        (
+            "the assignment stream without its first event",
+            edit(&|d| {
+                streams(d)[0]["events"]
+                    .as_array_mut()
+                    .expect("events")
+                    .remove(0);
+            }),
+            format!(
+                "the proof of stream assignment-{b}-TX starts at version 2: an answer needs \
+                 whole streams"
+            ),
         ),
     ]
 }
