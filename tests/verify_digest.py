@@ -4,10 +4,14 @@ layouts documented in ledger/src/digest/mod.rs alone, with Python's standard lib
 (Ed25519 is RFC 8032's reference algorithm, section 6).
 
     verify_digest.py FILE.json... [--public-key PUBLIC.pem] [--policy POLICY]
-                     [--saved-checkpoint CHECKPOINT]...
+                     [--saved-checkpoint CHECKPOINT]... [--max-age DURATION]
+                     [--business ID] [--jurisdiction CODE] [--at TIME] [--known-at TIME]
 
 PUBLIC.pem is the ledger's public key (`GET /v1/digests/public-key`); without it the
-document's own key is used, which proves only that the document is self-consistent.
+document's own key is used, which proves only that the document is self-consistent (and
+--policy is refused: a quorum of witnesses over a key nobody vouched for proves nothing).
+The answer half lives in verify_answer.py and the Ed25519 and Merkle primitives in
+verify_crypto.py, beside this file: keep the three together.
 
 FILE.json:
     {"public_key_pem": "-----BEGIN PUBLIC KEY-----...",
@@ -24,9 +28,11 @@ or a proof (`GET /v1/events/{id}/proof`, `ledger proof`, `registered-agent?...&p
 "streams" (per stream: "stream", "events" up to the head a digest sealed with every field
 their hashes cover, "index" and "path" of the head's leaf), "digest", "public_key_pem",
 and "event_id" for an event's proof. For a proven audit answer ("question", "answer"), this
-checks the events and that the question's known_at is not after the digest's time (a digest
-proves what was recorded by its time, nothing later); it does NOT check that the events fold
-to the answer, and says so: run `ledger proof verify` for that.
+checks the events, that the question's known_at is not after the digest's time (a digest
+proves what was recorded by its time, nothing later), that the streams are exactly the
+question's assignment stream and the in-force assignment's contact stream, and that the
+events fold to the answer (verify_answer.py). --business, --jurisdiction, --at and
+--known-at state the question you asked: a proof of another is refused, naming the part.
 
 A proof may carry "log" (issue 47): "checkpoint", a C2SP signed note (origin, size, base64
 root) signed by the digest key under the name of its origin (signed-note key id: the first 4
@@ -35,8 +41,12 @@ bytes of SHA-256(origin || "\n" || 0x01 || key)), with witnesses' cosignature/v1
 in that checkpoint's RFC 6962 tree; "consistency", RFC 6962 consistency proofs from earlier
 sizes. This checks the log's signature, the checkpoint's size against the digest's event
 count, and each head's inclusion; with --policy (C2SP tlog-policy: witness, group and quorum
-lines), that verified cosignatures meet the quorum; with --saved-checkpoint (checkpoints
-you kept), that the proof's log extends each one.
+lines), that verified cosignatures meet the quorum, counting each key once (a policy that
+names one key twice, or a group whose members share a witness, is refused), and that its
+`log` line, if any, is the --public-key's and the checkpoint's origin; with
+--saved-checkpoint (checkpoints you kept), that the proof's log extends each one; with
+--max-age (90s, 15m, 2h, 1d; needs --policy), that the newest verified cosignature is not
+older than that.
 
 The saved answer of `registered-agent?...&proof=true` (the answer's fields and the proof
 under "proof") is read as it is: its fields must equal the proof's "answer".
@@ -48,140 +58,17 @@ does not. With several files, each verdict line starts with the file's name.
 import base64
 import hashlib
 import json
+import os
 import sys
+import time
 import uuid
 
-# --- Ed25519 (RFC 8032, section 6) -----------------------------------------------------
-
-P = 2**255 - 19
-L = 2**252 + 27742317777372353535851937790883648493
-D = -121665 * pow(121666, P - 2, P) % P
-SQRT_M1 = pow(2, (P - 1) // 4, P)
-
-
-def _add(a, b):
-    x = (a[1] - a[0]) * (b[1] - b[0]) % P
-    y = (a[1] + a[0]) * (b[1] + b[0]) % P
-    c = 2 * a[3] * b[3] * D % P
-    d = 2 * a[2] * b[2] % P
-    e, f, g, h = y - x, d - c, d + c, y + x
-    return (e * f, g * h, f * g, e * h)
-
-
-def _mul(s, point):
-    result = (0, 1, 1, 0)
-    while s > 0:
-        if s & 1:
-            result = _add(result, point)
-        point = _add(point, point)
-        s >>= 1
-    return result
-
-
-def _equal(a, b):
-    return (a[0] * b[2] - b[0] * a[2]) % P == 0 and (a[1] * b[2] - b[1] * a[2]) % P == 0
-
-
-def _recover_x(y, sign):
-    if y >= P:
-        return None
-    x2 = (y * y - 1) * pow(D * y * y + 1, P - 2, P)
-    if x2 % P == 0:
-        return None if sign else 0
-    x = pow(x2, (P + 3) // 8, P)
-    if (x * x - x2) % P != 0:
-        x = x * SQRT_M1 % P
-    if (x * x - x2) % P != 0:
-        return None
-    if (x & 1) != sign:
-        x = P - x
-    return x
-
-
-_GY = 4 * pow(5, P - 2, P) % P
-_GX = _recover_x(_GY, 0)
-G = (_GX, _GY, 1, _GX * _GY % P)
-
-
-def _decompress(data):
-    if len(data) != 32:
-        return None
-    y = int.from_bytes(data, "little")
-    sign = y >> 255
-    y &= (1 << 255) - 1
-    x = _recover_x(y, sign)
-    return None if x is None else (x, y, 1, x * y % P)
-
-
-def ed25519_verify(public, message, signature):
-    if len(public) != 32 or len(signature) != 64:
-        return False
-    a = _decompress(public)
-    r = _decompress(signature[:32])
-    if a is None or r is None:
-        return False
-    s = int.from_bytes(signature[32:], "little")
-    if s >= L:
-        return False
-    h = int.from_bytes(hashlib.sha512(signature[:32] + public + message).digest(), "little") % L
-    return _equal(_mul(s, G), _add(r, _mul(h, a)))
-
-
-def public_key_from_pem(pem):
-    """The 32 key bytes of an Ed25519 SubjectPublicKeyInfo PEM."""
-    body = "".join(line for line in pem.strip().splitlines() if not line.startswith("-----"))
-    der = base64.b64decode(body)
-    prefix = bytes.fromhex("302a300506032b6570032100")  # SEQUENCE { id-Ed25519 }, BIT STRING
-    if len(der) != 44 or not der.startswith(prefix):
-        raise ValueError("not an Ed25519 public key")
-    return der[12:]
-
-
-# --- Merkle tree (RFC 9162, section 2.1) -------------------------------------------------
-
-
-def leaf_bytes(stream, version, head_hash):
-    name = stream.encode("utf-8")
-    return len(name).to_bytes(4, "big") + name + version.to_bytes(8, "big") + head_hash
-
-
-def leaf_hash(data):
-    return hashlib.sha256(b"\x00" + data).digest()
-
-
-def node_hash(left, right):
-    return hashlib.sha256(b"\x01" + left + right).digest()
-
-
-def tree_root(leaves):
-    n = len(leaves)
-    if n == 0:
-        return hashlib.sha256(b"").digest()
-    if n == 1:
-        return leaves[0]
-    k = 1 << ((n - 1).bit_length() - 1)
-    return node_hash(tree_root(leaves[:k]), tree_root(leaves[k:]))
-
-
-def verify_inclusion(leaf, index, size, path, root):
-    if index >= size:
-        return False
-    fnode, snode, h = index, size - 1, leaf
-    for sibling in path:
-        if snode == 0:
-            return False
-        if fnode & 1 or fnode == snode:
-            h = node_hash(sibling, h)
-            if not fnode & 1:
-                while not fnode & 1 and fnode != 0:
-                    fnode >>= 1
-                    snode >>= 1
-        else:
-            h = node_hash(h, sibling)
-        fnode >>= 1
-        snode >>= 1
-    return snode == 0 and h == root
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import verify_answer  # noqa: E402  (beside this file)
+from verify_crypto import (  # noqa: E402  (beside this file)
+    consistency_holds, ed25519_verify, leaf_bytes, leaf_hash, node_hash, public_key_from_pem,
+    self_test, tree_root, verify_inclusion,
+)
 
 # --- The digest --------------------------------------------------------------------------
 
@@ -326,6 +213,14 @@ def check(document, public_pem=None):
         if "event_id" in document and document["streams"][0]["events"][0]["event_id"] != document["event_id"]:
             yield "the proof's first event is not the event it proves"
             return
+        if question is not None:
+            try:
+                failure = verify_answer.check_answer(document)
+            except (KeyError, TypeError, ValueError) as problem:
+                failure = f"the question or an event does not read: {problem!r}"
+            if failure:
+                yield failure
+                return
     for inc in inclusions:
         leaf = leaf_hash(leaf_bytes(inc["stream"], inc["version"], bytes.fromhex(inc["hash"])))
         path = [bytes.fromhex(h) for h in inc["path"]]
@@ -335,37 +230,6 @@ def check(document, public_pem=None):
 
 
 # --- The transparency log (C2SP signed-note, tlog-checkpoint, tlog-cosignature) -------------
-
-
-def consistency_holds(old, new, old_root, new_root, proof):
-    """RFC 9162 section 2.1.4.2."""
-    if old > new:
-        return False
-    if old == new:
-        return not proof and old_root == new_root
-    if old == 0:
-        return not proof
-    if not proof:
-        return False
-    path = ([old_root] if old & (old - 1) == 0 else []) + list(proof)
-    fn, sn = old - 1, new - 1
-    while fn & 1:
-        fn >>= 1
-        sn >>= 1
-    fr = sr = path[0]
-    for c in path[1:]:
-        if sn == 0:
-            return False
-        if fn & 1 or fn == sn:
-            fr, sr = node_hash(c, fr), node_hash(c, sr)
-            while not fn & 1 and fn != 0:
-                fn >>= 1
-                sn >>= 1
-        else:
-            sr = node_hash(sr, c)
-        fn >>= 1
-        sn >>= 1
-    return sn == 0 and fr == old_root and sr == new_root
 
 
 def key_id(name, algorithm, public):
@@ -420,39 +284,77 @@ def vkey(text):
 
 def parse_policy(text):
     """{"witnesses": {policy name: (key name, public)}, "groups": {...}, "quorum": name}."""
-    witnesses, groups, quorum = {}, {}, []
+    witnesses, groups, quorum, log = {}, {}, [], None
+    under = {}  # name: the witnesses under it
     for number, raw in enumerate(text.splitlines(), 1):
         words = raw.split("#")[0].split()
-        if not words or words[0] == "log":
+        if not words:
             continue
-        if words[0] == "witness" and len(words) in (3, 4):
+        if words[0] == "log" and len(words) in (2, 3):
+            name, algorithm, public = vkey(words[1])
+            if algorithm != 1:
+                raise ValueError(f"policy line {number}: the log's key is not an Ed25519 key")
+            log = (name, public)
+        elif words[0] == "witness" and len(words) in (3, 4):
             name, algorithm, public = vkey(words[2])
             if algorithm != 4:
                 raise ValueError(f"policy line {number}: not a cosignature key")
+            for other, (_, key) in witnesses.items():
+                if key == public:
+                    raise ValueError(
+                        f"policy line {number}: witness {words[1]} has the key of witness "
+                        f"{other}: a quorum counts keys, so give each key one witness line")
             witnesses[words[1]] = (name, public)
+            under[words[1]] = {words[1]}
         elif words[0] == "group" and len(words) >= 4:
             members = words[3:]
+            seen = set()
+            for member in members:
+                if member not in under:
+                    raise ValueError(f"policy line {number}: group {words[1]}: {member!r} is not defined above")
+                for witness in sorted(under[member]):
+                    if witness in seen:
+                        raise ValueError(
+                            f"policy line {number}: group {words[1]}: witness {witness} is under "
+                            "two of its members, and would count twice toward its threshold; "
+                            "list each witness once")
+                    seen.add(witness)
             k = {"all": len(members), "any": 1}.get(words[2]) or int(words[2])
             groups[words[1]] = (k, members)
+            under[words[1]] = seen
         elif words[0] == "quorum" and len(words) == 2:
             quorum.append(words[1])
         else:
             raise ValueError(f"policy line {number}: not a policy line: {raw!r}")
     if len(quorum) != 1:
         raise ValueError("a policy has exactly one quorum line")
-    return {"witnesses": witnesses, "groups": groups, "quorum": quorum[0]}
+    return {"witnesses": witnesses, "groups": groups, "quorum": quorum[0], "log": log}
 
 
 def cosigned_by(note, name, public):
+    """The time (Unix seconds) of the witness's verified cosignature, or None."""
     body, signatures = note
     want = key_id(name, 4, public)
     for signer, kid, raw in signatures:
         if signer == name and kid == want and len(raw) == 72:
-            time = int.from_bytes(raw[:8], "big")
-            message = f"cosignature/v1\ntime {time}\n".encode("ascii") + body.encode("utf-8")
+            when = int.from_bytes(raw[:8], "big")
+            message = f"cosignature/v1\ntime {when}\n".encode("ascii") + body.encode("utf-8")
             if ed25519_verify(public, message, raw[8:]):
-                return True
-    return False
+                return when
+    return None
+
+
+def pinned_log_key(policy, public, origin):
+    """What is wrong with the policy's log key against --public-key and the origin, or None."""
+    if policy is None or policy["log"] is None:
+        return None
+    name, key = policy["log"]
+    if key != public:
+        return (f"the policy's log key {name}+{key_id(name, 1, key).hex()}+... is not "
+                "--public-key's: one of them is not the ledger's; get both again from their owners")
+    if name != origin:
+        return f"the checkpoint is of log {origin!r}, the policy's log key is of {name!r}"
+    return None
 
 
 def quorum_holds(policy, member, cosigned):
@@ -464,7 +366,7 @@ def quorum_holds(policy, member, cosigned):
     return sum(quorum_holds(policy, m, cosigned) for m in members) >= k
 
 
-def check_log(document, public, policy, saved):
+def check_log(document, public, policy, saved, max_age=None):
     """Yields what does not hold in the proof's transparency-log part."""
     log = document.get("log")
     if log is None:
@@ -476,14 +378,25 @@ def check_log(document, public, policy, saved):
     except ValueError as problem:
         yield str(problem)
         return
+    failure = pinned_log_key(policy, public, origin)
+    if failure:
+        yield failure
+        return
     if size != document["digest"]["event_count"]:
         yield f"the checkpoint's size {size} is not the digest's event count {document['digest']['event_count']}"
         return
     if policy is not None:
-        cosigned = {w for w, (name, key) in policy["witnesses"].items() if cosigned_by(note, name, key)}
+        times = {w: cosigned_by(note, name, key) for w, (name, key) in policy["witnesses"].items()}
+        cosigned = {w for w, when in times.items() if when is not None}
         if not quorum_holds(policy, policy["quorum"], cosigned):
             yield f"the checkpoint is cosigned by [{', '.join(sorted(cosigned))}], short of the policy's quorum {policy['quorum']}"
             return
+        if max_age is not None:
+            failure = verify_answer.check_age(
+                max((times[w] for w in cosigned), default=None), int(time.time()), max_age)
+            if failure:
+                yield failure
+                return
     if len(log["heads"]) != len(document["streams"]):
         yield "log.heads: not one per stream"
         return
@@ -519,17 +432,6 @@ def check_log(document, public, policy, saved):
             return
 
 
-def self_test():
-    # RFC 8032, section 7.1, test 1 (empty message).
-    public = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
-    signature = bytes.fromhex(
-        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155"
-        "5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
-    )
-    assert ed25519_verify(public, b"", signature), "RFC 8032 test 1"
-    assert not ed25519_verify(public, b"x", signature), "RFC 8032 test 1, other message"
-
-
 def unwrap(document):
     """A saved `registered-agent?...&proof=true` answer: its proof, once the fields beside it
     are found to be the proof's answer."""
@@ -541,7 +443,7 @@ def unwrap(document):
     return document
 
 
-def verify_file(path, public_pem, policy=None, saved=()):
+def verify_file(path, public_pem, policy=None, saved=(), max_age=None, stated=None):
     """One document's verdict: (True, what holds) or (False, the first failure)."""
     with open(path, encoding="utf-8") as file:
         document = json.load(file)
@@ -549,22 +451,79 @@ def verify_file(path, public_pem, policy=None, saved=()):
         document = unwrap(document)
     except ValueError as problem:
         return False, f"FAIL: {problem}"
+    failure = verify_answer.check_question(stated, document.get("question"))
+    if failure:
+        return False, f"FAIL: {failure}"
     for failure in check(document, public_pem):
         return False, f"FAIL: {failure}"
     public = public_key_from_pem(public_pem or document["public_key_pem"])
-    for failure in check_log(document, public, policy, list(saved)):
+    for failure in check_log(document, public, policy, list(saved), max_age):
         return False, f"FAIL: {failure}"
     checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion", "log") if part in document]
     if policy is not None:
         checked.append("the witnesses' quorum")
     if saved:
         checked.append(f"consistency with {len(saved)} saved checkpoints")
+    if max_age is not None:
+        checked.append("the newest cosignature's age")
     if "question" in document:
         return True, (
-            f"ok: {', '.join(checked)} hold, and known_at is not after the digest; "
-            "the answer itself is NOT checked here: `ledger proof verify` folds the events to it"
+            f"ok: {', '.join(checked)} hold, known_at is not after the digest, and the proven "
+            f"events fold to the answer: {verify_answer.describe(document.get('answer'))}"
+            + ("" if stated else " (the question was not stated: it is the proof's own)")
         )
     return True, f"ok: {', '.join(checked)} hold"
+
+
+FLAGS = ("--public-key", "--policy", "--max-age", "--business", "--jurisdiction", "--at",
+         "--known-at")
+
+
+def parse_args(args):
+    """(files, {flag: value}, [saved checkpoint paths]), or a ValueError naming the flag."""
+    files, values, saved = [], {}, []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in FLAGS or arg == "--saved-checkpoint":
+            if i + 1 >= len(args):
+                raise ValueError(f"{arg} needs a value")
+            if arg == "--saved-checkpoint":
+                saved.append(args[i + 1])
+            else:
+                values[arg] = args[i + 1]
+            i += 2
+        elif arg.startswith("--"):
+            raise ValueError(f"{arg}: not a flag of this verifier")
+        else:
+            files.append(arg)
+            i += 1
+    return files, values, saved
+
+
+def read_options(values):
+    """The options from the flags' values; a ValueError names what does not read."""
+    def text(path, encoding="utf-8"):
+        with open(path, encoding=encoding) as file:
+            return file.read()
+    public_pem = text(values["--public-key"], "ascii") if "--public-key" in values else None
+    policy = parse_policy(text(values["--policy"])) if "--policy" in values else None
+    if policy is not None and public_pem is None:
+        raise ValueError("--policy needs --public-key: without it the document's own key would be "
+                         "trusted, and anyone can sign a document and a checkpoint with a key of their own")
+    max_age = verify_answer.duration(values["--max-age"]) if "--max-age" in values else None
+    if max_age is not None and policy is None:
+        raise ValueError("--max-age needs --policy: the age is the newest cosignature's, verified "
+                         "with the witnesses' keys")
+    stated = {}
+    if "--business" in values:
+        stated["business"] = str(uuid.UUID(values["--business"]))
+    if "--jurisdiction" in values:
+        stated["jurisdiction"] = values["--jurisdiction"].strip().upper()
+    for flag in ("--at", "--known-at"):
+        if flag in values:
+            stated[flag[2:]] = verify_answer.micros(values[flag], flag)
+    return public_pem, policy, max_age, stated
 
 
 def main(argv):
@@ -572,42 +531,25 @@ def main(argv):
     if "--help" in args or "-h" in args:
         print(__doc__)
         return 0
-    public_pem = None
-    policy = None
-    saved = []
-    while "--saved-checkpoint" in args:
-        at = args.index("--saved-checkpoint")
-        if at + 1 >= len(args):
-            print(__doc__, file=sys.stderr)
-            return 2
-        with open(args[at + 1], encoding="utf-8") as file:
-            saved.append(file.read())
-        args = args[:at] + args[at + 2:]
-    if "--policy" in args:
-        at = args.index("--policy")
-        if at + 1 >= len(args):
-            print(__doc__, file=sys.stderr)
-            return 2
-        with open(args[at + 1], encoding="utf-8") as file:
-            policy = parse_policy(file.read())
-        args = args[:at] + args[at + 2:]
-    if "--public-key" in args:
-        at = args.index("--public-key")
-        if at + 1 >= len(args):
-            print(__doc__, file=sys.stderr)
-            return 2
-        with open(args[at + 1], encoding="ascii") as file:
-            public_pem = file.read()
-        args = args[:at] + args[at + 2:]
-    if not args:
+    try:
+        paths, values, saved_paths = parse_args(args)
+        public_pem, policy, max_age, stated = read_options(values)
+        saved = []
+        for path in saved_paths:
+            with open(path, encoding="utf-8") as file:
+                saved.append(file.read())
+    except (OSError, ValueError) as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if not paths:
         print(__doc__, file=sys.stderr)
         return 2
     self_test()
     failed = 0
-    for path in args:
-        ok, said = verify_file(path, public_pem, policy, saved)
+    for path in paths:
+        ok, said = verify_file(path, public_pem, policy, saved, max_age, stated)
         failed += not ok
-        print(f"{path}: {said}" if len(args) > 1 else said)
+        print(f"{path}: {said}" if len(paths) > 1 else said)
     if public_pem is None:
         print("note: checked with the document's own public key; pass --public-key FILE "
               "with the key published by the ledger to prove more than consistency")

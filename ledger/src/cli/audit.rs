@@ -55,14 +55,14 @@ pub enum AuditCommand {
     },
 }
 
-fn parse_instant(text: &str) -> Result<DateTime<Utc>, String> {
+pub(super) fn parse_instant(text: &str) -> Result<DateTime<Utc>, String> {
     let time: DateTime<Utc> = text
         .parse()
         .map_err(|error| format!("not an RFC 3339 time: {error}"))?;
     domain::instant("time", time).map_err(|error| error.reason)
 }
 
-fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
+pub(super) fn parse_jurisdiction(code: &str) -> Result<Jurisdiction, String> {
     Jurisdiction::parse("jurisdiction", code).map_err(|error| error.reason)
 }
 

@@ -136,7 +136,7 @@ fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
 }
 
 /// `90s`, `5m`, `2h`, `1d`, or a number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

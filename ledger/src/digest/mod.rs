@@ -55,6 +55,7 @@
 //! digest's checkpoint of the transparency log, [`crate::tlog`], sent to the witnesses)
 //! with [`checkpoint`] (the cosigned checkpoints as kept, read back and published).
 
+pub mod answer;
 pub mod build;
 pub mod chain;
 pub mod checkpoint;
@@ -63,6 +64,7 @@ pub mod document;
 pub mod merkle;
 pub mod prove;
 pub mod published;
+pub mod refused;
 pub mod signed;
 pub mod topic;
 pub mod verify;

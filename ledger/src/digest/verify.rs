@@ -3,20 +3,20 @@
 //!
 //! To check one: recompute each event's hash from its fields and the previous hash, check
 //! each chain reaches its sealed head, each head's leaf reaches the root through its path,
-//! the signature, and for an answer, that `known_at` is not after the digest's time (the
-//! digest cannot vouch for what was recorded later) and the fold (`ledger proof verify`;
-//! `tests/verify_digest.py` checks all but the fold, and says so).
+//! the signature, and for an answer, what [`super::answer`] checks: `known_at` not after the
+//! digest's time (the digest cannot vouch for what was recorded later), exactly the streams
+//! the question and the answer name, and the fold. `tests/verify_digest.py` checks the same,
+//! written apart from this code; both are held to one list of forged proofs in the tests.
 
-use chrono::{DateTime, Utc};
 use prost::Message as _;
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+pub use super::refused::{AskedQuestion, ProvenStream, Refused};
+
 use super::document::{EventRecord, LogProof, SignedFields, StreamProof};
 use super::{Head, SignedDigest, Statement, merkle};
-use crate::domain::{Jurisdiction, assignment_stream};
-use crate::queries::Fold;
 
 /// A proof as the verifier reads it: the fields it checks and nothing else. The formats,
 /// the keys and the digest's derived fields are not read (a verifier trusts none of them),
@@ -67,213 +67,6 @@ impl ClaimedProof {
     }
 }
 
-/// The question of a proven answer, as a verifier reads it: the instants in microseconds
-/// (the RFC 3339 copies are for people and are not read).
-#[derive(Debug, Clone, Deserialize)]
-pub struct AskedQuestion {
-    /// The business.
-    pub business_id: Uuid,
-    /// The jurisdiction's code.
-    pub jurisdiction: String,
-    /// Business time.
-    pub at_micros: i64,
-    /// Transaction time.
-    pub known_at_micros: i64,
-}
-
-/// Why a proof does not hold: the first thing found that does not.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// A field does not read as its type.
-    #[error("{field}: {problem}")]
-    Malformed {
-        /// Where, e.g. `digest.signature`.
-        field: String,
-        /// What is wrong with it, naming the value.
-        problem: String,
-    },
-    /// Not signed by the key given.
-    #[error("the digest's signature does not verify with the public key")]
-    Signature,
-    /// Nothing proven.
-    #[error("the proof has no streams")]
-    NoStreams,
-    /// A stream without events.
-    #[error("the proof of stream {0} has no events")]
-    NoEvents(String),
-    /// An event's proof whose first event is another.
-    #[error("the proof's first event is not the event it proves")]
-    NotTheEvent,
-    /// An event listed under another stream.
-    #[error("event {event_id} is of stream {actual}, not {listed}")]
-    OtherStream {
-        /// The event.
-        event_id: Uuid,
-        /// Its stream.
-        actual: String,
-        /// The stream it is listed under.
-        listed: String,
-    },
-    /// A version missing between two events.
-    #[error("event {event_id} does not follow version {version} of {stream}")]
-    NotNext {
-        /// The event.
-        event_id: Uuid,
-        /// The version before it.
-        version: i64,
-        /// The stream.
-        stream: String,
-    },
-    /// An event whose previous hash is not the hash of the event before it.
-    #[error("event {0} does not chain to the event before it")]
-    Unchained(Uuid),
-    /// A first event that names a previous hash.
-    #[error("event {event_id} is version 1 of {stream} but chains to an earlier one")]
-    ChainsBeforeFirst {
-        /// The event.
-        event_id: Uuid,
-        /// The stream.
-        stream: String,
-    },
-    /// An event whose fields do not hash to its hash.
-    #[error("event {event_id} (version {version}) does not hash to its recorded hash")]
-    Hash {
-        /// The event.
-        event_id: Uuid,
-        /// Its version.
-        version: i64,
-    },
-    /// A payload that is not an envelope.
-    #[error("event {0}: the payload is not an event envelope")]
-    Payload(Uuid),
-    /// A payload that says otherwise than the event's fields.
-    #[error("event {0}: the payload disagrees with the event's fields")]
-    PayloadDisagrees(Uuid),
-    /// A head whose leaf does not reach the signed root.
-    #[error("the inclusion path of stream {0} does not lead to the root")]
-    Path(String),
-    /// A question about a jurisdiction that does not exist.
-    #[error("question.jurisdiction {0:?} is not a jurisdiction")]
-    Jurisdiction(String),
-    /// A question's instant outside the times the ledger can hold.
-    #[error("question.{field} {micros} is not an instant the ledger can hold")]
-    Instant {
-        /// `at_micros` or `known_at_micros`.
-        field: &'static str,
-        /// The value.
-        micros: i64,
-    },
-    /// A question as known at an instant after the digest's.
-    #[error(
-        "the answer is not proven for known_at {known_at}: the digest is of {sealed}, and \
-         proves what was recorded by then, not that nothing else was recorded by known_at"
-    )]
-    KnownAfterDigest {
-        /// The question's `known_at`.
-        known_at: DateTime<Utc>,
-        /// The digest's time.
-        sealed: String,
-    },
-    /// An answer without the stream of the registration it answers about.
-    #[error("the proof does not prove stream {0}, whose events the answer folds")]
-    MissingStream(String),
-    /// An answer proven from part of a stream.
-    #[error(
-        "the proof of stream {stream} starts at version {first}: an answer needs whole streams"
-    )]
-    PartialStream {
-        /// The stream.
-        stream: String,
-        /// Its first proven version.
-        first: i64,
-    },
-    /// Events that do not fold ([`Fold::new`] says why).
-    #[error("{0}")]
-    Fold(String),
-    /// An answer the events do not give.
-    #[error(
-        "the proven events fold to another answer than the one given: they give {}, the proof's answer is {}",
-        describe_answer(.folded),
-        describe_answer(.given)
-    )]
-    OtherAnswer {
-        /// What the proven events fold to (`null`: no registered agent).
-        folded: Value,
-        /// The answer the proof carries.
-        given: Value,
-    },
-    /// A saved API answer whose fields are not the answer its proof proves.
-    #[error("the answer's fields beside `proof` are not the proof's `answer`")]
-    AnswerBesideProof,
-    /// The proof has no transparency-log part, and one was required.
-    #[error("the proof has no transparency log part (its digest sealed no checkpoint)")]
-    NoLog,
-    /// A checkpoint that does not read or whose log signature fails.
-    #[error("{what}: {problem}")]
-    Checkpoint {
-        /// Which checkpoint.
-        what: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A checkpoint of another size than the digest's event count.
-    #[error("the checkpoint's size {size} is not the digest's event count {events}")]
-    CheckpointSize {
-        /// The checkpoint's size.
-        size: u64,
-        /// The digest's events.
-        events: u64,
-    },
-    /// Cosignatures short of the policy's quorum.
-    #[error("the checkpoint is cosigned by [{cosigned}], short of the policy's quorum {quorum}")]
-    Quorum {
-        /// The witnesses whose cosignature verified.
-        cosigned: String,
-        /// The quorum in words.
-        quorum: String,
-    },
-    /// A head event that is not in the log at its stated place.
-    #[error("the head of stream {stream} is not in the log at index {index}: {problem}")]
-    LogPath {
-        /// The stream.
-        stream: String,
-        /// The index claimed.
-        index: u64,
-        /// What the check said.
-        problem: String,
-    },
-    /// A saved checkpoint the proof's log does not extend.
-    #[error(
-        "NOT CONSISTENT with your saved checkpoint of size {saved_size} (root {saved_root}): \
-         {problem}; the log's history as of your checkpoint was rewritten, or you were shown a \
-         split view"
-    )]
-    Inconsistent {
-        /// The saved checkpoint's size.
-        saved_size: u64,
-        /// Its root, base64.
-        saved_root: String,
-        /// What the consistency check said.
-        problem: String,
-    },
-    /// A saved checkpoint with no consistency proof from its size in the proof.
-    #[error(
-        "the proof carries no consistency proof from your saved checkpoint's size {0}: ask \
-         again with consistent_with={0}"
-    )]
-    NoConsistencyProof(u64),
-    /// A saved checkpoint newer than the proof's.
-    #[error(
-        "your saved checkpoint (size {saved}) is newer than the proof's (size {size}): ask for a newer proof"
-    )]
-    SavedNewer {
-        /// The saved checkpoint's size.
-        saved: u64,
-        /// The proof's.
-        size: u64,
-    },
-}
-
 /// Checks a proof offline against `public_key`: every event's hash from its fields and the
 /// previous hash, each chain up to its sealed head, each head's leaf through its Merkle
 /// path to the root, the signature, and for an audit answer, that the proven events fold
@@ -304,7 +97,7 @@ pub fn verify(
     }
     let answer = match &proof.question {
         None => None,
-        Some(question) => Some(verify_answer(
+        Some(question) => Some(super::answer::verify_answer(
             question,
             &proof.answer,
             &streams,
@@ -403,81 +196,6 @@ fn verify_link(
     Ok(())
 }
 
-/// An audit answer in words, for an operator reading why a proof was refused: `null` is no
-/// registered agent, else the contact and the assignment. Pure.
-fn describe_answer(answer: &Value) -> String {
-    if answer.is_null() {
-        return "no registered agent".to_owned();
-    }
-    let field = |value: &Value| {
-        value
-            .as_str()
-            .map_or_else(|| value.to_string(), str::to_owned)
-    };
-    format!(
-        "contact {} ({:?}) through assignment {}",
-        field(&answer["contact"]["contact_id"]),
-        field(&answer["contact"]["name"]),
-        field(&answer["assignment"]["assignment_id"]),
-    )
-}
-
-/// That the proven events, whole streams from version 1, fold to the answer.
-fn verify_answer(
-    question: &AskedQuestion,
-    answer: &Value,
-    streams: &[ProvenStream],
-    envelopes: &[ra_ledger_proto::v1::Envelope],
-    digest_time_micros: i64,
-) -> Result<String, Refused> {
-    let business_id = question.business_id;
-    let jurisdiction = Jurisdiction::parse("question.jurisdiction", &question.jurisdiction)
-        .map_err(|_| Refused::Jurisdiction(question.jurisdiction.clone()))?;
-    let instant = |field: &'static str, micros: i64| {
-        DateTime::from_timestamp_micros(micros).ok_or(Refused::Instant { field, micros })
-    };
-    let at = instant("at_micros", question.at_micros)?;
-    let known_at = instant("known_at_micros", question.known_at_micros)?;
-    if known_at.timestamp_micros() > digest_time_micros {
-        let sealed = DateTime::from_timestamp_micros(digest_time_micros)
-            .map_or_else(|| digest_time_micros.to_string(), |time| time.to_string());
-        return Err(Refused::KnownAfterDigest { known_at, sealed });
-    }
-    let registration = assignment_stream(business_id, jurisdiction);
-    if !streams.iter().any(|proven| proven.stream == registration) {
-        return Err(Refused::MissingStream(registration));
-    }
-    if let Some(partial) = streams.iter().find(|proven| proven.first_version != 1) {
-        return Err(Refused::PartialStream {
-            stream: partial.stream.clone(),
-            first: partial.first_version,
-        });
-    }
-    // Only this registration's assignments count, whatever other streams came along.
-    let relevant: Vec<_> = envelopes
-        .iter()
-        .filter(|envelope| {
-            envelope.stream == registration || !envelope.stream.starts_with("assignment-")
-        })
-        .cloned()
-        .collect();
-    let folded = Fold::new(&relevant, known_at)
-        .map_err(Refused::Fold)?
-        .registered_agent_at(at);
-    let folded = serde_json::to_value(&folded).expect("an answer always serializes");
-    if &folded != answer {
-        return Err(Refused::OtherAnswer {
-            folded,
-            given: answer.clone(),
-        });
-    }
-    Ok(format!(
-        "the RA of business {business_id} in {} at {at}, as known at {known_at}, is contact {}",
-        jurisdiction.code(),
-        folded["contact"]["contact_id"].as_str().unwrap_or("(none)")
-    ))
-}
-
 /// What the log part of a proof established.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedLog {
@@ -485,6 +203,8 @@ pub struct VerifiedLog {
     pub checkpoint: crate::tlog::note::Checkpoint,
     /// The policy's witnesses whose cosignature verified.
     pub cosigned: Vec<String>,
+    /// The newest of their cosignatures' times (Unix seconds), if any verified.
+    pub newest_cosignature: Option<u64>,
     /// The saved checkpoints' sizes it was proven consistent with.
     pub consistent_with: Vec<u64>,
 }
@@ -517,6 +237,9 @@ pub fn verify_log(
         Ok((note, checkpoint))
     };
     let (note, checkpoint) = read("log.checkpoint", &log.checkpoint)?;
+    if let Some(pinned) = policy.and_then(|policy| policy.log.as_ref()) {
+        pinned_log_key(pinned, public_key, &checkpoint.origin)?;
+    }
     if checkpoint.size != proof.digest.event_count {
         return Err(Refused::CheckpointSize {
             size: checkpoint.size,
@@ -524,10 +247,12 @@ pub fn verify_log(
         });
     }
     let mut cosigned = Vec::new();
+    let mut newest_cosignature = None;
     if let Some(policy) = policy {
         for witness in &policy.witnesses {
-            if witness.key.verify_cosignature(&note).is_ok() {
+            if let Ok(time) = witness.key.verify_cosignature(&note) {
                 cosigned.push(witness.name.clone());
+                newest_cosignature = newest_cosignature.max(Some(time));
             }
         }
         if !policy.satisfied(&cosigned.iter().cloned().collect()) {
@@ -611,24 +336,41 @@ pub fn verify_log(
     Ok(VerifiedLog {
         checkpoint,
         cosigned,
+        newest_cosignature,
         consistent_with,
     })
+}
+
+/// That the policy's `log` line pins the key given and the checkpoint's origin: the auditor
+/// had the key and the policy from two places, and a disagreement means one of them is not
+/// the ledger's (a proof signed by another key is refused even when `--public-key` is that
+/// key). Pure.
+pub fn pinned_log_key(
+    pinned: &crate::tlog::note::NoteKey,
+    public_key: &ed25519_dalek::VerifyingKey,
+    origin: &str,
+) -> Result<(), Refused> {
+    use crate::tlog::note::NoteKey;
+    if pinned.public != *public_key {
+        return Err(Refused::LogKey(format!(
+            "the policy's log key {} is not --public-key's ({}): one of them is not the \
+             ledger's; get both again from their owners",
+            pinned.vkey(),
+            NoteKey::log(&pinned.name, *public_key).vkey()
+        )));
+    }
+    if pinned.name != origin {
+        return Err(Refused::LogKey(format!(
+            "the checkpoint is of log {origin:?}, the policy's log key is of {:?}",
+            pinned.name
+        )));
+    }
+    Ok(())
 }
 
 fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// One stream a proof established.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProvenStream {
-    /// The stream.
-    pub stream: String,
-    /// Its first proven event's version.
-    pub first_version: i64,
-    /// The head version the digest sealed.
-    pub sealed_version: i64,
 }
 
 /// What a verified proof established.

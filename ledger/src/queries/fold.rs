@@ -171,16 +171,21 @@ impl Fold {
         Ok(fold)
     }
 
+    /// The assignment in force at `at`: the newest with `started_at <= at < ended_at`, if
+    /// any, whether or not its contact was folded (a proof's verifier asks which contact
+    /// stream the answer needs).
+    pub fn assignment_at(&self, at: DateTime<Utc>) -> Option<&AssignmentView> {
+        self.assignments
+            .values()
+            .filter(|a| a.started_at <= at && a.ended_at.is_none_or(|ended| ended > at))
+            .max_by_key(|a| (a.started_at, a.assignment_id))
+    }
+
     /// Who was the RA at `at`: the newest assignment with `started_at <= at < ended_at`,
     /// with its contact. `None` when no assignment was in force, or when its contact is
     /// not among the folded events.
     pub fn registered_agent_at(&self, at: DateTime<Utc>) -> Option<RegisteredAgent> {
-        let assignment = self
-            .assignments
-            .values()
-            .filter(|a| a.started_at <= at && a.ended_at.is_none_or(|ended| ended > at))
-            .max_by_key(|a| (a.started_at, a.assignment_id))?
-            .clone();
+        let assignment = self.assignment_at(at)?.clone();
         let contact = self.contacts.get(&assignment.contact_id)?.clone();
         let contact_status = match contact.superseded_at {
             Some(superseded) if superseded <= at => ContactStatus::OnFile,

@@ -13,6 +13,12 @@
 //! it is used; a group's `k` is between 1 and its members' count; exactly one `quorum`
 //! line. A checkpoint meets the policy when the quorum's witness cosigned it, or enough
 //! of its group's members meet theirs.
+//!
+//! A quorum counts keys, not names (issue 56, item 4): two witness lines with one key, or
+//! a group whose members share a witness (`group g all a a`, or two groups both holding
+//! `a`), would let one witness count twice, so the policy is refused naming them. With
+//! every key once and every group's members disjoint, a group met by `k` members was
+//! cosigned by at least `k` distinct keys.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -112,10 +118,19 @@ impl Policy {
                 ("log", [vkey] | [vkey, _]) => policy.log = Some(key(vkey, ALG_ED25519)?),
                 ("witness", [name, vkey, rest @ ..]) if rest.len() <= 1 => {
                     fresh(name, &names)?;
+                    let key = key(vkey, ALG_COSIGNATURE_V1)?;
+                    if let Some(same) = policy.witnesses.iter().find(|w| w.key.public == key.public)
+                    {
+                        return Err(error(format!(
+                            "witness {name} has the key of witness {}: a quorum counts keys, \
+                             so give each key one witness line",
+                            same.name
+                        )));
+                    }
                     names.insert(name.to_string(), Member::Witness(policy.witnesses.len()));
                     policy.witnesses.push(Witness {
                         name: name.to_string(),
-                        key: key(vkey, ALG_COSIGNATURE_V1)?,
+                        key,
                         url: rest.first().map(|url| url.trim_end_matches('/').to_owned()),
                     });
                 }
@@ -129,6 +144,7 @@ impl Policy {
                             })
                         })
                         .collect::<Result<Vec<_>, _>>()?;
+                    policy.disjoint(name, &members).map_err(error)?;
                     let threshold = match *threshold {
                         "all" => members.len(),
                         "any" => 1,
@@ -165,6 +181,36 @@ impl Policy {
             });
         }
         Ok(policy)
+    }
+
+    /// The witnesses under `member` (itself, or its group's, recursively).
+    fn witnesses_under(&self, member: &Member) -> BTreeSet<usize> {
+        match member {
+            Member::Witness(i) => BTreeSet::from([*i]),
+            Member::Group(i) => self.groups[*i]
+                .members
+                .iter()
+                .flat_map(|member| self.witnesses_under(member))
+                .collect(),
+        }
+    }
+
+    /// That no witness is under two of a group's `members`: else one cosignature would
+    /// count for two.
+    fn disjoint(&self, group: &str, members: &[Member]) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for member in members {
+            for witness in self.witnesses_under(member) {
+                if !seen.insert(witness) {
+                    return Err(format!(
+                        "group {group}: witness {} is under two of its members, and would \
+                         count twice toward its threshold; list each witness once",
+                        self.witnesses[witness].name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether the witnesses named (by their policy names) meet the quorum.
@@ -278,5 +324,38 @@ mod tests {
             error("witness a nokey\nquorum a\n").starts_with("policy line 1: not a verifier key")
         );
         assert!(error("frobnicate\nquorum none\n").contains("not a policy line"));
+    }
+
+    /// One witness must not meet a quorum of two (issue 56, item 4).
+    #[test]
+    fn one_key_counts_once() {
+        let a = vkey("w.example/a", 1);
+        let b = vkey("w.example/b", 2);
+        let error = |text: &str| Policy::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            error(&format!("witness a {a}\ngroup g all a a\nquorum g\n")),
+            "policy line 2: group g: witness a is under two of its members, and would count \
+             twice toward its threshold; list each witness once"
+        );
+        // The same key under another name (its own key name differs too).
+        let a_again = vkey("w.example/a2", 1);
+        assert_eq!(
+            error(&format!(
+                "witness a {a}\nwitness b {a_again}\ngroup g 2 a b\nquorum g\n"
+            )),
+            "policy line 2: witness b has the key of witness a: a quorum counts keys, so give \
+             each key one witness line"
+        );
+        assert!(
+            error(&format!(
+                "witness a {a}\nwitness b {b}\ngroup x any a\ngroup y any a b\ngroup g all x y\nquorum g\n"
+            ))
+            .starts_with("policy line 5: group g: witness a is under two")
+        );
+        let two = Policy::parse(&format!(
+            "witness a {a}\nwitness b {b}\ngroup g 2 a b\nquorum g\n"
+        ))
+        .unwrap();
+        assert!(!two.satisfied(&set(&["a"])) && two.satisfied(&set(&["a", "b"])));
     }
 }

@@ -900,7 +900,7 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
                 let streams = d["streams"].as_array_mut().expect("streams");
                 streams.pop();
             }),
-            "fold to another answer",
+            "does not prove stream contact-",
         ),
         (
             "a partial stream",
@@ -913,7 +913,8 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         (
             "a later instant",
             Box::new(|d: &mut Value| d["question"]["at_micros"] = json!(1_767_225_600_000_000i64)),
-            "fold to another answer",
+            // Then the replacing assignment is in force: its contact's stream is missing.
+            "which the question and its answer do not name",
         ),
         (
             "known at a later instant than the digest's",

@@ -13,6 +13,8 @@ mod console_security;
 mod contracts;
 mod deploy;
 mod digest;
+mod digest_forgeries;
+mod digest_go;
 mod digest_numbers;
 mod digest_published;
 mod digest_time;
