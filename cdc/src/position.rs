@@ -185,6 +185,20 @@ pub enum PositionError {
     Undecided(String),
 }
 
+/// [`read`] on a blocking thread, for the relay's async code.
+pub async fn read_in_background(
+    config: &RelayConfig,
+    which: Read,
+) -> Result<Option<Position>, PositionError> {
+    let reader = config.clone();
+    tokio::task::spawn_blocking(move || read(&reader, which))
+        .await
+        .map_err(|_| PositionError::Kafka {
+            topic: config.position_topic(),
+            error: KafkaError::Canceled,
+        })?
+}
+
 /// How far back from the end the first read looks for the slot's record; multiplied by 16
 /// until found or the whole partition is read.
 const FIRST_WINDOW: i64 = 256;

@@ -58,7 +58,7 @@ pub(super) async fn run(
         generation,
         ..
     } = opened;
-    if let Some(position) = super::read_position(config, Read::Newest).await?
+    if let Some(position) = crate::position::read_in_background(config, Read::Newest).await?
         && let Some(stored) = position.stored()
     {
         history::continues(&stored, &server, position.delivery.is_some())?;

@@ -41,13 +41,15 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
+use super::coverage::{self, Coverage};
 use super::in_flight::{Answer, InFlight};
-use super::publication::{self, Coverage};
+use super::publication;
 use super::published::Published;
 use super::{HEARTBEAT_PREFIX, RelayError};
 use crate::config::RelayConfig;
 use crate::metrics::{PG_EPOCH_MICROS, RelayMetrics, now_micros};
 use crate::outbox::OutboxLayout;
+use crate::pgoutput::Relation;
 use crate::pgoutput::{self, DecodeError, LogicalMessage};
 use crate::publish::{CommitHeaders, CommitInfo, OutgoingMessage, Unrenderable};
 
@@ -308,24 +310,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
 
     /// Checks the publication; what it vouches for lets the slot be confirmed further.
     async fn check_publication(&mut self) -> Result<(), RelayError> {
-        let catalog = publication::read(self.sql, &self.config.publication).await?;
-        let checked = publication::check(&self.config.publication, &catalog)?;
-        if checked.identity != self.coverage.identity() {
-            // The guard records in the registration a change it saw harmless (a no-op
-            // `SET`, `OWNER TO`); any other change is refused by `passed` below.
-            let registered = super::slot::registration(self.sql, &self.config.slot)
-                .await?
-                .and_then(|registration| registration.publication_identity);
-            if registered.as_deref() == Some(checked.identity.as_str()) {
-                tracing::info!(
-                    before = %self.coverage.identity(),
-                    now = %checked.identity,
-                    "the publication changed in a way the outbox guard saw harmless: streaming on"
-                );
-                self.coverage.vouched_change(&checked.identity);
-            }
-        }
-        self.coverage.passed(&checked, &catalog)?;
+        let catalog = coverage::recheck(self.sql, self.config, &mut self.coverage).await?;
         let bypasses = publication::guard_bypasses(&catalog);
         if bypasses != self.guard_bypasses {
             for bypass in bypasses.iter().filter(|b| !self.guard_bypasses.contains(b)) {
@@ -375,7 +360,7 @@ impl<'a, D: Delivery> Reader<'a, D> {
                 self.metrics.observe_wal_end(wal_end.as_u64());
                 match pgoutput::decode(&data)? {
                     LogicalMessage::Relation(relation) => {
-                        super::learn_relation(&self.coverage, &mut self.layouts, &relation)?;
+                        learn_relation(&self.coverage, &mut self.layouts, &relation)?;
                     }
                     LogicalMessage::Insert { relation_oid, new } => {
                         self.on_row(relation_oid, &new).await?;
@@ -513,6 +498,22 @@ impl<'a, D: Delivery> Reader<'a, D> {
             .await?;
         Ok(())
     }
+}
+
+/// Keeps the column layout of the outbox relation a session was told about; any table but
+/// the outbox the publication check found (by OID) is an error (the relay publishes the
+/// outbox only), and so is a column of another type than the relay reads.
+fn learn_relation(
+    coverage: &Coverage,
+    layouts: &mut HashMap<u32, OutboxLayout>,
+    relation: &Relation,
+) -> Result<(), RelayError> {
+    coverage.relation(
+        relation.oid,
+        &format!("{}.{}", relation.namespace, relation.name),
+    )?;
+    layouts.insert(relation.oid, OutboxLayout::from_relation(relation)?);
+    Ok(())
 }
 
 /// The heartbeat count of `slot` a heartbeat's content (`<slot> <count>`) carries; `None`

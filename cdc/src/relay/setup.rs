@@ -22,8 +22,8 @@ use tokio_postgres::Client;
 use tracing::{info, warn};
 
 use super::connect::{find_primary, in_recovery, replication_config};
+use super::coverage::{self, Coverage};
 use super::gate::{self, Gate, GateState};
-use super::publication::{self, Coverage};
 use super::{RelayError, slot};
 use crate::config::RelayConfig;
 use crate::history::{self, Identity, Server};
@@ -77,7 +77,7 @@ pub(super) async fn open(
         .await?;
         registration = slot::registration(&sql, &config.slot).await?;
     }
-    let (coverage, checked) = publication::at_start(&sql, config, registration.as_ref()).await?;
+    let (coverage, checked) = coverage::at_start(&sql, config, registration.as_ref()).await?;
     let (database, version): (String, i32) = {
         let row = sql
             .query_one(

@@ -98,7 +98,7 @@ pub(super) async fn run(
     resume_from(
         &sql,
         &server,
-        super::read_position(config, position::Read::Newest).await?,
+        position::read_in_background(config, position::Read::Newest).await?,
     )
     .await?;
     let producer = in_flight::transactional(config, &server.identity.system_id)?;
@@ -107,7 +107,7 @@ pub(super) async fn run(
         producer.init_transactions(timeout)
     })
     .await?;
-    let stored = super::read_position(config, position::Read::Committed).await?;
+    let stored = position::read_in_background(config, position::Read::Committed).await?;
     let resume = resume_from(&sql, &server, stored).await?;
     let parked = parked_above(&sql, resume.commit_lsn).await?;
     info!(
