@@ -102,47 +102,16 @@ pub(super) async fn from_snapshot(
 ) -> Result<Recovered, RelayError> {
     let application_name = format!("ledger-relay-recover:{}", config.slot);
     let sql = crate::infra::pg::connect(primary).await?;
-    // A slot a relay holds is refused before anything is written: a refused recovery
-    // changes nothing (it used to mark the running relay's registration not ready first).
-    if let Some(pid) = slot::holder(&sql, &config.slot).await? {
-        return Err(RelayError::SlotBusy {
-            slot: config.slot.clone(),
-            pid,
-        });
-    }
     // Parking and registering write; the snapshot's transaction only reads.
     let writer = crate::infra::pg::connect(primary).await?;
-    let (checked, _) = publication::ensure(&sql, config, true).await?;
-    // Dropped first (PostgreSQL refuses to drop a slot a session holds, so a relay that
-    // took it meanwhile keeps it and its registration), then registered as publishing: a
-    // crash between the two leaves a ready registration without a slot, which the relay
-    // refuses as lost until this runs again; never a running relay's registration undone.
-    let dropped_slot = drop_old_slot(&sql, &config.slot).await?;
-    slot::register_snapshot(
-        &writer,
-        &config.slot,
-        by,
-        &config.publication,
-        &checked.identity,
-        slot::SnapshotState::Publishing,
-    )
-    .await?;
+    let (identity_of_publication, dropped_slot) = begin(config, by, &sql, &writer).await?;
     let mut replication = ReplicationClient::connect_gated(connect::replication_config(
         config,
         primary,
         &application_name,
     ))
     .await?;
-    let identify = replication.identify_system().await?;
-    let database: String = sql
-        .query_one("SELECT current_database()", &[])
-        .await?
-        .get(0);
-    let identity = Identity {
-        system_id: identify.system_id,
-        timeline: identify.timeline,
-        database,
-    };
+    let identity = identity_of(&mut replication, &sql).await?;
     let (consistent_point, snapshot) = create_slot(&mut replication, config).await?;
     let mut sql = sql;
     let reading = sql
@@ -174,7 +143,7 @@ pub(super) async fn from_snapshot(
         &config.slot,
         by,
         &config.publication,
-        &checked.identity,
+        &identity_of_publication,
         slot::SnapshotState::Published {
             consistent_point,
             system_id: &identity.system_id,
@@ -191,12 +160,63 @@ pub(super) async fn from_snapshot(
         events: published.events,
         parked: published.parked,
     };
-    if by == "recover" {
-        info!(?recovered, slot = %config.slot, "slot recovered; start the relay");
+    info!(?recovered, slot = %config.slot, "{}", if by == "recover" {
+        "slot recovered; start the relay"
     } else {
-        info!(?recovered, slot = %config.slot, "the first slot is created, and the rows its snapshot holds are in Kafka");
-    }
+        "the first slot is created, and the rows its snapshot holds are in Kafka"
+    });
     Ok(recovered)
+}
+
+/// The server the replication session reached, and the database.
+async fn identity_of(
+    replication: &mut ReplicationClient,
+    sql: &Client,
+) -> Result<Identity, RelayError> {
+    let identify = replication.identify_system().await?;
+    let database: String = sql
+        .query_one("SELECT current_database()", &[])
+        .await?
+        .get(0);
+    Ok(Identity {
+        system_id: identify.system_id,
+        timeline: identify.timeline,
+        database,
+    })
+}
+
+/// Step 1 (the module doc): a slot a relay holds is refused before anything is written, so a
+/// refused recovery changes nothing (it used to mark the running relay's registration not
+/// ready first); the publication is checked (created when missing); the old slot is dropped
+/// (PostgreSQL refuses to drop a slot a session holds, so a relay that took it meanwhile
+/// keeps it and its registration), then registered as publishing: a crash between the two
+/// leaves a ready registration without a slot, which the relay refuses as lost until this
+/// runs again, never a running relay's registration undone. Returns the publication's
+/// identity and whether a slot was dropped.
+async fn begin(
+    config: &RelayConfig,
+    by: &str,
+    sql: &Client,
+    writer: &Client,
+) -> Result<(String, bool), RelayError> {
+    if let Some(pid) = slot::holder(sql, &config.slot).await? {
+        return Err(RelayError::SlotBusy {
+            slot: config.slot.clone(),
+            pid,
+        });
+    }
+    let (checked, _) = publication::ensure(sql, config, true).await?;
+    let dropped_slot = drop_old_slot(sql, &config.slot).await?;
+    slot::register_snapshot(
+        writer,
+        &config.slot,
+        by,
+        &config.publication,
+        &checked.identity,
+        slot::SnapshotState::Publishing,
+    )
+    .await?;
+    Ok((checked.identity, dropped_slot))
 }
 
 /// Publishes, from the snapshot `reading` imported, the events of `options.events_since`

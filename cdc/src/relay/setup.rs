@@ -57,36 +57,9 @@ pub(super) async fn open(
     application_name: &str,
 ) -> Result<Opened, RelayError> {
     let (primary, sql, standbys) = find_primary(config, application_name).await?;
-    let mut registration = slot::registration(&sql, &config.slot).await?;
-    let state = slot::inspect(&sql, &config.slot).await?;
-    if let slot::Start::FromSnapshot { first } =
-        slot::decide(&config.slot, state.as_ref(), registration.as_ref())?
-    {
-        if first {
-            info!(slot = %config.slot, "creating the relay's first slot, with a snapshot: the outbox rows committed before it are published from the snapshot");
-        } else {
-            warn!(slot = %config.slot, "the slot's snapshot was not all published when its creation last stopped (a crash?): creating it again with a new snapshot, publishing what that holds");
-        }
-        let by = if first { "relay" } else { "recover" };
-        super::recover::from_snapshot(
-            config,
-            &super::recover::RecoverOptions::default(),
-            by,
-            &primary,
-        )
-        .await?;
-        registration = slot::registration(&sql, &config.slot).await?;
-    }
+    let registration = registered_slot(config, &primary, &sql).await?;
     let (coverage, checked) = coverage::at_start(&sql, config, registration.as_ref()).await?;
-    let (database, version): (String, i32) = {
-        let row = sql
-            .query_one(
-                "SELECT current_database(), current_setting('server_version_num')::int",
-                &[],
-            )
-            .await?;
-        (row.get(0), row.get(1))
-    };
+    let (database, version) = database_and_version(&sql).await?;
     let mut replication =
         ReplicationClient::connect_gated(replication_config(config, &primary, application_name))
             .await?;
@@ -96,25 +69,8 @@ pub(super) async fn open(
             target: pg::target(&primary),
         });
     }
-    let history = if identity.timeline > 1 {
-        let file = replication.timeline_history(identity.timeline).await?;
-        history::parse_history(&String::from_utf8_lossy(&file.content)).ok_or_else(|| {
-            RelayError::Catalog(format!("timeline history {} does not parse", file.filename))
-        })?
-    } else {
-        Vec::new()
-    };
-    let gate = if config.slot_failover {
-        slot::failover_supported(version)?;
-        let state = GateState::read(&sql).await?;
-        let gate = state.decide(config.without_standby)?;
-        if gate == Gate::WithoutStandby {
-            warn!(slot = %config.slot, "{}", gate::streaming_without_standby(&state.named));
-        }
-        Some(gate)
-    } else {
-        None
-    };
+    let history = timeline_history(&mut replication, identity.timeline).await?;
+    let gate = standby_gate(config, &sql, version).await?;
     slot::prepare(
         &sql,
         &mut replication,
@@ -169,4 +125,79 @@ pub(super) async fn open(
         coverage,
         gate,
     })
+}
+
+/// The slot's registration once the slot may be streamed from: a slot to create from a
+/// snapshot ([`slot::decide`]: the first, or one whose snapshot a crash interrupted) is
+/// created on `primary` and its snapshot published first.
+async fn registered_slot(
+    config: &RelayConfig,
+    primary: &Settings,
+    sql: &Client,
+) -> Result<Option<slot::Registration>, RelayError> {
+    let registration = slot::registration(sql, &config.slot).await?;
+    let state = slot::inspect(sql, &config.slot).await?;
+    let slot::Start::FromSnapshot { first } =
+        slot::decide(&config.slot, state.as_ref(), registration.as_ref())?
+    else {
+        return Ok(registration);
+    };
+    if first {
+        info!(slot = %config.slot, "creating the relay's first slot, with a snapshot: the outbox rows committed before it are published from the snapshot");
+    } else {
+        warn!(slot = %config.slot, "the slot's snapshot was not all published when its creation last stopped (a crash?): creating it again with a new snapshot, publishing what that holds");
+    }
+    let by = if first { "relay" } else { "recover" };
+    super::recover::from_snapshot(
+        config,
+        &super::recover::RecoverOptions::default(),
+        by,
+        primary,
+    )
+    .await?;
+    slot::registration(sql, &config.slot).await
+}
+
+/// The server's timeline history past timeline 1, as `TIMELINE_HISTORY` gives it.
+async fn timeline_history(
+    replication: &mut ReplicationClient,
+    timeline: u32,
+) -> Result<Vec<history::TimelineSwitch>, RelayError> {
+    if timeline <= 1 {
+        return Ok(Vec::new());
+    }
+    let file = replication.timeline_history(timeline).await?;
+    history::parse_history(&String::from_utf8_lossy(&file.content)).ok_or_else(|| {
+        RelayError::Catalog(format!("timeline history {} does not parse", file.filename))
+    })
+}
+
+/// With `slot_failover`, how the session streams with respect to the standby gate
+/// ([`super::gate`]); `None` without it.
+async fn standby_gate(
+    config: &RelayConfig,
+    sql: &Client,
+    version: i32,
+) -> Result<Option<Gate>, RelayError> {
+    if !config.slot_failover {
+        return Ok(None);
+    }
+    slot::failover_supported(version)?;
+    let state = GateState::read(sql).await?;
+    let gate = state.decide(config.without_standby)?;
+    if gate == Gate::WithoutStandby {
+        warn!(slot = %config.slot, "{}", gate::streaming_without_standby(&state.named));
+    }
+    Ok(Some(gate))
+}
+
+/// The database's name and the server's `server_version_num`.
+async fn database_and_version(sql: &Client) -> Result<(String, i32), RelayError> {
+    let row = sql
+        .query_one(
+            "SELECT current_database(), current_setting('server_version_num')::int",
+            &[],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
 }

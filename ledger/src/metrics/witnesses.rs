@@ -24,6 +24,12 @@ pub const CHECKPOINT_SIZE: Metric = Metric::gauge(
     "ra_checkpoint_size",
     "Leaves (events) in the newest checkpoint of the transparency log sent to the witnesses.",
 );
+/// The digest whose checkpoint is the newest sent (issue 57, item 8: a size of 0 reads as
+/// "empty" only with the digest it belongs to, the first after a start).
+pub const CHECKPOINT_DIGEST: Metric = Metric::gauge(
+    "ra_checkpoint_digest_seq",
+    "The sequence number of the digest that sealed the newest checkpoint sent to the witnesses.",
+);
 /// Witnesses that cosigned the newest checkpoint.
 pub const CHECKPOINT_COSIGNATURES: Metric = Metric::gauge(
     "ra_checkpoint_cosignatures",
@@ -72,6 +78,8 @@ pub struct Findings {
     pub quorum: bool,
     /// The checkpoint's size.
     pub size: u64,
+    /// The digest that sealed it.
+    pub digest_seq: i64,
     /// Cosignatures it carries.
     pub cosignatures: usize,
     /// Witnesses refusing.
@@ -97,6 +105,7 @@ impl Findings {
         Self {
             quorum: round.quorum,
             size: round.size,
+            digest_seq: round.digest_seq,
             cosignatures: round.cosigners.len(),
             refusing: count(Outcome::Refused),
             unavailable: count(Outcome::Unavailable),
@@ -135,6 +144,7 @@ impl Witnessed {
         if let Some(found) = self.findings {
             CHECKPOINT_QUORUM.render(out, u8::from(found.quorum));
             CHECKPOINT_SIZE.render(out, found.size);
+            CHECKPOINT_DIGEST.render(out, found.digest_seq);
             CHECKPOINT_COSIGNATURES.render(out, found.cosignatures);
             WITNESSES_REFUSING.render(out, found.refusing);
             WITNESSES_UNAVAILABLE.render(out, found.unavailable);
@@ -206,6 +216,7 @@ mod tests {
         for metric in [
             CHECKPOINT_QUORUM,
             CHECKPOINT_SIZE,
+            CHECKPOINT_DIGEST,
             CHECKPOINT_COSIGNATURES,
             WITNESSES_REFUSING,
             WITNESSES_UNAVAILABLE,
@@ -221,6 +232,7 @@ mod tests {
         for line in [
             "ra_checkpoint_quorum_met 0\n",
             "ra_checkpoint_size 25\n",
+            "ra_checkpoint_digest_seq 3\n",
             "ra_checkpoint_cosignatures 1\n",
             "ra_witnesses_refusing 1\n",
             "ra_witnesses_unavailable 1\n",
