@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use ra_ledger::db;
 use ra_ledger::digest::DigestKey;
-use ra_ledger::digest::build::{Built, TreeCache, build_cached};
+use ra_ledger::digest::build::{Built, build_cached};
+use ra_ledger::digest::log::TreeCache;
 
 use crate::scratch;
 

@@ -3,8 +3,7 @@
 //! once's false `Rewound` under the new one.
 
 use ra_ledger_model::check::{
-    ALL_PUBLISHED_AND_DELETED, NO_FALSE_REWOUND, NO_UNHELD_DELETE, REFUSES_ONLY_A_MOVED_SLOT,
-    SNAPSHOT_RETRIED, WATCHER_PAGES, WATCHER_PAGES_ONLY_ON_GAPS, WATCHER_SEES_EVERY_GAP,
+    NO_FALSE_REWOUND, NO_UNHELD_DELETE, WATCHER_PAGES_ONLY_ON_GAPS, WATCHER_SEES_EVERY_GAP,
 };
 use ra_ledger_model::state::{Process, Refusal};
 use ra_ledger_model::watcher::{flagged, lost};

@@ -45,7 +45,7 @@ pub struct AppState {
     /// The digests' public key (PEM), when digests are on.
     pub digest_public_key: Option<String>,
     /// The digest builder's tree in memory, which proofs take their paths from.
-    pub digest_tree: crate::digest::build::TreeCache,
+    pub digest_tree: crate::digest::log::TreeCache,
     /// What only the console uses.
     pub console: ConsoleState,
 }

@@ -30,17 +30,19 @@
 //! already does. A digest may seal events recorded after `T` as well (committed between
 //! steps 1 and 3); a proof folds only what was recorded by its `known_at`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
+use super::log::{
+    CachedLeaf, CachedTree, LogError, TreeCache, append_log, hash32, merge, read_leaves, read_log,
+};
 use super::merkle::Hash;
 use super::{DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
 use crate::older_transactions::{WaitError, wait_for_older};
 use crate::tlog::note::{Checkpoint, SignedNote, sign_checkpoint};
-use crate::tlog::tree::Tree;
 
 /// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
 pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
@@ -97,139 +99,20 @@ pub enum BuildError {
     OlderTransactions(std::time::Duration, String),
 }
 
+impl From<LogError> for BuildError {
+    fn from(error: LogError) -> Self {
+        match error {
+            LogError::Database(error) => Self::Database(error),
+            LogError::BadHash(what) => Self::BadHash(what),
+        }
+    }
+}
+
 impl From<WaitError> for BuildError {
     fn from(error: WaitError) -> Self {
         match error {
             WaitError::Database(error) => Self::Database(error),
             WaitError::StillOpen { waited, open } => Self::OlderTransactions(waited, open),
-        }
-    }
-}
-
-/// The leaves as the last digest this process sealed left them, so that the next digest
-/// reads only the changed streams and not every leaf again. It is used only while the
-/// newest digest in the database is still the one it describes (same number and root);
-/// otherwise (another replica sealed one, a restart) the leaves are read from
-/// `digest_leaves` once and the cache starts over.
-///
-/// Cloning it shares it: `ledger serve` gives the same one to the builder and to the proofs,
-/// which take their Merkle paths from it instead of reading every leaf.
-#[derive(Debug, Clone)]
-pub struct TreeCache(Arc<Mutex<Option<Arc<CachedTree>>>>, Arc<str>);
-
-impl Default for TreeCache {
-    fn default() -> Self {
-        Self::with_origin(crate::tlog::DEFAULT_ORIGIN)
-    }
-}
-
-impl TreeCache {
-    /// An empty cache of a builder whose checkpoints name the log `origin`.
-    pub fn with_origin(origin: &str) -> Self {
-        Self(Arc::default(), origin.into())
-    }
-
-    /// The log's origin, the first line of its checkpoints.
-    pub fn origin(&self) -> &str {
-        &self.1
-    }
-
-    /// The newest tree this process sealed, if any.
-    pub fn newest(&self) -> Option<Arc<CachedTree>> {
-        self.slot().clone()
-    }
-
-    /// The digest the cached leaves describe, if any.
-    pub fn seq(&self) -> Option<i64> {
-        self.slot().as_ref().map(|tree| tree.seq)
-    }
-
-    /// The cached tree, if it is the one of digest `seq` with `root`.
-    pub fn tree_of(&self, seq: i64, root: &Hash) -> Option<Arc<CachedTree>> {
-        self.slot()
-            .as_ref()
-            .filter(|tree| tree.seq == seq && tree.root == *root)
-            .cloned()
-    }
-
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<CachedTree>>> {
-        // Only ever replaced whole: a panic elsewhere cannot leave it half-written.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// A digest's tree, in memory.
-#[derive(Debug, Clone)]
-pub struct CachedTree {
-    seq: i64,
-    root: Hash,
-    event_count: u64,
-    /// Sorted by stream name bytes: the tree's order.
-    leaves: Vec<CachedLeaf>,
-    /// The leaves' hashes, in the same order.
-    hashes: Vec<Hash>,
-    /// The transparency log as this digest's checkpoint sealed it.
-    log: Tree,
-}
-
-impl CachedTree {
-    /// The digest's number.
-    pub fn seq(&self) -> i64 {
-        self.seq
-    }
-
-    /// The transparency log its checkpoint sealed.
-    pub fn log(&self) -> &Tree {
-        &self.log
-    }
-
-    /// The index of `stream`'s leaf and its inclusion path, if the tree has it.
-    pub fn path(&self, stream: &str) -> Option<(usize, Vec<Hash>)> {
-        let index = self
-            .leaves
-            .binary_search_by(|leaf| leaf.stream.as_bytes().cmp(stream.as_bytes()))
-            .ok()?;
-        Some((index, merkle::inclusion_path(&self.hashes, index)?))
-    }
-}
-
-#[derive(Debug, Clone)]
-struct CachedLeaf {
-    stream: Box<str>,
-    version: u64,
-    leaf_hash: Hash,
-}
-
-/// A checkpoint's log: shared with the builder's tree when it is that one (no copy of a
-/// million leaves per use), else read from the database.
-#[derive(Debug, Clone)]
-pub enum SealedLog {
-    /// The builder's tree in memory.
-    Cached(Arc<CachedTree>),
-    /// Read from `digest_leaf_changes` and `events`.
-    Read(Arc<Tree>),
-}
-
-impl SealedLog {
-    /// The log of digest `seq`'s checkpoint.
-    pub async fn of(
-        client: &impl deadpool_postgres::GenericClient,
-        cache: &TreeCache,
-        seq: i64,
-    ) -> Result<Self, BuildError> {
-        match cache.newest().filter(|tree| tree.seq == seq) {
-            Some(tree) => Ok(Self::Cached(tree)),
-            None => Ok(Self::Read(Arc::new(read_log(client, seq).await?))),
-        }
-    }
-
-    /// The tree.
-    pub fn tree(&self) -> &Tree {
-        match self {
-            Self::Cached(cached) => &cached.log,
-            Self::Read(tree) => tree,
         }
     }
 }
@@ -527,100 +410,6 @@ async fn insert_digest(
     )
     .await?;
     Ok(())
-}
-
-/// Appends to `log` the leaves digest `seq` seals (`sql/tlog/log_appended.sql`).
-async fn append_log(
-    tx: &deadpool_postgres::Transaction<'_>,
-    log: &mut Tree,
-    seq: i64,
-) -> Result<(), BuildError> {
-    for row in tx
-        .query(include_str!("../sql/tlog/log_appended.sql"), &[&seq])
-        .await?
-    {
-        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
-    }
-    Ok(())
-}
-
-/// The whole transparency log up to digest `seq`, read from `digest_leaf_changes` and
-/// `events` (`sql/tlog/log_leaves.sql`): a leaf is `SHA-256(0x00 || event hash)`.
-pub async fn read_log(
-    client: &impl deadpool_postgres::GenericClient,
-    seq: i64,
-) -> Result<Tree, BuildError> {
-    let rows = client
-        .query(include_str!("../sql/tlog/log_leaves.sql"), &[&0i64, &seq])
-        .await?;
-    let mut log = Tree::new();
-    for row in rows {
-        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
-    }
-    Ok(log)
-}
-
-/// Every leaf from `digest_leaves`, in the tree's order, and the events they count.
-async fn read_leaves(
-    tx: &deadpool_postgres::Transaction<'_>,
-) -> Result<(Vec<CachedLeaf>, u64), BuildError> {
-    let rows = tx
-        .query(
-            "SELECT stream, version, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
-            &[],
-        )
-        .await?;
-    let mut event_count = 0u64;
-    let mut leaves = Vec::with_capacity(rows.len());
-    for row in rows {
-        let stream: String = row.get(0);
-        let version = row.get::<_, i64>(1) as u64;
-        event_count += version;
-        leaves.push(CachedLeaf {
-            leaf_hash: hash32(&stream, row.get(2))?,
-            stream: stream.into_boxed_str(),
-            version,
-        });
-    }
-    Ok((leaves, event_count))
-}
-
-/// The cached leaves with `changes` applied (replaced or inserted in order), in one pass,
-/// and the events they count.
-fn merge(
-    old: Vec<CachedLeaf>,
-    mut changes: Vec<CachedLeaf>,
-    mut event_count: u64,
-) -> (Vec<CachedLeaf>, u64) {
-    changes.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
-    let mut merged = Vec::with_capacity(old.len() + changes.len());
-    let mut changes = changes.into_iter().peekable();
-    for leaf in old {
-        while let Some(change) =
-            changes.next_if(|change| change.stream.as_bytes() < leaf.stream.as_bytes())
-        {
-            event_count += change.version;
-            merged.push(change);
-        }
-        match changes.next_if(|change| change.stream == leaf.stream) {
-            Some(change) => {
-                event_count = event_count - leaf.version + change.version;
-                merged.push(change);
-            }
-            None => merged.push(leaf),
-        }
-    }
-    for change in changes {
-        event_count += change.version;
-        merged.push(change);
-    }
-    (merged, event_count)
-}
-
-fn hash32(what: &str, bytes: Vec<u8>) -> Result<Hash, BuildError> {
-    bytes
-        .try_into()
-        .map_err(|_| BuildError::BadHash(what.to_owned()))
 }
 
 /// Seals a digest every `interval` while something changed, until `shutdown`. Failures are

@@ -24,6 +24,12 @@ pub enum CosignError {
     Checkpoint(i64, crate::tlog::note::NoteError),
 }
 
+impl From<super::log::LogError> for CosignError {
+    fn from(error: super::log::LogError) -> Self {
+        Self::Log(error.into())
+    }
+}
+
 /// The `format` of a cosigned checkpoint's document on the digest topic.
 pub const COSIGNED_FORMAT: &str = "ra-ledger cosigned checkpoint v1";
 

@@ -32,12 +32,12 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::build::{SealedLog, TreeCache};
 use super::checkpoint::publish;
 pub use super::checkpoint::{
     COSIGNED_EVENT_TYPE, COSIGNED_FORMAT, CosignError, CosignedDocument, cosigned,
     is_cosigned_checkpoint, latest_cosigned,
 };
+use super::log::{SealedLog, TreeCache};
 use crate::tlog::note::{SignatureLine, SignedNote};
 use crate::tlog::policy::{Policy, Witness};
 use crate::tlog::tree::Tree;

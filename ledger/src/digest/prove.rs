@@ -7,11 +7,11 @@ use deadpool_postgres::{Pool, Transaction};
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
-use super::build::{CachedTree, TreeCache};
 use super::document::{
     ConsistencyProof, EventRecord, Hex, HexBytes, LogInclusion, LogProof, ProofDocument, Question,
     StreamProof,
 };
+use super::log::{CachedTree, TreeCache};
 use super::{DigestDocument, merkle};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::{self, RegisteredAgent};
@@ -53,6 +53,12 @@ pub enum ProofError {
         /// The checkpoint's size.
         size: u64,
     },
+}
+
+impl From<super::log::LogError> for ProofError {
+    fn from(error: super::log::LogError) -> Self {
+        Self::Digest(error.into())
+    }
 }
 
 const EVENT_COLUMNS: &str = "event_id, stream, stream_version, event_type, schema_version, \
@@ -299,7 +305,7 @@ async fn log_part(
             size,
         });
     }
-    let log = super::build::SealedLog::of(tx, tree, digest.seq).await?;
+    let log = super::log::SealedLog::of(tx, tree, digest.seq).await?;
     let leaves: Vec<merkle::Hash> = streams
         .iter()
         .filter_map(|stream| stream.events.last())

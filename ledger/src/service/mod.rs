@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{AppState, ConsoleState};
 use crate::commands::Ledger;
 use crate::db::{self, DbError};
-use crate::digest::build::TreeCache;
+use crate::digest::log::TreeCache;
 use crate::migrate::{self, MigrateError};
 use crate::{api, console, digest, gauges, health, retention};
 

@@ -405,7 +405,7 @@ async fn the_builders_cached_tree_seals_the_roots_a_full_read_gives() -> anyhow:
     let client = database.connect().await?;
     let key = DigestKey::from_seed(&[6; 32]);
     let pool = api.ledger.pool();
-    let cache = ra_ledger::digest::build::TreeCache::default();
+    let cache = ra_ledger::digest::log::TreeCache::default();
     // Random business ids: new streams land anywhere in the tree's order, not at its end.
     let assign_anywhere = async |count: usize| -> Vec<String> {
         let mut ids = Vec::new();

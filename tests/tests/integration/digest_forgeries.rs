@@ -9,8 +9,9 @@ use std::process::Command;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use ra_ledger::digest::DigestKey;
-use ra_ledger::digest::build::{Built, TreeCache, build_cached};
+use ra_ledger::digest::build::{Built, build_cached};
 use ra_ledger::digest::cosign;
+use ra_ledger::digest::log::TreeCache;
 use ra_ledger::digest::prove::for_answer_with;
 use ra_ledger::domain::Jurisdiction;
 use ra_ledger::tlog::note::NoteKey;

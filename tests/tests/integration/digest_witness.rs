@@ -12,8 +12,10 @@
 use std::collections::BTreeSet;
 
 use ra_ledger::digest::DigestKey;
-use ra_ledger::digest::build::{Built, TreeCache, build_cached, read_log};
+use ra_ledger::digest::build::{Built, build_cached};
 use ra_ledger::digest::cosign::{self, Outcome, Round};
+use ra_ledger::digest::log::TreeCache;
+use ra_ledger::digest::log::read_log;
 use ra_ledger::tlog::note::{Checkpoint, NoteKey, SignedNote, sign_checkpoint};
 use ra_ledger::tlog::policy::Policy;
 use ra_ledger::tlog::tree::{ProofError, verify_consistency};

@@ -14,8 +14,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use ra_ledger::digest::DigestKey;
-use ra_ledger::digest::build::{Built, TreeCache, build_cached};
+use ra_ledger::digest::build::{Built, build_cached};
 use ra_ledger::digest::cosign::{self, Outcome, Round};
+use ra_ledger::digest::log::TreeCache;
 use ra_ledger::tlog::policy::Policy;
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::TestApi;

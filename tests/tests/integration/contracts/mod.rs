@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use ra_ledger::digest::DigestKey;
-use ra_ledger::digest::build::{Built, TreeCache, build_cached};
+use ra_ledger::digest::build::{Built, build_cached};
 use ra_ledger::digest::cosign;
+use ra_ledger::digest::log::TreeCache;
 use ra_ledger::replay::ReplayState;
 use ra_ledger::tlog::note::NoteKey;
 use ra_ledger::tlog::policy::Policy;
