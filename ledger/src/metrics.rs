@@ -392,6 +392,8 @@ pub struct ServiceMetrics {
     relay: std::sync::Mutex<Option<RelayRead>>,
     /// The last cosigning round's findings, with a witness policy.
     witnessed: std::sync::Mutex<Option<WitnessGauges>>,
+    /// The end-to-end watcher's findings, when it is on ([`crate::watcher`]).
+    pub watcher: std::sync::Arc<crate::watcher::metrics::WatcherMetrics>,
 }
 
 /// The relay's report of its lag and whether a relay streams, as read by
@@ -498,6 +500,7 @@ impl ServiceMetrics {
     /// The Prometheus text format; nothing before the first round.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.watcher.render(&mut out);
         let witnessed = *self
             .witnessed
             .lock()

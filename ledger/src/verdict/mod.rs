@@ -38,6 +38,8 @@ pub async fn read(client: &impl GenericClient, slot: &str) -> Result<Facts, toki
         parked_waiting: row.get("parked_waiting"),
         replays_failed: row.get("replays_failed"),
         newest_failed_replay: row.get("newest_failed_replay"),
+        events_missing: row.get("events_missing"),
+        first_missing: row.get("first_missing"),
         now: Utc::now(),
     })
 }

@@ -57,3 +57,4 @@ mod topics;
 mod value_format;
 mod verify_projections;
 mod wal_boundary;
+mod watcher;
