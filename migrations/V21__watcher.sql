@@ -44,16 +44,19 @@ CREATE TABLE watcher_missing (
 COMMENT ON TABLE watcher_missing IS
     'Committed events older than the watcher''s lag bound that no Kafka event topic holds (ledger/src/watcher).';
 
--- Every role that may read the lag samples (the service's) may read the watcher's findings.
+-- The watcher runs in `ledger serve`: the roles `ledger grant app` set up before these
+-- tables existed (those that may take retention marks) may keep its state.
 DO $$
 DECLARE
-    reader name;
+    app_role name;
 BEGIN
-    FOR reader IN
+    FOR app_role IN
         SELECT DISTINCT grantee FROM information_schema.role_table_grants
-        WHERE table_name = 'lag_samples' AND privilege_type = 'SELECT'
+        WHERE table_name = 'outbox_retention_marks' AND privilege_type = 'INSERT'
           AND grantee NOT IN (current_user, 'PUBLIC')
     LOOP
-        EXECUTE format('GRANT SELECT ON watcher_progress, watcher_missing TO %I', reader);
+        EXECUTE format(
+            'GRANT SELECT, INSERT, UPDATE, DELETE ON watcher_progress, watcher_partitions, watcher_missing TO %I',
+            app_role);
     END LOOP;
 END $$;

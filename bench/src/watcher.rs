@@ -3,7 +3,7 @@
 //! alternate without and with the watcher (off, on, off, on, ...: the same run, so the
 //! machine's load falls on both alike). Each phase writes `events` assignments through the
 //! ledger's write path as fast as one writer goes, then waits until the relay published
-//! them all; a phase with the watcher also waits until it proved them all (nothing
+//! them all (after one such phase unmeasured, to warm up); a phase with the watcher also waits until it proved them all (nothing
 //! missing). Per phase: the writes per second, and the relay's events per second from the
 //! phase's first write to its last publish. The summary compares the medians.
 
@@ -74,6 +74,21 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         "writes/s",
         "relay events/s"
     );
+    // A first phase unmeasured: the relay's producer connects, PostgreSQL warms its caches.
+    let warm_up = ra_ledger_testing::seed_assignments(
+        &pool,
+        texas,
+        contact.contact_id,
+        options.events,
+        options.per_transaction,
+        |_| {},
+    );
+    phase(
+        async { warm_up.await.map(drop).map_err(anyhow::Error::from) },
+        &relay_metrics,
+        options.events as u64,
+    )
+    .await?;
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for round in 1..=options.rounds {
         for watching in [false, true] {

@@ -367,3 +367,34 @@ async fn a_healthy_relay_under_load_is_never_reported_missing_across_a_restart()
     relay.stop().await?;
     Ok(())
 }
+
+/// `ledger-bench watcher` runs phases without and with the watcher and prints both, on the
+/// run's own servers (a short run: what it proves is the command, not the figures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_bench_watcher_prints_the_cost_with_and_without_it() -> anyhow::Result<()> {
+    let stack = ra_ledger_tests::stack::stack();
+    let output = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
+        .args([
+            "--database-url",
+            &stack.admin_url,
+            "watcher",
+            "--events",
+            "300",
+        ])
+        .args(["--rounds", "1", "--brokers", &stack.kafka_brokers])
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(600), output).await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in ["median writes/s:", "median relay events/s:"] {
+        assert!(stdout.contains(line), "no {line:?} in {stdout}");
+    }
+    Ok(())
+}
