@@ -245,10 +245,7 @@ impl Watcher {
             .collect();
         let from = self.positions.clone();
         let most = self.window.capacity();
-        Ok(
-            blocking(move || kafka::read(&consumer, &partitions, &from, &ends, READ_BUDGET, most))
-                .await?,
-        )
+        blocking(move || kafka::read(&consumer, &partitions, &from, &ends, READ_BUDGET, most)).await
     }
 
     /// The ids read ahead that the database says need no watching are forgotten (and an
