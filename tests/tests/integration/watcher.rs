@@ -22,13 +22,17 @@ use ra_ledger::verdict::rules::{self, State};
 use ra_ledger::watcher::metrics::{WatcherGauges, WatcherMetrics};
 use ra_ledger::watcher::{self, Settings};
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_tests::api::{OPERATOR, TestApi};
 use ra_ledger_tests::relay::{Collector, RunningRelay, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::{Offset, TopicPartitionList};
+use reqwest::header;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::console::{http, session_cookie};
 
 /// A lag bound short enough for a test, long enough for the relay's normal lag on a loaded
 /// machine in the gap tests (nothing is in flight there when it matters).
@@ -200,6 +204,33 @@ async fn outbox_rows_deleted_before_the_relay_read_them_are_reported_missing() -
     );
     let console = ra_ledger::watcher::findings(&reader).await?;
     assert_eq!(console.missing, lost);
+    // The console's operations page and `/status` (what `deploy/stack status` prints).
+    let api = TestApi::with_relay_slot(&database, &config.slot)?;
+    let base = format!("http://{}", api.serve().await?);
+    let cookie = session_cookie(&base, OPERATOR).await;
+    let page = http()
+        .get(format!("{base}/operations"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await?
+        .text()
+        .await?;
+    for shown in [
+        format!("id=\"watcher-missing\" data-missing=\"{lost}\""),
+        "id=\"verdict-state\">failing".to_owned(),
+    ] {
+        assert!(
+            page.contains(&shown),
+            "no {shown} on the operations page: {page}"
+        );
+    }
+    let status = http().get(format!("{base}/status")).send().await?;
+    assert_eq!(status.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let status: serde_json::Value = status.json().await?;
+    assert_eq!(
+        status["runbook"], "docs/operators.md#raeventsmissing",
+        "{status}"
+    );
     watcher.stop().await;
     relay.stop().await?;
     Ok(())
