@@ -718,6 +718,62 @@ mod tests {
     }
 
     #[test]
+    fn the_watcher_is_off_by_default_and_its_settings_are_checked_with_the_relays_file() {
+        let config = ServeConfig {
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+            ..ServeConfig::default()
+        };
+        assert!(config.validate().unwrap().watcher.is_none());
+        let dir = std::env::temp_dir().join(format!("watcher-relay-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let relay = dir.join("relay.toml");
+        std::fs::write(
+            &relay,
+            "topic_prefix = \"prod.outbox.event.\"\n[kafka]\n\"bootstrap.servers\" = \"k1:9092\"\n",
+        )
+        .unwrap();
+        let on = ServeConfig {
+            watcher_relay_config: Some(relay.clone()),
+            ..config.clone()
+        };
+        let watcher = on.validate().unwrap().watcher.unwrap();
+        assert_eq!(watcher.relay.topic("contact"), "prod.outbox.event.contact");
+        assert_eq!(watcher.lag_bound, Duration::from_secs(60));
+        assert_eq!(
+            (watcher.interval, watcher.window),
+            (Duration::from_secs(1), 100_000)
+        );
+        let missing = dir.join("absent.toml");
+        for (bad, named) in [
+            (
+                ServeConfig {
+                    watcher_relay_config: Some(missing.clone()),
+                    ..config.clone()
+                },
+                format!("watcher_relay_config = \"{}\"", missing.display()),
+            ),
+            (
+                ServeConfig {
+                    watcher_lag_bound_ms: 10,
+                    ..on.clone()
+                },
+                "watcher_lag_bound_ms".to_owned(),
+            ),
+            (
+                ServeConfig {
+                    watcher_window: 10,
+                    ..on.clone()
+                },
+                "watcher_window".to_owned(),
+            ),
+        ] {
+            let error = bad.validate().unwrap_err().to_string();
+            assert!(error.contains(&named), "{error}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_witness_policy_is_read_at_start_and_a_bad_one_named_with_its_line() {
         use crate::tlog::note::{ALG_COSIGNATURE_V1, NoteKey};
         let dir = std::env::temp_dir().join(format!("witness-policy-{}", uuid::Uuid::new_v4()));
