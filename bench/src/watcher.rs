@@ -61,76 +61,102 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     ));
     let pool = db::pool(&scratch.url, "ledger-bench-writes", 2)?;
     let (_, contact) = seed::bench_contact(&Ledger::new(pool.clone())).await?;
-    let texas = ra_ledger::domain::Jurisdiction::parse("jurisdiction", "TX")?;
-    outln!(
-        "{} assignments per phase, {} per transaction; phases without and with the watcher, alternating",
-        options.events,
-        options.per_transaction
-    );
-    outln!(
-        "{:>5} {:>8} {:>10} {:>14}",
-        "round",
-        "watcher",
-        "writes/s",
-        "relay events/s"
-    );
-    // A first phase unmeasured: the relay's producer connects, PostgreSQL warms its caches.
-    let warm_up = ra_ledger_testing::seed_assignments(
-        &pool,
-        texas,
-        contact.contact_id,
-        options.events,
-        options.per_transaction,
-        |_| {},
-    );
-    phase(
-        async { warm_up.await.map(drop).map_err(anyhow::Error::from) },
-        &relay_metrics,
-        options.events as u64,
-    )
-    .await?;
-    let (mut off, mut on) = (Vec::new(), Vec::new());
-    for round in 1..=options.rounds {
-        for watching in [false, true] {
-            anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
-            let watcher = match watching {
-                true => Some(start_watcher(&scratch.url, &relay_config)?),
-                false => None,
-            };
-            let write = async {
-                ra_ledger_testing::seed_assignments(
-                    &pool,
-                    texas,
-                    contact.contact_id,
-                    options.events,
-                    options.per_transaction,
-                    |_| {},
-                )
-                .await
-                .map(drop)
-                .map_err(anyhow::Error::from)
-            };
-            let phase = phase(write, &relay_metrics, options.events as u64).await?;
-            if let Some((metrics, stop, task)) = watcher {
-                proved(&client, &metrics).await?;
-                stop.cancel();
-                task.await?;
-            }
-            outln!(
-                "{round:>5} {:>8} {:>10.0} {:>14.0}",
-                if watching { "on" } else { "off" },
-                phase.0,
-                phase.1
-            );
-            if watching { &mut on } else { &mut off }.push(phase);
-        }
-    }
-    summary(&off, &on);
+    let bench = Bench {
+        url: scratch.url.to_string(),
+        pool,
+        client,
+        relay: relay_config,
+        relay_metrics,
+        texas: ra_ledger::domain::Jurisdiction::parse("jurisdiction", "TX")?,
+        contact: contact.contact_id,
+        options,
+    };
+    let measured = bench.measure(|| relay.is_finished()).await;
     shutdown.cancel();
     relay.await??;
-    drop(client);
+    let (off, on) = measured?;
+    summary(&off, &on);
+    drop(bench);
     scratch.drop().await?;
     Ok(())
+}
+
+/// What the phases share.
+struct Bench {
+    url: String,
+    pool: deadpool_postgres::Pool,
+    client: tokio_postgres::Client,
+    relay: ra_ledger_cdc::config::RelayConfig,
+    relay_metrics: Arc<RelayMetrics>,
+    texas: ra_ledger::domain::Jurisdiction,
+    contact: uuid::Uuid,
+    options: Options,
+}
+
+impl Bench {
+    /// The warm-up, then the phases without and with the watcher, printed as they end.
+    async fn measure(
+        &self,
+        relay_stopped: impl Fn() -> bool,
+    ) -> anyhow::Result<(Vec<Phase>, Vec<Phase>)> {
+        outln!(
+            "{} assignments per phase, {} per transaction; phases without and with the watcher, alternating",
+            self.options.events,
+            self.options.per_transaction
+        );
+        outln!(
+            "{:>5} {:>8} {:>10} {:>14}",
+            "round",
+            "watcher",
+            "writes/s",
+            "relay events/s"
+        );
+        // A first phase unmeasured: the relay's producer connects, PostgreSQL warms up.
+        self.phase(false).await?;
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for round in 1..=self.options.rounds {
+            for watching in [false, true] {
+                anyhow::ensure!(!relay_stopped(), "the relay stopped early");
+                let phase = self.phase(watching).await?;
+                outln!(
+                    "{round:>5} {:>8} {:>10.0} {:>14.0}",
+                    if watching { "on" } else { "off" },
+                    phase.0,
+                    phase.1
+                );
+                if watching { &mut on } else { &mut off }.push(phase);
+            }
+        }
+        Ok((off, on))
+    }
+
+    /// One phase, with the watcher running when `watching`.
+    async fn phase(&self, watching: bool) -> anyhow::Result<Phase> {
+        let watcher = match watching {
+            true => Some(start_watcher(&self.url, &self.relay)?),
+            false => None,
+        };
+        let write = async {
+            ra_ledger_testing::seed_assignments(
+                &self.pool,
+                self.texas,
+                self.contact,
+                self.options.events,
+                self.options.per_transaction,
+                |_| {},
+            )
+            .await
+            .map(drop)
+            .map_err(anyhow::Error::from)
+        };
+        let phase = phase(write, &self.relay_metrics, self.options.events as u64).await?;
+        if let Some((metrics, stop, task)) = watcher {
+            proved(&self.client, &metrics).await?;
+            stop.cancel();
+            task.await?;
+        }
+        Ok(phase)
+    }
 }
 
 /// A watcher as `ledger serve` runs it, at its defaults.
