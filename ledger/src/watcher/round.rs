@@ -48,6 +48,8 @@ pub(super) struct Watcher {
     rescans: i64,
     rescan: Option<String>,
     missing: i64,
+    /// The partitions as last saved, with their resume offsets: unchanged, not saved again.
+    saved: Option<(Vec<Tracked>, Vec<i64>)>,
 }
 
 impl Watcher {
@@ -104,6 +106,7 @@ impl Watcher {
             rescan: None,
             // Unknown until the first round saves: assume some, so that it looks.
             missing: 1,
+            saved: None,
         }))
     }
 
@@ -328,11 +331,15 @@ impl Watcher {
         transaction
             .execute(include_str!("../sql/watcher/save_progress.sql"), &params)
             .await?;
-        save_partitions(&transaction, &self.tracked, &resume).await?;
+        let partitions = (self.tracked.clone(), resume);
+        if self.saved.as_ref() != Some(&partitions) {
+            save_partitions(&transaction, &partitions.0, &partitions.1).await?;
+        }
         let row = transaction
             .query_one(include_str!("../sql/watcher/gauges.sql"), &[])
             .await?;
         transaction.commit().await?;
+        self.saved = Some(partitions);
         self.rescan = None;
         self.missing = row.get("missing");
         Ok(WatcherGauges {
