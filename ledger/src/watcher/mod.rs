@@ -14,7 +14,9 @@
 //!    transaction below the fence is in progress, a round or two later. `position` is an
 //!    identity: ordered, but a rolled-back insert leaves a hole, and a hole is no gap on
 //!    Kafka. Only closed positions settle, so an event that commits late below events
-//!    already settled is never skipped.
+//!    already settled is never skipped. (A writer outside the ledger's write path, a
+//!    hand-made `INSERT`, takes its transaction id only as it inserts: for the microseconds
+//!    between its position and its id, the fence does not wait for it.)
 //! 2. **Kafka's partitions** with their log start and end; [`losses`] compares them with
 //!    what was counted: a topic deleted or re-created, or records deleted, is a *rescan*
 //!    (every topic read again from its start, the watermark back to 0).
@@ -27,8 +29,8 @@
 //!    event not loaded yet) until the database says it is a copy of a settled event.
 //! 5. **The verdict** ([`crate::reconcile::classify_missing`], shared with `ledger
 //!    reconcile`): an event no record was read of is parked when `outbox_parked` holds it,
-//!    else lost when it is *due* (older than the lag bound, and every partition was read to
-//!    its end), else unseen. Lost events go to `watcher_missing`; a record of one read
+//!    else lost when it is *due* (older than the lag bound, loaded at least
+//!    [`COMMIT_GRACE`] ago, and every partition was read to its end), else unseen. Lost events go to `watcher_missing`; a record of one read
 //!    later takes it out. The watermark moves over what settled.
 //! 6. **Progress** in one transaction (migration V21): the watermark, and per partition
 //!    where a restart resumes ([`window::Window::checkpoint`]: before every record of an
@@ -73,6 +75,11 @@ use self::round::Watcher;
 /// How old a committed event may be before Kafka must hold it, by default: the relay's
 /// normal lag, a broker's restart and a loaded machine stay well under it.
 pub const DEFAULT_LAG_BOUND: Duration = Duration::from_secs(60);
+/// How long an event stays not due after the watcher first loaded it, whatever its
+/// `recorded_at`: a transaction that ran long commits events already older than the lag
+/// bound, and the relay gets this long after the commit to deliver them (5 s is well above
+/// its commit-to-acknowledgement time). A restart delays a finding by as much.
+pub const COMMIT_GRACE: Duration = Duration::from_secs(5);
 /// Time between rounds, by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// Events held above the watermark, and ids read ahead, by default.

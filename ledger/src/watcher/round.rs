@@ -97,7 +97,7 @@ impl Watcher {
                 .map(|aggregate| settings.relay.topic(aggregate))
                 .collect(),
             lag_bound: settings.lag_bound.as_secs_f64(),
-            window: Window::new(watermark, settings.window),
+            window: Window::new(watermark, settings.window).with_grace(super::COMMIT_GRACE),
             positions: tracked.iter().map(|t| t.resume).collect(),
             tracked,
             fence: None,
@@ -196,7 +196,8 @@ impl Watcher {
                 self.rescan = Some(why);
                 self.tracked = listed.iter().map(Tracked::new).collect();
                 self.positions = self.tracked.iter().map(|t| t.resume).collect();
-                self.window = Window::new(0, self.window.capacity());
+                self.window =
+                    Window::new(0, self.window.capacity()).with_grace(super::COMMIT_GRACE);
             }
         }
         self.tracked

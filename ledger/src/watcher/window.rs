@@ -20,6 +20,7 @@
 //! loses nothing.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use crate::reconcile::{Missing, classify_missing};
 
@@ -48,6 +49,9 @@ struct Pending {
     id: u128,
     overdue: bool,
     seen: Option<Seen>,
+    /// When a load first brought it: a transaction that committed long after its
+    /// `recorded_at` is overdue at once, and gets the grace from here.
+    first_loaded: Instant,
 }
 
 /// What [`Window::settle`] decided.
@@ -80,6 +84,10 @@ pub struct Window {
     complete: bool,
     /// The highest position the last load brought.
     loaded_to: i64,
+    /// When the last load ran.
+    loaded_at: Instant,
+    /// How long an event stays not due after a load first brought it.
+    grace: Duration,
 }
 
 impl Window {
@@ -96,7 +104,16 @@ impl Window {
             dropped: HashMap::new(),
             complete: false,
             loaded_to: watermark,
+            loaded_at: Instant::now(),
+            grace: Duration::ZERO,
         }
+    }
+
+    /// The same window, where an event is due only `grace` after a load first brought it
+    /// (see [`Window::settle`]).
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
     }
 
     /// The watermark.
@@ -117,13 +134,19 @@ impl Window {
     /// Replaces pending with `events` (above the watermark, lowest first, at most
     /// `capacity`), keeping what was read of each, from pending or from ahead.
     pub fn load(&mut self, events: &[Loaded]) {
+        self.load_at(events, Instant::now());
+    }
+
+    /// [`Window::load`] at `now`.
+    pub fn load_at(&mut self, events: &[Loaded], now: Instant) {
         let mut pending = BTreeMap::new();
         let mut by_id = HashMap::with_capacity(events.len());
         for event in events.iter().filter(|e| e.position > self.watermark) {
-            let seen = self
+            let old = self
                 .by_id
                 .get(&event.id)
-                .and_then(|position| self.pending.get(position))
+                .and_then(|position| self.pending.get(position));
+            let seen = old
                 .and_then(|old| old.seen)
                 .or_else(|| self.ahead.remove(&event.id));
             pending.insert(
@@ -132,6 +155,7 @@ impl Window {
                     id: event.id,
                     overdue: event.overdue,
                     seen,
+                    first_loaded: old.map_or(now, |old| old.first_loaded),
                 },
             );
             by_id.insert(event.id, event.position);
@@ -140,6 +164,7 @@ impl Window {
         self.loaded_to = events.last().map_or(self.watermark, |event| event.position);
         self.pending = pending;
         self.by_id = by_id;
+        self.loaded_at = now;
     }
 
     /// A record of event `id` read at `seen`.
@@ -187,7 +212,8 @@ impl Window {
 
     /// Settles pending events up to `closed`: `read_to_end` says whether every partition
     /// was read to the end it had when the round started, `parked` which unread events
-    /// `outbox_parked` holds.
+    /// `outbox_parked` holds. An unread event is due when it is overdue, the read reached
+    /// the ends, and the grace since a load first brought it passed.
     pub fn settle(&mut self, closed: i64, read_to_end: bool, parked: &HashSet<u128>) -> Settled {
         let mut settled = Settled::default();
         let mut through = None;
@@ -196,7 +222,10 @@ impl Window {
             if pending.seen.is_some() {
                 settled.found.push(pending.id);
             } else {
-                let due = pending.overdue && read_to_end;
+                let waited = self
+                    .loaded_at
+                    .saturating_duration_since(pending.first_loaded);
+                let due = pending.overdue && read_to_end && waited >= self.grace;
                 match classify_missing(parked.contains(&pending.id), due) {
                     Missing::Parked => {}
                     Missing::Lost => settled.missing.push((position, pending.id)),
@@ -301,6 +330,18 @@ mod tests {
         assert_eq!(settled.missing, [(2, 1002)]);
         // Event 4 is young and unread: the watermark waits before it (3 is a hole).
         assert_eq!(settled.watermark, 3);
+    }
+
+    #[test]
+    fn an_event_overdue_when_first_loaded_is_due_only_after_the_grace() {
+        let start = Instant::now();
+        let grace = Duration::from_secs(5);
+        let mut window = Window::new(0, 10).with_grace(grace);
+        window.load_at(&[event(1, true)], start);
+        let early = window.settle(1, true, &HashSet::new());
+        assert_eq!((early.missing.len(), early.undecided), (0, 1));
+        window.load_at(&[event(1, true)], start + grace);
+        assert_eq!(window.settle(1, true, &HashSet::new()).missing, [(1, 1001)]);
     }
 
     #[test]
