@@ -160,6 +160,15 @@ impl Window {
             );
             by_id.insert(event.id, event.position);
         }
+        // An event pending before that this load left out (events committed late below it
+        // filled a capped load) keeps what was read of it, ahead.
+        for (position, old) in &self.pending {
+            if let Some(seen) = old.seen
+                && !pending.contains_key(position)
+            {
+                self.ahead.insert(old.id, seen);
+            }
+        }
         self.complete = events.len() < self.capacity;
         self.loaded_to = events.last().map_or(self.watermark, |event| event.position);
         self.pending = pending;
@@ -271,12 +280,18 @@ impl Window {
     /// Takes the dropped offsets: the partitions to rewind, and where to. Call once the
     /// round settled, so that the window moved and there is room again.
     pub fn take_rewinds(&mut self) -> HashMap<usize, i64> {
-        let rewinds = std::mem::take(&mut self.dropped);
-        if !rewinds.is_empty() {
-            // What is ahead was read past the rewind too: it is read again.
-            self.ahead.clear();
-            self.unchecked.clear();
+        if self.dropped.is_empty() {
+            return HashMap::new();
         }
+        // What is ahead is forgotten with what was dropped: each partition is read again
+        // from the lowest of both.
+        let mut rewinds = std::mem::take(&mut self.dropped);
+        for seen in self.ahead.values() {
+            let lowest = rewinds.entry(seen.partition).or_insert(seen.offset);
+            *lowest = (*lowest).min(seen.offset);
+        }
+        self.ahead.clear();
+        self.unchecked.clear();
         rewinds
     }
 
@@ -394,8 +409,25 @@ mod tests {
         let settled = window.settle(100, true, &HashSet::new());
         // The load was capped: events 3 and above were not seen, so no jump to 100.
         assert_eq!(settled.watermark, 2);
-        assert_eq!(window.take_rewinds(), HashMap::from([(0, 4)]));
+        // Ahead held offsets 2 and 3, below the drop: the partition is read again from 2.
+        assert_eq!(window.take_rewinds(), HashMap::from([(0, 2)]));
         assert_eq!(window.sizes(), (0, 0));
+    }
+
+    #[test]
+    fn an_event_a_capped_load_leaves_out_keeps_what_was_read_of_it() {
+        let mut window = Window::new(0, 2);
+        window.load(&[event(2, true), event(3, true)]);
+        window.read(1003, at(1, 9));
+        // Event 1 commits late, below them: the capped load now brings 1 and 2.
+        window.load(&[event(1, true), event(2, true)]);
+        assert_eq!(window.checkpoint(&[20, 20]), [20, 9]);
+        window.read(1001, at(0, 0));
+        window.read(1002, at(0, 1));
+        assert_eq!(window.settle(3, true, &HashSet::new()).watermark, 2);
+        window.load(&[event(3, true)]);
+        let settled = window.settle(3, true, &HashSet::new());
+        assert_eq!((settled.watermark, settled.missing.len()), (3, 0));
     }
 
     #[test]
