@@ -12,7 +12,7 @@ use ra_ledger_cdc::value_format::ValueFormat;
 use crate::scratch::drop_leftovers;
 use crate::{
     as_of, digest, import, kills, latency, outbox, peers, reassign, rebuild, relay, replay,
-    witness, write,
+    watcher, witness, write,
 };
 
 /// The benchmarks, one subcommand each; `ledger-bench <name> --help` gives its flags.
@@ -60,6 +60,22 @@ pub enum BenchCommand {
         /// Milliseconds between retention rounds.
         #[arg(long, default_value_t = 1_000)]
         retention_interval_ms: u64,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// What the end-to-end watcher costs the write path and the relay: phases without and
+    /// with it, alternating, in one run.
+    Watcher {
+        /// Assignments written per phase.
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = 10)]
+        per_transaction: usize,
+        /// Pairs of phases (without, then with the watcher).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// Kafka bootstrap servers.
         #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -275,6 +291,19 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
                 retention_interval: Duration::from_millis(retention_interval_ms.max(1)),
             };
             outbox::run(database_url, &brokers, options).await
+        }
+        BenchCommand::Watcher {
+            events,
+            per_transaction,
+            rounds,
+            brokers,
+        } => {
+            let options = watcher::Options {
+                events,
+                per_transaction,
+                rounds,
+            };
+            watcher::run(database_url, &brokers, options).await
         }
         BenchCommand::Relay {
             rows,

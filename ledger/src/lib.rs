@@ -97,5 +97,6 @@ pub mod topics;
 pub mod trace;
 pub mod verdict;
 pub mod verify;
+pub mod watcher;
 pub mod worker;
 pub mod write;

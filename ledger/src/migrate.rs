@@ -158,7 +158,8 @@ pub async fn pending(client: &Client) -> Result<Vec<String>, tokio_postgres::Err
 
 /// Grants a role what `ledger serve` and `ledger worker` need, and nothing more: read the
 /// ledger; append events and outbox rows; maintain the projections, the runs and the outbox
-/// retention marks; remove published outbox rows. It gets no UPDATE, DELETE or TRUNCATE on
+/// retention marks; remove published outbox rows; keep the end-to-end watcher's state
+/// (V21). It gets no UPDATE, DELETE or TRUNCATE on
 /// `events`, and owns nothing, so it cannot alter, drop or disable the triggers of any table,
 /// nor create one. The role itself (LOGIN) is created by the operator.
 pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
@@ -183,6 +184,8 @@ pub async fn grant_app_role(client: &Client, role: &str) -> Result<(), tokio_pos
              GRANT INSERT, UPDATE ON witness_state TO {role}; \
              GRANT INSERT, UPDATE ON digest_leaves TO {role}; \
              GRANT INSERT, DELETE ON digest_dirty TO {role}; \
+             GRANT INSERT, UPDATE, DELETE ON watcher_progress, watcher_partitions, \
+                   watcher_missing TO {role}; \
              GRANT UPDATE (republish_requested_at, republish_requested_by) ON outbox_parked TO {role}; \
              REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON events FROM {role}; \
              GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};"

@@ -10,12 +10,12 @@ use ra_ledger_cdc::infra::settings::{
 };
 
 use crate::api::{CursorKey, Tokens};
-use crate::retention;
 use crate::service::settings::{Digests, Retention, Service};
 use crate::service::{
     DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WRITE_STALL_TIMEOUT, Limits,
 };
 use crate::session_key::SessionKeys;
+use crate::{retention, watcher};
 
 ra_ledger_cdc::settings! {
     const SERVE_ENV;
@@ -93,6 +93,23 @@ ra_ledger_cdc::settings! {
         /// Most rows one retention delete removes (`LEDGER_OUTBOX_RETENTION_BATCH`).
         outbox_retention_batch: i64 = retention::DEFAULT_BATCH,
             env env::OUTBOX_RETENTION_BATCH => |c, v| c.outbox_retention_batch = number(v)?;
+        /// The relay's TOML file (its topics and Kafka settings), which turns the end-to-end
+        /// watcher on: it compares `events` with the event topics and pages on any gap
+        /// (`LEDGER_WATCHER_RELAY_CONFIG`, empty to unset; off when unset).
+        watcher_relay_config: Option<PathBuf> = None,
+            env env::WATCHER_RELAY_CONFIG =>
+                |c, v| c.watcher_relay_config = non_empty(v).map(PathBuf::from);
+        /// How old a committed event may be, in milliseconds, before the watcher counts it
+        /// missing when Kafka does not hold it (`LEDGER_WATCHER_LAG_BOUND_MS`).
+        watcher_lag_bound_ms: u64 = watcher::DEFAULT_LAG_BOUND.as_millis() as u64,
+            env env::WATCHER_LAG_BOUND_MS => |c, v| c.watcher_lag_bound_ms = number(v)?;
+        /// Time between the watcher's rounds, in milliseconds (`LEDGER_WATCHER_INTERVAL_MS`).
+        watcher_interval_ms: u64 = watcher::DEFAULT_INTERVAL.as_millis() as u64,
+            env env::WATCHER_INTERVAL_MS => |c, v| c.watcher_interval_ms = number(v)?;
+        /// Most events the watcher holds above its watermark, and ids read ahead of them
+        /// (`LEDGER_WATCHER_WINDOW`).
+        watcher_window: usize = watcher::DEFAULT_WINDOW,
+            env env::WATCHER_WINDOW => |c, v| c.watcher_window = number(v)?;
         /// Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm ed25519`) that signs
         /// the ledger's digests (`LEDGER_DIGEST_KEY_FILE`, empty to unset); digests are off
         /// without one.
@@ -207,6 +224,7 @@ impl ServeConfig {
         };
         within("lock_timeout_ms", self.lock_timeout_ms, 1..=600_000)?;
         let retention = self.retention()?;
+        let watcher = self.watcher()?;
         let database_url = self
             .database_url
             .with_password_file(self.database_password_file.as_deref())?;
@@ -229,6 +247,7 @@ impl ServeConfig {
             digests,
             database_url,
             retention,
+            watcher,
             listen,
             pool_size: self.pool_size,
             tokens,
@@ -413,6 +432,37 @@ impl ServeConfig {
         .with_single_cert(chain, private_key)
         .map_err(|error| ConfigError::invalid_file("tls_key_file", key, error))?;
         Ok(Some(Arc::new(config)))
+    }
+
+    fn watcher(&self) -> Result<Option<watcher::Settings>, ConfigError> {
+        let Some(path) = &self.watcher_relay_config else {
+            return Ok(None);
+        };
+        within(
+            "watcher_lag_bound_ms",
+            self.watcher_lag_bound_ms,
+            1_000..=86_400_000,
+        )?;
+        within(
+            "watcher_interval_ms",
+            self.watcher_interval_ms,
+            100..=60_000,
+        )?;
+        within("watcher_window", self.watcher_window, 1_000..=10_000_000)?;
+        let relay = ra_ledger_cdc::config::RelayConfig::load(Some(&path.to_string_lossy()))
+            .map_err(|error| {
+                ConfigError::invalid_file(
+                    "watcher_relay_config",
+                    path,
+                    format!("the relay's settings, for its topics and Kafka: {error}"),
+                )
+            })?;
+        Ok(Some(watcher::Settings {
+            relay,
+            lag_bound: Duration::from_millis(self.watcher_lag_bound_ms),
+            interval: Duration::from_millis(self.watcher_interval_ms),
+            window: self.watcher_window,
+        }))
     }
 
     fn retention(&self) -> Result<Option<Retention>, ConfigError> {
@@ -665,6 +715,62 @@ mod tests {
             let error = bad.validate().unwrap_err().to_string();
             assert!(error.contains(field), "{error}");
         }
+    }
+
+    #[test]
+    fn the_watcher_is_off_by_default_and_its_settings_are_checked_with_the_relays_file() {
+        let config = ServeConfig {
+            tokens: crate::api::token_entry(crate::api::Role::Writer, "cs", "secret-token-1"),
+            ..ServeConfig::default()
+        };
+        assert!(config.validate().unwrap().watcher.is_none());
+        let dir = std::env::temp_dir().join(format!("watcher-relay-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let relay = dir.join("relay.toml");
+        std::fs::write(
+            &relay,
+            "topic_prefix = \"prod.outbox.event.\"\n[kafka]\n\"bootstrap.servers\" = \"k1:9092\"\n",
+        )
+        .unwrap();
+        let on = ServeConfig {
+            watcher_relay_config: Some(relay.clone()),
+            ..config.clone()
+        };
+        let watcher = on.validate().unwrap().watcher.unwrap();
+        assert_eq!(watcher.relay.topic("contact"), "prod.outbox.event.contact");
+        assert_eq!(watcher.lag_bound, Duration::from_secs(60));
+        assert_eq!(
+            (watcher.interval, watcher.window),
+            (Duration::from_secs(1), 100_000)
+        );
+        let missing = dir.join("absent.toml");
+        for (bad, named) in [
+            (
+                ServeConfig {
+                    watcher_relay_config: Some(missing.clone()),
+                    ..config.clone()
+                },
+                format!("watcher_relay_config = \"{}\"", missing.display()),
+            ),
+            (
+                ServeConfig {
+                    watcher_lag_bound_ms: 10,
+                    ..on.clone()
+                },
+                "watcher_lag_bound_ms".to_owned(),
+            ),
+            (
+                ServeConfig {
+                    watcher_window: 10,
+                    ..on.clone()
+                },
+                "watcher_window".to_owned(),
+            ),
+        ] {
+            let error = bad.validate().unwrap_err().to_string();
+            assert!(error.contains(&named), "{error}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

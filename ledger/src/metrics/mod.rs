@@ -375,6 +375,8 @@ pub struct ServiceMetrics {
     relay: std::sync::Mutex<Option<RelayRead>>,
     /// The cosigning rounds, with a witness policy.
     witnessed: std::sync::Mutex<witnesses::Witnessed>,
+    /// The end-to-end watcher's findings, when it is on ([`crate::watcher`]).
+    pub watcher: std::sync::Arc<crate::watcher::metrics::WatcherMetrics>,
 }
 
 /// The relay's report of its lag and whether a relay streams, as read by
@@ -457,6 +459,7 @@ impl ServiceMetrics {
     /// The Prometheus text format; nothing before the first round.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.watcher.render(&mut out);
         self.witnessed
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())

@@ -55,7 +55,7 @@ mod start;
 mod verdict;
 
 use verdict::Kafka;
-pub use verdict::Report;
+pub use verdict::{Missing, Report, classify_missing};
 
 /// The aggregate types whose topics carry the ledger's events.
 pub const EVENT_AGGREGATES: [&str; 2] = [CONTACT_AGGREGATE, ASSIGNMENT_AGGREGATE];

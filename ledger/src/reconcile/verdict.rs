@@ -3,11 +3,14 @@
 //!
 //! The rules, in the order [`verdict`] applies them to each event of the ledger's range not
 //! read from Kafka (a *missing* one, [`missing`]), then to each id read that the range did
-//! not expect:
+//! not expect. Rules 1 to 3 are [`classify_missing`], which the end-to-end watcher
+//! (`crate::watcher`) applies too, with its own sense of *due*:
 //! 1. A missing event in `outbox_parked` is *parked*: Kafka refused it for good, an
-//!    operator decides. Whether the relay caught up does not matter.
-//! 2. Otherwise, with the relay confirmed past the ledger's snapshot, it is *lost*: the
-//!    relay confirms only what Kafka acknowledged, so it should be there.
+//!    operator decides. Whether it is due does not matter.
+//! 2. Otherwise, when it is *due*, it is *lost*. Here due means the relay confirmed past
+//!    the ledger's snapshot: the relay confirms only what Kafka acknowledged, so it should
+//!    be there. For the watcher it means older than the lag bound, with every partition
+//!    read to its end: whatever the relay says.
 //! 3. Otherwise it is *unseen*: the relay may still be sending it.
 //! 4. An id read that the range did not expect is a *phantom* unless the ledger has it in
 //!    `events` when asked at the end (committed during the run). A record without an event
@@ -85,6 +88,29 @@ pub(super) struct Kafka {
     pub(super) unexpected: Vec<u128>,
 }
 
+/// What a committed event no record was read of is (rules 1 to 3 above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// In `outbox_parked`: Kafka refused it, an operator decides.
+    Parked,
+    /// Due and not on Kafka: lost.
+    Lost,
+    /// Not due yet: it may still be on its way.
+    Unseen,
+}
+
+/// Rules 1 to 3: a missing event that is `parked` is parked; else one that is `due` is
+/// lost; else unseen. Pure; shared by `ledger reconcile` and the watcher.
+pub fn classify_missing(parked: bool, due: bool) -> Missing {
+    if parked {
+        Missing::Parked
+    } else if due {
+        Missing::Lost
+    } else {
+        Missing::Unseen
+    }
+}
+
 /// The events of the range that no record was read of (`expected` maps each event id to
 /// its copies read), smallest first.
 pub(super) fn missing(expected: &HashMap<u128, u32>) -> Vec<u128> {
@@ -119,15 +145,15 @@ pub(super) fn verdict(
         ..Report::default()
     };
     for id in missing(expected) {
-        if parked.contains(&id) {
-            report.parked += 1;
-        } else if caught_up {
-            report.lost += 1;
-            if report.lost_sample.len() < SAMPLE {
-                report.lost_sample.push(uuid_text(id));
+        match classify_missing(parked.contains(&id), caught_up) {
+            Missing::Parked => report.parked += 1,
+            Missing::Lost => {
+                report.lost += 1;
+                if report.lost_sample.len() < SAMPLE {
+                    report.lost_sample.push(uuid_text(id));
+                }
             }
-        } else {
-            report.unseen += 1;
+            Missing::Unseen => report.unseen += 1,
         }
     }
     let mut phantoms: Vec<u128> = kafka
@@ -172,6 +198,14 @@ mod tests {
         // Unseen and parked events alone leave the run clean: neither is a loss yet.
         assert!(behind.clean());
         assert_eq!(behind.events, 4);
+    }
+
+    #[test]
+    fn parked_wins_over_due_and_only_a_due_event_is_lost() {
+        assert_eq!(classify_missing(true, true), Missing::Parked);
+        assert_eq!(classify_missing(true, false), Missing::Parked);
+        assert_eq!(classify_missing(false, true), Missing::Lost);
+        assert_eq!(classify_missing(false, false), Missing::Unseen);
     }
 
     #[test]

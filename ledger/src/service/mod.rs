@@ -132,6 +132,21 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             shutdown.clone(),
         )));
     }
+    if let Some(settings) = service.watcher {
+        tracing::info!(
+            lag_bound = ?settings.lag_bound,
+            every = ?settings.interval,
+            "the end-to-end watcher is on: committed events are compared with the event topics"
+        );
+        // Its own pool: the lock's connection, a round's, and nothing of the API's.
+        let pool = db::pool(&service.database_url, "ledger-watcher", 3)?;
+        tasks.push(tokio::spawn(crate::watcher::run(
+            pool,
+            settings,
+            Arc::clone(&service_metrics.watcher),
+            shutdown.clone(),
+        )));
+    }
     if let Some(cosigning) = service
         .digests
         .as_ref()

@@ -36,6 +36,8 @@ pub struct Service {
     pub lock_timeout: Duration,
     /// Outbox retention, unless turned off.
     pub retention: Option<Retention>,
+    /// The end-to-end watcher, when the relay's settings are given.
+    pub watcher: Option<crate::watcher::Settings>,
     /// Signed digests, when a key is configured.
     pub digests: Option<Digests>,
     /// What one client may hold: the body-read timeout and the connection cap.

@@ -70,6 +70,8 @@ pub async fn read(
         parked_waiting: row.get("parked_waiting"),
         replays_failed: row.get("replays_failed"),
         newest_failed_replay: row.get("newest_failed_replay"),
+        events_missing: row.get("events_missing"),
+        first_missing: row.get("first_missing"),
         now: Utc::now(),
         witnesses: match witnessing {
             Some(witnessing) => Some(witnesses(client, witnessing).await?),

@@ -9,29 +9,31 @@
 //! The rules, in their order (a new one, such as a witness quorum, is one function and one
 //! line in [`RULES`]):
 //!
-//! 1. [`relay_refused`]: the relay refused to go on and stopped, in its own words (a lost
+//! 1. [`events_missing`]: the end-to-end watcher found committed events older than its
+//!    lag bound that Kafka's event topics do not hold, whatever the relay says (failing).
+//! 2. [`relay_refused`]: the relay refused to go on and stopped, in its own words (a lost
 //!    slot, a publication that stopped carrying the outbox, a position from another
 //!    history), while no relay streams (failing).
-//! 2. [`slot_lost`]: PostgreSQL removed WAL the slot needed; the relay refuses to start
+//! 3. [`slot_lost`]: PostgreSQL removed WAL the slot needed; the relay refuses to start
 //!    until `ledger relay recover` (failing).
-//! 3. [`slot_missing`]: no slot; a registered one was lost, and the relay refuses to start
+//! 4. [`slot_missing`]: no slot; a registered one was lost, and the relay refuses to start
 //!    (failing).
-//! 4. [`relay_not_streaming`]: no relay streams from the slot: nothing reaches Kafka
+//! 5. [`relay_not_streaming`]: no relay streams from the slot: nothing reaches Kafka
 //!    (failing).
-//! 5. [`wal_unreserved`]: the next checkpoint removes WAL the slot needs (failing).
-//! 6. [`commit_waiting`]: the oldest unpublished commit waited more than
+//! 6. [`wal_unreserved`]: the next checkpoint removes WAL the slot needs (failing).
+//! 7. [`commit_waiting`]: the oldest unpublished commit waited more than
 //!    [`COMMIT_FAILING`] (failing), or more than [`COMMIT_DEGRADED`] (degraded).
-//! 7. [`headroom_low`]: less than half of `max_slot_wal_keep_size` left (degraded).
-//! 8. [`parked_waiting`]: parked messages wait for an operator (degraded).
-//! 9. [`replay_failing`]: a replay failed in the last day (degraded).
+//! 8. [`headroom_low`]: less than half of `max_slot_wal_keep_size` left (degraded).
+//! 9. [`parked_waiting`]: parked messages wait for an operator (degraded).
+//! 10. [`replay_failing`]: a replay failed in the last day (degraded).
 //!
 //! With a witness policy (issue 56, item 5; [`WitnessFacts`]):
 //!
-//! 10. [`witness_refused`]: a witness's last answer refused a checkpoint: the log may not
+//! 11. [`witness_refused`]: a witness's last answer refused a checkpoint: the log may not
 //!     be the one it cosigned before (failing: the runbook says stop writes).
-//! 11. [`witness_lost_state`]: a witness holds less than it cosigned before; it no longer
+//! 12. [`witness_lost_state`]: a witness holds less than it cosigned before; it no longer
 //!     tells a fork from this log (degraded).
-//! 12. [`quorum_short`]: the log has been ahead of the newest checkpoint that met the
+//! 13. [`quorum_short`]: the log has been ahead of the newest checkpoint that met the
 //!     quorum for longer than [`WitnessFacts::short_after`], a few digest intervals
 //!     (degraded; a checkpoint waits a round or two for its cosignatures in good times).
 
@@ -67,6 +69,11 @@ pub struct Facts {
     /// The newest failed replay's id (not its error: the verdict is served without a
     /// token).
     pub newest_failed_replay: Option<String>,
+    /// Committed events the end-to-end watcher found missing from Kafka
+    /// (`watcher_missing`; 0 when the watcher is off).
+    pub events_missing: i64,
+    /// The lowest position among them.
+    pub first_missing: Option<i64>,
     /// When the facts were read.
     pub now: DateTime<Utc>,
     /// The witnesses, with a witness policy.
@@ -160,6 +167,7 @@ pub type Rule = fn(&Facts) -> Option<Finding>;
 
 /// Every rule, in the order that picks the deciding reason among findings of one state.
 pub const RULES: &[Rule] = &[
+    events_missing,
     relay_refused,
     slot_lost,
     slot_missing,
@@ -238,6 +246,22 @@ fn finding(state: State, reason: String, runbook: &'static str) -> Option<Findin
 }
 
 /// Rule 1.
+pub fn events_missing(facts: &Facts) -> Option<Finding> {
+    (facts.events_missing > 0).then_some(())?;
+    let first = facts.first_missing.map_or_else(String::new, |position| {
+        format!(" (the first at position {position})")
+    });
+    finding(
+        State::Failing,
+        format!(
+            "{} committed event(s) older than the watcher's lag bound are not on Kafka{first}: lost unless republished, whatever the relay says",
+            facts.events_missing
+        ),
+        "docs/operators.md#raeventsmissing",
+    )
+}
+
+/// Rule 2.
 pub fn relay_refused(facts: &Facts) -> Option<Finding> {
     let refused = facts.relay_refused.as_deref()?;
     if facts.slot.as_ref().is_some_and(|slot| slot.streaming) {
@@ -251,7 +275,7 @@ pub fn relay_refused(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 2.
+/// Rule 3.
 pub fn slot_lost(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     (slot.wal.status == Some(WalStatus::Lost)).then_some(())?;
@@ -265,7 +289,7 @@ pub fn slot_lost(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 3.
+/// Rule 4.
 pub fn slot_missing(facts: &Facts) -> Option<Finding> {
     if facts.slot.is_some() {
         return None;
@@ -284,7 +308,7 @@ pub fn slot_missing(facts: &Facts) -> Option<Finding> {
     finding(State::Failing, reason, "docs/operators.md#raslotmissing")
 }
 
-/// Rule 4.
+/// Rule 5.
 pub fn relay_not_streaming(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     if slot.streaming {
@@ -301,7 +325,7 @@ pub fn relay_not_streaming(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 5.
+/// Rule 6.
 pub fn wal_unreserved(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     (slot.wal.status == Some(WalStatus::Unreserved)).then_some(())?;
@@ -315,7 +339,7 @@ pub fn wal_unreserved(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 6.
+/// Rule 7.
 pub fn commit_waiting(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     let lag = slot.lag();
@@ -338,7 +362,7 @@ pub fn commit_waiting(facts: &Facts) -> Option<Finding> {
     }
 }
 
-/// Rule 7.
+/// Rule 8.
 pub fn headroom_low(facts: &Facts) -> Option<Finding> {
     let slot = facts.slot.as_ref()?;
     let (safe, limit) = (slot.wal.safe_bytes?, slot.wal.limit_bytes?);
@@ -355,7 +379,7 @@ pub fn headroom_low(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 8.
+/// Rule 9.
 pub fn parked_waiting(facts: &Facts) -> Option<Finding> {
     (facts.parked_waiting > 0).then_some(())?;
     finding(
@@ -368,7 +392,7 @@ pub fn parked_waiting(facts: &Facts) -> Option<Finding> {
     )
 }
 
-/// Rule 9.
+/// Rule 10.
 pub fn replay_failing(facts: &Facts) -> Option<Finding> {
     (facts.replays_failed > 0).then_some(())?;
     finding(
@@ -483,6 +507,8 @@ mod tests {
             parked_waiting: 0,
             replays_failed: 0,
             newest_failed_replay: None,
+            events_missing: 0,
+            first_missing: None,
             now: now(),
             witnesses: None,
         }
@@ -580,6 +606,27 @@ mod tests {
             "{}",
             met.reason
         );
+    }
+
+    /// Events the watcher found missing fail the verdict first, even with a relay that
+    /// streams and says it is caught up.
+    #[test]
+    fn events_missing_fail_the_verdict_before_anything_else() {
+        let mut lost = facts(Some(streaming()));
+        lost.events_missing = 4;
+        lost.first_missing = Some(17);
+        lost.parked_waiting = 1;
+        let verdict = verdict(&lost);
+        assert_eq!(verdict.state, State::Failing);
+        assert!(
+            verdict
+                .reason
+                .starts_with("4 committed event(s) older than the watcher's lag bound are not on Kafka (the first at position 17)"),
+            "{}",
+            verdict.reason
+        );
+        assert_eq!(verdict.runbook, Some("docs/operators.md#raeventsmissing"));
+        assert_eq!(verdict.also.len(), 1);
     }
 
     #[test]

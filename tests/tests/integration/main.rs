@@ -61,4 +61,5 @@ mod topics;
 mod value_format;
 mod verify_projections;
 mod wal_boundary;
+mod watcher;
 mod witness_operation;

@@ -101,6 +101,14 @@ pub const LOCK_TIMEOUT_MS: &str = "LEDGER_LOCK_TIMEOUT_MS";
 pub const OUTBOX_RETENTION_INTERVAL_MS: &str = "LEDGER_OUTBOX_RETENTION_INTERVAL_MS";
 /// `outbox_retention_batch`.
 pub const OUTBOX_RETENTION_BATCH: &str = "LEDGER_OUTBOX_RETENTION_BATCH";
+/// `watcher_relay_config`.
+pub const WATCHER_RELAY_CONFIG: &str = "LEDGER_WATCHER_RELAY_CONFIG";
+/// `watcher_lag_bound_ms`.
+pub const WATCHER_LAG_BOUND_MS: &str = "LEDGER_WATCHER_LAG_BOUND_MS";
+/// `watcher_interval_ms`.
+pub const WATCHER_INTERVAL_MS: &str = "LEDGER_WATCHER_INTERVAL_MS";
+/// `watcher_window`.
+pub const WATCHER_WINDOW: &str = "LEDGER_WATCHER_WINDOW";
 /// `digest_key_file`; `ledger verify --digests` also takes the public key from it.
 pub const DIGEST_KEY_FILE: &str = "LEDGER_DIGEST_KEY_FILE";
 /// `digest_interval_ms`.

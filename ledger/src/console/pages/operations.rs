@@ -70,9 +70,14 @@ pub(in crate::console) async fn operations(
     let digest = crate::digest::build::latest(&client)
         .await
         .map_err(|error| api_error(ApiError::internal(&error)))?;
+    let watched = crate::watcher::findings(&client).await.map_err(api_error)?;
     let csrf = session.operator().then(|| session.csrf(&state));
     let body = html! {
         (verdict_banner(&verdict))
+        section #watcher {
+            h2 { "Watcher" }
+            (watcher(&watched))
+        }
         section #relay {
             h2 { "Relay" }
             (relay_slot(&state.console.relay_slot, slot.as_ref()))
@@ -126,6 +131,31 @@ fn verdict_banner(verdict: &Verdict) -> Markup {
 /// A runbook section (`docs/operators.md#…`) as the console's link to it.
 fn runbook_href(runbook: &str) -> String {
     super::runbook::href(runbook)
+}
+
+/// The end-to-end watcher: the events it found missing from Kafka, how far it proved the
+/// rest, and when it last looked.
+fn watcher(findings: &crate::watcher::Findings) -> Markup {
+    html! {
+        @match findings.watermark {
+            None => p.hint { "The end-to-end watcher has not run: set " code { "watcher_relay_config" } " in the service's settings to turn it on." }
+            Some(watermark) => dl.facts {
+                dt { "Committed events missing from Kafka" }
+                dd #watcher-missing data-missing=(findings.missing) {
+                    @if findings.missing > 0 {
+                        span.error { (findings.missing) " (" a href=(runbook_href("docs/operators.md#raeventsmissing")) { "runbook" } ")" }
+                    } @else { "none" }
+                }
+                dt { "Proved on Kafka through position" } dd #watcher-watermark { (watermark) }
+                dt { "Last round" }
+                dd #watcher-round {
+                    (findings.round_at.and_then(|at| chrono::DateTime::from_timestamp(at as i64, 0)).map_or_else(|| "never".into(), time))
+                }
+                dt { "Rescans (Kafka lost records it had counted)" }
+                dd #watcher-rescans { (findings.rescans) @if let Some(why) = &findings.last_rescan { " — the last: " (why) } }
+            }
+        }
+    }
 }
 
 /// The relay's slot: whether a relay streams from it, and how far behind it is.
