@@ -193,10 +193,11 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
 /// verdict (`/status`).
 pub fn app(state: AppState, pool: Pool) -> Router {
     let slot = state.console.relay_slot.clone();
+    let tokens = state.tokens.clone();
     api::router(state.clone())
         .merge(console::router(state))
         .merge(health::router(pool.clone()))
-        .merge(crate::verdict::router(pool, slot))
+        .merge(crate::verdict::router(pool, slot, tokens))
 }
 
 /// A key left out of the config is random for this process: what it signs dies with it.
