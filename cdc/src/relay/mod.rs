@@ -39,6 +39,7 @@ pub mod lag_report;
 pub mod publication;
 mod reader;
 pub mod recover;
+pub mod schema_ids;
 mod setup;
 pub mod slot;
 
@@ -143,6 +144,9 @@ pub enum RelayError {
     /// is down, or it refused events.proto (its reason quoted).
     #[error("{0}. The relay publishes nothing until it has every framed topic's schema id")]
     Registry(#[from] crate::registry::RegistryError),
+    /// The registry answers other schema ids than the relay recorded: lost or restored.
+    #[error("{0}")]
+    SchemaIds(#[from] schema_ids::SchemaIdError),
     /// The relay's position could not be read back from Kafka (both modes read it at
     /// start).
     #[error(
@@ -181,6 +185,7 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::Slot(_)
             | RelayError::History(_)
             | RelayError::Catalog(_)
+            | RelayError::SchemaIds(_)
             | RelayError::TransactionTooLarge { .. }
             // librdkafka refuses its configuration (a TLS file that is not a certificate,
             // an unknown property): no retry will change that.
@@ -199,10 +204,14 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     let span = info_span!("relay", slot = %config.slot);
     async move {
-        let config = match crate::registry::register_topics(config.clone()).await {
+        let registered = async {
+            let registered = crate::registry::register_topics(config.clone()).await?;
+            schema_ids::check(&registered).await?;
+            Ok::<_, RelayError>(registered)
+        };
+        let config = match registered.await {
             Ok(registered) => registered,
             Err(error) => {
-                let error = RelayError::from(error);
                 error!(%error, "relay stopped");
                 // An incompatible schema stays so until an operator acts: the verdict says
                 // so, as for any refusal. A registry that does not answer yet is not one.

@@ -85,6 +85,7 @@ pub async fn recover(
     options: &RecoverOptions,
 ) -> Result<Recovered, RelayError> {
     let config = crate::registry::register_topics(config.clone()).await?;
+    super::schema_ids::check(&config).await?;
     from_snapshot(&config, options, "recover").await
 }
 
