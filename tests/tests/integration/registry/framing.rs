@@ -198,7 +198,7 @@ async fn a_registry_down_at_start_stops_the_relay_before_it_publishes() -> anyho
     let message = error.to_string();
     assert!(
         message.contains(&format!("the schema registry at {down} did not answer"))
-            && message.contains("while setting compatibility BACKWARD_TRANSITIVE on subject")
+            && message.contains("while looking up events.proto under subject")
             && message.contains(
                 "The relay publishes nothing until it has every framed topic's schema id"
             ),
