@@ -46,6 +46,8 @@ async fn verdicts(api: &TestApi) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secured_registry_takes_ci_registering_and_a_read_only_relay_and_no_secret_leaks()
 -> anyhow::Result<()> {
+    // The shared stack clears the run folder when it starts: before the files go there.
+    ra_ledger_tests::stack();
     let dir = run_dir().join(format!("registry-secured-{}", random_suffix()));
     let pki = Pki::generate(&dir.join("pki"))?;
     let users = [
