@@ -447,3 +447,58 @@ async fn a_relay_that_refuses_to_start_says_why_in_the_verdict() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// `/status` is open, so anyone asking cannot load the database: 200 anonymous requests at
+/// once are answered from at most one reading per `verdict::OPEN_FOR` of the time they
+/// took, counted as the connections taken from a pool of one (deadpool counts each reuse);
+/// an operator's request reads afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anyone_asking_at_once_costs_one_reading_a_second() -> anyhow::Result<()> {
+    use axum::body::Body;
+    use axum::http::Request;
+    use ra_ledger::api::{Role, Tokens, token_entry};
+    use ra_ledger::verdict::{OPEN_FOR, router};
+    use tower::ServiceExt as _;
+
+    let database = TestDatabase::new().await?;
+    let pool = ra_ledger::db::pool(&database.url, "status-test", 1)?;
+    let tokens = Tokens::parse(&token_entry(Role::Operator, "ops", OPERATOR))?;
+    let status = router(pool.clone(), "ra_ledger_relay".into(), tokens);
+    let ask = |token: Option<&'static str>| {
+        let status = status.clone();
+        tokio::spawn(async move {
+            let mut request = Request::get("/status");
+            if let Some(token) = token {
+                request = request.header("authorization", format!("Bearer {token}"));
+            }
+            let reply = status.oneshot(request.body(Body::empty())?).await?;
+            anyhow::Ok(reply.status().as_u16())
+        })
+    };
+    let readings = || async {
+        let connection = pool.get().await?;
+        anyhow::Ok(deadpool_postgres::Object::metrics(&connection).recycle_count)
+    };
+    let started = Instant::now();
+    let asked: Vec<_> = (0..200).map(|_| ask(None)).collect();
+    for answer in asked {
+        // No relay has made the slot: failing.
+        assert_eq!(answer.await??, 503);
+    }
+    let periods = started.elapsed().as_secs_f64() / OPEN_FOR.as_secs_f64();
+    // Readings so far, this count's own connection included.
+    let anonymous = readings().await?;
+    assert!(
+        anonymous <= 2 + periods.ceil() as usize,
+        "200 anonymous requests in {periods:.1} periods read the database {anonymous} times"
+    );
+    for _ in 0..5 {
+        assert_eq!(ask(Some(OPERATOR)).await??, 503);
+    }
+    assert_eq!(
+        readings().await? - anonymous,
+        6,
+        "an operator's request reads afresh (five, and this count's own)"
+    );
+    Ok(())
+}

@@ -371,8 +371,9 @@ async fn the_relay_asks_the_registry_once_at_start_and_publishes_on_without_it()
     let first: HashSet<String> = before.keys().cloned().collect();
     let mut collector = Collector::new(&topics)?;
     assert!(collector.until_all(Duration::from_secs(60), &first).await);
-    // Per framed subject: its compatibility set, events.proto registered.
-    assert_eq!(path.requests(), 3 * 2, "requests to the registry at start");
+    // Per framed subject, new: events.proto looked up (not there), the subject's own level
+    // read (none), its compatibility set, events.proto registered.
+    assert_eq!(path.requests(), 3 * 4, "requests to the registry at start");
 
     path.cut();
     assign_businesses(&api, 60).await?;
