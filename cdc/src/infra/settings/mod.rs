@@ -167,7 +167,11 @@ pub fn http_base_url(text: &str) -> Result<reqwest::Url, String> {
 /// what a log line or an error may show of a URL a setting gave. Text that does not parse
 /// as a URL and holds an `@` is replaced whole, since where its secret ends is unknown.
 pub fn redact_url(text: &str) -> String {
-    let Ok(url) = reqwest::Url::parse(text) else {
+    // `user:password@host` parses as a URL of scheme `user`, without an authority.
+    let parsed = reqwest::Url::parse(text)
+        .ok()
+        .filter(|url| !url.cannot_be_a_base());
+    let Some(url) = parsed else {
         return if text.contains('@') {
             "<a URL that does not parse, redacted>".to_owned()
         } else {
