@@ -220,6 +220,21 @@ async fn a_secured_registry_takes_ci_registering_and_a_read_only_relay_and_no_se
         Some(COMPATIBILITY)
     );
 
+    // With no topic framed there is nothing to register: refused, saying so.
+    let nothing = ra_ledger_tests::cli::ledger_printing(
+        &["relay", "register"],
+        &[
+            ("LEDGER_VALUE_FORMATS", ""),
+            ("LEDGER_SCHEMA_REGISTRY_URL", url.as_str()),
+        ],
+        ra_ledger_tests::cli::Stdout::Read,
+    )
+    .await?;
+    assert!(
+        nothing.code == Some(78) && nothing.stderr.contains("no topic is framed for registries"),
+        "{nothing:?}"
+    );
+
     // The relay, as a process with read-only credentials and everything logged: it looks
     // its ids up and frames; its log holds no password.
     let log_path = dir.join("relay.log");
