@@ -206,7 +206,7 @@ pub async fn run(
     async move {
         let registered = async {
             let registered = crate::registry::register_topics(config.clone()).await?;
-            schema_ids::check(&registered).await?;
+            schema_ids::check_until(&registered, &shutdown).await?;
             Ok::<_, RelayError>(registered)
         };
         let config = match registered.await {
@@ -221,6 +221,9 @@ pub async fn run(
                 return Err(error);
             }
         };
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
         let mut backoff = Duration::from_millis(100);
         let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
         // The server the sessions of this process streamed from: a reconnect that reaches

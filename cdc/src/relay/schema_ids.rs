@@ -11,7 +11,10 @@
 //! registry answers another id for a recorded schema, or a recorded schema's id for this
 //! one ([`decide`]). A new schema (another build's events.proto) adds a row.
 
-use tracing::info;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 use super::{RelayError, setup};
 use crate::config::RelayConfig;
@@ -81,6 +84,31 @@ pub fn decide(
         });
     }
     Ok(true)
+}
+
+/// [`check`], tried again while the database does not answer (as a session is, with the
+/// same backoff) until `shutdown`: a relay that starts before its database waits for it
+/// rather than exit. A refusal, or a shutdown, ends it.
+pub(super) async fn check_until(
+    config: &RelayConfig,
+    shutdown: &CancellationToken,
+) -> Result<(), RelayError> {
+    let mut backoff = Duration::from_millis(100);
+    let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
+    loop {
+        match check(config).await {
+            Err(error) if super::should_retry(&error) => {
+                warn!(%error, retry_in = ?backoff, "cannot check the schema ids yet");
+            }
+            outcome => return outcome,
+        }
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(max_backoff);
+    }
 }
 
 /// Checks the ids `config` frames with (filled in by [`crate::registry::register_topics`])

@@ -143,3 +143,42 @@ async fn recorded_ids(
         .map(|(_, id)| id)
         .collect())
 }
+
+/// Checking the ids needs the database: a framed relay that starts while its database is
+/// down waits for it, as a session does, rather than exit; once the server is back it
+/// records its id and streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_framed_relay_started_before_its_database_waits_for_it() -> anyhow::Result<()> {
+    let server = ra_ledger_tests::stack::private_postgres()?;
+    let database = TestDatabase::on(&server.admin_url()).await?;
+    let mut topics = TestTopics::new();
+    let config = framed_config(
+        &database,
+        &mut topics,
+        ra_ledger_cdc::config::DeliveryMode::AtLeastOnce,
+        &["assignment"],
+    )
+    .await?;
+    let subject = value_subject(&config.topic("assignment"));
+    server.stop_and_wait()?;
+    let relay = RunningRelay::start(config.clone());
+    // The relay registers, then finds the server refusing connections: it must wait.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while SchemaRegistry::new(&config.schema_registry_url.clone().unwrap_or_default())?
+        .look_up(&subject, EVENTS_PROTO)
+        .await?
+        .is_none()
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the relay never registered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.start()?;
+    let recorded = until_recorded(&database, &config.slot, &subject).await;
+    anyhow::ensure!(
+        !relay.task.is_finished(),
+        "the relay stopped while its database was down: {recorded:?}"
+    );
+    assert!(recorded? > 0);
+    relay.stop().await?;
+    Ok(())
+}
