@@ -14,6 +14,7 @@ use crate::infra::settings::{
     ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, check_identifier, env, listen, local,
     non_empty,
 };
+use crate::registry::{RegistryAccess, RegistryError};
 use crate::value_format::ValueFormat;
 
 /// librdkafka settings the relay owns: changing them would break its guarantees.
@@ -149,6 +150,20 @@ crate::settings! {
         /// ([`crate::registry`]).
         schema_registry_url: Option<String> = None,
             env env::SCHEMA_REGISTRY_URL => |c, v| c.schema_registry_url = non_empty(v).map(str::to_owned);
+        /// The user the registry knows the relay as (basic auth;
+        /// `LEDGER_SCHEMA_REGISTRY_USER`), with `schema_registry_password_file`. Read-only
+        /// credentials do when the schema is registered already (`ledger relay register`).
+        schema_registry_user: Option<String> = None,
+            env env::SCHEMA_REGISTRY_USER => |c, v| c.schema_registry_user = non_empty(v).map(str::to_owned);
+        /// File holding that user's password (`LEDGER_SCHEMA_REGISTRY_PASSWORD_FILE`); the
+        /// URL carries no credentials.
+        schema_registry_password_file: Option<PathBuf> = None,
+            env env::SCHEMA_REGISTRY_PASSWORD_FILE => |c, v| c.schema_registry_password_file = non_empty(v).map(PathBuf::from);
+        /// The CA (PEM) that signed the registry's certificate, trusted instead of the
+        /// built-in roots (`LEDGER_SCHEMA_REGISTRY_CA_FILE`); the certificate is always
+        /// verified.
+        schema_registry_ca_file: Option<PathBuf> = None,
+            env env::SCHEMA_REGISTRY_CA_FILE => |c, v| c.schema_registry_ca_file = non_empty(v).map(PathBuf::from);
         /// librdkafka settings passed through, e.g. `bootstrap.servers`
         /// (`LEDGER_KAFKA_BROKERS`), `linger.ms`, `security.protocol`, `ssl.ca.location`
         /// (and the other `LEDGER_KAFKA_*` variables, [`crate::infra::kafka::ENV_SETTINGS`]).
@@ -338,9 +353,28 @@ impl RelayConfig {
                 ),
             )),
             None => Ok(()),
-            Some(url) => crate::infra::settings::http_base_url(url)
+            Some(_) => self
+                .registry_access()
+                .check()
                 .map(drop)
-                .map_err(|reason| ConfigError::invalid("schema_registry_url", url, reason)),
+                .map_err(|error| match error {
+                    RegistryError::Setting {
+                        field,
+                        value,
+                        reason,
+                    } => ConfigError::invalid(field, value, reason),
+                    other => ConfigError::invalid("schema_registry_url", "", other.to_string()),
+                }),
+        }
+    }
+
+    /// How to reach the schema registry: `schema_registry_url` and its credentials.
+    pub fn registry_access(&self) -> RegistryAccess {
+        RegistryAccess {
+            url: self.schema_registry_url.clone().unwrap_or_default(),
+            user: self.schema_registry_user.clone(),
+            password_file: self.schema_registry_password_file.clone(),
+            ca_file: self.schema_registry_ca_file.clone(),
         }
     }
 

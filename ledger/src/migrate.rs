@@ -203,9 +203,11 @@ pub fn embedded() -> Vec<String> {
 }
 
 /// Grants a relay role exactly what the relay needs in this database: read the outbox,
-/// park refused messages, keep its slot's registration and its record of what Kafka holds (migrations V12, V17 and V20), report its lag (V18). The role
-/// itself (LOGIN REPLICATION) is created by the operator; it can read nothing else, and
-/// write nothing but `outbox_parked`, `relay_slots` and `relay_lag_reports`.
+/// park refused messages, keep its slot's registration and its record of what Kafka holds
+/// (migrations V12, V17 and V20), report its lag (V18), record its schema ids (V22). The
+/// role itself (LOGIN REPLICATION) is created by the operator; it can read nothing else, and
+/// write nothing but `outbox_parked`, `relay_slots`, `relay_lag_reports` and
+/// `relay_schema_ids`.
 pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_postgres::Error> {
     let role = quote_identifier(role);
     client
@@ -216,7 +218,8 @@ pub async fn grant_relay_role(client: &Client, role: &str) -> Result<(), tokio_p
              GRANT UPDATE (publication, publication_identity, heartbeats, ready, \
                            generation, published_lsn, published_system_id, published_at) \
                    ON relay_slots TO {role}; \
-             GRANT SELECT, INSERT, UPDATE ON relay_lag_reports TO {role};"
+             GRANT SELECT, INSERT, UPDATE ON relay_lag_reports TO {role}; \
+             GRANT SELECT, INSERT ON relay_schema_ids TO {role};"
         ))
         .await
 }

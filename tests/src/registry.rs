@@ -75,14 +75,29 @@ fn start() -> anyhow::Result<RegistryServer> {
             started_in: None,
         });
     }
+    let port = free_port()?;
+    launch(
+        "registry",
+        port,
+        registry_properties(port, free_port()?),
+        None,
+    )
+}
+
+/// Starts Apicurio in the run folder's `name` with `properties`, answering at `port`
+/// (plain HTTP, or HTTPS when `tls` names the CA to check it with).
+fn launch(
+    name: &str,
+    port: u16,
+    properties: Vec<String>,
+    tls: Option<&Path>,
+) -> anyhow::Result<RegistryServer> {
     let home = env_path("LEDGER_REGISTRY_HOME")?;
     let java = env_path("LEDGER_REGISTRY_JAVA")?;
     // The shared stack clears the run folder when it starts: start it first.
     crate::stack();
-    let dir = crate::stack::run_dir().join("registry");
+    let dir = crate::stack::run_dir().join(name);
     std::fs::create_dir_all(&dir)?;
-    let port = free_port()?;
-    let management_port = free_port()?;
     let log_path = dir.join("registry.log");
     let log = std::fs::File::create(&log_path)?;
     let mut command = Command::new("setpriv");
@@ -96,7 +111,7 @@ fn start() -> anyhow::Result<RegistryServer> {
             "-XX:+UseSerialGC",
             "-XX:+ExitOnOutOfMemoryError",
         ])
-        .args(registry_properties(port, management_port))
+        .args(properties)
         .arg("-jar")
         .arg(home.join("quarkus-run.jar"))
         .current_dir(&dir)
@@ -105,14 +120,113 @@ fn start() -> anyhow::Result<RegistryServer> {
         .stderr(log);
     let started = Instant::now();
     let pid = spawn_kept(command).context("starting java (Apicurio Registry)")?;
-    let root = format!("http://127.0.0.1:{port}");
-    wait_until_ready(&root, pid, &log_path)?;
+    let root = match tls {
+        None => format!("http://127.0.0.1:{port}"),
+        Some(_) => format!("https://localhost:{port}"),
+    };
+    wait_until_ready(&root, pid, &log_path, tls)?;
     Ok(RegistryServer {
         root,
         log: Some(log_path),
         pid: Some(pid),
         started_in: Some(started.elapsed()),
     })
+}
+
+/// A user of a secured registry: name, password, and whether it may write (register,
+/// set compatibility, delete) or only read (look up, read schemas and levels).
+#[derive(Debug, Clone)]
+pub struct RegistryUser {
+    /// The name.
+    pub name: String,
+    /// The password.
+    pub password: String,
+    /// May write.
+    pub writes: bool,
+}
+
+/// A registry of one test's own, killed when dropped: for what the shared one must not
+/// see (its storage lost, its users and TLS).
+#[derive(Debug)]
+pub struct OwnRegistry {
+    /// The server.
+    pub server: RegistryServer,
+}
+
+impl Drop for OwnRegistry {
+    fn drop(&mut self) {
+        if let Some(pid) = self.server.pid {
+            let _ = crate::process::stop_kept(pid, "KILL");
+        }
+    }
+}
+
+impl OwnRegistry {
+    /// A plain registry on empty storage, as the shared one.
+    pub fn start() -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let name = format!("registry-{}", crate::random_suffix());
+        Ok(Self {
+            server: launch(&name, port, registry_properties(port, free_port()?), None)?,
+        })
+    }
+
+    /// A registry that speaks only HTTPS, with the certificate of `pki` (for `localhost`),
+    /// and answers its APIs only to `users` by basic auth; a user that does not write may
+    /// read and look schemas up, and is refused (403) registering or setting a level.
+    /// Apicurio does it alone, through Quarkus' own settings: its embedded users and HTTP
+    /// permissions, and its TLS listener (no proxy in between).
+    pub fn secured(pki: &crate::tls::Pki, users: &[RegistryUser]) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let name = format!("registry-{}", crate::random_suffix());
+        let mut properties = registry_properties(free_port()?, free_port()?);
+        properties.extend(secured_properties(pki, port, users));
+        Ok(Self {
+            server: launch(&name, port, properties, Some(&pki.ca))?,
+        })
+    }
+}
+
+/// Quarkus' settings for HTTPS only on `port`, basic auth for `users`, and the write
+/// permissions: PUT and DELETE anywhere under `/apis`, and POST of a new version.
+fn secured_properties(pki: &crate::tls::Pki, port: u16, users: &[RegistryUser]) -> Vec<String> {
+    let mut properties = vec![
+        format!("-Dquarkus.http.ssl-port={port}"),
+        format!(
+            "-Dquarkus.http.ssl.certificate.files={}",
+            pki.server_cert.display()
+        ),
+        format!(
+            "-Dquarkus.http.ssl.certificate.key-files={}",
+            pki.server_key.display()
+        ),
+        "-Dquarkus.http.insecure-requests=disabled".into(),
+        "-Dquarkus.http.auth.basic=true".into(),
+        "-Dquarkus.security.users.embedded.enabled=true".into(),
+        "-Dquarkus.security.users.embedded.plain-text=true".into(),
+        "-Dquarkus.http.auth.permission.read.paths=/apis/*".into(),
+        "-Dquarkus.http.auth.permission.read.policy=reading".into(),
+        "-Dquarkus.http.auth.policy.reading.roles-allowed=read".into(),
+        "-Dquarkus.http.auth.permission.write.paths=/apis/*".into(),
+        "-Dquarkus.http.auth.permission.write.methods=PUT,DELETE".into(),
+        "-Dquarkus.http.auth.permission.write.policy=writing".into(),
+        "-Dquarkus.http.auth.permission.register.paths=/apis/ccompat/v7/subjects/*/versions".into(),
+        "-Dquarkus.http.auth.permission.register.methods=POST".into(),
+        "-Dquarkus.http.auth.permission.register.policy=writing".into(),
+        "-Dquarkus.http.auth.policy.writing.roles-allowed=write".into(),
+    ];
+    for user in users {
+        properties.push(format!(
+            "-Dquarkus.security.users.embedded.users.{}={}",
+            user.name, user.password
+        ));
+        properties.push(format!(
+            "-Dquarkus.security.users.embedded.roles.{}={}",
+            user.name,
+            if user.writes { "read,write" } else { "read" }
+        ));
+    }
+    properties
 }
 
 /// Apicurio's settings for a registry on loopback: its HTTP API on `port`, its management
@@ -131,12 +245,12 @@ pub fn registry_properties(port: u16, management_port: u16) -> Vec<String> {
     ]
 }
 
-/// Polls the Confluent-compatible API until it answers, or fails with the log's tail.
-fn wait_until_ready(root: &str, pid: u32, log: &Path) -> anyhow::Result<()> {
-    let address = root.trim_start_matches("http://").to_owned();
+/// Polls until the registry answers (any HTTP status: a secured one answers 401 to a
+/// request without credentials), or fails with the log's tail.
+fn wait_until_ready(root: &str, pid: u32, log: &Path, tls: Option<&Path>) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if http_ok(&address, "/apis/ccompat/v7/config") {
+        if answers(root, tls) {
             return Ok(());
         }
         if !Path::new(&format!("/proc/{pid}")).exists() || Instant::now() > deadline {
@@ -152,22 +266,33 @@ fn wait_until_ready(root: &str, pid: u32, log: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Whether `GET path` on `address` answers 200 (a bare HTTP/1.0 request: no client needed
-/// before the runtime of a test exists).
-fn http_ok(address: &str, path: &str) -> bool {
-    use std::io::{Read as _, Write as _};
-    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+/// Whether the Confluent-compatible API at `root` answers (the `curl` command: no client
+/// needed before the runtime of a test exists); 200 for a plain registry, any status over
+/// TLS checked with the CA `tls`.
+fn answers(root: &str, tls: Option<&Path>) -> bool {
+    let mut command = Command::new("curl");
+    command
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+        ])
+        .arg(format!("{root}/apis/ccompat/v7/config"));
+    if let Some(ca) = tls {
+        command.arg("--cacert").arg(ca);
+    }
+    let Ok(output) = command.stderr(Stdio::null()).output() else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
-        .is_err()
-    {
-        return false;
+    let code = String::from_utf8_lossy(&output.stdout).into_owned();
+    match tls {
+        None => code == "200",
+        Some(_) => code == "200" || code == "401",
     }
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok() && head.ends_with(b"200")
 }
 
 fn env_path(name: &str) -> anyhow::Result<PathBuf> {

@@ -1,6 +1,11 @@
 //! A client of the Confluent-compatible schema registry API (Confluent Schema Registry,
 //! Apicurio Registry's `/apis/ccompat/v7`, Karapace): the few calls the relay, replays,
 //! the demo and the tests make. Every call is bounded in time; none is made per record.
+//!
+//! Credentials are those of [`RegistryAccess`]: a user and a password read from a file
+//! (basic auth), never in the URL, which errors and logs show; a CA file trusted instead
+//! of the built-in roots, the registry's certificate always verified. A URL that carries
+//! user information is refused, and shown redacted.
 
 use std::time::Duration;
 
@@ -8,8 +13,10 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::json;
 
+pub use super::access::RegistryAccess;
+use super::access::URL;
 use crate::confluent_wire::SchemaId;
-use crate::infra::settings::http_base_url;
+use crate::infra::settings::{read_secret, redact_url};
 
 /// The API's content type.
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -22,18 +29,39 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct SchemaRegistry {
     base: Url,
     http: reqwest::Client,
+    /// Basic auth: the user and the password.
+    credentials: Option<(String, String)>,
 }
 
 /// What went wrong with the registry; each names the registry and what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    /// The URL is not an `http://` or `https://` URL.
-    #[error("schema_registry_url = {url:?}: {reason}")]
-    BadUrl {
-        /// The setting's value.
-        url: String,
-        /// Why.
+    /// A setting that cannot work: a URL that is not an `http://` or `https://` one, or
+    /// carries credentials; a user without a password file; a CA file that holds no
+    /// certificate.
+    #[error("{field} = {value:?}: {reason}")]
+    Setting {
+        /// The setting.
+        field: &'static str,
+        /// Its value (a URL redacted, never a secret).
+        value: String,
+        /// Why, and what to do.
         reason: String,
+    },
+    /// The registry does not know the credentials (401), or the user may not do what was
+    /// asked (403).
+    #[error("the schema registry at {url} answered {status} while {doing}: {message}. {remedy}")]
+    Denied {
+        /// The registry.
+        url: String,
+        /// What was being done.
+        doing: String,
+        /// 401 or 403.
+        status: u16,
+        /// The registry's message.
+        message: String,
+        /// What to do.
+        remedy: &'static str,
     },
     /// No answer: the registry is down, or not at this address.
     #[error(
@@ -84,7 +112,7 @@ impl RegistryError {
         match self {
             Self::Unreachable { .. } => true,
             Self::Refused { status, .. } => *status >= 500 || *status == 429,
-            Self::BadUrl { .. } | Self::Incompatible { .. } => false,
+            Self::Setting { .. } | Self::Denied { .. } | Self::Incompatible { .. } => false,
         }
     }
 }
@@ -100,21 +128,72 @@ struct ErrorBody {
 
 /// Confluent's error code for a subject it does not know.
 const SUBJECT_NOT_FOUND: i64 = 40401;
+/// Confluent's error code for a schema the subject does not hold.
+const SCHEMA_NOT_FOUND: i64 = 40403;
+/// Confluent's error code for a subject without a compatibility level of its own.
+const SUBJECT_LEVEL_NOT_CONFIGURED: i64 = 40408;
+
+/// What a 401 asks of the operator.
+const UNAUTHORIZED_REMEDY: &str = "The registry does not know these credentials: check schema_registry_user and the password in schema_registry_password_file (LEDGER_SCHEMA_REGISTRY_USER, LEDGER_SCHEMA_REGISTRY_PASSWORD_FILE)";
+/// What a 403 asks of the operator.
+const FORBIDDEN_REMEDY: &str = "This user may not do that: with read-only credentials the relay only looks up its schema, so register it first with `ledger relay register` and credentials that may write (docs/operators.md#the-schema-registry), or give the relay such credentials";
 
 impl SchemaRegistry {
-    /// The registry at `url`, the base of its Confluent-compatible API.
+    /// The registry at `url`, the base of its Confluent-compatible API, without
+    /// credentials.
     pub fn new(url: &str) -> Result<Self, RegistryError> {
-        let bad = |reason: &str| RegistryError::BadUrl {
-            url: url.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let base = http_base_url(url).map_err(|reason| bad(&reason))?;
-        let http = reqwest::Client::builder()
+        Self::connect(&RegistryAccess::url(url))
+    }
+
+    /// The registry `access` describes: its password read from its file, its CA trusted
+    /// instead of the built-in roots. Errors name the setting and never hold the password.
+    pub fn connect(access: &RegistryAccess) -> Result<Self, RegistryError> {
+        let base = access.check()?;
+        let mut builder = reqwest::Client::builder()
             .timeout(CALL_TIMEOUT)
-            .connect_timeout(CALL_TIMEOUT)
-            .build()
-            .map_err(|error| bad(&error.to_string()))?;
-        Ok(Self { base, http })
+            .connect_timeout(CALL_TIMEOUT);
+        if let Some(path) = &access.ca_file {
+            let setting = |reason: String| RegistryError::Setting {
+                field: "schema_registry_ca_file",
+                value: path.display().to_string(),
+                reason,
+            };
+            let pem =
+                std::fs::read(path).map_err(|error| setting(format!("cannot read it: {error}")))?;
+            let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|error| setting(format!("not a PEM certificate: {error}")))?;
+            if certificates.is_empty() {
+                return Err(setting("no PEM certificate in it".into()));
+            }
+            builder = builder.tls_built_in_root_certs(false);
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder.build().map_err(|error| RegistryError::Setting {
+            field: URL,
+            value: redact_url(&access.url),
+            reason: error.to_string(),
+        })?;
+        let credentials = match (&access.user, &access.password_file) {
+            (Some(user), Some(path)) => {
+                let password =
+                    read_secret("schema_registry_password_file", path).map_err(|error| {
+                        RegistryError::Setting {
+                            field: "schema_registry_password_file",
+                            value: path.display().to_string(),
+                            reason: error.to_string(),
+                        }
+                    })?;
+                Some((user.clone(), password))
+            }
+            _ => None,
+        };
+        Ok(Self {
+            base,
+            http,
+            credentials,
+        })
     }
 
     /// The base URL, as given.
@@ -149,6 +228,73 @@ impl SchemaRegistry {
         let response = self.send(self.http.get(url), &doing).await?;
         let body = self.expect_success(response, &doing).await?;
         Ok(parse::<Level>(&body, &doing, self)?.level)
+    }
+
+    /// The compatibility level `subject` has of its own; `None` when it has none. Apicurio
+    /// answers the registry's default for a subject without one: a level equal to that
+    /// default counts as none ([`own_level`]).
+    pub async fn own_compatibility(&self, subject: &str) -> Result<Option<String>, RegistryError> {
+        #[derive(Deserialize)]
+        struct Level {
+            #[serde(rename = "compatibilityLevel")]
+            level: String,
+        }
+        let doing = format!("reading the compatibility of subject {subject}");
+        let response = self
+            .send(self.http.get(self.endpoint(&["config", subject])), &doing)
+            .await?;
+        let subject_level = if response.status() == StatusCode::NOT_FOUND {
+            let body = response.text().await.unwrap_or_default();
+            if !is_error(&body, &[SUBJECT_NOT_FOUND, SUBJECT_LEVEL_NOT_CONFIGURED]) {
+                return Err(self.refused(&doing, StatusCode::NOT_FOUND, &body));
+            }
+            None
+        } else {
+            let body = self.expect_success(response, &doing).await?;
+            Some(parse::<Level>(&body, &doing, self)?.level)
+        };
+        let Some(subject_level) = subject_level else {
+            return Ok(None);
+        };
+        let doing = "reading the registry's default compatibility";
+        let response = self
+            .send(self.http.get(self.endpoint(&["config"])), doing)
+            .await?;
+        let body = self.expect_success(response, doing).await?;
+        let default = parse::<Level>(&body, doing, self)?.level;
+        Ok(own_level(subject_level, &default))
+    }
+
+    /// The id of `schema` under `subject` when the subject holds it (`POST
+    /// /subjects/{subject}`, a read: read-only credentials may ask); `None` when it does
+    /// not, or the subject does not exist.
+    pub async fn look_up(
+        &self,
+        subject: &str,
+        schema: &str,
+    ) -> Result<Option<SchemaId>, RegistryError> {
+        #[derive(Deserialize)]
+        struct Found {
+            id: SchemaId,
+        }
+        let doing = format!("looking up events.proto under subject {subject}");
+        let response = self
+            .send(
+                self.http
+                    .post(self.endpoint(&["subjects", subject]))
+                    .json(&json!({ "schemaType": "PROTOBUF", "schema": schema })),
+                &doing,
+            )
+            .await?;
+        if response.status() == StatusCode::NOT_FOUND {
+            let body = response.text().await.unwrap_or_default();
+            if is_error(&body, &[SUBJECT_NOT_FOUND, SCHEMA_NOT_FOUND]) {
+                return Ok(None);
+            }
+            return Err(self.refused(&doing, StatusCode::NOT_FOUND, &body));
+        }
+        let body = self.expect_success(response, &doing).await?;
+        Ok(Some(parse::<Found>(&body, &doing, self)?.id))
     }
 
     /// Registers `schema` (a `.proto` file's text) under `subject`, or finds it there: the
@@ -229,9 +375,7 @@ impl SchemaRegistry {
             .await?;
         if response.status() == StatusCode::NOT_FOUND {
             let body = response.text().await.unwrap_or_default();
-            if serde_json::from_str::<ErrorBody>(&body)
-                .is_ok_and(|error| error.error_code == SUBJECT_NOT_FOUND)
-            {
+            if is_error(&body, &[SUBJECT_NOT_FOUND]) {
                 return Ok(None);
             }
             return Err(self.refused(&doing, StatusCode::NOT_FOUND, &body));
@@ -274,6 +418,10 @@ impl SchemaRegistry {
         request: reqwest::RequestBuilder,
         doing: &str,
     ) -> Result<reqwest::Response, RegistryError> {
+        let request = match &self.credentials {
+            Some((user, password)) => request.basic_auth(user, Some(password)),
+            None => request,
+        };
         request
             .header(reqwest::header::ACCEPT, CONTENT_TYPE)
             .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
@@ -308,6 +456,20 @@ impl SchemaRegistry {
     }
 
     fn refused(&self, doing: &str, status: StatusCode, body: &str) -> RegistryError {
+        let remedy = match status {
+            StatusCode::UNAUTHORIZED => Some(UNAUTHORIZED_REMEDY),
+            StatusCode::FORBIDDEN => Some(FORBIDDEN_REMEDY),
+            _ => None,
+        };
+        if let Some(remedy) = remedy {
+            return RegistryError::Denied {
+                url: self.url().to_owned(),
+                doing: doing.to_owned(),
+                status: status.as_u16(),
+                message: error_message(body),
+                remedy,
+            };
+        }
         RegistryError::Refused {
             url: self.url().to_owned(),
             doing: doing.to_owned(),
@@ -315,6 +477,19 @@ impl SchemaRegistry {
             message: error_message(body),
         }
     }
+}
+
+/// Whether `body` is a registry's error body with one of `codes`.
+fn is_error(body: &str, codes: &[i64]) -> bool {
+    serde_json::from_str::<ErrorBody>(body).is_ok_and(|error| codes.contains(&error.error_code))
+}
+
+/// The level a subject has of its own, from what the registry answered for it and its
+/// default: a level equal to the default is none (Apicurio answers the default for a
+/// subject without one; an admin who set the default's level on a subject loses nothing
+/// when it is set again). Pure.
+pub fn own_level(answered: String, default: &str) -> Option<String> {
+    (answered != default).then_some(answered)
 }
 
 /// The `message` of a registry's error body, else the body itself (shortened).
@@ -327,7 +502,14 @@ fn error_message(body: &str) -> String {
 
 /// A transport error with its causes: reqwest's own text says only "error sending request".
 fn transport_reason(error: &reqwest::Error) -> String {
-    let mut reason = error.to_string();
+    // reqwest's own text names the URL, which the error names already.
+    let mut reason = if error.is_timeout() {
+        "timed out".to_owned()
+    } else if error.is_connect() {
+        "cannot connect".to_owned()
+    } else {
+        "the request failed".to_owned()
+    };
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         reason.push_str(": ");
@@ -352,6 +534,8 @@ fn parse<T: serde::de::DeserializeOwned>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
@@ -376,6 +560,96 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn credentials_never_ride_in_the_url_and_a_password_crosses_only_tls() {
+        let error = SchemaRegistry::new("http://reguser:s3cretPW@127.0.0.1:18081/apis/ccompat/v6")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(
+                "schema_registry_url = \"http://<redacted>@127.0.0.1:18081/apis/ccompat/v6\": a registry URL carries no credentials"
+            ) && error.contains("schema_registry_password_file"),
+            "{error}"
+        );
+        assert!(
+            !error.contains("s3cretPW") && !error.contains("reguser"),
+            "{error}"
+        );
+        let access = |url: &str, user: Option<&str>, file: Option<&str>| RegistryAccess {
+            url: url.to_owned(),
+            user: user.map(str::to_owned),
+            password_file: file.map(PathBuf::from),
+            ca_file: None,
+        };
+        let no_file = access("https://r.example/ccompat", Some("relay"), None)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            no_file
+                .starts_with("schema_registry_password_file = \"\": schema_registry_user is set"),
+            "{no_file}"
+        );
+        let no_user = access("https://r.example/ccompat", None, Some("/run/pw"))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            no_user.starts_with("schema_registry_user = \"\""),
+            "{no_user}"
+        );
+        let clear = access("http://r.example/ccompat", Some("relay"), Some("/run/pw"))
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            clear.contains("would cross the network in clear"),
+            "{clear}"
+        );
+        for fine in [
+            "https://r.example/ccompat",
+            "http://127.0.0.1:18081/ccompat",
+            "http://localhost:18081/ccompat",
+            "http://[::1]:18081/ccompat",
+        ] {
+            access(fine, Some("relay"), Some("/run/pw"))
+                .check()
+                .unwrap();
+        }
+        let missing = SchemaRegistry::connect(&access(
+            "https://r.example/ccompat",
+            Some("relay"),
+            Some("/nonexistent/registry-password"),
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            missing
+                .starts_with("schema_registry_password_file = \"/nonexistent/registry-password\""),
+            "{missing}"
+        );
+        let no_ca = SchemaRegistry::connect(&RegistryAccess {
+            ca_file: Some("/nonexistent/ca.crt".into()),
+            ..RegistryAccess::url("https://r.example/ccompat")
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            no_ca.starts_with("schema_registry_ca_file = \"/nonexistent/ca.crt\": cannot read it"),
+            "{no_ca}"
+        );
+    }
+
+    #[test]
+    fn a_level_equal_to_the_default_is_none_of_the_subjects_own() {
+        assert_eq!(own_level("NONE".into(), "NONE"), None);
+        assert_eq!(
+            own_level("FULL_TRANSITIVE".into(), "NONE").as_deref(),
+            Some("FULL_TRANSITIVE")
+        );
+        assert_eq!(own_level("BACKWARD".into(), "BACKWARD"), None);
     }
 
     #[test]

@@ -43,6 +43,7 @@ mod published;
 mod reader;
 pub mod recover;
 mod run;
+pub mod schema_ids;
 mod setup;
 pub mod slot;
 
@@ -141,6 +142,9 @@ pub enum RelayError {
     /// is down, or it refused events.proto (its reason quoted).
     #[error("{0}. The relay publishes nothing until it has every framed topic's schema id")]
     Registry(#[from] crate::registry::RegistryError),
+    /// The registry answers other schema ids than the relay recorded: lost or restored.
+    #[error("{0}")]
+    SchemaIds(#[from] schema_ids::SchemaIdError),
     /// The relay's position could not be read back from Kafka (both modes read it at
     /// start).
     #[error(
@@ -179,6 +183,7 @@ pub fn should_retry(error: &RelayError) -> bool {
             | RelayError::Slot(_)
             | RelayError::History(_)
             | RelayError::Catalog(_)
+            | RelayError::SchemaIds(_)
             | RelayError::TransactionTooLarge { .. }
             // librdkafka refuses its configuration (a TLS file that is not a certificate,
             // an unknown property): no retry will change that.

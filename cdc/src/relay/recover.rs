@@ -86,6 +86,7 @@ pub async fn recover(
     options: &RecoverOptions,
 ) -> Result<Recovered, RelayError> {
     let config = crate::registry::register_topics(config.clone()).await?;
+    super::schema_ids::check(&config).await?;
     let application_name = format!("ledger-relay-recover:{}", config.slot);
     let (primary, _, _) = connect::find_primary(&config, &application_name).await?;
     from_snapshot(&config, options, "recover", &primary).await

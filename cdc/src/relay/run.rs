@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::{
-    RelayError, at_least_once, connect, exactly_once, gate, health, lag_report, setup, should_retry,
+    RelayError, at_least_once, connect, exactly_once, gate, health, lag_report, schema_ids, setup,
+    should_retry,
 };
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
@@ -31,10 +32,14 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     let span = info_span!("relay", slot = %config.slot);
     async move {
-        let config = match crate::registry::register_topics(config.clone()).await {
+        let registered = async {
+            let registered = crate::registry::register_topics(config.clone()).await?;
+            schema_ids::check_until(&registered, &shutdown).await?;
+            Ok::<_, RelayError>(registered)
+        };
+        let config = match registered.await {
             Ok(registered) => registered,
             Err(error) => {
-                let error = RelayError::from(error);
                 error!(%error, "relay stopped");
                 // An incompatible schema stays so until an operator acts: the verdict says
                 // so, as for any refusal. A registry that does not answer yet is not one.
@@ -44,6 +49,9 @@ pub async fn run(
                 return Err(error);
             }
         };
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
         let mut backoff = Duration::from_millis(100);
         let max_backoff = Duration::from_millis(config.reconnect_backoff_max_ms);
         // The server the sessions of this process streamed from: a reconnect that reaches

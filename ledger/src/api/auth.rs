@@ -213,16 +213,25 @@ fn with_role(principal: Principal, role: Role) -> Result<Principal, ApiError> {
 }
 
 fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
-    let header = parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "missing Authorization: Bearer <token> header",
-            )
-        })?;
+    bearer_principal(&parts.headers, &state.tokens)?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing Authorization: Bearer <token> header",
+        )
+    })
+}
+
+/// The holder of the bearer token in `headers`; `None` without an `Authorization` header
+/// (what an endpoint open to anyone serves anyone), an error for a malformed or unknown
+/// token.
+pub fn bearer_principal(
+    headers: &axum::http::HeaderMap,
+    tokens: &Tokens,
+) -> Result<Option<Principal>, ApiError> {
+    let Some(header) = headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
     let token = header
         .to_str()
         .ok()
@@ -234,10 +243,10 @@ fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
                 "Authorization header must be 'Bearer <token>'",
             )
         })?;
-    state
-        .tokens
+    tokens
         .find(token.trim())
         .cloned()
+        .map(Some)
         .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "unknown token"))
 }
 

@@ -23,7 +23,7 @@ use axum::routing::{get, post};
 use uuid::Uuid;
 
 pub use audit::{DEFAULT_PAGE, MAX_PAGE};
-pub use auth::{Principal, Role, TokenSpecError, Tokens, entry as token_entry};
+pub use auth::{Principal, Role, TokenSpecError, Tokens, bearer_principal, entry as token_entry};
 pub use cursor::CursorKey;
 pub use error::ApiError;
 

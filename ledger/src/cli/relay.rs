@@ -39,6 +39,12 @@ pub enum RelayCommand {
         #[arg(long, value_parser = parse_time)]
         events_since: Option<chrono::DateTime<chrono::Utc>>,
     },
+    /// Register events.proto under the subject of every topic the config frames for
+    /// registries (`value_formats` set to `confluent_protobuf`), setting the subject's
+    /// compatibility to BACKWARD_TRANSITIVE only where it has no level of its own: for a
+    /// platform team's CI, with registry credentials that may write, so that the relay
+    /// runs with read-only ones (it then only looks its ids up). Prints each subject's id.
+    Register,
     /// Messages Kafka refused for good, parked by the relay.
     Parked {
         #[command(subcommand)]
@@ -86,6 +92,7 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
                 }
             }),
         Some(RelayCommand::Parked { command }) => parked(&config, command).await,
+        Some(RelayCommand::Register) => register(&config).await,
         Some(RelayCommand::Recover { events_since }) => {
             let options = ra_ledger_cdc::relay::recover::RecoverOptions { events_since };
             let recovered = ra_ledger_cdc::relay::recover::recover(&config, &options).await?;
@@ -109,11 +116,45 @@ pub async fn run(database: &DatabaseArg, args: RelayArgs) -> anyhow::Result<()> 
             let client = db::connect(&database.url, "ledger-grant").await?;
             migrate::grant_relay_role(&client, &role).await?;
             outln!(
-                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked, SELECT, INSERT and UPDATE of its registration's columns on relay_slots and SELECT, INSERT, UPDATE on relay_lag_reports"
+                "granted {role} SELECT on outbox, SELECT, INSERT, UPDATE on outbox_parked, SELECT, INSERT and UPDATE of its registration's columns on relay_slots, SELECT, INSERT, UPDATE on relay_lag_reports and SELECT, INSERT on relay_schema_ids"
             );
             Ok(())
         }
     }
+}
+
+/// `ledger relay register`: a registry that refuses (credentials, rights, an incompatible
+/// schema) is [`refused`]; one that does not answer is an error to try again.
+async fn register(config: &RelayConfig) -> anyhow::Result<()> {
+    let registered = ra_ledger_cdc::registry::register_all(config)
+        .await
+        .map_err(|error| {
+            if error.is_transient() {
+                anyhow::Error::from(error)
+            } else {
+                refused(error)
+            }
+        })?;
+    if registered.is_empty() {
+        return Err(refused(anyhow::anyhow!(
+            "no topic is framed for registries: value_formats (LEDGER_VALUE_FORMATS) sets confluent_protobuf for none, so there is nothing to register"
+        )));
+    }
+    for subject in registered {
+        let level = match &subject.kept_level {
+            Some(level) => format!("its compatibility {level} left as set"),
+            None => format!(
+                "compatibility {} set (it had none of its own)",
+                ra_ledger_cdc::registry::COMPATIBILITY
+            ),
+        };
+        outln!(
+            "subject {}: events.proto is schema id {}; {level}",
+            subject.subject,
+            subject.schema_id
+        );
+    }
+    Ok(())
 }
 
 /// `--events-since`'s values.

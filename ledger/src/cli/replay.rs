@@ -97,6 +97,15 @@ pub struct KafkaArgs {
     /// live topic whose subject it holds gets its events framed on the replay topic too.
     #[arg(long, env = env::SCHEMA_REGISTRY_URL)]
     schema_registry_url: Option<String>,
+    /// The registry's user (basic auth); its password comes from a file.
+    #[arg(long, env = env::SCHEMA_REGISTRY_USER)]
+    schema_registry_user: Option<String>,
+    /// The file holding the registry user's password.
+    #[arg(long, env = env::SCHEMA_REGISTRY_PASSWORD_FILE)]
+    schema_registry_password_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) that signed the registry's certificate.
+    #[arg(long, env = env::SCHEMA_REGISTRY_CA_FILE)]
+    schema_registry_ca_file: Option<std::path::PathBuf>,
 }
 
 impl KafkaArgs {
@@ -105,8 +114,14 @@ impl KafkaArgs {
         settings.properties.extend(self.kafka);
         let registry = self
             .schema_registry_url
-            .as_deref()
-            .map(SchemaRegistry::new)
+            .map(|url| {
+                SchemaRegistry::connect(&ra_ledger_cdc::registry::RegistryAccess {
+                    url,
+                    user: self.schema_registry_user,
+                    password_file: self.schema_registry_password_file,
+                    ca_file: self.schema_registry_ca_file,
+                })
+            })
             .transpose()
             .map_err(refused)?;
         Ok((settings, registry))

@@ -83,6 +83,16 @@ ra_ledger_cdc::settings! {
         /// the live topic. Unset, replays publish the stored bytes on every topic.
         schema_registry_url: Option<String> = None,
             env env::SCHEMA_REGISTRY_URL => |c, v| c.schema_registry_url = non_empty(v).map(str::to_owned);
+        /// The registry's user (basic auth, `LEDGER_SCHEMA_REGISTRY_USER`), as the relay's;
+        /// replays only read.
+        schema_registry_user: Option<String> = None,
+            env env::SCHEMA_REGISTRY_USER => |c, v| c.schema_registry_user = non_empty(v).map(str::to_owned);
+        /// File holding that user's password (`LEDGER_SCHEMA_REGISTRY_PASSWORD_FILE`).
+        schema_registry_password_file: Option<PathBuf> = None,
+            env env::SCHEMA_REGISTRY_PASSWORD_FILE => |c, v| c.schema_registry_password_file = non_empty(v).map(PathBuf::from);
+        /// The CA (PEM) of the registry's certificate (`LEDGER_SCHEMA_REGISTRY_CA_FILE`).
+        schema_registry_ca_file: Option<PathBuf> = None,
+            env env::SCHEMA_REGISTRY_CA_FILE => |c, v| c.schema_registry_ca_file = non_empty(v).map(PathBuf::from);
     }
 }
 
@@ -157,14 +167,25 @@ impl WorkerConfig {
     pub fn schema_registry(
         &self,
     ) -> Result<Option<ra_ledger_cdc::registry::SchemaRegistry>, ConfigError> {
-        self.schema_registry_url
-            .as_deref()
-            .map(|url| {
-                ra_ledger_cdc::registry::SchemaRegistry::new(url).map_err(|error| {
-                    ConfigError::invalid("schema_registry_url", url, error.to_string())
-                })
-            })
-            .transpose()
+        use ra_ledger_cdc::registry::{RegistryAccess, RegistryError, SchemaRegistry};
+        let Some(url) = &self.schema_registry_url else {
+            return Ok(None);
+        };
+        SchemaRegistry::connect(&RegistryAccess {
+            url: url.clone(),
+            user: self.schema_registry_user.clone(),
+            password_file: self.schema_registry_password_file.clone(),
+            ca_file: self.schema_registry_ca_file.clone(),
+        })
+        .map(Some)
+        .map_err(|error| match error {
+            RegistryError::Setting {
+                field,
+                value,
+                reason,
+            } => ConfigError::invalid(field, value, reason),
+            other => ConfigError::invalid("schema_registry_url", "", other.to_string()),
+        })
     }
 
     /// How long a worker runs one chain's pages straight after each other.

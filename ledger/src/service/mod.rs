@@ -218,10 +218,11 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
 pub fn app(state: AppState, pool: Pool) -> Router {
     let slot = state.console.relay_slot.clone();
     let witnessing = state.console.witnessing.clone();
+    let tokens = state.tokens.clone();
     api::router(state.clone())
         .merge(console::router(state))
         .merge(health::router(pool.clone()))
-        .merge(crate::verdict::router(pool, slot, witnessing))
+        .merge(crate::verdict::router(pool, slot, witnessing, tokens))
 }
 
 /// A key left out of the config is random for this process: what it signs dies with it.

@@ -54,13 +54,14 @@ pub const COMMIT_DEGRADED: f64 = 120.0;
 /// What the verdict is taken from, read at one moment.
 #[derive(Debug, Clone)]
 pub struct Facts {
-    /// The relay's slot name.
+    /// The relay's slot name; empty in the facts anyone may read ([`Facts::for_anyone`]).
     pub slot_name: String,
     /// The slot; `None` when it does not exist.
     pub slot: Option<SlotProgress>,
     /// Whether `relay_slots` lists the slot (a relay streamed from it once).
     pub slot_registered: bool,
-    /// Why the slot's relay refused to go on, when it did and has not streamed since.
+    /// Why the slot's relay refused to go on, when it did and has not streamed since; empty
+    /// in the facts anyone may read.
     pub relay_refused: Option<String>,
     /// Parked messages not republished yet.
     pub parked_waiting: i64,
@@ -113,6 +114,45 @@ pub struct WitnessFact {
     pub size: u64,
     /// When it answered.
     pub answered_at: Option<DateTime<Utc>>,
+}
+
+impl Facts {
+    /// These facts without what only operators may read: the slot's name and the relay's
+    /// refusal in its own words (a registry URL, a system id, a database or a host). What
+    /// `GET /status` answers without an operator token; the verdict of these says the same
+    /// state and runbook in words that name nothing inside.
+    pub fn for_anyone(&self) -> Self {
+        // A witness's answer is its own text (a URL, a host may be in it): for operators.
+        let witnesses = self.witnesses.as_ref().map(|witnessed| WitnessFacts {
+            witnesses: witnessed
+                .witnesses
+                .iter()
+                .map(|witness| WitnessFact {
+                    reason: witness
+                        .reason
+                        .as_ref()
+                        .map(|_| "its answer is for operators".to_owned()),
+                    ..witness.clone()
+                })
+                .collect(),
+            ..witnessed.clone()
+        });
+        Self {
+            slot_name: String::new(),
+            relay_refused: self.relay_refused.as_ref().map(|_| String::new()),
+            witnesses,
+            ..self.clone()
+        }
+    }
+
+    /// The slot as a reason names it: `slot <name>`, or `the relay's slot` for anyone.
+    fn slot(&self) -> String {
+        if self.slot_name.is_empty() {
+            "the relay's slot".to_owned()
+        } else {
+            format!("slot {}", self.slot_name)
+        }
+    }
 }
 
 /// The states, worst last (their order is their severity).
@@ -215,7 +255,7 @@ fn healthy_reason(facts: &Facts) -> String {
     };
     format!(
         "the relay streams from {}; the oldest unpublished commit waited {waited:.1} s; no parked message, no failed replay, the slot's WAL is safe{witnesses}",
-        facts.slot_name
+        facts.slot()
     )
 }
 
@@ -268,11 +308,12 @@ pub fn relay_refused(facts: &Facts) -> Option<Finding> {
         // A relay streams again: the refusal is history.
         return None;
     }
-    finding(
-        State::Failing,
-        format!("the relay refused to go on and stopped: {refused}"),
-        "docs/operators.md#rarelaydown",
-    )
+    let reason = if refused.is_empty() {
+        "the relay refused to go on and stopped; why is for operators: GET /status with an operator token, the console's operations page, the relay's log".to_owned()
+    } else {
+        format!("the relay refused to go on and stopped: {refused}")
+    };
+    finding(State::Failing, reason, "docs/operators.md#rarelaydown")
 }
 
 /// Rule 3.
@@ -282,8 +323,8 @@ pub fn slot_lost(facts: &Facts) -> Option<Finding> {
     finding(
         State::Failing,
         format!(
-            "slot {} lost WAL it needed (wal_status lost): the relay refuses to start until `ledger relay recover`",
-            facts.slot_name
+            "{} lost WAL it needed (wal_status lost): the relay refuses to start until `ledger relay recover`",
+            facts.slot()
         ),
         "docs/operators.md#raslotwallost",
     )
@@ -296,13 +337,17 @@ pub fn slot_missing(facts: &Facts) -> Option<Finding> {
     }
     let reason = if facts.slot_registered {
         format!(
-            "slot {} is missing though a relay streamed from it: the relay refuses to start until `ledger relay recover`",
-            facts.slot_name
+            "{} is missing though a relay streamed from it: the relay refuses to start until `ledger relay recover`",
+            facts.slot()
         )
     } else {
         format!(
             "no replication slot {}: the relay has not started yet",
-            facts.slot_name
+            if facts.slot_name.is_empty() {
+                "for the relay"
+            } else {
+                &facts.slot_name
+            }
         )
     };
     finding(State::Failing, reason, "docs/operators.md#raslotmissing")
@@ -318,8 +363,8 @@ pub fn relay_not_streaming(facts: &Facts) -> Option<Finding> {
     finding(
         State::Failing,
         format!(
-            "no relay streams from slot {}: nothing reaches Kafka (the oldest unpublished commit waited at most {waited:.0} s)",
-            facts.slot_name
+            "no relay streams from {}: nothing reaches Kafka (the oldest unpublished commit waited at most {waited:.0} s)",
+            facts.slot()
         ),
         "docs/operators.md#rarelaydown",
     )
@@ -332,8 +377,8 @@ pub fn wal_unreserved(facts: &Facts) -> Option<Finding> {
     finding(
         State::Failing,
         format!(
-            "slot {} is past max_slot_wal_keep_size (wal_status unreserved): the next checkpoint removes WAL it needs",
-            facts.slot_name
+            "{} is past max_slot_wal_keep_size (wal_status unreserved): the next checkpoint removes WAL it needs",
+            facts.slot()
         ),
         "docs/operators.md#raslotwalunreserved",
     )
@@ -370,8 +415,8 @@ pub fn headroom_low(facts: &Facts) -> Option<Finding> {
     finding(
         State::Degraded,
         format!(
-            "slot {} has {} MB of WAL left of its {} MB limit: the relay must confirm before it is used up",
-            facts.slot_name,
+            "{} has {} MB of WAL left of its {} MB limit: the relay must confirm before it is used up",
+            facts.slot(),
             safe / (1 << 20),
             limit / (1 << 20)
         ),
@@ -762,6 +807,47 @@ mod tests {
             ..facts(Some(streaming()))
         };
         assert_eq!(super::verdict(&again).state, State::Healthy);
+    }
+
+    /// Anyone reads the same state and runbooks, in words that name nothing inside: not
+    /// the relay's refusal (a registry URL, a system id, a host), not the slot.
+    #[test]
+    fn the_verdict_for_anyone_names_nothing_inside() {
+        let refusal = "the schema registry at https://registry.internal:8443/ccompat answered 401; system 7321";
+        let refused = Facts {
+            relay_refused: Some(refusal.into()),
+            ..facts(None)
+        };
+        let full = verdict(&refused);
+        let open = verdict(&refused.for_anyone());
+        assert_eq!(open.state, full.state);
+        assert_eq!(open.runbook, full.runbook);
+        let runbooks = |verdict: &Verdict| {
+            verdict
+                .also
+                .iter()
+                .map(|finding| finding.runbook)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(runbooks(&open), runbooks(&full));
+        let text = serde_json::to_string(&open).unwrap();
+        for inside in ["registry.internal", "7321", "ra_ledger_relay", "401"] {
+            assert!(!text.contains(inside), "{inside} in {text}");
+        }
+        assert!(
+            open.reason
+                .starts_with("the relay refused to go on and stopped; why is for operators"),
+            "{}",
+            open.reason
+        );
+        let healthy = verdict(&facts(Some(streaming())).for_anyone());
+        assert!(
+            healthy
+                .reason
+                .starts_with("the relay streams from the relay's slot;"),
+            "{}",
+            healthy.reason
+        );
     }
 
     /// A commit waiting over 2 minutes degrades; with the bound, the sentence says "at most".

@@ -275,17 +275,25 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
     screenshot(&browser, "operations-verdict").await?;
 
     // The relay stops: failing, the runbook named, the figure a bound, /status 503.
+    // The open verdict is read at most once a second (verdict::OPEN_FOR): asked again
+    // until it says `state`, for a while.
     let status = |code: StatusCode, state: &'static str| {
         let base = base.clone();
         async move {
-            let reply = reqwest::get(format!("{base}/status")).await?;
-            let got = reply.status();
-            let body: serde_json::Value = reply.json().await?;
-            anyhow::ensure!(
-                got.as_u16() == code.as_u16() && body["state"] == state,
-                "/status answered {got} {body}, not {code} {state}"
-            );
-            anyhow::Ok(body)
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let reply = reqwest::get(format!("{base}/status")).await?;
+                let got = reply.status();
+                let body: serde_json::Value = reply.json().await?;
+                if got.as_u16() == code.as_u16() && body["state"] == state {
+                    return anyhow::Ok(body);
+                }
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "/status answered {got} {body}, not {code} {state}"
+                );
+                tokio::time::sleep(SAMPLE).await;
+            }
         }
     };
     status(StatusCode::OK, "healthy").await?;
@@ -336,7 +344,7 @@ async fn the_page_the_gauge_and_the_relay_say_one_lag_and_the_verdict_follows_th
         .unwrap_or_default();
     assert!(
         line.contains("failing")
-            && line.contains("no relay streams from slot")
+            && line.contains("no relay streams from the relay's slot")
             && line.ends_with("(runbook: docs/operators.md#rarelaydown)"),
         "{printed}"
     );
@@ -373,10 +381,14 @@ async fn a_relay_that_refuses_to_start_says_why_in_the_verdict() -> anyhow::Resu
     let config = test_config(&database, &mut topics).await?;
     let api = TestApi::with_relay_slot(&database, &config.slot)?;
     let base = format!("http://{}", api.serve().await?);
-    let status = || {
+    let status = |token: Option<&'static str>| {
         let base = base.clone();
         async move {
-            let reply = reqwest::get(format!("{base}/status")).await?;
+            let mut request = reqwest::Client::new().get(format!("{base}/status"));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let reply = request.send().await?;
             let code = reply.status().as_u16();
             anyhow::Ok((code, reply.json::<serde_json::Value>().await?))
         }
@@ -385,7 +397,7 @@ async fn a_relay_that_refuses_to_start_says_why_in_the_verdict() -> anyhow::Resu
     let relay = RunningRelay::start(config.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (code, body) = status().await?;
+        let (code, body) = status(None).await?;
         if code == 200 && body["state"] == "healthy" {
             break;
         }
@@ -401,7 +413,8 @@ async fn a_relay_that_refuses_to_start_says_why_in_the_verdict() -> anyhow::Resu
         .refusal(Duration::from_secs(60))
         .await?
         .to_string();
-    let (code, body) = status().await?;
+    // An operator reads the refusal in the relay's words; anyone reads that it refused.
+    let (code, body) = status(Some(OPERATOR)).await?;
     assert_eq!(code, 503, "{body}");
     assert_eq!(body["state"], "failing", "{body}");
     assert_eq!(
@@ -409,10 +422,83 @@ async fn a_relay_that_refuses_to_start_says_why_in_the_verdict() -> anyhow::Resu
         format!("the relay refused to go on and stopped: {refusal}"),
         "{body}"
     );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let open = loop {
+        let (code, open) = status(None).await?;
+        if code == 503 {
+            break open;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "never failing: {code} {open}");
+        tokio::time::sleep(SAMPLE).await;
+    };
+    assert!(
+        open["reason"].as_str().is_some_and(|reason| reason
+            .starts_with("the relay refused to go on and stopped; why is for operators")),
+        "{open}"
+    );
+    assert!(!open.to_string().contains(&config.slot), "{open}");
+    assert_eq!(open["runbook"], body["runbook"], "{open}");
+    let (code, unknown) = status(Some("not-a-token")).await?;
+    assert_eq!(code, 401, "{unknown}");
     assert_eq!(body["runbook"], "docs/operators.md#rarelaydown", "{body}");
     assert_eq!(
         body["also"][0]["runbook"], "docs/operators.md#raslotmissing",
         "{body}"
+    );
+    Ok(())
+}
+
+/// `/status` is open, so anyone asking cannot load the database: 200 anonymous requests at
+/// once are answered from at most one reading per `verdict::OPEN_FOR` of the time they
+/// took, counted as the connections taken from a pool of one (deadpool counts each reuse);
+/// an operator's request reads afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anyone_asking_at_once_costs_one_reading_a_second() -> anyhow::Result<()> {
+    use axum::body::Body;
+    use axum::http::Request;
+    use ra_ledger::api::{Role, Tokens, token_entry};
+    use ra_ledger::verdict::{OPEN_FOR, router};
+    use tower::ServiceExt as _;
+
+    let database = TestDatabase::new().await?;
+    let pool = ra_ledger::db::pool(&database.url, "status-test", 1)?;
+    let tokens = Tokens::parse(&token_entry(Role::Operator, "ops", OPERATOR))?;
+    let status = router(pool.clone(), "ra_ledger_relay".into(), None, tokens);
+    let ask = |token: Option<&'static str>| {
+        let status = status.clone();
+        tokio::spawn(async move {
+            let mut request = Request::get("/status");
+            if let Some(token) = token {
+                request = request.header("authorization", format!("Bearer {token}"));
+            }
+            let reply = status.oneshot(request.body(Body::empty())?).await?;
+            anyhow::Ok(reply.status().as_u16())
+        })
+    };
+    let readings = || async {
+        let connection = pool.get().await?;
+        anyhow::Ok(deadpool_postgres::Object::metrics(&connection).recycle_count)
+    };
+    let started = Instant::now();
+    let asked: Vec<_> = (0..200).map(|_| ask(None)).collect();
+    for answer in asked {
+        // No relay has made the slot: failing.
+        assert_eq!(answer.await??, 503);
+    }
+    let periods = started.elapsed().as_secs_f64() / OPEN_FOR.as_secs_f64();
+    // Readings so far, this count's own connection included.
+    let anonymous = readings().await?;
+    assert!(
+        anonymous <= 2 + periods.ceil() as usize,
+        "200 anonymous requests in {periods:.1} periods read the database {anonymous} times"
+    );
+    for _ in 0..5 {
+        assert_eq!(ask(Some(OPERATOR)).await??, 503);
+    }
+    assert_eq!(
+        readings().await? - anonymous,
+        6,
+        "an operator's request reads afresh (five, and this count's own)"
     );
     Ok(())
 }

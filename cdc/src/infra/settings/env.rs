@@ -68,6 +68,14 @@ pub const VALUE_FORMATS: &str = "LEDGER_VALUE_FORMATS";
 /// The Confluent-compatible API of the schema registry: the relay's, `ledger serve`'s and
 /// the worker's `schema_registry_url`.
 pub const SCHEMA_REGISTRY_URL: &str = "LEDGER_SCHEMA_REGISTRY_URL";
+/// The user the schema registry knows the process as (basic auth): the relay's and the
+/// worker's `schema_registry_user`.
+pub const SCHEMA_REGISTRY_USER: &str = "LEDGER_SCHEMA_REGISTRY_USER";
+/// The file holding that user's password: `schema_registry_password_file`.
+pub const SCHEMA_REGISTRY_PASSWORD_FILE: &str = "LEDGER_SCHEMA_REGISTRY_PASSWORD_FILE";
+/// The CA (PEM) that signed the registry's certificate, trusted instead of the built-in
+/// roots: `schema_registry_ca_file`.
+pub const SCHEMA_REGISTRY_CA_FILE: &str = "LEDGER_SCHEMA_REGISTRY_CA_FILE";
 
 // `ledger serve`.
 

@@ -163,6 +163,33 @@ pub fn http_base_url(text: &str) -> Result<reqwest::Url, String> {
     Ok(base)
 }
 
+/// `text` with the user information of a URL (`user:password@`) replaced by `<redacted>@`:
+/// what a log line or an error may show of a URL a setting gave. Text that does not parse
+/// as a URL and holds an `@` is replaced whole, since where its secret ends is unknown.
+pub fn redact_url(text: &str) -> String {
+    // `user:password@host` parses as a URL of scheme `user`, without an authority.
+    let parsed = reqwest::Url::parse(text)
+        .ok()
+        .filter(|url| !url.cannot_be_a_base());
+    let Some(url) = parsed else {
+        return if text.contains('@') {
+            "<a URL that does not parse, redacted>".to_owned()
+        } else {
+            text.to_owned()
+        };
+    };
+    if url.username().is_empty() && url.password().is_none() {
+        return text.to_owned();
+    }
+    let (scheme, rest) = text.split_once("://").unwrap_or((url.scheme(), text));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://<redacted>@{host}{path}")
+}
+
 /// A `host:port` to listen on, or `None` for an empty value (disabled).
 pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, ConfigError> {
     if text.trim().is_empty() {
@@ -172,4 +199,25 @@ pub fn listen_address(field: &str, text: &str) -> Result<Option<SocketAddr>, Con
         .parse()
         .map(Some)
         .map_err(|_| ConfigError::invalid(field, text, "expected host:port, or empty to disable"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn a_url_loses_its_user_information_and_nothing_else() {
+        assert_eq!(
+            redact_url("http://reguser:s3cretPW@127.0.0.1:18081/apis/ccompat/v6?a=b"),
+            "http://<redacted>@127.0.0.1:18081/apis/ccompat/v6?a=b"
+        );
+        assert_eq!(
+            redact_url("https://token@registry.example/x@y"),
+            "https://<redacted>@registry.example/x@y"
+        );
+        for plain in ["http://127.0.0.1:18081/apis/ccompat/v7", "not a url"] {
+            assert_eq!(redact_url(plain), plain);
+        }
+        assert!(!redact_url("reguser:s3cretPW@host:1").contains("s3cretPW"));
+    }
 }

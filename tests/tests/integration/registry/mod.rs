@@ -6,13 +6,17 @@
 //! the start ([`framing`]); consumers no one here wrote reading every record through the
 //! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]) and Apicurio's own
 //! Kafka deserializer on the JVM ([`jvm`]); a replay framed as its live topic ([`replay`]);
-//! and the schema gate run by the registry ([`gate`]).
+//! the schema gate run by the registry ([`gate`]); a registry behind basic auth and TLS,
+//! registered from CI and read by a relay with read-only credentials ([`secured`]); and
+//! the ids the relay recorded, refused when a lost registry answers others ([`ids`]).
 
 mod framing;
 mod gate;
+mod ids;
 mod jvm;
 mod python;
 mod replay;
+mod secured;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
