@@ -4,12 +4,13 @@
 //! that a Debezium-style consumer reads unchanged ([`framing`]); the relay refusing a registry
 //! that is down or refuses its schema, and publishing on when the registry goes away after
 //! the start ([`framing`]); consumers no one here wrote reading every record through the
-//! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]) and Apicurio's own
-//! Kafka deserializer on the JVM ([`jvm`]); a replay framed as its live topic ([`replay`]);
+//! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]), Apicurio's own
+//! Kafka deserializer on the JVM ([`jvm`]) and franz-go's `sr.Serde` in Go ([`go_consumer`]); a replay framed as its live topic ([`replay`]);
 //! and the schema gate run by the registry ([`gate`]).
 
 mod framing;
 mod gate;
+mod go_consumer;
 mod jvm;
 mod python;
 mod replay;
@@ -134,6 +135,16 @@ struct Folded {
     records: usize,
     event_ids: BTreeSet<String>,
     current: BTreeSet<[String; 4]>,
+}
+
+/// What the consumers that read the framing themselves print (registry_consumer.py, the Go
+/// consumer): the fold of what they decoded, and what the framing of each record said.
+#[derive(Debug, serde::Deserialize)]
+struct FramedRead {
+    #[serde(flatten)]
+    folded: Folded,
+    schema_ids: Vec<u32>,
+    index_bytes: Vec<u8>,
 }
 
 impl Published {
