@@ -52,6 +52,7 @@ mod service;
 mod slot_wal;
 mod slow_clients;
 mod smoke;
+mod stack_value_formats;
 mod tls;
 mod topics;
 mod value_format;
