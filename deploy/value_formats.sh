@@ -34,8 +34,8 @@ value_format_for_up() {
 value_format_record() {
     local file=$1 format=$2 brokers=$3 topics=${4:-'^outbox\.event\.(contact|assignment|reassignment)$'} offsets
     [ "$(value_format_last "$file")" != "$format" ] || return 0
-    offsets=$("${KAFKA_JAVA[@]}" org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$brokers" \
-        --topic-partitions "$topics" 2>/dev/null | sort | tr '\n' ' ') \
+    offsets=$(kafka_tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$brokers" \
+        --topic-partitions "$topics" 2>/dev/null | grep -E '^[^ :]+:[0-9]+:[0-9]+$' | sort | tr '\n' ' ') \
         || offsets=""
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $format ${offsets:-offsets-unknown}" >>"$file"
 }
