@@ -23,7 +23,7 @@ value_format_for_up() {
     elif [ -z "$running" ] || [ "$running" = "$requested" ]; then
         echo "$requested"
     else
-        echo "error: the relay runs with values $running (pid $(cat "$pidfile" 2>/dev/null)); RA_VALUE_FORMAT=$requested takes effect only when the relay starts. Stop it first (kill \$(cat $pidfile), or deploy/stack down), then run RA_VALUE_FORMAT=$requested deploy/stack up" >&2
+        log "error: the relay runs with values $running (pid $(cat "$pidfile" 2>/dev/null)); RA_VALUE_FORMAT=$requested takes effect only when the relay starts. Stop it first (kill \$(cat $pidfile), or deploy/stack down), then run RA_VALUE_FORMAT=$requested deploy/stack up"
         return 1
     fi
 }

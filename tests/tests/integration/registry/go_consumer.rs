@@ -13,22 +13,7 @@ use ra_ledger_cdc::config::DeliveryMode;
 use ra_ledger_cdc::registry::value_subject;
 use ra_ledger_tests::registry::registry;
 
-use super::{FramedRead, published_assignments, read_topic, registry_client};
-
-/// Runs `command`, failing with its output when it fails.
-fn run(command: &mut Command) -> anyhow::Result<Vec<u8>> {
-    let output = command
-        .output()
-        .map_err(|error| anyhow::anyhow!("{command:?} could not start: {error}"))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{command:?} failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(output.stdout)
-}
+use super::{FramedRead, published_assignments, read_topic, registry_client, run};
 
 /// Copies the consumer's module into `out`, generates the envelope's Go code there with
 /// docs/consumers.md's command and builds the consumer; its path.

@@ -54,6 +54,21 @@ async fn framed_config(
     Ok(config)
 }
 
+/// Runs `command` (a consumer, or a step of its build), failing with its output when it fails.
+fn run(command: &mut std::process::Command) -> anyhow::Result<Vec<u8>> {
+    let output = command
+        .output()
+        .map_err(|error| anyhow::anyhow!("{command:?} could not start: {error}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{command:?} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output.stdout)
+}
+
 /// A client of the run's registry.
 fn registry_client() -> SchemaRegistry {
     SchemaRegistry::new(&registry().ccompat_url()).expect("the registry's URL")
