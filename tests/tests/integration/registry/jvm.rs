@@ -8,20 +8,7 @@ use std::process::Command;
 use ra_ledger_cdc::config::DeliveryMode;
 use ra_ledger_tests::registry::registry;
 
-use super::{Folded, published_assignments};
-
-/// Runs `command`, failing with its output when it fails.
-fn run(command: &mut Command) -> anyhow::Result<Vec<u8>> {
-    let output = command.output()?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{command:?} failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(output.stdout)
-}
+use super::{Folded, published_assignments, run};
 
 /// Generates the envelope's Java class with the protoc of the serde's folder and compiles
 /// it with the consumer into `out`; the class path to run it.

@@ -4,14 +4,16 @@
 //! that a Debezium-style consumer reads unchanged ([`framing`]); the relay refusing a registry
 //! that is down or refuses its schema, and publishing on when the registry goes away after
 //! the start ([`framing`]); consumers no one here wrote reading every record through the
-//! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]) and Apicurio's own
-//! Kafka deserializer on the JVM ([`jvm`]); a replay framed as its live topic ([`replay`]);
-//! the schema gate run by the registry ([`gate`]); a registry behind basic auth and TLS,
-//! registered from CI and read by a relay with read-only credentials ([`secured`]); and
-//! the ids the relay recorded, refused when a lost registry answers others ([`ids`]).
+//! registry: confluent-kafka's `ProtobufDeserializer` in Python ([`python`]), Apicurio's own
+//! Kafka deserializer on the JVM ([`jvm`]) and franz-go's `sr.Serde` in Go
+//! ([`go_consumer`]); a replay framed as its live topic ([`replay`]); the schema gate run by
+//! the registry ([`gate`]); a registry behind basic auth and TLS, registered from CI and read
+//! by a relay with read-only credentials ([`secured`]); and the ids the relay recorded,
+//! refused when a lost registry answers others ([`ids`]).
 
 mod framing;
 mod gate;
+mod go_consumer;
 mod ids;
 mod jvm;
 mod python;
@@ -55,6 +57,21 @@ async fn framed_config(
         })
         .collect();
     Ok(config)
+}
+
+/// Runs `command` (a consumer, or a step of its build), failing with its output when it fails.
+fn run(command: &mut std::process::Command) -> anyhow::Result<Vec<u8>> {
+    let output = command
+        .output()
+        .map_err(|error| anyhow::anyhow!("{command:?} could not start: {error}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{command:?} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output.stdout)
 }
 
 /// A client of the run's registry.
@@ -138,6 +155,16 @@ struct Folded {
     records: usize,
     event_ids: BTreeSet<String>,
     current: BTreeSet<[String; 4]>,
+}
+
+/// What the consumers that read the framing themselves print (registry_consumer.py, the Go
+/// consumer): the fold of what they decoded, and what the framing of each record said.
+#[derive(Debug, serde::Deserialize)]
+struct FramedRead {
+    #[serde(flatten)]
+    folded: Folded,
+    schema_ids: Vec<u32>,
+    index_bytes: Vec<u8>,
 }
 
 impl Published {

@@ -8,19 +8,8 @@ use std::process::Command;
 use ra_ledger_cdc::config::DeliveryMode;
 use ra_ledger_cdc::registry::value_subject;
 use ra_ledger_tests::registry::registry;
-use serde::Deserialize;
 
-use super::{Folded, published_assignments, registry_client};
-
-/// What registry_consumer.py prints: the fold of what it decoded, and what the framing
-/// of each record said.
-#[derive(Debug, Deserialize)]
-struct Read {
-    #[serde(flatten)]
-    folded: Folded,
-    schema_ids: Vec<u32>,
-    index_bytes: Vec<u8>,
-}
+use super::{FramedRead, published_assignments, registry_client};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluent_kafkas_protobuf_deserializer_reads_every_record_through_the_registry()
@@ -53,7 +42,7 @@ async fn confluent_kafkas_protobuf_deserializer_reads_every_record_through_the_r
         "registry_consumer.py failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let read: Read = serde_json::from_slice(&output.stdout)?;
+    let read: FramedRead = serde_json::from_slice(&output.stdout)?;
     let schema_id = registry_client()
         .latest_id(&value_subject(&topic))
         .await?
