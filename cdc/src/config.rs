@@ -10,11 +10,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::infra::kafka::{BOOTSTRAP_SERVERS, KafkaSettings};
+use crate::infra::registry_access::{AccessError, RegistryAccess};
 use crate::infra::settings::{
     ConfigError, DatabaseUrl, EnvVar, KafkaMaps, Settings, check_identifier, env, listen, local,
     non_empty,
 };
-use crate::registry::{RegistryAccess, RegistryError};
 use crate::value_format::ValueFormat;
 
 /// librdkafka settings the relay owns: changing them would break its guarantees.
@@ -353,18 +353,13 @@ impl RelayConfig {
                 ),
             )),
             None => Ok(()),
-            Some(_) => self
-                .registry_access()
-                .check()
-                .map(drop)
-                .map_err(|error| match error {
-                    RegistryError::Setting {
-                        field,
-                        value,
-                        reason,
-                    } => ConfigError::invalid(field, value, reason),
-                    other => ConfigError::invalid("schema_registry_url", "", other.to_string()),
-                }),
+            Some(_) => self.registry_access().check().map(drop).map_err(
+                |AccessError {
+                     field,
+                     value,
+                     reason,
+                 }| ConfigError::invalid(field, value, reason),
+            ),
         }
     }
 

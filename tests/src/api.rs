@@ -75,7 +75,7 @@ impl TestApi {
     /// `witnessing` too.
     pub fn with_witnessing(
         database: &TestDatabase,
-        witnessing: ra_ledger::verdict::Witnessing,
+        witnessing: ra_ledger::tlog::policy::Witnessing,
     ) -> anyhow::Result<Self> {
         Self::with_console(database, "ra_ledger_relay", Some(witnessing))
     }
@@ -83,7 +83,7 @@ impl TestApi {
     fn with_console(
         database: &TestDatabase,
         slot: &str,
-        witnessing: Option<ra_ledger::verdict::Witnessing>,
+        witnessing: Option<ra_ledger::tlog::policy::Witnessing>,
     ) -> anyhow::Result<Self> {
         let pool = ra_ledger::db::command_pool(
             &database.url,

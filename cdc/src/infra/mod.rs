@@ -21,6 +21,7 @@ pub mod kafka;
 pub mod partition_end;
 pub mod pg;
 pub mod prometheus;
+pub mod registry_access;
 pub mod runtime;
 pub mod server;
 pub mod settings;

@@ -13,9 +13,9 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::json;
 
-pub use super::access::RegistryAccess;
-use super::access::URL;
 use crate::confluent_wire::SchemaId;
+pub use crate::infra::registry_access::RegistryAccess;
+use crate::infra::registry_access::{AccessError, URL};
 use crate::infra::settings::{read_secret, redact_url};
 
 /// The API's content type.
@@ -31,6 +31,16 @@ pub struct SchemaRegistry {
     http: reqwest::Client,
     /// Basic auth: the user and the password.
     credentials: Option<(String, String)>,
+}
+
+impl From<AccessError> for RegistryError {
+    fn from(error: AccessError) -> Self {
+        Self::Setting {
+            field: error.field,
+            value: error.value,
+            reason: error.reason,
+        }
+    }
 }
 
 /// What went wrong with the registry; each names the registry and what was asked.

@@ -24,7 +24,6 @@
 //!    refuses an id that differs from the one recorded for the same schema
 //!    (`crate::relay::schema_ids`): a registry lost or restored.
 
-mod access;
 mod client;
 
 pub use client::{RegistryAccess, RegistryError, SchemaRegistry, own_level};

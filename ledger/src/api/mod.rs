@@ -63,7 +63,7 @@ pub struct ConsoleState {
     /// The relay's replication slot, whose lag the console's operations page shows.
     pub relay_slot: String,
     /// With a witness policy: the witnesses the verdict and the operations page watch.
-    pub witnessing: Option<crate::verdict::Witnessing>,
+    pub witnessing: Option<crate::tlog::policy::Witnessing>,
 }
 
 /// The API routes (health endpoints are added by the caller).

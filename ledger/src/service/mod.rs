@@ -107,7 +107,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             relay_slot: service.relay_slot,
             witnessing: service.digests.as_ref().and_then(|digests| {
                 let cosigning = digests.cosigning.as_ref()?;
-                Some(crate::verdict::Witnessing::new(
+                Some(crate::tlog::policy::Witnessing::new(
                     Arc::clone(&cosigning.policy),
                     digests.interval,
                     cosigning.interval,

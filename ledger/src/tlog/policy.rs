@@ -260,6 +260,33 @@ impl Policy {
     }
 }
 
+/// What the verdict watches of the witnesses, with a witness policy (here, beside the
+/// policy, so that the API's state holds it without using the verdict, which uses the API's
+/// tokens).
+#[derive(Debug, Clone)]
+pub struct Witnessing {
+    /// The policy: its witnesses and quorum.
+    pub policy: std::sync::Arc<Policy>,
+    /// How long the quorum may be short before the verdict is degraded: a few digest
+    /// intervals.
+    pub short_after: std::time::Duration,
+}
+
+impl Witnessing {
+    /// The quorum may be short for three digest intervals, or three rounds when they are
+    /// slower: a checkpoint waits for a round, and a witness down for a round is no news.
+    pub fn new(
+        policy: std::sync::Arc<Policy>,
+        digest_interval: std::time::Duration,
+        round_interval: std::time::Duration,
+    ) -> Self {
+        Self {
+            policy,
+            short_after: 3 * digest_interval.max(round_interval),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

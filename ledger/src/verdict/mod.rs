@@ -34,32 +34,7 @@ use self::rules::{Facts, State as Health, Verdict, WitnessFact, WitnessFacts};
 use crate::api::{ApiError, Role, Tokens, bearer_principal};
 use crate::digest::cosign::Outcome;
 use crate::lag;
-use crate::tlog::policy::Policy;
-
-/// What the verdict watches of the witnesses, with a witness policy.
-#[derive(Debug, Clone)]
-pub struct Witnessing {
-    /// The policy: its witnesses and quorum.
-    pub policy: std::sync::Arc<Policy>,
-    /// How long the quorum may be short before the verdict is degraded: a few digest
-    /// intervals.
-    pub short_after: std::time::Duration,
-}
-
-impl Witnessing {
-    /// The quorum may be short for three digest intervals, or three rounds when they are
-    /// slower: a checkpoint waits for a round, and a witness down for a round is no news.
-    pub fn new(
-        policy: std::sync::Arc<Policy>,
-        digest_interval: std::time::Duration,
-        round_interval: std::time::Duration,
-    ) -> Self {
-        Self {
-            policy,
-            short_after: 3 * digest_interval.max(round_interval),
-        }
-    }
-}
+pub use crate::tlog::policy::Witnessing;
 
 /// The path of the endpoint.
 pub const PATH: &str = "/status";

@@ -20,7 +20,7 @@ use ra_ledger::digest::cosign::{self, COSIGN_LOCK_KEY, Outcome, Round};
 use ra_ledger::digest::log::TreeCache;
 use ra_ledger::tlog::note::{Checkpoint, NoteKey};
 use ra_ledger::tlog::policy::Policy;
-use ra_ledger::verdict::Witnessing;
+use ra_ledger::tlog::policy::Witnessing;
 use ra_ledger_tests::TestDatabase;
 use ra_ledger_tests::api::{OPERATOR, TestApi};
 use ra_ledger_tests::witness::{WitnessServer, witnesses};

@@ -1,13 +1,30 @@
 //! How to reach a schema registry, as the database and Kafka are reached: its URL without
 //! credentials (errors and logs show it), a user with a password file (basic auth), a CA
 //! file; and the checks of those settings that need no file read ([`RegistryAccess::check`]).
+//!
+//! Here, below both the relay's configuration and the registry's client, so that the
+//! configuration checks the settings without using the client (issue 58: `config` and
+//! `registry` used each other).
 
 use std::path::PathBuf;
 
 use reqwest::Url;
 
-use super::RegistryError;
 use crate::infra::settings::{http_base_url, redact_url};
+
+/// A registry setting that cannot work: a URL that is not an `http://` or `https://` one,
+/// or carries credentials; a user without a password file; a password over plain HTTP to
+/// another machine. (`RegistryError::Setting` once the client has it.)
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} = {value:?}: {reason}")]
+pub struct AccessError {
+    /// The setting.
+    pub field: &'static str,
+    /// Its value (a URL redacted, never a secret).
+    pub value: String,
+    /// Why, and what to do.
+    pub reason: String,
+}
 
 /// How to reach a registry: its URL and, as for the database and Kafka, a user with a
 /// password file and a CA file (`schema_registry_user`, `schema_registry_password_file`,
@@ -37,8 +54,8 @@ impl RegistryAccess {
     /// Checks what can be checked without reading a file: the URL is an HTTP one without
     /// user information; a user comes with a password file and the other way round; a
     /// password crosses only TLS, or loopback. Pure.
-    pub fn check(&self) -> Result<Url, RegistryError> {
-        let bad = |field: &'static str, value: &str, reason: String| RegistryError::Setting {
+    pub fn check(&self) -> Result<Url, AccessError> {
+        let bad = |field: &'static str, value: &str, reason: String| AccessError {
             field,
             value: value.to_owned(),
             reason,
@@ -84,7 +101,7 @@ impl RegistryAccess {
 }
 
 /// The setting of the registry's URL.
-pub(super) const URL: &str = "schema_registry_url";
+pub const URL: &str = "schema_registry_url";
 
 /// Whether a password may be sent to `base`: over TLS, or to this machine. Pure.
 fn password_may_cross(base: &Url) -> bool {
