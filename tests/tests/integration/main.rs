@@ -52,6 +52,7 @@ mod service;
 mod slot_wal;
 mod slow_clients;
 mod smoke;
+mod soak;
 mod tls;
 mod topics;
 mod value_format;
