@@ -292,12 +292,14 @@ mod tests {
 
     #[test]
     fn a_rise_within_the_noise_is_flat() {
-        // Rises by about 3 over the run, but jumps by ±10 from sample to sample.
+        // Rises by 8 over the run (7% of its mean), but jumps by about ±22 from sample to
+        // sample.
         let points = line(&[
-            100.0, 110.0, 92.0, 111.0, 93.0, 112.0, 94.0, 113.0, 95.0, 114.0,
+            100.0, 125.0, 80.0, 127.0, 82.0, 129.0, 84.0, 131.0, 86.0, 133.0,
         ]);
         let trend = trend(&points, 60.0);
-        assert!(trend.rise > 0.0);
+        assert!((trend.rise - 8.0).abs() < 1e-9, "{trend:?}");
+        assert!(trend.rise > RELATIVE_FLOOR * trend.mean);
         assert_eq!(trend.verdict, Verdict::Flat, "{trend:?}");
     }
 

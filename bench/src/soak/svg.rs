@@ -109,7 +109,9 @@ fn chart(
 
 /// A value for an axis label: no more digits than it needs.
 fn number(value: f64) -> String {
-    if value >= 100.0 {
+    if value == 0.0 {
+        "0".into()
+    } else if value >= 100.0 {
         format!("{value:.0}")
     } else if value >= 1.0 {
         format!("{value:.1}")

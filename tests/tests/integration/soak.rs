@@ -3,7 +3,8 @@
 //! command prints and writes must have its shape (a sample row every `--every`, a verdict
 //! per series, reconcile's counts with nothing lost) and the CSV and the picture must hold
 //! the same samples. `LEDGER_SOAK_MINUTES`, `LEDGER_SOAK_RATE` and `LEDGER_SOAK_EVERY` make
-//! it a longer run (`-- --nocapture soak` prints the figures).
+//! it a longer run (`-- --nocapture soak` prints the figures), `LEDGER_SOAK_OUT` keeps its
+//! files there.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -35,8 +36,11 @@ async fn a_short_soak_samples_every_series_loses_nothing_and_writes_its_csv_and_
         setting("LEDGER_SOAK_RATE", "200"),
         setting("LEDGER_SOAK_EVERY", "10s"),
     );
-    let out = ra_ledger_tests::stack::run_dir()
-        .join(format!("soak-{}", ra_ledger_tests::random_suffix()));
+    // LEDGER_SOAK_OUT keeps the files of a longer run; else they go with the test.
+    let kept = std::env::var_os("LEDGER_SOAK_OUT").map(std::path::PathBuf::from);
+    let out = kept.clone().unwrap_or_else(|| {
+        ra_ledger_tests::stack::run_dir().join(format!("soak-{}", ra_ledger_tests::random_suffix()))
+    });
     let child = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
         .args(["--database-url", &stack.admin_url, "soak"])
         .args(["--minutes", &minutes, "--rate", &rate, "--every", &every])
@@ -131,7 +135,9 @@ async fn a_short_soak_samples_every_series_loses_nothing_and_writes_its_csv_and_
             "{chart}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
+    if kept.is_none() {
+        let _ = std::fs::remove_dir_all(&out);
+    }
     Ok(())
 }
 
