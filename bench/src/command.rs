@@ -156,6 +156,10 @@ pub enum BenchCommand {
         /// Time between samples: 60s, 10s, 1m.
         #[arg(long, default_value = "60s", value_parser = soak::parse_every)]
         every: Duration,
+        /// Whether `ledger serve` seals digests (`false`: no digest key, to tell the
+        /// digests' share of its memory).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        digests: bool,
         /// Folder for samples.csv, soak.svg and the processes' logs (made if missing).
         #[arg(long, default_value = "soak")]
         out: std::path::PathBuf,
@@ -353,6 +357,7 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
             rate,
             minutes,
             every,
+            digests,
             out,
             brokers,
         } => {
@@ -362,6 +367,7 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
                 rate,
                 duration,
                 every,
+                digests,
                 out,
             };
             soak::run(database_url, &brokers, options).await

@@ -39,6 +39,8 @@ pub struct Options {
     pub duration: Duration,
     /// Time between samples.
     pub every: Duration,
+    /// Whether `ledger serve` seals digests.
+    pub digests: bool,
     /// Where the CSV, the picture and the parts' logs go.
     pub out: PathBuf,
 }
@@ -100,13 +102,15 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         prefix: &prefix,
         brokers,
         dir: &options.out,
+        digests: options.digests,
     };
     let mut stack = Stack::start(place).await?;
     outln!(
-        "soak: {} events/s for {:.1} min through POST /v1/assignments/batch, sampled every {:?}; ledger serve (retention, digests), relay and worker as processes; load average {} at the start",
+        "soak: {} events/s for {:.1} min through POST /v1/assignments/batch, sampled every {:?}; ledger serve (retention, digests {}), relay and worker as processes; load average {} at the start",
         options.rate,
         options.duration.as_secs_f64() / 60.0,
         options.every,
+        if options.digests { "on" } else { "off" },
         load_average()
     );
     let http = stack::client()?;

@@ -44,6 +44,8 @@ pub struct Place<'a> {
     pub brokers: &'a str,
     /// The run's folder: logs and the digest key.
     pub dir: &'a Path,
+    /// Whether the service seals digests.
+    pub digests: bool,
 }
 
 impl Stack {
@@ -114,36 +116,43 @@ pub fn client() -> anyhow::Result<reqwest::Client> {
 }
 
 /// `ledger serve` as the stack runs it: retention at its default interval on the run's
-/// slot, digests on with a key made for the run, one writer token, no witnesses.
+/// slot, digests on with a key made for the run (unless `place.digests` is off), one writer
+/// token, no witnesses.
 fn serve_launch(place: Place<'_>, api: &str) -> anyhow::Result<Launch> {
-    let key = place.dir.join("digest-key.pem");
-    let seed: [u8; 32] = rand::random();
-    let pem = ed25519_dalek::SigningKey::from_bytes(&seed)
-        .to_pkcs8_pem(Default::default())
-        .map_err(|error| anyhow::anyhow!("cannot encode the run's digest key: {error}"))?;
-    std::fs::write(&key, pem.as_bytes())?;
+    let mut env = vec![
+        (env::DATABASE_URL.into(), place.scratch.url.clone()),
+        (env::LISTEN.into(), api.trim_start_matches("http://").into()),
+        (
+            env::TOKENS.into(),
+            token_entry(Role::Writer, "soak", WRITER_TOKEN),
+        ),
+        (env::RELAY_SLOT.into(), place.slot.into()),
+        (env::SERVE_METRICS_LISTEN.into(), String::new()),
+    ];
+    let mut removed = vec![
+        env::SERVE_CONFIG,
+        env::DATABASE_PASSWORD_FILE,
+        env::TOKENS_FILE,
+        env::WITNESS_POLICY_FILE,
+        env::OUTBOX_RETENTION_INTERVAL_MS,
+        env::DIGEST_INTERVAL_MS,
+    ];
+    if place.digests {
+        let key = place.dir.join("digest-key.pem");
+        let seed: [u8; 32] = rand::random();
+        let pem = ed25519_dalek::SigningKey::from_bytes(&seed)
+            .to_pkcs8_pem(Default::default())
+            .map_err(|error| anyhow::anyhow!("cannot encode the run's digest key: {error}"))?;
+        std::fs::write(&key, pem.as_bytes())?;
+        env.push((env::DIGEST_KEY_FILE.into(), key.display().to_string()));
+    } else {
+        removed.push(env::DIGEST_KEY_FILE);
+    }
     Ok(Launch {
         program: ledger_binary()?,
         args: vec!["serve".into()],
-        env: vec![
-            (env::DATABASE_URL.into(), place.scratch.url.clone()),
-            (env::LISTEN.into(), api.trim_start_matches("http://").into()),
-            (
-                env::TOKENS.into(),
-                token_entry(Role::Writer, "soak", WRITER_TOKEN),
-            ),
-            (env::RELAY_SLOT.into(), place.slot.into()),
-            (env::DIGEST_KEY_FILE.into(), key.display().to_string()),
-            (env::SERVE_METRICS_LISTEN.into(), String::new()),
-        ],
-        removed: vec![
-            env::SERVE_CONFIG,
-            env::DATABASE_PASSWORD_FILE,
-            env::TOKENS_FILE,
-            env::WITNESS_POLICY_FILE,
-            env::OUTBOX_RETENTION_INTERVAL_MS,
-            env::DIGEST_INTERVAL_MS,
-        ],
+        env,
+        removed,
         log: place.dir.join("serve.log"),
     })
 }

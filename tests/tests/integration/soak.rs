@@ -4,7 +4,7 @@
 //! per series, reconcile's counts with nothing lost) and the CSV and the picture must hold
 //! the same samples. `LEDGER_SOAK_MINUTES`, `LEDGER_SOAK_RATE` and `LEDGER_SOAK_EVERY` make
 //! it a longer run (`-- --nocapture soak` prints the figures), `LEDGER_SOAK_OUT` keeps its
-//! files there.
+//! files there, `LEDGER_SOAK_DIGESTS=false` runs the service without digests.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -44,6 +44,7 @@ async fn a_short_soak_samples_every_series_loses_nothing_and_writes_its_csv_and_
     let child = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
         .args(["--database-url", &stack.admin_url, "soak"])
         .args(["--minutes", &minutes, "--rate", &rate, "--every", &every])
+        .args(["--digests", &setting("LEDGER_SOAK_DIGESTS", "true")])
         .args(["--brokers", &stack.kafka_brokers])
         .arg("--out")
         .arg(&out)
