@@ -11,7 +11,7 @@ use ra_ledger_cdc::value_format::ValueFormat;
 
 use crate::scratch::drop_leftovers;
 use crate::{
-    as_of, digest, import, kills, latency, outbox, peers, reassign, rebuild, relay, replay,
+    as_of, digest, import, kills, latency, outbox, peers, reassign, rebuild, relay, replay, soak,
     watcher, witness, write,
 };
 
@@ -154,6 +154,31 @@ pub enum BenchCommand {
         /// The relay's `status_interval_ms`; its default when not given.
         #[arg(long)]
         status_interval_ms: Option<u64>,
+        /// Kafka bootstrap servers.
+        #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
+        brokers: String,
+    },
+    /// The stack's write path at a steady rate for an hour (or --minutes), with the relay,
+    /// the worker, outbox retention and digests on: each process's resident memory, the
+    /// outbox, the slot's WAL and the lag sampled, each judged flat or growing after
+    /// warm-up, reconcile's check at the end; CSV and an SVG picture to --out.
+    Soak {
+        /// Events per second, new assignments in batches through the HTTP API.
+        #[arg(long, default_value_t = 1_000)]
+        rate: u64,
+        /// Minutes of load.
+        #[arg(long, default_value_t = 60.0)]
+        minutes: f64,
+        /// Time between samples: 60s, 10s, 1m.
+        #[arg(long, default_value = "60s", value_parser = soak::parse_every)]
+        every: Duration,
+        /// Whether `ledger serve` seals digests (`false`: no digest key, to tell the
+        /// digests' share of its memory).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        digests: bool,
+        /// Folder for samples.csv, soak.svg and the processes' logs (made if missing).
+        #[arg(long, default_value = "soak")]
+        out: std::path::PathBuf,
         /// Kafka bootstrap servers.
         #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -356,6 +381,25 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
                 status_interval_ms,
             };
             kills::run(database_url, &brokers, options).await
+        }
+        BenchCommand::Soak {
+            rate,
+            minutes,
+            every,
+            digests,
+            out,
+            brokers,
+        } => {
+            let duration = Duration::try_from_secs_f64(minutes * 60.0)
+                .map_err(|_| anyhow::anyhow!("--minutes: {minutes} is not a number of minutes"))?;
+            let options = soak::Options {
+                rate,
+                duration,
+                every,
+                digests,
+                out,
+            };
+            soak::run(database_url, &brokers, options).await
         }
         BenchCommand::Peers(arguments) => {
             let (options, brokers) = arguments.into_options();

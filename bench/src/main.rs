@@ -16,7 +16,7 @@
 //! - [`figures`]: latency distributions, and how a relay delivered.
 //! - the benchmarks, one module each: [`write`](mod@write), [`import`], [`as_of`], [`digest`],
 //!   [`witness`], [`reassign`], [`relay`], [`latency`], [`replay`], [`outbox`],
-//!   [`rebuild`], [`kills`], [`peers`], [`watcher`].
+//!   [`rebuild`], [`kills`], [`peers`], [`watcher`], [`soak`].
 //! - [`demo`]: the whole supersede flow on the local stack, with visible progress.
 
 // `outln!` and `out!` (`ra_ledger::command_line::out`), for every module of the binary.
@@ -39,6 +39,7 @@ mod relay;
 mod replay;
 mod scratch;
 mod seed;
+mod soak;
 mod watcher;
 mod witness;
 mod write;

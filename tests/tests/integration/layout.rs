@@ -433,7 +433,7 @@ async fn the_benchmarks_and_the_demo_are_ledger_bench_not_ledger() -> anyhow::Re
         subcommands(&ra_ledger_tests::cli::help(&ra_ledger_tests::cli::bench_binary()?).await?);
     for expected in [
         "demo", "write", "import", "as-of", "digest", "witness", "reassign", "relay", "latency",
-        "replay", "outbox", "rebuild", "kills", "peers", "watcher",
+        "replay", "outbox", "rebuild", "kills", "peers", "watcher", "soak",
     ] {
         assert!(
             bench.iter().any(|command| command == expected),

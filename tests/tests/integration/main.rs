@@ -55,6 +55,7 @@ mod service;
 mod slot_wal;
 mod slow_clients;
 mod smoke;
+mod soak;
 mod stack_value_formats;
 mod stack_witnesses;
 mod tls;
