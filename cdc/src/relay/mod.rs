@@ -1,6 +1,6 @@
 //! The relay: streams committed outbox rows from the logical replication slot to Kafka in
 //! commit order, and confirms the slot's position only once Kafka has everything before
-//! it. Two delivery modes (`delivery` in [`RelayConfig`]):
+//! it. Two delivery modes (`delivery` in [`RelayConfig`](crate::config::RelayConfig)):
 //!
 //! - `at_least_once` (the default), an [`at_least_once`] delivery: an idempotent producer, the slot
 //!   confirmed behind Kafka's acknowledgements and a position record of them
@@ -17,11 +17,11 @@
 //! answers) and asks the mode's delivery only what differs.
 //!
 //! What else publishes stays at least once in both modes: republished parked messages
-//! ([`republish_requests`], `ledger relay parked republish`), digests and replays have
+//! (`republish_requests` in `run.rs`, `ledger relay parked republish`), digests and replays have
 //! their own producers, outside the relay's transactions; their consumers keep
 //! deduplicating on the event id (docs/exactly-once.md).
 //!
-//! [`run`] reconnects with backoff; each connection is a session, set up by [`setup`] the
+//! [`run()`] reconnects with backoff; each connection is a session, set up by [`setup`] the
 //! same way for both modes: on the primary, its identity read, the slot and the publication
 //! checked ([`slot`], [`publication`], [`gate`]); while it streams, the reader checks the
 //! publication again and confirms no further than those checks vouch for, and [`health`]

@@ -186,7 +186,7 @@ pub enum Refused {
         /// Its first proven version.
         first: i64,
     },
-    /// Events that do not fold ([`Fold::new`] says why).
+    /// Events that do not fold ([`Fold::new`](crate::queries::Fold::new) says why).
     #[error("{0}")]
     Fold(String),
     /// An answer the events do not give.
