@@ -39,6 +39,46 @@ async fn registration(client: &Client, slot: &str) -> anyhow::Result<Option<(boo
         .map(|row| (row.get(0), row.get(1))))
 }
 
+/// A database whose relay has published `rows` outbox rows (two transactions) and still
+/// runs, a collector that received them, and their ids.
+struct Published {
+    database: TestDatabase,
+    _topics: TestTopics,
+    config: RelayConfig,
+    client: Client,
+    collector: Collector,
+    expected: HashSet<String>,
+    relay: RunningRelay,
+}
+
+async fn published(rows: usize) -> anyhow::Result<Published> {
+    let database = TestDatabase::new().await?;
+    let mut topics = TestTopics::new();
+    let config = test_config(&database, &mut topics).await?;
+    let client = database.connect().await?;
+    let mut collector = Collector::new(&topics)?;
+    let expected: HashSet<String> = insert_backlog(&client, 2, rows / 2, 32)
+        .await?
+        .into_iter()
+        .collect();
+    let relay = RunningRelay::start(config.clone());
+    anyhow::ensure!(
+        collector
+            .until_all(Duration::from_secs(60), &expected)
+            .await,
+        "the first rows did not reach Kafka"
+    );
+    Ok(Published {
+        database,
+        _topics: topics,
+        config,
+        client,
+        collector,
+        expected,
+        relay,
+    })
+}
+
 /// Waits until `done` holds, checking every 100 ms, for at most `limit`.
 async fn wait_for<F, Fut>(what: &str, limit: Duration, mut done: F) -> anyhow::Result<()>
 where
@@ -165,22 +205,16 @@ enum Move {
 /// `Gap` and said recover publishes the rows still kept: none were. Now retention keeps
 /// them, the relay refuses, and `ledger relay recover` publishes all of them.
 async fn a_slot_moved_by_hand_loses_nothing_to_retention(way: Move) -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let config = test_config(&database, &mut topics).await?;
-    let client = database.connect().await?;
+    let Published {
+        database,
+        _topics,
+        config,
+        client,
+        mut collector,
+        mut expected,
+        relay,
+    } = published(100).await?;
     let pool = ra_ledger::db::pool(&database.url, "test-retention-loss", 1)?;
-    let mut collector = Collector::new(&topics)?;
-    let mut expected: HashSet<String> = insert_backlog(&client, 2, 50, 32)
-        .await?
-        .into_iter()
-        .collect();
-    let relay = RunningRelay::start(config.clone());
-    assert!(
-        collector
-            .until_all(Duration::from_secs(60), &expected)
-            .await
-    );
     relay.stop().await?;
     let unpublished = insert_backlog(&client, 5, 100, 32).await?;
     expected.extend(unpublished.iter().cloned());
@@ -254,21 +288,15 @@ async fn a_slot_peeked_by_hand_loses_nothing_to_retention() -> anyhow::Result<()
 /// changes nothing, and the restart streams on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_recover_changes_nothing() -> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let config = test_config(&database, &mut topics).await?;
-    let client = database.connect().await?;
-    let mut collector = Collector::new(&topics)?;
-    let mut expected: HashSet<String> = insert_backlog(&client, 2, 100, 32)
-        .await?
-        .into_iter()
-        .collect();
-    let relay = RunningRelay::start(config.clone());
-    assert!(
-        collector
-            .until_all(Duration::from_secs(60), &expected)
-            .await
-    );
+    let Published {
+        database: _database,
+        _topics,
+        config,
+        client,
+        mut collector,
+        mut expected,
+        relay,
+    } = published(200).await?;
     let before = registration(&client, &config.slot).await?;
     assert_eq!(before.map(|(ready, _)| ready), Some(true));
     let refused = recover(&config, &RecoverOptions::default()).await;
