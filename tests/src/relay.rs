@@ -100,6 +100,30 @@ impl RunningRelay {
     }
 }
 
+/// The refusal of a relay started with `config` once the schema registry answered: the
+/// relay stops on any registry error and a restart (systemd's) tries again, so a registry
+/// that did not answer in time (a cold JVM's first write on a loaded machine can take
+/// longer than the client's timeout) is started again as that restart would, up to five
+/// times. A refusal that is not transient ends the loop at once, as it ends the relay.
+pub async fn refusal_once_the_registry_answers(
+    config: &RelayConfig,
+    timeout: Duration,
+) -> anyhow::Result<ra_ledger_cdc::relay::RelayError> {
+    let mut starts = 0;
+    loop {
+        starts += 1;
+        let error = RunningRelay::start(config.clone()).refusal(timeout).await?;
+        match &error {
+            ra_ledger_cdc::relay::RelayError::Registry(registry)
+                if registry.is_transient() && starts < 5 =>
+            {
+                eprintln!("start {starts}: the registry did not answer ({error}); again");
+            }
+            _ => return Ok(error),
+        }
+    }
+}
+
 /// One message as a consumer saw it.
 #[derive(Debug, Clone)]
 pub struct Received {

@@ -17,7 +17,7 @@ use ra_ledger_cdc::relay::RelayError;
 use ra_ledger_proto::EVENTS_PROTO;
 use ra_ledger_tests::api::TestApi;
 use ra_ledger_tests::process::free_port;
-use ra_ledger_tests::relay::{Collector, RunningRelay};
+use ra_ledger_tests::relay::{Collector, RunningRelay, refusal_once_the_registry_answers};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -230,9 +230,7 @@ async fn a_schema_the_registry_refuses_stops_the_relay_with_the_registrys_reason
     registry.register(&subject, &older).await?;
     write_assignments(&api, 3).await?;
 
-    let error = RunningRelay::start(config.clone())
-        .refusal(Duration::from_secs(60))
-        .await?;
+    let error = refusal_once_the_registry_answers(&config, Duration::from_secs(60)).await?;
     // Kept for the verdict's "refused start", as any refusal is.
     let recorded: Option<String> = database
         .connect()

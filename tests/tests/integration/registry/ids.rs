@@ -12,7 +12,7 @@ use ra_ledger_cdc::relay::schema_ids::SchemaIdError;
 use ra_ledger_proto::EVENTS_PROTO;
 use ra_ledger_tests::api::{OPERATOR, TestApi};
 use ra_ledger_tests::registry::OwnRegistry;
-use ra_ledger_tests::relay::RunningRelay;
+use ra_ledger_tests::relay::{RunningRelay, refusal_once_the_registry_answers};
 use ra_ledger_tests::{TestDatabase, TestTopics};
 use reqwest::Method;
 
@@ -85,9 +85,7 @@ async fn a_registry_that_lost_its_ids_stops_the_relay_until_the_operator_acts() 
             .await?;
     }
     config.schema_registry_url = Some(lost.server.ccompat_url());
-    let error = RunningRelay::start(config.clone())
-        .refusal(Duration::from_secs(60))
-        .await?;
+    let error = refusal_once_the_registry_answers(&config, Duration::from_secs(60)).await?;
     let RelayError::SchemaIds(SchemaIdError::Changed {
         recorded, answered, ..
     }) = &error

@@ -17,7 +17,7 @@ use ra_ledger_cdc::registry::{
 use ra_ledger_cdc::relay::RelayError;
 use ra_ledger_tests::api::{OPERATOR, TestApi};
 use ra_ledger_tests::registry::{OwnRegistry, RegistryUser};
-use ra_ledger_tests::relay::{Collector, RunningRelay};
+use ra_ledger_tests::relay::{Collector, refusal_once_the_registry_answers};
 use ra_ledger_tests::stack::run_dir;
 use ra_ledger_tests::tls::Pki;
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
@@ -98,9 +98,7 @@ async fn a_secured_registry_takes_ci_registering_and_a_read_only_relay_and_no_se
         .unwrap_or_default();
     let secrets = [WRITER_SECRET, READER_SECRET, database_password.as_str()];
     let refusal = |config: ra_ledger_cdc::config::RelayConfig| async move {
-        let error = RunningRelay::start(config)
-            .refusal(Duration::from_secs(60))
-            .await?;
+        let error = refusal_once_the_registry_answers(&config, Duration::from_secs(60)).await?;
         assert_hidden("a relay's error", &format!("{error} {error:?}"), &secrets);
         anyhow::Ok(error)
     };
