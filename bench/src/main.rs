@@ -25,6 +25,7 @@ extern crate ra_ledger;
 
 mod as_of;
 mod command;
+mod cpu;
 mod demo;
 mod digest;
 mod figures;

@@ -4,8 +4,14 @@
 //! machine's load falls on both alike). Each phase writes `events` assignments through the
 //! ledger's write path as fast as one writer goes, then waits until the relay published
 //! them all (after one such phase unmeasured, to warm up); a phase with the watcher also waits until it proved them all (nothing
-//! missing). Per phase: the writes per second, and the relay's events per second from the
-//! phase's first write to its last publish. The summary compares the medians.
+//! missing). Per phase: the writes per second, the relay's events per second from the
+//! phase's first write to its last publish, and the CPU each event cost the machine's
+//! processes that did the work (this one: writer, relay and watcher; the PostgreSQL server
+//! with its backends; the Kafka broker), from the first write to the last publish, or to
+//! the watcher's proof when it runs ([`crate::cpu`]), less what they spend idle (measured
+//! once, after the warm-up). The summary compares the medians. On
+//! a shared machine the CPU figure is the one to read: the throughputs move with whatever
+//! else runs, the CPU seconds of these processes do not.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,8 +35,9 @@ pub struct Options {
     pub rounds: usize,
 }
 
-/// One phase's figures: writes per second, relay events per second.
-type Phase = (f64, f64);
+/// One phase's figures: writes per second, relay events per second, CPU microseconds per
+/// event.
+type Phase = (f64, f64, f64);
 
 pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow::Result<()> {
     if options.events == 0 || options.per_transaction == 0 || options.rounds == 0 {
@@ -61,7 +68,9 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
     ));
     let pool = db::pool(&scratch.url, "ledger-bench-writes", 2)?;
     let (_, contact) = seed::bench_contact(&Ledger::new(pool.clone())).await?;
+    let meter = meter(&client, brokers).await?;
     let bench = Bench {
+        meter,
         url: scratch.url.to_string(),
         pool,
         client,
@@ -83,6 +92,7 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
 
 /// What the phases share.
 struct Bench {
+    meter: crate::cpu::Meter,
     url: String,
     pool: deadpool_postgres::Pool,
     client: tokio_postgres::Client,
@@ -105,24 +115,30 @@ impl Bench {
             self.options.per_transaction
         );
         outln!(
-            "{:>5} {:>8} {:>10} {:>14}",
+            "{:>5} {:>8} {:>10} {:>14} {:>13}",
             "round",
             "watcher",
             "writes/s",
-            "relay events/s"
+            "relay events/s",
+            "CPU µs/event"
         );
         // A first phase unmeasured: the relay's producer connects, PostgreSQL warms up.
-        self.phase(false).await?;
+        self.phase(false, 0.0).await?;
+        let idle = self.idle().await?;
+        outln!(
+            "idle: {idle:.3} cores for these processes, taken out of each phase's CPU for its length"
+        );
         let (mut off, mut on) = (Vec::new(), Vec::new());
         for round in 1..=self.options.rounds {
             for watching in [false, true] {
                 anyhow::ensure!(!relay_stopped(), "the relay stopped early");
-                let phase = self.phase(watching).await?;
+                let phase = self.phase(watching, idle).await?;
                 outln!(
-                    "{round:>5} {:>8} {:>10.0} {:>14.0}",
+                    "{round:>5} {:>8} {:>10.0} {:>14.0} {:>13.1}",
                     if watching { "on" } else { "off" },
                     phase.0,
-                    phase.1
+                    phase.1,
+                    phase.2
                 );
                 if watching { &mut on } else { &mut off }.push(phase);
             }
@@ -130,8 +146,18 @@ impl Bench {
         Ok((off, on))
     }
 
-    /// One phase, with the watcher running when `watching`.
-    async fn phase(&self, watching: bool) -> anyhow::Result<Phase> {
+    /// The CPU the metered processes spend with nothing to do, in cores: what a phase
+    /// spends beyond it is its events' (a phase with the watcher lasts longer, until the
+    /// watcher proved every event, and that wait is not the watcher's work).
+    async fn idle(&self) -> anyhow::Result<f64> {
+        let (cpu, started) = (self.meter.seconds()?, Instant::now());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok((self.meter.seconds()? - cpu) / started.elapsed().as_secs_f64())
+    }
+
+    /// One phase, with the watcher running when `watching`; `idle` cores are taken out of
+    /// its CPU.
+    async fn phase(&self, watching: bool, idle: f64) -> anyhow::Result<Phase> {
         let watcher = match watching {
             true => Some(start_watcher(&self.url, &self.relay)?),
             false => None,
@@ -149,13 +175,17 @@ impl Bench {
             .map(drop)
             .map_err(anyhow::Error::from)
         };
-        let phase = phase(write, &self.relay_metrics, self.options.events as u64).await?;
+        let (cpu, started) = (self.meter.seconds()?, Instant::now());
+        let (writes, relayed) =
+            phase(write, &self.relay_metrics, self.options.events as u64).await?;
         if let Some((metrics, stop, task)) = watcher {
             proved(&self.client, &metrics).await?;
             stop.cancel();
             task.await?;
         }
-        Ok(phase)
+        let spent = self.meter.seconds()? - cpu - idle * started.elapsed().as_secs_f64();
+        let cpu = spent / self.options.events as f64 * 1e6;
+        Ok((writes, relayed, cpu))
     }
 }
 
@@ -191,7 +221,7 @@ async fn phase(
     write: impl Future<Output = anyhow::Result<()>>,
     relay: &RelayMetrics,
     events: u64,
-) -> anyhow::Result<Phase> {
+) -> anyhow::Result<(f64, f64)> {
     let published = relay.events_published();
     let started = Instant::now();
     write.await?;
@@ -246,10 +276,11 @@ fn summary(off: &[Phase], on: &[Phase]) {
     let medians = |phases: &[Phase]| {
         let mut writes: Vec<f64> = phases.iter().map(|p| p.0).collect();
         let mut relay: Vec<f64> = phases.iter().map(|p| p.1).collect();
-        (median(&mut writes), median(&mut relay))
+        let mut cpu: Vec<f64> = phases.iter().map(|p| p.2).collect();
+        (median(&mut writes), median(&mut relay), median(&mut cpu))
     };
-    let (off_writes, off_relay) = medians(off);
-    let (on_writes, on_relay) = medians(on);
+    let (off_writes, off_relay, off_cpu) = medians(off);
+    let (on_writes, on_relay, on_cpu) = medians(on);
     let cost = |without: f64, with: f64| (without - with) / without * 100.0;
     outln!(
         "median writes/s: {off_writes:.0} without, {on_writes:.0} with the watcher ({:+.1}% cost)",
@@ -259,4 +290,46 @@ fn summary(off: &[Phase], on: &[Phase]) {
         "median relay events/s: {off_relay:.0} without, {on_relay:.0} with the watcher ({:+.1}% cost)",
         cost(off_relay, on_relay)
     );
+    outln!(
+        "median CPU per event: {off_cpu:.1} µs without, {on_cpu:.1} µs with the watcher ({:+.1}% cost)",
+        (on_cpu - off_cpu) / off_cpu * 100.0
+    );
+}
+
+/// What the phases' CPU is read from: this process, and the PostgreSQL server and Kafka
+/// broker when they run on this machine (each named on stdout, or why it is left out).
+async fn meter(
+    client: &tokio_postgres::Client,
+    brokers: &str,
+) -> anyhow::Result<crate::cpu::Meter> {
+    let mut meter = crate::cpu::Meter::default().process(std::process::id());
+    let backend: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    match u32::try_from(backend)
+        .map_err(anyhow::Error::from)
+        .and_then(crate::cpu::parent)
+    {
+        Ok(postmaster) => {
+            outln!(
+                "CPU counted: this process, PostgreSQL (postmaster {postmaster} and its backends)"
+            );
+            meter = meter.tree(postmaster);
+        }
+        Err(_) => outln!("CPU counted: not PostgreSQL's (not on this machine)"),
+    }
+    let port = brokers
+        .split(',')
+        .next()
+        .and_then(|broker| broker.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse::<u16>().ok());
+    match port.and_then(crate::cpu::listening_on) {
+        Some(pid) => {
+            outln!("CPU counted: the Kafka broker (process {pid})");
+            meter = meter.process(pid);
+        }
+        None => outln!("CPU counted: not the Kafka broker's (not found on this machine)"),
+    }
+    Ok(meter)
 }

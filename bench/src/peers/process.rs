@@ -59,7 +59,7 @@ impl Peer {
     /// User plus system CPU seconds of this process and those it replaced, from
     /// `/proc/<pid>/stat`.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        Ok(self.past_cpu + process_cpu_seconds(self.pid()?)?)
+        Ok(self.past_cpu + crate::cpu::process_seconds(self.pid()?)?)
     }
 
     /// Fails when the process exited by itself (a relay under test must not).
@@ -124,39 +124,6 @@ fn spawn(launch: &Launch) -> anyhow::Result<Child> {
     command
         .spawn()
         .map_err(|error| anyhow::anyhow!("cannot start {}: {error}", launch.program.display()))
-}
-
-/// utime + stime of process `pid`, in seconds.
-fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_cpu_ticks(&stat)
-        .map(|ticks| ticks as f64 / clock_ticks_per_second())
-        .ok_or_else(|| anyhow::anyhow!("cannot read utime and stime in /proc/{pid}/stat"))
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line, in clock ticks. The command
-/// name (field 2) may hold spaces and parentheses, so fields are counted after its last `)`.
-fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// The kernel's USER_HZ, which /proc counts CPU time in: `getconf CLK_TCK`, 100 where
-/// that cannot be run (what Linux uses on every architecture it supports).
-fn clock_ticks_per_second() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|output| String::from_utf8(output.stdout).ok())
-            .and_then(|text| text.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
 }
 
 /// The `ledger` binary beside this one (`target/release/ledger` beside
@@ -240,16 +207,4 @@ pub async fn debezium_launch(
         removed: Vec::new(),
         log: dir.join("connect.log"),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_utime_and_stime_after_the_command_name() {
-        let stat = "4242 (java (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 731 269 0 0 20 0 40 0 1";
-        assert_eq!(parse_cpu_ticks(stat), Some(1_000));
-        assert_eq!(parse_cpu_ticks("4242 (java"), None);
-    }
 }

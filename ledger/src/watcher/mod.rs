@@ -22,7 +22,9 @@
 //!    (every topic read again from its start, the watermark back to 0).
 //! 3. **The window** ([`window`]): the committed events above the watermark, at most
 //!    `window` of them, read from `events` with whether each is older than the lag bound by
-//!    the database's clock.
+//!    the database's clock. A load that ran once positions up to `closed` were closed
+//!    brought every event up to there, so the next starts above it: each event is read
+//!    about once, and only the young unread ones below it are asked their age again.
 //! 4. **The records** from where each partition's read stands to the end it had in step 2,
 //!    headers only (the `id` header; values may be protobuf, JSON or framed for a schema
 //!    registry). An id read marks its pending event; one not pending waits *ahead* (its

@@ -211,19 +211,21 @@ impl Watcher {
             .collect()
     }
 
-    /// Step 3: the window's events.
+    /// Step 3: the window's events: those above where the window's final part ends, and
+    /// the age of the young ones below it that no record was read of yet.
     async fn load(&mut self) -> Result<(), WatchError> {
         let client = self.pool.get().await?;
-        let limit = self.window.capacity() as i64;
+        let limit = self.window.room() as i64;
         let aggregates: Vec<&str> = EVENT_AGGREGATES.to_vec();
         let rows = client
             .query(
                 include_str!("../sql/watcher/load.sql"),
                 &[
-                    &self.window.watermark(),
+                    &self.window.load_from(),
                     &limit,
                     &aggregates,
                     &self.lag_bound,
+                    &self.window.rechecks(),
                 ],
             )
             .await?;
@@ -235,7 +237,7 @@ impl Watcher {
                 overdue: row.get(2),
             })
             .collect();
-        self.window.load(&events);
+        self.window.load_closed(&events, self.closed);
         Ok(())
     }
 

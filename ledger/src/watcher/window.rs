@@ -84,6 +84,10 @@ pub struct Window {
     complete: bool,
     /// The highest position the last load brought.
     loaded_to: i64,
+    /// Every event at or below this (above the watermark) is pending: a load that ran once
+    /// it was closed brought them all. Loads start above it, so that an event is read from
+    /// the database about once, not once a round until it settles.
+    final_to: i64,
     /// When the last load ran.
     loaded_at: Instant,
     /// How long an event stays not due after a load first brought it.
@@ -104,6 +108,7 @@ impl Window {
             dropped: HashMap::new(),
             complete: false,
             loaded_to: watermark,
+            final_to: watermark,
             loaded_at: Instant::now(),
             grace: Duration::ZERO,
         }
@@ -131,6 +136,28 @@ impl Window {
         (self.pending.len(), self.ahead.len())
     }
 
+    /// Where the next load starts: the events at or below it are pending already.
+    pub fn load_from(&self) -> i64 {
+        self.watermark.max(self.final_to)
+    }
+
+    /// How many events the next load may bring above [`Window::load_from`].
+    pub fn room(&self) -> usize {
+        let kept = self.pending.range(..=self.load_from()).count();
+        self.capacity.saturating_sub(kept)
+    }
+
+    /// The pending events at or below [`Window::load_from`] that are neither read nor
+    /// overdue: the next load asks their age again, since the database's clock says when
+    /// each becomes overdue.
+    pub fn rechecks(&self) -> Vec<i64> {
+        self.pending
+            .range(..=self.load_from())
+            .filter(|(_, pending)| !pending.overdue && pending.seen.is_none())
+            .map(|(&position, _)| position)
+            .collect()
+    }
+
     /// Replaces pending with `events` (above the watermark, lowest first, at most
     /// `capacity`), keeping what was read of each, from pending or from ahead.
     pub fn load(&mut self, events: &[Loaded]) {
@@ -139,17 +166,42 @@ impl Window {
 
     /// [`Window::load`] at `now`.
     pub fn load_at(&mut self, events: &[Loaded], now: Instant) {
-        let mut pending = BTreeMap::new();
-        let mut by_id = HashMap::with_capacity(events.len());
+        self.load_closed_at(events, self.watermark, now);
+    }
+
+    /// A load that ran with every position at or below `closed` committed or rolled back
+    /// for good: `events` are those above [`Window::load_from`] (lowest first, at most
+    /// [`Window::room`]) and those of [`Window::rechecks`], with their age now. The events
+    /// at or below where it started stay pending as they were, their age updated; those
+    /// above are replaced by `events`, keeping what was read of each, from pending or from
+    /// ahead. A complete load (fewer than the room) makes every event up to `closed` final.
+    pub fn load_closed(&mut self, events: &[Loaded], closed: i64) {
+        self.load_closed_at(events, closed, Instant::now());
+    }
+
+    /// [`Window::load_closed`] at `now`.
+    pub fn load_closed_at(&mut self, events: &[Loaded], closed: i64, now: Instant) {
+        let from = self.load_from();
+        let room = self.room();
+        let (rechecked, events): (Vec<Loaded>, Vec<Loaded>) =
+            events.iter().partition(|event| event.position <= from);
+        // What was loaded above `from` before; `self.pending` keeps what is at or below it.
+        let pending = self.pending.split_off(&(from + 1));
+        for event in rechecked {
+            if let Some(kept) = self.pending.get_mut(&event.position) {
+                kept.overdue = event.overdue;
+            }
+        }
+        let mut above = BTreeMap::new();
         for event in events.iter().filter(|e| e.position > self.watermark) {
             let old = self
                 .by_id
                 .get(&event.id)
-                .and_then(|position| self.pending.get(position));
+                .and_then(|position| pending.get(position));
             let seen = old
                 .and_then(|old| old.seen)
                 .or_else(|| self.ahead.remove(&event.id));
-            pending.insert(
+            above.insert(
                 event.position,
                 Pending {
                     id: event.id,
@@ -158,21 +210,29 @@ impl Window {
                     first_loaded: old.map_or(now, |old| old.first_loaded),
                 },
             );
-            by_id.insert(event.id, event.position);
         }
         // An event pending before that this load left out (events committed late below it
         // filled a capped load) keeps what was read of it, ahead.
-        for (position, old) in &self.pending {
+        for (position, old) in &pending {
+            self.by_id.remove(&old.id);
             if let Some(seen) = old.seen
-                && !pending.contains_key(position)
+                && !above.contains_key(position)
             {
                 self.ahead.insert(old.id, seen);
             }
         }
-        self.complete = events.len() < self.capacity;
-        self.loaded_to = events.last().map_or(self.watermark, |event| event.position);
-        self.pending = pending;
-        self.by_id = by_id;
+        for (&position, event) in &above {
+            self.by_id.insert(event.id, position);
+        }
+        self.complete = events.len() < room;
+        self.loaded_to = events.last().map_or(from, |event| event.position);
+        let final_to = if self.complete {
+            closed
+        } else {
+            closed.min(self.loaded_to)
+        };
+        self.final_to = self.final_to.max(final_to);
+        self.pending.append(&mut above);
         self.loaded_at = now;
     }
 
@@ -440,6 +500,56 @@ mod tests {
         full.load(&[event(8, false)]);
         full.read(1008, at(0, 0));
         assert_eq!(full.settle(12, false, &HashSet::new()).watermark, 8);
+    }
+
+    #[test]
+    fn a_closed_complete_load_is_final_and_the_next_starts_above_it() {
+        let mut window = Window::new(0, 10);
+        window.load_closed(&[event(1, false), event(2, false), event(4, false)], 3);
+        // Up to 3, every event is pending: the next load starts above it, and asks the
+        // age of the two young unread ones below it.
+        assert_eq!(window.load_from(), 3);
+        assert_eq!(window.rechecks(), [1, 2]);
+        assert_eq!(window.room(), 8);
+        window.read(1002, at(0, 0));
+        assert_eq!(window.rechecks(), [1]);
+        // The next load brings 4 and 5 above it, and event 1, overdue now, below it.
+        window.load_closed(&[event(1, true), event(4, false), event(5, false)], 5);
+        assert_eq!(window.sizes(), (4, 0));
+        assert_eq!(window.load_from(), 5);
+        let settled = window.settle(5, true, &HashSet::new());
+        assert_eq!(settled.missing, [(1, 1001)]);
+        assert_eq!(settled.found, [1002]);
+        // 4 is young and unread: the watermark waits before it.
+        assert_eq!(settled.watermark, 3);
+        // A record read of a pending event below where a load starts stays with it.
+        window.read(1005, at(1, 9));
+        window.load_closed(&[event(4, false), event(5, false)], 5);
+        assert_eq!(window.checkpoint(&[20, 20]), [20, 9]);
+    }
+
+    #[test]
+    fn a_capped_load_is_final_only_up_to_what_it_brought() {
+        let mut window = Window::new(0, 2);
+        window.load_closed(&[event(1, false), event(2, false)], 9);
+        assert_eq!((window.load_from(), window.room()), (2, 0));
+        window.read(1001, at(0, 0));
+        window.read(1002, at(0, 1));
+        let settled = window.settle(9, true, &HashSet::new());
+        assert_eq!(settled.watermark, 2);
+        // Room again: the load starts at the watermark.
+        assert_eq!((window.load_from(), window.room()), (2, 2));
+    }
+
+    #[test]
+    fn an_event_committed_late_below_a_load_that_was_not_closed_is_loaded() {
+        let mut window = Window::new(0, 10);
+        // Nothing closed yet: the load is final nowhere, and 1 commits after it.
+        window.load_closed(&[event(2, false)], 0);
+        assert_eq!(window.load_from(), 0);
+        window.load_closed(&[event(1, false), event(2, false)], 2);
+        assert_eq!(window.sizes(), (2, 0));
+        assert_eq!(window.load_from(), 2);
     }
 
     #[test]
