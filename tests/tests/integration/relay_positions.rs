@@ -50,18 +50,31 @@ async fn switching_modes(crash: bool) -> anyhow::Result<Tally> {
     ];
     for delivery in modes {
         let relay = RunningRelay::start(in_mode(&config, delivery));
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
-        let published = metric(
-            &relay.metrics.render(),
-            ra_ledger_cdc::metrics::EVENTS_PUBLISHED.name,
-        );
+        // Each mode runs until it published some of the writes, then a while longer: a
+        // fixed time alone failed on a loaded machine, where an exactly-once start (its
+        // producer's transactions initialised, its position read) took longer than it.
+        let started = std::time::Instant::now();
+        let published = || {
+            metric(
+                &relay.metrics.render(),
+                ra_ledger_cdc::metrics::EVENTS_PUBLISHED.name,
+            )
+        };
+        while published() == 0 && !relay.task.is_finished() {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{} published nothing in 120 s",
+                delivery.as_str()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
         assert!(
             !relay.task.is_finished(),
             "the relay stopped in {}: {:?}",
             delivery.as_str(),
             relay.task.await
         );
-        assert!(published > 0, "{} published nothing", delivery.as_str());
         if crash {
             relay.task.abort();
             let _ = relay.task.await;
