@@ -42,14 +42,7 @@ impl Meter {
                 let stat = read(*pid)?;
                 ticks += stat.own + stat.children;
             }
-            for entry in std::fs::read_dir("/proc")?.flatten() {
-                let Some(pid) = entry
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.parse::<u32>().ok())
-                else {
-                    continue;
-                };
+            for (pid, _) in processes()? {
                 // A process that exited since the listing is reaped: its parent counts it.
                 if let Ok(stat) = read(pid)
                     && parents.contains(&stat.parent)
@@ -85,15 +78,8 @@ pub fn listening_on(port: u16) -> Option<u32> {
     if inodes.is_empty() {
         return None;
     }
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+    for (pid, dir) in processes().ok()? {
+        let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
             continue;
         };
         for fd in fds.flatten() {
@@ -112,6 +98,14 @@ pub fn listening_on(port: u16) -> Option<u32> {
         }
     }
     None
+}
+
+/// Every process of this machine: its id and its folder in `/proc`.
+fn processes() -> std::io::Result<impl Iterator<Item = (u32, std::path::PathBuf)>> {
+    Ok(std::fs::read_dir("/proc")?.flatten().filter_map(|entry| {
+        let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        Some((pid, entry.path()))
+    }))
 }
 
 /// The inodes of the sockets listening on `port` in a `/proc/net/tcp` table. Pure.

@@ -27,6 +27,38 @@ pub fn bench_binary() -> anyhow::Result<String> {
     })
 }
 
+/// Runs `ledger-bench` against the run's own servers (`--database-url` and the command's
+/// `--brokers` filled in) with `command` and its `arguments`, for at most `timeout`: what it
+/// printed on stdout, echoed for the test's output. Fails unless it exits 0, with both
+/// streams.
+pub async fn bench(
+    command: &str,
+    arguments: &[&str],
+    timeout: std::time::Duration,
+) -> anyhow::Result<String> {
+    let stack = crate::stack::stack();
+    let output = tokio::process::Command::new(bench_binary()?)
+        .args(["--database-url", &stack.admin_url, command])
+        .args(arguments)
+        .args(["--brokers", &stack.kafka_brokers])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(timeout, output)
+        .await
+        .map_err(|_| anyhow::anyhow!("ledger-bench {command} still ran after {timeout:?}"))??;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    println!("{stdout}");
+    anyhow::ensure!(
+        output.status.success(),
+        "ledger-bench {command} exited {:?}:\n{stdout}{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(stdout)
+}
+
 /// What `binary --help` prints on stdout; fails unless it exits 0.
 pub async fn help(binary: &str) -> anyhow::Result<String> {
     let output = tokio::time::timeout(

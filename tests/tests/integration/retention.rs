@@ -322,28 +322,21 @@ async fn retention_goes_on_when_the_wal_position_grows_a_digit() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_bench_outbox_keeps_the_outbox_bounded_and_empties_it_after_the_drain()
 -> anyhow::Result<()> {
-    let stack = ra_ledger_tests::stack::stack();
-    let output = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
-        .args(["--database-url", &stack.admin_url, "outbox"])
-        .args(["--events", "60000", "--per-transaction", "100"])
-        .args([
+    let stdout = ra_ledger_tests::cli::bench(
+        "outbox",
+        &[
+            "--events",
+            "60000",
+            "--per-transaction",
+            "100",
             "--max-unpublished",
             "2000",
             "--retention-interval-ms",
             "200",
-        ])
-        .args(["--brokers", &stack.kafka_brokers])
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(600), output).await??;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        ],
+        Duration::from_secs(600),
+    )
+    .await?;
     // The table's lines: written, published, s, outbox rows, MB, marks.
     let rows: Vec<(u64, u64, u64)> = stdout
         .lines()

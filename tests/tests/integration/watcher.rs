@@ -414,27 +414,12 @@ async fn a_healthy_relay_under_load_is_never_reported_missing_across_a_restart()
 /// run's own servers (a short run: what it proves is the command, not the figures).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_bench_watcher_prints_the_cost_with_and_without_it() -> anyhow::Result<()> {
-    let stack = ra_ledger_tests::stack::stack();
-    let output = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
-        .args([
-            "--database-url",
-            &stack.admin_url,
-            "watcher",
-            "--events",
-            "300",
-        ])
-        .args(["--rounds", "1", "--brokers", &stack.kafka_brokers])
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(600), output).await??;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = ra_ledger_tests::cli::bench(
+        "watcher",
+        &["--events", "300", "--rounds", "1"],
+        Duration::from_secs(600),
+    )
+    .await?;
     for line in [
         "median writes/s:",
         "median relay events/s:",
