@@ -167,12 +167,7 @@ pub async fn run(bench: WitnessBench) -> anyhow::Result<()> {
         let note = SignedNote::parse(&part.checkpoint)?;
         let checkpoint = Checkpoint::parse(&note.body)?;
         NoteKey::log(&origin, key.public()).verify_signature(&note)?;
-        let cosigned = policy
-            .witnesses
-            .iter()
-            .filter(|w| w.key.verify_cosignature(&note).is_ok())
-            .map(|w| w.name.clone())
-            .collect();
+        let cosigned = policy.cosigners(&note).set();
         anyhow::ensure!(policy.satisfied(&cosigned), "quorum");
         let path: Vec<_> = part.heads[0].path.iter().map(|h| h.0).collect();
         verify_inclusion(&leaf, index, checkpoint.size, &path, &checkpoint.root)?;

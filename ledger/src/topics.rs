@@ -164,7 +164,7 @@ pub fn plan(prefix: &str, partitions: i32) -> Vec<TopicSpec> {
         (ASSIGNMENT_AGGREGATE, keep_everything.clone()),
         (REASSIGNMENT_AGGREGATE, delete_after_a_week),
         // Signed digests: auditors' copies outside the database, kept for good.
-        (crate::digest::build::AGGREGATE_TYPE, keep_everything),
+        (crate::digest::AGGREGATE_TYPE, keep_everything),
     ]
     .into_iter()
     .map(|(aggregate, configs)| TopicSpec {

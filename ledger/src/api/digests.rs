@@ -24,7 +24,7 @@ pub(super) async fn latest(
     _reader: auth::Reader,
 ) -> Result<Json<crate::digest::DigestDocument>, ApiError> {
     let client = state.ledger.pool().get().await?;
-    crate::digest::build::latest(&client)
+    crate::digest::sealed::latest(&client)
         .await
         .map_err(|error| ApiError::internal(&error))?
         .map(Json)
@@ -39,7 +39,7 @@ pub(super) async fn latest_checkpoint(
     _reader: auth::Reader,
 ) -> Result<impl IntoResponse, ApiError> {
     let client = state.ledger.pool().get().await?;
-    let (_, note) = crate::digest::cosign::latest_cosigned(&client)
+    let (_, note) = crate::digest::checkpoint::cosigned(&client, None)
         .await
         .map_err(|error| ApiError::internal(&error))?
         .ok_or_else(|| ApiError::not_found("no checkpoint has been sealed yet"))?;

@@ -114,13 +114,10 @@ pub async fn run(database_url: &str, args: VerifyArgs) -> anyhow::Result<()> {
         }
     };
     if let Some(key) = key {
-        let topic = args.topic.clone().unwrap_or_else(|| {
-            format!(
-                "{}{}",
-                args.prefix,
-                ra_ledger::digest::build::AGGREGATE_TYPE
-            )
-        });
+        let topic = args
+            .topic
+            .clone()
+            .unwrap_or_else(|| format!("{}{}", args.prefix, ra_ledger::digest::AGGREGATE_TYPE));
         let config = ra_ledger_cdc::infra::kafka::KafkaSettings::from_env(&args.brokers)
             .and_then(|settings| settings.client_config())?;
         let timeout = Duration::from_secs(args.read_timeout_s);

@@ -40,16 +40,13 @@ use super::log::{
     CachedLeaf, CachedTree, LogError, TreeCache, append_log, hash32, merge, read_leaves, read_log,
 };
 use super::merkle::Hash;
-use super::{DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
+use super::{AGGREGATE_TYPE, DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
 use crate::older_transactions::{WaitError, wait_for_older};
 use crate::tlog::note::{Checkpoint, SignedNote, sign_checkpoint};
+use crate::tlog::tree::Tree;
 
 /// Advisory lock key of the digest builder ("RALDIGST" in ASCII).
 pub const DIGEST_LOCK_KEY: i64 = 0x5241_4c44_4947_5354;
-
-/// The outbox's aggregate type of digests: the relay publishes them to
-/// `<topic prefix>digest`.
-pub const AGGREGATE_TYPE: &str = "digest";
 
 /// The mark that stands for every stream (no stream is named `*`).
 pub const EVERY_STREAM: &str = "*";
@@ -131,7 +128,10 @@ pub async fn build_cached(
 ) -> Result<Built, BuildError> {
     let mut client = pool.get().await?;
     let locked: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&DIGEST_LOCK_KEY])
+        .query_one(
+            include_str!("../sql/digest/try_lock.sql"),
+            &[&DIGEST_LOCK_KEY],
+        )
         .await?
         .get(0);
     if !locked {
@@ -150,7 +150,10 @@ pub async fn build_cached(
         Err(error) => Err(error),
     };
     let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&DIGEST_LOCK_KEY])
+        .execute(
+            include_str!("../sql/digest/unlock.sql"),
+            &[&DIGEST_LOCK_KEY],
+        )
         .await;
     let built = built?;
     unlocked?;
@@ -169,11 +172,7 @@ pub async fn build_cached(
 /// stream is marked and a digest exists: nothing to seal, and nothing to wait for.
 async fn sealing_time(client: &deadpool_postgres::Client) -> Result<Option<i64>, BuildError> {
     let row = client
-        .query_one(
-            "SELECT clock_timestamp(), EXISTS (SELECT 1 FROM digest_dirty) \
-                    OR NOT EXISTS (SELECT 1 FROM digests)",
-            &[],
-        )
+        .query_one(include_str!("../sql/digest/sealing_time.sql"), &[])
         .await?;
     if !row.get::<_, bool>(1) {
         return Ok(None);
@@ -200,10 +199,7 @@ async fn build_locked(
         .await?;
     let changed = changed_streams(&tx).await?;
     let last = tx
-        .query_opt(
-            "SELECT seq, hash, root, event_count FROM digests ORDER BY seq DESC LIMIT 1",
-            &[],
-        )
+        .query_opt(include_str!("../sql/digest/last_digest.sql"), &[])
         .await?;
     if changed.is_empty() && last.is_some() {
         return Ok((Built::Unchanged, tree));
@@ -224,40 +220,8 @@ async fn build_locked(
     let heads = upsert_heads(&tx, &changed, seq, tree.is_some()).await?;
     let upserted = started.elapsed();
     let cached = tree.is_some();
-    let (leaves, event_count, log) = match tree {
-        Some(tree) => {
-            // Copied only if a proof still holds it.
-            let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
-            let mut log = tree.log;
-            append_log(&tx, &mut log, seq).await?;
-            let (leaves, event_count) = merge(tree.leaves, heads, tree.event_count);
-            (leaves, event_count, log)
-        }
-        None => {
-            let (leaves, event_count) = read_leaves(&tx).await?;
-            let log = read_log(&tx, seq).await?;
-            (leaves, event_count, log)
-        }
-    };
-    if log.size() != event_count {
-        // Honest history keeps them equal: every sealed event is one leaf. Sealed anyway
-        // (the witnesses judge the log), and said loudly.
-        tracing::error!(
-            seq,
-            log_size = log.size(),
-            event_count,
-            "the transparency log's size is not the digest's event count: the sealed history was changed"
-        );
-    }
-    let checkpoint = sign_checkpoint(
-        key.public(),
-        |message| key.sign_bytes(message),
-        &Checkpoint {
-            origin: origin.to_owned(),
-            size: log.size(),
-            root: log.root(),
-        },
-    );
+    let (leaves, event_count, log) = next_tree(&tx, tree, heads, seq).await?;
+    let (checkpoint, note) = seal_checkpoint(key, origin, &log, seq, event_count);
     let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
     let digest = key.sign(Statement {
         seq: Some(seq),
@@ -268,9 +232,10 @@ async fn build_locked(
         previous,
     });
     let rooted = started.elapsed();
-    insert_digest(&tx, seq, &digest, key, changed.len(), &checkpoint).await?;
+    insert_digest(&tx, seq, &digest, key, changed.len(), (&checkpoint, &note)).await?;
     // Exactly the rows this snapshot shows: later appends keep theirs.
-    tx.execute("DELETE FROM digest_dirty", &[]).await?;
+    tx.execute(include_str!("../sql/digest/sealed_marks.sql"), &[])
+        .await?;
     tx.commit().await?;
     tracing::debug!(
         seq,
@@ -296,6 +261,58 @@ async fn build_locked(
     Ok((built, Some(tree)))
 }
 
+/// The checkpoint of `log` that digest `seq` seals, signed with the digest key. Its size is
+/// the digest's `event_count` in an honest history (every sealed event is one leaf); when it
+/// is not, it is sealed anyway (the witnesses judge the log) and said loudly.
+fn seal_checkpoint(
+    key: &DigestKey,
+    origin: &str,
+    log: &Tree,
+    seq: i64,
+    event_count: u64,
+) -> (Checkpoint, SignedNote) {
+    let checkpoint = Checkpoint {
+        origin: origin.to_owned(),
+        size: log.size(),
+        root: log.root(),
+    };
+    if checkpoint.size != event_count {
+        tracing::error!(
+            seq,
+            log_size = checkpoint.size,
+            event_count,
+            "the transparency log's size is not the digest's event count: the sealed history was changed"
+        );
+    }
+    let note = sign_checkpoint(key.public(), |m| key.sign_bytes(m), &checkpoint);
+    (checkpoint, note)
+}
+
+/// The tree and the log of digest `seq`: the cached ones with the changed `heads` merged
+/// and the log's new leaves appended, or, without a cache, both read whole.
+async fn next_tree(
+    tx: &deadpool_postgres::Transaction<'_>,
+    tree: Option<Arc<CachedTree>>,
+    heads: Vec<CachedLeaf>,
+    seq: i64,
+) -> Result<(Vec<CachedLeaf>, u64, Tree), BuildError> {
+    Ok(match tree {
+        Some(tree) => {
+            // Copied only if a proof still holds it.
+            let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
+            let mut log = tree.log;
+            append_log(tx, &mut log, seq).await?;
+            let (leaves, event_count) = merge(tree.leaves, heads, tree.event_count);
+            (leaves, event_count, log)
+        }
+        None => {
+            let (leaves, event_count) = read_leaves(tx).await?;
+            let log = read_log(tx, seq).await?;
+            (leaves, event_count, log)
+        }
+    })
+}
+
 /// The streams whose head moved since the last digest (`digest_dirty`), or every stream
 /// when the marks were cleared while no builder ran.
 async fn changed_streams(
@@ -303,7 +320,7 @@ async fn changed_streams(
 ) -> Result<Vec<String>, BuildError> {
     let streams = |rows: Vec<tokio_postgres::Row>| rows.iter().map(|row| row.get(0)).collect();
     let changed: Vec<String> = streams(
-        tx.query("SELECT DISTINCT stream FROM digest_dirty", &[])
+        tx.query(include_str!("../sql/digest/dirty_streams.sql"), &[])
             .await?,
     );
     if !changed.iter().any(|stream| stream == EVERY_STREAM) {
@@ -311,7 +328,8 @@ async fn changed_streams(
     }
     // Marks were cleared while no builder ran (or none was ever taken): re-read all.
     Ok(streams(
-        tx.query("SELECT DISTINCT stream FROM events", &[]).await?,
+        tx.query(include_str!("../sql/digest/every_stream.sql"), &[])
+            .await?,
     ))
 }
 
@@ -366,18 +384,18 @@ async fn upsert_heads(
 }
 
 /// Inserts digest `seq` and, in the same statement, its outbox row: the digest document
-/// the relay publishes on `<prefix>digest`.
+/// the relay publishes on `<prefix>digest`; then the checkpoint it sealed, as signed
+/// (`checkpoint` and its `note`), into the checkpoints' room.
 async fn insert_digest(
     tx: &deadpool_postgres::Transaction<'_>,
     seq: i64,
     digest: &SignedDigest,
     key: &DigestKey,
     changed: usize,
-    checkpoint: &SignedNote,
+    (checkpoint, note): (&Checkpoint, &SignedNote),
 ) -> Result<(), BuildError> {
     let mut document = DigestDocument::new(seq, digest, key.public_pem());
-    document.checkpoint = Some(checkpoint.text());
-    let sealed = Checkpoint::parse(&checkpoint.body).expect("a checkpoint this builder wrote");
+    document.checkpoint = Some(note.text());
     let statement = &digest.statement;
     tx.execute(
         include_str!("../sql/digest/insert_digest.sql"),
@@ -399,16 +417,7 @@ async fn insert_digest(
         ],
     )
     .await?;
-    tx.execute(
-        "INSERT INTO checkpoints (digest_seq, size, root, note) VALUES ($1, $2, $3, $4)",
-        &[
-            &seq,
-            &(sealed.size as i64),
-            &sealed.root.to_vec(),
-            &checkpoint.text(),
-        ],
-    )
-    .await?;
+    super::checkpoint::insert(tx, seq, checkpoint, note).await?;
     Ok(())
 }
 
@@ -441,51 +450,6 @@ pub async fn run(
     }
 }
 
-/// The newest digest's document, if any.
-pub async fn latest(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<Option<DigestDocument>, BuildError> {
-    let Some(row) = client
-        .query_opt(
-            "SELECT d.seq, d.root, d.time_micros, d.stream_count, d.event_count, d.previous, \
-                    d.signature, d.public_key, d.message_version, c.note \
-             FROM digests d LEFT JOIN checkpoints c ON c.digest_seq = d.seq \
-             ORDER BY d.seq DESC LIMIT 1",
-            &[],
-        )
-        .await?
-    else {
-        return Ok(None);
-    };
-    let seq: i64 = row.get(0);
-    let digest = SignedDigest {
-        statement: Statement {
-            // Digests sealed before the number was signed are version 1.
-            seq: (row.get::<_, i16>(8) >= 2).then_some(seq),
-            root: hash32("root", row.get(1))?,
-            time_micros: row.get(2),
-            stream_count: row.get::<_, i64>(3) as u64,
-            event_count: row.get::<_, i64>(4) as u64,
-            previous: hash32("previous", row.get(5))?,
-        },
-        signature: row
-            .get::<_, Vec<u8>>(6)
-            .try_into()
-            .map_err(|_| BuildError::BadHash(format!("signature of digest {seq}")))?,
-    };
-    let public: [u8; 32] = hash32("public key", row.get(7))?;
-    let pem = ed25519_dalek::VerifyingKey::from_bytes(&public)
-        .ok()
-        .and_then(|key| {
-            use ed25519_dalek::pkcs8::EncodePublicKey;
-            key.to_public_key_pem(Default::default()).ok()
-        })
-        .ok_or_else(|| BuildError::BadHash(format!("public key of digest {seq}")))?;
-    let mut document = DigestDocument::new(seq, &digest, pem);
-    document.checkpoint = row.get(9);
-    Ok(Some(document))
-}
-
 /// With digests off, clears the marks no builder will consume, leaving the one that makes
 /// the first digest after digests are turned on re-read every stream. Returns the marks
 /// removed.
@@ -494,14 +458,13 @@ pub async fn clear_marks(pool: &Pool) -> Result<u64, BuildError> {
     let tx = client.transaction().await?;
     let removed = tx
         .execute(
-            "DELETE FROM digest_dirty WHERE stream <> $1",
+            include_str!("../sql/digest/forget_marks.sql"),
             &[&EVERY_STREAM],
         )
         .await?;
     if removed > 0 {
         tx.execute(
-            "INSERT INTO digest_dirty (stream) SELECT $1 \
-             WHERE NOT EXISTS (SELECT 1 FROM digest_dirty WHERE stream = $1)",
+            include_str!("../sql/digest/mark_every_stream.sql"),
             &[&EVERY_STREAM],
         )
         .await?;

@@ -1,5 +1,20 @@
 //! Sending each new checkpoint to the policy's witnesses (`add-checkpoint`, C2SP
-//! `tlog-witness`), keeping what they answer, and saying whether the quorum holds.
+//! `tlog-witness`), keeping what they answer, and saying whether the quorum holds: one
+//! gateway to the witnesses, as transparency-dev/tessera's witness gateway is (issue 58,
+//! item 4).
+//!
+//! A round, in four steps:
+//! 1. **One read** ([`super::checkpoint::round_state`]): the newest checkpoint and what is
+//!    stored of each witness (its cosignature of it, its last answer, the size it holds).
+//! 2. **A pure decision per witness** ([`decide`]): counted from its stored cosignature, left
+//!    alone for an alarm about this checkpoint (or, without the lock, as the sender last
+//!    left it), or sent.
+//! 3. **The witnesses asked concurrently**, with one consistency proof per old size shared
+//!    between them ([`Proofs`]); each answer read by [`settle`], a pure step that follows one
+//!    409 at most.
+//! 4. **One write** ([`super::checkpoint::record_round`]): the answers and the checkpoint's
+//!    publication, in one statement; the cosigners counted by [`Policy::cosigners`], from
+//!    what verifies.
 //!
 //! The safety argument, in layers:
 //! - **The ledger never waits for a witness.** Rounds run in a task of their own, after
@@ -26,81 +41,22 @@
 //!   witness then holds more than the older checkpoint's size, and the second sender logs a
 //!   false `WITNESS REFUSED`.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::checkpoint::publish;
 pub use super::checkpoint::{
-    COSIGNED_EVENT_TYPE, COSIGNED_FORMAT, CosignError, CosignedDocument, cosigned,
-    is_cosigned_checkpoint, latest_cosigned,
+    COSIGNED_EVENT_TYPE, COSIGNED_FORMAT, CosignError, CosignedDocument, Outcome, WitnessStatus,
+    cosigned, is_cosigned_checkpoint,
 };
+use super::checkpoint::{Recorded, RoundState, StoredWitness, record_round, round_state};
 use super::log::{SealedLog, TreeCache};
 use crate::tlog::note::{SignatureLine, SignedNote};
 use crate::tlog::policy::{Policy, Witness};
-use crate::tlog::tree::Tree;
+use crate::tlog::tree::{Hash, Tree};
 use crate::tlog::witness::{AfterConflict, Answer, after_conflict, classify, request_body};
-
-/// What a witness's last answer was, as `witness_state.outcome` keeps it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// It cosigned the checkpoint.
-    Cosigned = 0,
-    /// No answer worth keeping; sent again next round.
-    Unavailable = 1,
-    /// A definite no: an alarm.
-    Refused = 2,
-    /// It holds a smaller size than it held before: its state was lost or restored. An
-    /// alarm.
-    LostState = 3,
-}
-
-impl Outcome {
-    /// Every outcome.
-    pub const ALL: [Self; 4] = [
-        Self::Cosigned,
-        Self::Unavailable,
-        Self::Refused,
-        Self::LostState,
-    ];
-
-    /// The outcome of its stored number.
-    pub fn from_stored(value: i16) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|outcome| *outcome as i16 == value)
-    }
-
-    /// In words.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Cosigned => "cosigned",
-            Self::Unavailable => "unavailable",
-            Self::Refused => "refused",
-            Self::LostState => "lost state",
-        }
-    }
-
-    /// An alarm: the checkpoint is not sent to that witness again.
-    pub fn is_alarm(self) -> bool {
-        matches!(self, Self::Refused | Self::LostState)
-    }
-}
-
-/// One witness after a round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WitnessStatus {
-    /// Its name in the policy.
-    pub witness: String,
-    /// What it answered last.
-    pub outcome: Outcome,
-    /// Its reason, for a refusal or an unavailability.
-    pub reason: Option<String>,
-    /// The size the ledger believes it holds.
-    pub size: u64,
-}
 
 /// The newest checkpoint and its cosignatures after a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +135,10 @@ pub async fn round(
 ) -> Result<Option<Round>, CosignError> {
     let client = pool.get().await?;
     let locked: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&COSIGN_LOCK_KEY])
+        .query_one(
+            include_str!("../sql/digest/try_lock.sql"),
+            &[&COSIGN_LOCK_KEY],
+        )
         .await?
         .get(0);
     let round = round_on(&client, policy, cache, locked.then_some(http)).await;
@@ -187,7 +146,10 @@ pub async fn round(
         return round;
     }
     let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&COSIGN_LOCK_KEY])
+        .execute(
+            include_str!("../sql/digest/unlock.sql"),
+            &[&COSIGN_LOCK_KEY],
+        )
         .await;
     let round = round?;
     unlocked?;
@@ -201,44 +163,52 @@ async fn round_on(
     cache: &TreeCache,
     http: Option<&reqwest::Client>,
 ) -> Result<Option<Round>, CosignError> {
-    let Some(row) = client
-        .query_opt(
-            "SELECT digest_seq, size, note FROM checkpoints ORDER BY digest_seq DESC LIMIT 1",
-            &[],
-        )
-        .await?
-    else {
+    let names: Vec<String> = policy.witnesses.iter().map(|w| w.name.clone()).collect();
+    let Some(state) = round_state(client, &names).await? else {
         return Ok(None);
     };
-    let seq: i64 = row.get(0);
-    let size = row.get::<_, i64>(1) as u64;
-    let mut cosigned =
-        SignedNote::parse(row.get(2)).map_err(|e| CosignError::Checkpoint(seq, e))?;
-    let checkpoint = Sent {
-        seq,
-        size,
-        note: cosigned.clone(),
-    };
-    // Read only when a witness is to be sent the checkpoint.
-    let mut log: Option<SealedLog> = None;
-    let mut witnesses = Vec::with_capacity(policy.witnesses.len());
-    let mut cosigners = BTreeSet::new();
-    for witness in &policy.witnesses {
-        let (status, line) =
-            one_witness(client, cache, http, &mut log, witness, &checkpoint).await?;
-        if let Some(line) = line {
-            cosigned.add([line]);
-            cosigners.insert(witness.name.clone());
+    let decisions: Vec<Decision> = (state.witnesses.iter())
+        .map(|witness| decide(witness, state.seq, http.is_some()))
+        .collect();
+    let answers = match http {
+        Some(http) if decisions.contains(&Decision::Send) => {
+            let log = SealedLog::of(client, cache, state.seq).await?;
+            ask(http, policy, &state, &decisions, log.tree()).await
         }
+        _ => Vec::new(),
+    };
+    let mut cosigned = state.note.clone();
+    let mut answered = answers.iter();
+    let mut witnesses = Vec::with_capacity(decisions.len());
+    for (stored, decision) in state.witnesses.iter().zip(decisions) {
+        let (status, line) = match decision {
+            Decision::Send => answered
+                .next()
+                .cloned()
+                .expect("an answer per witness sent"),
+            known => known.status(stored),
+        };
+        cosigned.add(line);
         witnesses.push(status);
     }
+    let cosigners = policy.cosigners(&cosigned).set();
     let quorum = policy.satisfied(&cosigners);
     if http.is_some() {
-        publish(client, seq, size, quorum, &cosigners, &cosigned).await?;
+        let recorded = Recorded {
+            state: &state,
+            answers: &answers,
+            cosigned: &cosigned,
+            cosigners: &cosigners,
+            quorum,
+        };
+        record_round(client, recorded).await?;
+        for (status, _) in &answers {
+            log_answer(status, state.seq, state.size);
+        }
     }
     Ok(Some(Round {
-        digest_seq: seq,
-        size,
+        digest_seq: state.seq,
+        size: state.size,
         cosigned,
         cosigners,
         quorum,
@@ -247,114 +217,227 @@ async fn round_on(
     }))
 }
 
-/// The checkpoint a round is about.
-struct Sent {
-    seq: i64,
-    size: u64,
-    note: SignedNote,
+/// What a round does with one witness, as [`decide`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Its cosignature of this checkpoint is stored: counted, not sent again.
+    Counted(SignatureLine),
+    /// Not sent: what is known of it stands (an alarm about this checkpoint, or, for a
+    /// replica without the lock, the sender's last word), with its reason.
+    Known(Outcome, Option<String>),
+    /// Sent this checkpoint, with a proof from the size it holds.
+    Send,
 }
 
-/// One witness in a round: its stored cosignature of the checkpoint, its stored alarm about
-/// it (not sent again), what a replica without the lock knows of it, or its answer now,
-/// stored and logged. Returns its state and its cosignature line.
-async fn one_witness(
-    client: &deadpool_postgres::Client,
-    cache: &TreeCache,
-    http: Option<&reqwest::Client>,
-    log: &mut Option<SealedLog>,
+impl Decision {
+    /// Its state and line for a round that did not send to it.
+    fn status(self, stored: &StoredWitness) -> (WitnessStatus, Option<SignatureLine>) {
+        let status = |outcome, reason| WitnessStatus {
+            witness: stored.name.clone(),
+            outcome,
+            reason,
+            size: stored.held,
+        };
+        match self {
+            Self::Counted(line) => (status(Outcome::Cosigned, None), Some(line)),
+            Self::Known(outcome, reason) => (status(outcome, reason), None),
+            Self::Send => unreachable!("a witness sent has its answer"),
+        }
+    }
+}
+
+/// The pure decision per witness, from what is stored of it when the round of the
+/// checkpoint of digest `seq` starts; `sender` when this process holds the cosigning lock.
+/// In order: a stored cosignature of this checkpoint counts; an alarm about this very
+/// checkpoint is never sent again; a replica without the lock sends nothing and reports the
+/// sender's last word (its outcome, unless that was a cosignature of an older checkpoint:
+/// then "not cosigned yet"); anything else is sent.
+pub fn decide(witness: &StoredWitness, seq: i64, sender: bool) -> Decision {
+    if let Some(line) = &witness.line {
+        return Decision::Counted(line.clone());
+    }
+    match &witness.outcome {
+        Some((outcome, reason)) if outcome.is_alarm() && witness.answered == Some(seq) => {
+            Decision::Known(*outcome, reason.clone())
+        }
+        _ if sender => Decision::Send,
+        Some((outcome, reason)) if *outcome != Outcome::Cosigned => {
+            Decision::Known(*outcome, reason.clone())
+        }
+        _ => Decision::Known(
+            Outcome::Unavailable,
+            Some("not cosigned yet (another replica holds the cosigning lock)".into()),
+        ),
+    }
+}
+
+/// Sends the round's checkpoint to every witness [`decide`] said to send it to, all at
+/// once; their answers in the policy's order.
+async fn ask(
+    http: &reqwest::Client,
+    policy: &Policy,
+    state: &RoundState,
+    decisions: &[Decision],
+    log: &Tree,
+) -> Vec<(WitnessStatus, Option<SignatureLine>)> {
+    let proofs = Proofs::new(log, state.size);
+    let sends = (policy.witnesses.iter().zip(&state.witnesses))
+        .zip(decisions)
+        .filter(|(_, decision)| **decision == Decision::Send)
+        .map(|((witness, stored), _)| send(http, witness, &state.note, &proofs, stored.held));
+    futures::future::join_all(sends).await
+}
+
+/// The consistency proofs of a round, one per old size, computed once and shared by the
+/// witnesses that hold that size (most often all of them hold the same one).
+#[derive(Debug)]
+pub struct Proofs<'a> {
+    log: &'a Tree,
+    size: u64,
+    by_old: Mutex<BTreeMap<u64, Option<Arc<[Hash]>>>>,
+}
+
+impl<'a> Proofs<'a> {
+    /// The proofs to the checkpoint of `size` of `log`.
+    pub fn new(log: &'a Tree, size: u64) -> Self {
+        Self {
+            log,
+            size,
+            by_old: Mutex::default(),
+        }
+    }
+
+    /// The proof from `old` to the checkpoint; `None` when the log has no tree to prove it
+    /// from (`old` larger, or the checkpoint larger than the log).
+    pub fn from(&self, old: u64) -> Option<Arc<[Hash]>> {
+        let mut by_old = self.by_old.lock().unwrap_or_else(|p| p.into_inner());
+        (by_old.entry(old))
+            .or_insert_with(|| self.log.consistency_proof(old, self.size).map(Arc::from))
+            .clone()
+    }
+
+    /// How many proofs were computed.
+    pub fn computed(&self) -> usize {
+        self.by_old.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// Sends `checkpoint` to `witness`, which the ledger believes holds `held`; follows one 409
+/// (rule 2 of [`crate::tlog::witness`]). Returns its state and, when it cosigned, its
+/// verified line.
+async fn send(
+    http: &reqwest::Client,
     witness: &Witness,
-    checkpoint: &Sent,
-) -> Result<(WitnessStatus, Option<SignatureLine>), CosignError> {
-    let seq = checkpoint.seq;
-    let stored = client
-        .query_opt(
-            "SELECT line FROM cosignatures WHERE digest_seq = $1 AND witness = $2",
-            &[&seq, &witness.name],
-        )
-        .await?;
-    let state = client
-        .query_opt(
-            "SELECT size, digest_seq, outcome, reason FROM witness_state WHERE witness = $1",
-            &[&witness.name],
-        )
-        .await?;
-    let held = state.as_ref().map_or(0, |row| row.get::<_, i64>(0) as u64);
-    let status = |outcome, reason| WitnessStatus {
+    checkpoint: &SignedNote,
+    proofs: &Proofs<'_>,
+    held: u64,
+) -> (WitnessStatus, Option<SignatureLine>) {
+    let size = proofs.size;
+    let status = |outcome, reason: String, size| WitnessStatus {
+        witness: witness.name.clone(),
+        outcome,
+        reason: Some(reason),
+        size,
+    };
+    let Some(url) = &witness.url else {
+        let reason = "the policy gives no URL for this witness".into();
+        return (status(Outcome::Refused, reason, held), None);
+    };
+    let mut old = held;
+    for sent in 1..=2u32 {
+        let Some(proof) = proofs.from(old.min(size)) else {
+            let reason = format!("the log has no tree of size {size} to prove from {old}");
+            return (status(Outcome::Refused, reason, old), None);
+        };
+        if old > size {
+            let AfterConflict::Refuse(reason) = after_conflict(old, held, size, sent) else {
+                unreachable!("a larger size is always refused")
+            };
+            return (status(Outcome::Refused, reason, old), None);
+        }
+        let answer = post(http, url, &request_body(old, &proof, checkpoint)).await;
+        match settle(
+            witness,
+            checkpoint,
+            answer,
+            Sent {
+                old,
+                held,
+                size,
+                sent,
+            },
+        ) {
+            Step::Resend(named) => old = named,
+            Step::Done(status, line) => return (status, line),
+        }
+    }
+    unreachable!("the second 409 is refused by after_conflict")
+}
+
+/// A request [`settle`] reads the answer of.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    /// The old size it named.
+    pub old: u64,
+    /// The size the ledger believed the witness held before the round.
+    pub held: u64,
+    /// The checkpoint's size.
+    pub size: u64,
+    /// How many times the checkpoint was sent, this one included.
+    pub sent: u32,
+}
+
+/// What follows an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send again from the size the witness named in a 409.
+    Resend(u64),
+    /// The witness's state after this round, and its verified line when it cosigned.
+    Done(WitnessStatus, Option<SignatureLine>),
+}
+
+/// Reads `witness`'s `answer` to `checkpoint` (pure): a line counts only if the policy's
+/// key verifies it; a 409 is resent from once, unless [`after_conflict`] says otherwise.
+pub fn settle(witness: &Witness, checkpoint: &SignedNote, answer: Answer, sent: Sent) -> Step {
+    let status = |outcome, reason, size| WitnessStatus {
         witness: witness.name.clone(),
         outcome,
         reason,
-        size: held,
+        size,
     };
-    if let Some(line) = stored {
-        let line = SignatureLine::parse(line.get(0))
-            .map_err(|error| CosignError::Checkpoint(seq, error))?;
-        return Ok((status(Outcome::Cosigned, None), Some(line)));
-    }
-    let stored_outcome = state
-        .as_ref()
-        .and_then(|state| Outcome::from_stored(state.get(2)));
-    // An alarm about this very checkpoint: not sent again.
-    if let (Some(state), Some(outcome)) = (&state, stored_outcome)
-        && state.get::<_, Option<i64>>(1) == Some(seq)
-        && outcome.is_alarm()
-    {
-        return Ok((status(outcome, state.get(3)), None));
-    }
-    let Some(http) = http else {
-        // Another replica cosigns: its last word on this witness, or not yet.
-        return Ok(match (stored_outcome, &state) {
-            (Some(outcome), Some(state)) if outcome != Outcome::Cosigned => {
-                (status(outcome, state.get(3)), None)
-            }
-            _ => (
-                status(
-                    Outcome::Unavailable,
-                    Some("not cosigned yet (another replica holds the cosigning lock)".into()),
+    let refused = |reason, size| Step::Done(status(Outcome::Refused, Some(reason), size), None);
+    match answer {
+        Answer::Cosigned(lines) => {
+            let verified = lines.into_iter().find(|line| {
+                let mut note = checkpoint.clone();
+                note.signatures = vec![line.clone()];
+                witness.key.verify_cosignature(&note).is_ok()
+            });
+            match verified {
+                Some(line) => Step::Done(status(Outcome::Cosigned, None, sent.size), Some(line)),
+                None => refused(
+                    format!(
+                        "HTTP 200, but no line verifies with the policy's key {}: an unknown key",
+                        witness.key.vkey()
+                    ),
+                    sent.old,
                 ),
-                None,
-            ),
-        });
-    };
-    let log = match log {
-        Some(log) => log,
-        None => log.insert(SealedLog::of(client, cache, seq).await?),
-    };
-    let (status, line) = send(
-        http,
-        witness,
-        &checkpoint.note,
-        log.tree(),
-        checkpoint.size,
-        held,
-    )
-    .await;
-    if let Some(line) = &line {
-        client
-            .execute(
-                "INSERT INTO cosignatures (digest_seq, witness, line) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING",
-                &[&seq, &witness.name, &line.text()],
-            )
-            .await?;
+            }
+        }
+        Answer::HoldsSize(named) => match after_conflict(named, sent.held, sent.size, sent.sent) {
+            AfterConflict::ResendFrom(named) => Step::Resend(named),
+            AfterConflict::Refuse(reason) => refused(reason, named),
+            // The larger size stays remembered: the next checkpoint finds the witness
+            // still behind it, until an operator says otherwise (the runbook).
+            AfterConflict::LostState(reason) => {
+                Step::Done(status(Outcome::LostState, Some(reason), sent.held), None)
+            }
+        },
+        Answer::Refused(reason) => refused(reason, sent.old),
+        Answer::Unavailable(reason) => {
+            Step::Done(status(Outcome::Unavailable, Some(reason), sent.old), None)
+        }
     }
-    client
-        .execute(
-            "INSERT INTO witness_state (witness, size, digest_seq, outcome, reason, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, now()) \
-             ON CONFLICT (witness) DO UPDATE SET size = EXCLUDED.size, \
-               digest_seq = EXCLUDED.digest_seq, outcome = EXCLUDED.outcome, \
-               reason = EXCLUDED.reason, updated_at = now()",
-            &[
-                &witness.name,
-                &(status.size as i64),
-                &seq,
-                &(status.outcome as i16),
-                &status.reason,
-            ],
-        )
-        .await?;
-    log_answer(&status, seq, checkpoint.size);
-    Ok((status, line))
 }
 
 /// Logs a witness's answer: an alarm at error, with its runbook.
@@ -386,96 +469,6 @@ fn log_answer(status: &WitnessStatus, seq: i64, size: u64) {
     }
 }
 
-/// Sends the checkpoint of `size` to `witness`, which the ledger believes holds `held`;
-/// follows one 409 (rule 2 of [`crate::tlog::witness`]). Returns its state and, when it
-/// cosigned, its verified line.
-async fn send(
-    http: &reqwest::Client,
-    witness: &Witness,
-    checkpoint: &SignedNote,
-    log: &Tree,
-    size: u64,
-    held: u64,
-) -> (WitnessStatus, Option<SignatureLine>) {
-    let status = |outcome, reason: Option<String>, size| WitnessStatus {
-        witness: witness.name.clone(),
-        outcome,
-        reason,
-        size,
-    };
-    let Some(url) = &witness.url else {
-        return (
-            status(
-                Outcome::Refused,
-                Some("the policy gives no URL for this witness".into()),
-                held,
-            ),
-            None,
-        );
-    };
-    let mut old = held;
-    for sent in 1..=2u32 {
-        let Some(proof) = log.consistency_proof(old.min(size), size) else {
-            return (
-                status(
-                    Outcome::Refused,
-                    Some(format!(
-                        "the log has no tree of size {size} to prove from {old}"
-                    )),
-                    old,
-                ),
-                None,
-            );
-        };
-        if old > size {
-            let AfterConflict::Refuse(reason) = after_conflict(old, held, size, sent) else {
-                unreachable!("a larger size is always refused")
-            };
-            return (status(Outcome::Refused, Some(reason), old), None);
-        }
-        let answer = post(http, url, &request_body(old, &proof, checkpoint)).await;
-        match answer {
-            Answer::Cosigned(lines) => {
-                let verified = lines.into_iter().find(|line| {
-                    let mut note = checkpoint.clone();
-                    note.signatures = vec![line.clone()];
-                    witness.key.verify_cosignature(&note).is_ok()
-                });
-                return match verified {
-                    Some(line) => (status(Outcome::Cosigned, None, size), Some(line)),
-                    None => (
-                        status(
-                            Outcome::Refused,
-                            Some(format!(
-                                "HTTP 200, but no line verifies with the policy's key {}: an unknown key",
-                                witness.key.vkey()
-                            )),
-                            old,
-                        ),
-                        None,
-                    ),
-                };
-            }
-            Answer::HoldsSize(named) => match after_conflict(named, held, size, sent) {
-                AfterConflict::ResendFrom(named) => old = named,
-                AfterConflict::Refuse(reason) => {
-                    return (status(Outcome::Refused, Some(reason), named), None);
-                }
-                // The larger size stays remembered: the next checkpoint finds the witness
-                // still behind it, until an operator says otherwise (the runbook).
-                AfterConflict::LostState(reason) => {
-                    return (status(Outcome::LostState, Some(reason), held), None);
-                }
-            },
-            Answer::Refused(reason) => return (status(Outcome::Refused, Some(reason), old), None),
-            Answer::Unavailable(reason) => {
-                return (status(Outcome::Unavailable, Some(reason), old), None);
-            }
-        }
-    }
-    unreachable!("the second 409 is refused by after_conflict")
-}
-
 /// POSTs an `add-checkpoint` body; a transport failure is [`Answer::Unavailable`].
 pub async fn post(http: &reqwest::Client, url: &str, body: &str) -> Answer {
     let response = match http
@@ -496,5 +489,260 @@ pub async fn post(http: &reqwest::Client, url: &str, body: &str) -> Answer {
     match response.text().await {
         Ok(text) => classify(status, content_type.as_deref(), &text),
         Err(error) => Answer::Unavailable(format!("HTTP {status}, body unread: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tlog::note::{
+        ALG_COSIGNATURE_V1, Checkpoint, NoteKey, cosigned_message, sign_checkpoint,
+    };
+    use ed25519_dalek::{Signer as _, SigningKey};
+
+    const SEQ: i64 = 7;
+
+    fn stored(outcome: Option<(Outcome, &str)>, answered: Option<i64>) -> StoredWitness {
+        StoredWitness {
+            name: "a".into(),
+            line: None,
+            held: 10,
+            answered,
+            outcome: outcome.map(|(outcome, reason)| (outcome, Some(reason.to_owned()))),
+        }
+    }
+
+    fn witness(seed: u8) -> (Witness, SigningKey) {
+        let signing = SigningKey::from_bytes(&[seed; 32]);
+        let key = NoteKey {
+            name: "w.example/a".into(),
+            algorithm: ALG_COSIGNATURE_V1,
+            public: signing.verifying_key(),
+        };
+        let url = Some("http://127.0.0.1:1".into());
+        (
+            Witness {
+                name: "a".into(),
+                key,
+                url,
+            },
+            signing,
+        )
+    }
+
+    fn checkpoint(size: u64) -> SignedNote {
+        let log = SigningKey::from_bytes(&[1; 32]);
+        let checkpoint = Checkpoint {
+            origin: "o.example/log".into(),
+            size,
+            root: [2; 32],
+        };
+        sign_checkpoint(log.verifying_key(), |m| log.sign(m).to_bytes(), &checkpoint)
+    }
+
+    /// `witness`'s cosignature line over `note`, by `signing` (its key, or another).
+    fn line(witness: &Witness, signing: &SigningKey, note: &SignedNote) -> SignatureLine {
+        let mut signature = 1_790_000_000u64.to_be_bytes().to_vec();
+        let message = cosigned_message(1_790_000_000, &note.body);
+        signature.extend_from_slice(&signing.sign(&message).to_bytes());
+        SignatureLine {
+            name: witness.key.name.clone(),
+            key_id: witness.key.key_id(),
+            signature,
+        }
+    }
+
+    /// The decision per witness, for the sender and for a replica without the lock.
+    #[test]
+    fn each_witness_is_counted_left_alone_or_sent_from_what_is_stored() {
+        let (w, signing) = witness(3);
+        let stored_line = line(&w, &signing, &checkpoint(25));
+        let cosigned = StoredWitness {
+            line: Some(stored_line.clone()),
+            ..stored(Some((Outcome::Cosigned, "")), Some(SEQ))
+        };
+        for sender in [true, false] {
+            assert_eq!(
+                decide(&cosigned, SEQ, sender),
+                Decision::Counted(stored_line.clone())
+            );
+            // An alarm about this very checkpoint: never sent again.
+            for alarm in [Outcome::Refused, Outcome::LostState] {
+                assert_eq!(
+                    decide(&stored(Some((alarm, "why")), Some(SEQ)), SEQ, sender),
+                    Decision::Known(alarm, Some("why".into()))
+                );
+            }
+        }
+        // The sender sends to everyone else: nothing stored, an alarm about an older
+        // checkpoint, an unavailability of this one.
+        for witness in [
+            stored(None, None),
+            stored(Some((Outcome::Refused, "old")), Some(SEQ - 1)),
+            stored(Some((Outcome::Unavailable, "down")), Some(SEQ)),
+            stored(Some((Outcome::Cosigned, "")), Some(SEQ - 1)),
+        ] {
+            assert_eq!(decide(&witness, SEQ, true), Decision::Send);
+        }
+        // Without the lock: the sender's last word, or "not cosigned yet".
+        assert_eq!(
+            decide(
+                &stored(Some((Outcome::Refused, "old")), Some(SEQ - 1)),
+                SEQ,
+                false
+            ),
+            Decision::Known(Outcome::Refused, Some("old".into()))
+        );
+        for witness in [
+            stored(None, None),
+            stored(Some((Outcome::Cosigned, "")), Some(SEQ - 1)),
+        ] {
+            assert!(matches!(
+                decide(&witness, SEQ, false),
+                Decision::Known(Outcome::Unavailable, Some(reason)) if reason.contains("not cosigned yet")
+            ));
+        }
+    }
+
+    /// Each answer's step: a line counts only if the policy's key verifies it; a 409 is
+    /// followed once; a smaller size than held is lost state, keeping the held size.
+    #[test]
+    fn an_answer_settles_or_resends_once() {
+        let (w, signing) = witness(3);
+        let note = checkpoint(25);
+        let sent = Sent {
+            old: 10,
+            held: 10,
+            size: 25,
+            sent: 1,
+        };
+        let good = line(&w, &signing, &note);
+        let Step::Done(status, Some(counted)) =
+            settle(&w, &note, Answer::Cosigned(vec![good.clone()]), sent)
+        else {
+            panic!("a verified line is a cosignature")
+        };
+        assert_eq!(
+            (status.outcome, status.size, counted),
+            (Outcome::Cosigned, 25, good)
+        );
+        let forged = line(&w, &SigningKey::from_bytes(&[4; 32]), &note);
+        let step = settle(&w, &note, Answer::Cosigned(vec![forged]), sent);
+        assert!(matches!(step, Step::Done(ref s, None)
+            if s.outcome == Outcome::Refused && s.size == 10 && s.reason.as_deref().unwrap().contains("unknown key")));
+        assert_eq!(
+            settle(&w, &note, Answer::HoldsSize(12), sent),
+            Step::Resend(12)
+        );
+        let again = Sent {
+            old: 12,
+            sent: 2,
+            ..sent
+        };
+        assert!(matches!(settle(&w, &note, Answer::HoldsSize(12), again),
+            Step::Done(s, None) if s.outcome == Outcome::Refused && s.size == 12));
+        assert!(matches!(settle(&w, &note, Answer::HoldsSize(4), sent),
+            Step::Done(s, None) if s.outcome == Outcome::LostState && s.size == 10));
+        assert!(
+            matches!(settle(&w, &note, Answer::Unavailable("503".into()), again),
+            Step::Done(s, None) if s.outcome == Outcome::Unavailable && s.size == 12)
+        );
+    }
+
+    /// Witnesses holding the same size share one proof.
+    #[test]
+    fn one_consistency_proof_per_old_size() {
+        let mut log = Tree::new();
+        for i in 0..25u64 {
+            log.push(&i.to_be_bytes());
+        }
+        let proofs = Proofs::new(&log, 25);
+        let first = proofs.from(10).expect("a proof from 10");
+        assert!(Arc::ptr_eq(&first, &proofs.from(10).unwrap()));
+        assert_eq!(proofs.computed(), 1);
+        assert_eq!(&first[..], &log.consistency_proof(10, 25).unwrap()[..]);
+        assert!(proofs.from(26).is_none());
+        assert_eq!(proofs.computed(), 2);
+    }
+
+    /// The witnesses are asked at once: the second witness is asked while the first one's
+    /// request is still open (asked one after the other, the second would be asked only
+    /// once the first timed out and its connection closed).
+    #[tokio::test]
+    async fn the_witnesses_are_asked_at_once() {
+        let mut listeners = Vec::new();
+        for _ in 0..2 {
+            listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let vkey = |name: &str, seed| {
+            let public = SigningKey::from_bytes(&[seed; 32]).verifying_key();
+            let key = NoteKey {
+                name: name.into(),
+                algorithm: ALG_COSIGNATURE_V1,
+                public,
+            };
+            key.vkey()
+        };
+        let url = |i: usize| format!("http://{}", listeners[i].local_addr().unwrap());
+        let policy = Policy::parse(&format!(
+            "witness a {} {}\nwitness b {} {}\ngroup both all a b\nquorum both\n",
+            vkey("w.example/a", 3),
+            url(0),
+            vkey("w.example/b", 4),
+            url(1)
+        ))
+        .unwrap();
+        let mut log = Tree::new();
+        for i in 0..25u64 {
+            log.push(&i.to_be_bytes());
+        }
+        let state = RoundState {
+            seq: SEQ,
+            size: 25,
+            note: checkpoint(25),
+            witnesses: ["a", "b"]
+                .map(|name| StoredWitness {
+                    name: name.into(),
+                    ..stored(None, None)
+                })
+                .into(),
+        };
+        // Long enough that a request is never given up on while this test waits.
+        let http = client(Duration::from_secs(60));
+        let decisions = [Decision::Send, Decision::Send];
+        let watch = tokio::spawn(async move {
+            let mut accepted = Vec::new();
+            for listener in &listeners {
+                let connection = tokio::time::timeout(Duration::from_secs(300), listener.accept());
+                accepted.push(connection.await.expect("asked in time").unwrap().0);
+            }
+            // Both asked; is the first one's request still open, waiting for its answer?
+            // A real read, non-blocking: the request's bytes, then nothing (open) or the end.
+            let mut first = accepted.remove(0).into_std().unwrap();
+            let mut request = [0; 4096];
+            loop {
+                match std::io::Read::read(&mut first, &mut request) {
+                    Ok(0) => break false,
+                    Ok(_) => continue,
+                    Err(e) => break e.kind() == std::io::ErrorKind::WouldBlock,
+                }
+            }
+        });
+        let answers = tokio::time::timeout(
+            Duration::from_secs(600),
+            ask(&http, &policy, &state, &decisions, &log),
+        )
+        .await
+        .expect("both answered once their connections closed");
+        assert!(
+            watch.await.unwrap(),
+            "the first request was closed before the second was sent"
+        );
+        assert_eq!(answers.len(), 2);
+        assert!(
+            answers
+                .iter()
+                .all(|(status, _)| status.outcome == Outcome::Unavailable)
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::merkle::{self, Hash};
 use crate::tlog::tree::Tree;
 
-/// Reading the log or the leaves failed.
+/// Reading what the digests sealed (the log, the leaves, the newest digest) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// A statement failed.
@@ -185,10 +185,7 @@ pub(super) async fn read_leaves(
     tx: &deadpool_postgres::Transaction<'_>,
 ) -> Result<(Vec<CachedLeaf>, u64), LogError> {
     let rows = tx
-        .query(
-            "SELECT stream, version, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
-            &[],
-        )
+        .query(include_str!("../sql/digest/leaves.sql"), &[])
         .await?;
     let mut event_count = 0u64;
     let mut leaves = Vec::with_capacity(rows.len());

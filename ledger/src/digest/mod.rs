@@ -51,9 +51,12 @@
 //! [`document`] (the JSON documents), [`build`] (sealing the next digest from the database),
 //! [`prove`] (inclusion proofs from the database), [`verify`] (checking a proof offline) and
 //! [`published`] with [`topic`] and [`chain`] (`ledger verify --digests`, the tables against
-//! the digests on Kafka, each placed in the chain by what it signs), and [`cosign`] (each
-//! digest's checkpoint of the transparency log, [`crate::tlog`], sent to the witnesses)
-//! with [`checkpoint`] (the cosigned checkpoints as kept, read back and published).
+//! the digests on Kafka, each placed in the chain by what it signs), [`sealed`] (the newest
+//! digest read back), [`log`] (the transparency log and the tree in memory), and [`cosign`]
+//! (the gateway that sends each digest's checkpoint of the transparency log, [`crate::tlog`],
+//! to the witnesses) with [`checkpoint`] (the checkpoints as kept: stored when sealed, read
+//! and written by the rounds, read back with their cosignatures, published). The statements
+//! are in `sql/digest/` and `sql/checkpoints/`.
 
 pub mod answer;
 pub mod build;
@@ -66,11 +69,16 @@ pub mod merkle;
 pub mod prove;
 pub mod published;
 pub mod refused;
+pub mod sealed;
 pub mod signed;
 pub mod topic;
 pub mod verify;
 
 pub use document::{DigestDocument, ProofDocument};
+
+/// The outbox's aggregate type of digests and cosigned checkpoints: the relay publishes
+/// them to `<topic prefix>digest`.
+pub const AGGREGATE_TYPE: &str = "digest";
 pub use signed::{
     DigestKey, Head, KeyError, MESSAGE_PREFIX, MESSAGE_PREFIX_V1, PublicKey, SignedDigest,
     Statement, public_key_from_pem,

@@ -36,7 +36,7 @@ pub enum ProofError {
     Database(#[from] tokio_postgres::Error),
     /// The stored digest does not read back.
     #[error("proof: {0}")]
-    Digest(#[from] super::build::BuildError),
+    Digest(#[from] super::log::LogError),
     /// The database holds a hash that is not 32 bytes.
     #[error("proof: {0} is not 32 bytes")]
     BadHash(String),
@@ -54,15 +54,6 @@ pub enum ProofError {
         size: u64,
     },
 }
-
-impl From<super::log::LogError> for ProofError {
-    fn from(error: super::log::LogError) -> Self {
-        Self::Digest(error.into())
-    }
-}
-
-const EVENT_COLUMNS: &str = "event_id, stream, stream_version, event_type, schema_version, \
-     payload, recorded_at, effective_at, actor, correlation_id, causation_id, prev_hash, hash";
 
 /// One stream to prove: its events from `from_version` up to the sealed head, which must
 /// be at least `sealed_at_least` (else [`ProofError::NotSealed`], naming `what`).
@@ -107,7 +98,7 @@ pub async fn for_event_with(
     let tx = read_only_snapshot(&mut client).await?;
     let event = tx
         .query_opt(
-            "SELECT stream, stream_version FROM events WHERE event_id = $1",
+            include_str!("../sql/digest/event_position.sql"),
             &[&event_id],
         )
         .await?
@@ -157,7 +148,7 @@ pub async fn for_answer_with(
 ) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
-    let sealed_time = super::build::latest(&tx)
+    let sealed_time = super::sealed::latest(&tx)
         .await?
         .and_then(|digest| DateTime::from_timestamp_micros(digest.time_micros));
     let known_at = provable_known_at(known_at, sealed_time)?;
@@ -186,8 +177,7 @@ pub async fn for_answer_with(
         // Every event the answer folds must be sealed: those recorded by `known_at`.
         let folded: i64 = tx
             .query_one(
-                "SELECT coalesce(max(stream_version), 1) FROM events \
-                 WHERE stream = $1 AND recorded_at <= $2",
+                include_str!("../sql/digest/folded_version.sql"),
                 &[&stream, &known_at],
             )
             .await?
@@ -239,7 +229,7 @@ async fn prove(
     spans: &[Span],
     consistent_with: &[u64],
 ) -> Result<ProofDocument, ProofError> {
-    let digest = super::build::latest(tx)
+    let digest = super::sealed::latest(tx)
         .await?
         .ok_or_else(|| ProofError::NotSealed(spans[0].what.clone()))?;
     let paths = Paths::of(tx, tree, &digest).await?;
@@ -247,7 +237,7 @@ async fn prove(
     for span in spans {
         let sealed = tx
             .query_opt(
-                "SELECT version FROM digest_leaves WHERE stream = $1",
+                include_str!("../sql/digest/sealed_version.sql"),
                 &[&span.stream],
             )
             .await?
@@ -256,10 +246,7 @@ async fn prove(
             .ok_or_else(|| ProofError::NotSealed(span.what.clone()))?;
         let events = tx
             .query(
-                &format!(
-                    "SELECT {EVENT_COLUMNS} FROM events WHERE stream = $1 \
-                     AND stream_version BETWEEN $2 AND $3 ORDER BY stream_version"
-                ),
+                include_str!("../sql/digest/span_events.sql"),
                 &[&span.stream, &span.from_version, &sealed],
             )
             .await?;
@@ -290,7 +277,7 @@ async fn log_part(
     streams: &[StreamProof],
     consistent_with: &[u64],
 ) -> Result<Option<LogProof>, ProofError> {
-    let Some(note) = super::cosign::cosigned(tx, digest.seq)
+    let Some((_, note)) = super::checkpoint::cosigned(tx, Some(digest.seq))
         .await
         .map_err(|error| ProofError::Log(error.to_string()))?
     else {
@@ -376,10 +363,7 @@ impl Paths {
         }
         // In the tree's order: stream names by their bytes.
         let leaves = tx
-            .query(
-                "SELECT stream, leaf_hash FROM digest_leaves ORDER BY stream COLLATE \"C\"",
-                &[],
-            )
+            .query(include_str!("../sql/digest/leaf_hashes.sql"), &[])
             .await?
             .iter()
             .map(|row| {
@@ -411,7 +395,7 @@ impl Paths {
     }
 }
 
-/// An event row of [`EVENT_COLUMNS`] as a proof carries it.
+/// An event row of `sql/digest/span_events.sql` as a proof carries it.
 fn event_record(row: &tokio_postgres::Row) -> Result<EventRecord, ProofError> {
     let event_id: Uuid = row.get(0);
     let what = |column: &'static str| move || format!("the {column} of event {event_id}");

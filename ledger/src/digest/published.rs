@@ -288,7 +288,7 @@ async fn check_against_table(
     report: &mut DigestReport,
 ) -> Result<(), tokio_postgres::Error> {
     let stored: BTreeMap<i64, Vec<u8>> = client
-        .query("SELECT seq, hash FROM digests ORDER BY seq", &[])
+        .query(include_str!("../sql/digest/digest_hashes.sql"), &[])
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1)))

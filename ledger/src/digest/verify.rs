@@ -17,6 +17,8 @@ pub use super::refused::{AskedQuestion, ProvenStream, Refused};
 
 use super::document::{EventRecord, LogProof, SignedFields, StreamProof};
 use super::{Head, SignedDigest, Statement, merkle};
+use crate::tlog::note::{Checkpoint, NoteKey, SignedNote};
+use crate::tlog::tree;
 
 /// A proof as the verifier reads it: the fields it checks and nothing else. The formats,
 /// the keys and the digest's derived fields are not read (a verifier trusts none of them),
@@ -221,22 +223,8 @@ pub fn verify_log(
     policy: Option<&crate::tlog::policy::Policy>,
     saved: &[String],
 ) -> Result<VerifiedLog, Refused> {
-    use crate::tlog::note::{Checkpoint, NoteKey, SignedNote};
-    use crate::tlog::tree;
     let log = proof.log.as_ref().ok_or(Refused::NoLog)?;
-    let read = |what: &str, text: &str| -> Result<(SignedNote, Checkpoint), Refused> {
-        let problem = |problem: String| Refused::Checkpoint {
-            what: what.to_owned(),
-            problem,
-        };
-        let note = SignedNote::parse(text).map_err(|e| problem(e.to_string()))?;
-        let checkpoint = Checkpoint::parse(&note.body).map_err(|e| problem(e.to_string()))?;
-        NoteKey::log(&checkpoint.origin, *public_key)
-            .verify_signature(&note)
-            .map_err(|e| problem(format!("{e} (the log's key is the digest key)")))?;
-        Ok((note, checkpoint))
-    };
-    let (note, checkpoint) = read("log.checkpoint", &log.checkpoint)?;
+    let (note, checkpoint) = read_checkpoint("log.checkpoint", &log.checkpoint, public_key)?;
     if let Some(pinned) = policy.and_then(|policy| policy.log.as_ref()) {
         pinned_log_key(pinned, public_key, &checkpoint.origin)?;
     }
@@ -246,22 +234,52 @@ pub fn verify_log(
             events: proof.digest.event_count,
         });
     }
-    let mut cosigned = Vec::new();
-    let mut newest_cosignature = None;
-    if let Some(policy) = policy {
-        for witness in &policy.witnesses {
-            if let Ok(time) = witness.key.verify_cosignature(&note) {
-                cosigned.push(witness.name.clone());
-                newest_cosignature = newest_cosignature.max(Some(time));
-            }
-        }
-        if !policy.satisfied(&cosigned.iter().cloned().collect()) {
-            return Err(Refused::Quorum {
-                cosigned: cosigned.join(", "),
-                quorum: policy.describe(),
-            });
-        }
+    let cosigners = policy
+        .map(|policy| policy.cosigners(&note))
+        .unwrap_or_default();
+    if let Some(policy) = policy
+        && !policy.satisfied(&cosigners.set())
+    {
+        return Err(Refused::Quorum {
+            cosigned: cosigners.names.join(", "),
+            quorum: policy.describe(),
+        });
     }
+    verify_heads(proof, log, &checkpoint)?;
+    let consistent_with = verify_saved(log, &checkpoint, saved, public_key)?;
+    Ok(VerifiedLog {
+        checkpoint,
+        cosigned: cosigners.names,
+        newest_cosignature: cosigners.newest,
+        consistent_with,
+    })
+}
+
+/// A checkpoint as a signed note, read and checked with the log's key (the digest key,
+/// named by the checkpoint's origin); the error names `what`.
+fn read_checkpoint(
+    what: &str,
+    text: &str,
+    public_key: &ed25519_dalek::VerifyingKey,
+) -> Result<(SignedNote, Checkpoint), Refused> {
+    let problem = |problem: String| Refused::Checkpoint {
+        what: what.to_owned(),
+        problem,
+    };
+    let note = SignedNote::parse(text).map_err(|e| problem(e.to_string()))?;
+    let checkpoint = Checkpoint::parse(&note.body).map_err(|e| problem(e.to_string()))?;
+    NoteKey::log(&checkpoint.origin, *public_key)
+        .verify_signature(&note)
+        .map_err(|e| problem(format!("{e} (the log's key is the digest key)")))?;
+    Ok((note, checkpoint))
+}
+
+/// Each proven stream's head event in `checkpoint`'s tree, by the log part's paths.
+fn verify_heads(
+    proof: &ClaimedProof,
+    log: &LogProof,
+    checkpoint: &Checkpoint,
+) -> Result<(), Refused> {
     if log.heads.len() != proof.streams.len() {
         return Err(Refused::Malformed {
             field: "log.heads".into(),
@@ -291,9 +309,20 @@ pub fn verify_log(
             problem: problem.to_string(),
         })?;
     }
+    Ok(())
+}
+
+/// That the log extends every checkpoint in `saved` (the auditor's own copies, read with
+/// the same key); the sizes it was proven consistent with.
+fn verify_saved(
+    log: &LogProof,
+    checkpoint: &Checkpoint,
+    saved: &[String],
+    public_key: &ed25519_dalek::VerifyingKey,
+) -> Result<Vec<u64>, Refused> {
     let mut consistent_with = Vec::new();
     for (i, text) in saved.iter().enumerate() {
-        let (_, old) = read(&format!("saved checkpoint {}", i + 1), text)?;
+        let (_, old) = read_checkpoint(&format!("saved checkpoint {}", i + 1), text, public_key)?;
         let inconsistent = |problem: String| Refused::Inconsistent {
             saved_size: old.size,
             saved_root: base64_of(&old.root),
@@ -333,12 +362,7 @@ pub fn verify_log(
         .map_err(|problem| inconsistent(problem.to_string()))?;
         consistent_with.push(old.size);
     }
-    Ok(VerifiedLog {
-        checkpoint,
-        cosigned,
-        newest_cosignature,
-        consistent_with,
-    })
+    Ok(consistent_with)
 }
 
 /// That the policy's `log` line pins the key given and the checkpoint's origin: the auditor

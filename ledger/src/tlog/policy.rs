@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::note::{ALG_COSIGNATURE_V1, ALG_ED25519, NoteKey};
+use super::note::{ALG_COSIGNATURE_V1, ALG_ED25519, NoteKey, SignedNote};
 
 /// A witness of the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,19 +69,11 @@ pub struct PolicyError {
 }
 
 impl Policy {
-    /// Reads a policy file's text.
+    /// Reads a policy file's text: each line by [`Reader::line`], then the one quorum line
+    /// checked.
     pub fn parse(text: &str) -> Result<Self, PolicyError> {
-        let mut policy = Policy {
-            log: None,
-            witnesses: Vec::new(),
-            groups: Vec::new(),
-            quorum: None,
-        };
-        let mut names: BTreeMap<String, Member> = BTreeMap::new();
-        let mut quorum_lines = 0;
+        let mut reader = Reader::default();
         for (number, raw) in text.lines().enumerate() {
-            let line = number + 1;
-            let error = |problem: String| PolicyError { line, problem };
             let words: Vec<&str> = raw
                 .split('#')
                 .next()
@@ -91,96 +83,23 @@ impl Policy {
             let Some((&keyword, args)) = words.split_first() else {
                 continue;
             };
-            let key = |vkey: &str, algorithm: u8| {
-                NoteKey::from_vkey(vkey)
-                    .map_err(|e| error(e.to_string()))
-                    .and_then(|key| {
-                        if key.algorithm == algorithm {
-                            Ok(key)
-                        } else {
-                            Err(error(format!(
-                                "key {vkey:?} is of algorithm {:#04x}, not {algorithm:#04x}",
-                                key.algorithm
-                            )))
-                        }
-                    })
-            };
-            let fresh = |name: &str, names: &BTreeMap<String, Member>| {
-                if name == "none" || names.contains_key(name) {
-                    Err(error(format!(
-                        "name {name:?} is defined twice (or is `none`)"
-                    )))
-                } else {
-                    Ok(())
-                }
-            };
-            match (keyword, args) {
-                ("log", [vkey] | [vkey, _]) => policy.log = Some(key(vkey, ALG_ED25519)?),
-                ("witness", [name, vkey, rest @ ..]) if rest.len() <= 1 => {
-                    fresh(name, &names)?;
-                    let key = key(vkey, ALG_COSIGNATURE_V1)?;
-                    if let Some(same) = policy.witnesses.iter().find(|w| w.key.public == key.public)
-                    {
-                        return Err(error(format!(
-                            "witness {name} has the key of witness {}: a quorum counts keys, \
-                             so give each key one witness line",
-                            same.name
-                        )));
-                    }
-                    names.insert(name.to_string(), Member::Witness(policy.witnesses.len()));
-                    policy.witnesses.push(Witness {
-                        name: name.to_string(),
-                        key,
-                        url: rest.first().map(|url| url.trim_end_matches('/').to_owned()),
-                    });
-                }
-                ("group", [name, threshold, members @ ..]) if !members.is_empty() => {
-                    fresh(name, &names)?;
-                    let members = members
-                        .iter()
-                        .map(|member| {
-                            names.get(*member).cloned().ok_or_else(|| {
-                                error(format!("group {name}: {member:?} is not defined above"))
-                            })
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    policy.disjoint(name, &members).map_err(error)?;
-                    let threshold = match *threshold {
-                        "all" => members.len(),
-                        "any" => 1,
-                        k => k
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|k| (1..=members.len()).contains(k))
-                            .ok_or_else(|| {
-                                error(format!(
-                                    "group {name}: threshold {k:?} is not all, any or 1 to {}",
-                                    members.len()
-                                ))
-                            })?,
-                    };
-                    names.insert(name.to_string(), Member::Group(policy.groups.len()));
-                    policy.groups.push(Group { threshold, members });
-                }
-                ("quorum", [name]) => {
-                    quorum_lines += 1;
-                    policy.quorum = match *name {
-                        "none" => None,
-                        name => Some(names.get(name).cloned().ok_or_else(|| {
-                            error(format!("quorum {name:?} is not defined above"))
-                        })?),
-                    };
-                }
-                _ => return Err(error(format!("not a policy line: {raw:?}"))),
-            }
+            reader
+                .line(keyword, args, raw)
+                .map_err(|problem| PolicyError {
+                    line: number + 1,
+                    problem,
+                })?;
         }
-        if quorum_lines != 1 {
+        if reader.quorum_lines != 1 {
             return Err(PolicyError {
                 line: 0,
-                problem: format!("{quorum_lines} quorum lines: a policy has exactly one"),
+                problem: format!(
+                    "{} quorum lines: a policy has exactly one",
+                    reader.quorum_lines
+                ),
             });
         }
-        Ok(policy)
+        Ok(reader.policy)
     }
 
     /// The witnesses under `member` (itself, or its group's, recursively).
@@ -211,6 +130,21 @@ impl Policy {
             }
         }
         Ok(())
+    }
+
+    /// The witnesses whose cosignature on `note` verifies with their key from this policy:
+    /// the one count of cosigners that the rounds, the offline check and the bench share.
+    /// A line by a key the policy does not hold, or one that does not verify, counts for
+    /// no one.
+    pub fn cosigners(&self, note: &SignedNote) -> Cosigners {
+        let mut cosigners = Cosigners::default();
+        for witness in &self.witnesses {
+            if let Ok(time) = witness.key.verify_cosignature(note) {
+                cosigners.names.push(witness.name.clone());
+                cosigners.newest = cosigners.newest.max(Some(time));
+            }
+        }
+        cosigners
     }
 
     /// Whether the witnesses named (by their policy names) meet the quorum.
@@ -257,6 +191,160 @@ impl Policy {
                 format!("{} of ({})", group.threshold, members.join(", "))
             }
         }
+    }
+}
+
+/// The witnesses whose cosignature verified ([`Policy::cosigners`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cosigners {
+    /// Their names, in the policy's order.
+    pub names: Vec<String>,
+    /// The newest of their cosignatures' times (Unix seconds), if any verified.
+    pub newest: Option<u64>,
+}
+
+impl Cosigners {
+    /// Their names as a set, what [`Policy::satisfied`] takes.
+    pub fn set(&self) -> BTreeSet<String> {
+        self.names.iter().cloned().collect()
+    }
+}
+
+/// A policy file being read: the policy so far, the names defined above the current line,
+/// and the quorum lines seen. Each line's problem is a sentence naming the value; the
+/// caller adds the line's number.
+struct Reader {
+    policy: Policy,
+    names: BTreeMap<String, Member>,
+    quorum_lines: usize,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Self {
+            policy: Policy {
+                log: None,
+                witnesses: Vec::new(),
+                groups: Vec::new(),
+                quorum: None,
+            },
+            names: BTreeMap::new(),
+            quorum_lines: 0,
+        }
+    }
+}
+
+impl Reader {
+    /// One line's `keyword` and its `args` (`raw`: the line as written, for the error).
+    fn line(&mut self, keyword: &str, args: &[&str], raw: &str) -> Result<(), String> {
+        match (keyword, args) {
+            ("log", [vkey] | [vkey, _]) => {
+                self.policy.log = Some(key(vkey, ALG_ED25519)?);
+                Ok(())
+            }
+            ("witness", [name, vkey, rest @ ..]) if rest.len() <= 1 => {
+                self.witness(name, vkey, rest.first().copied())
+            }
+            ("group", [name, threshold, members @ ..]) if !members.is_empty() => {
+                self.group(name, threshold, members)
+            }
+            ("quorum", [name]) => self.quorum(name),
+            _ => Err(format!("not a policy line: {raw:?}")),
+        }
+    }
+
+    /// That `name` is not defined yet (nor `none`, the quorum of no witness).
+    fn fresh(&self, name: &str) -> Result<(), String> {
+        if name == "none" || self.names.contains_key(name) {
+            Err(format!("name {name:?} is defined twice (or is `none`)"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `witness <name> <vkey> [<url>]`: each key once, so that a quorum counts keys.
+    fn witness(&mut self, name: &str, vkey: &str, url: Option<&str>) -> Result<(), String> {
+        self.fresh(name)?;
+        let key = key(vkey, ALG_COSIGNATURE_V1)?;
+        let witnesses = &mut self.policy.witnesses;
+        if let Some(same) = witnesses.iter().find(|w| w.key.public == key.public) {
+            return Err(format!(
+                "witness {name} has the key of witness {}: a quorum counts keys, \
+                 so give each key one witness line",
+                same.name
+            ));
+        }
+        self.names
+            .insert(name.to_string(), Member::Witness(witnesses.len()));
+        witnesses.push(Witness {
+            name: name.to_string(),
+            key,
+            url: url.map(|url| url.trim_end_matches('/').to_owned()),
+        });
+        Ok(())
+    }
+
+    /// `group <name> <k|all|any> <member>...`: members defined above, disjoint, and `k`
+    /// between 1 and their count.
+    fn group(&mut self, name: &str, threshold: &str, members: &[&str]) -> Result<(), String> {
+        self.fresh(name)?;
+        let members = members
+            .iter()
+            .map(|member| {
+                self.names
+                    .get(*member)
+                    .cloned()
+                    .ok_or_else(|| format!("group {name}: {member:?} is not defined above"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.policy.disjoint(name, &members)?;
+        let threshold = match threshold {
+            "all" => members.len(),
+            "any" => 1,
+            k => k
+                .parse::<usize>()
+                .ok()
+                .filter(|k| (1..=members.len()).contains(k))
+                .ok_or_else(|| {
+                    format!(
+                        "group {name}: threshold {k:?} is not all, any or 1 to {}",
+                        members.len()
+                    )
+                })?,
+        };
+        let groups = &mut self.policy.groups;
+        self.names
+            .insert(name.to_string(), Member::Group(groups.len()));
+        groups.push(Group { threshold, members });
+        Ok(())
+    }
+
+    /// `quorum <name|none>`: counted, so that [`Policy::parse`] can require exactly one.
+    fn quorum(&mut self, name: &str) -> Result<(), String> {
+        self.quorum_lines += 1;
+        self.policy.quorum = match name {
+            "none" => None,
+            name => Some(
+                self.names
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| format!("quorum {name:?} is not defined above"))?,
+            ),
+        };
+        Ok(())
+    }
+}
+
+/// A key of a policy line, of `algorithm` (the log's Ed25519 or a witness's cosignature).
+fn key(vkey: &str, algorithm: u8) -> Result<NoteKey, String> {
+    let key = NoteKey::from_vkey(vkey).map_err(|e| e.to_string())?;
+    if key.algorithm == algorithm {
+        Ok(key)
+    } else {
+        Err(format!(
+            "key {vkey:?} is of algorithm {:#04x}, not {algorithm:#04x}",
+            key.algorithm
+        ))
     }
 }
 
@@ -384,5 +472,59 @@ mod tests {
         ))
         .unwrap();
         assert!(!two.satisfied(&set(&["a"])) && two.satisfied(&set(&["a", "b"])));
+    }
+
+    /// A witness's cosignature line over `note`'s body by the key of `seed`, at `time`.
+    fn cosign(note: &mut SignedNote, name: &str, seed: u8, time: u64) {
+        use crate::tlog::note::{SignatureLine, cosigned_message};
+        use ed25519_dalek::Signer as _;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+        let vkey = NoteKey::from_vkey(&vkey(name, seed)).unwrap();
+        let mut signature = time.to_be_bytes().to_vec();
+        signature.extend_from_slice(&key.sign(&cosigned_message(time, &note.body)).to_bytes());
+        note.add([SignatureLine {
+            name: vkey.name.clone(),
+            key_id: vkey.key_id(),
+            signature,
+        }]);
+    }
+
+    /// What counts is what verifies with the policy's key: not a line by a key it does not
+    /// hold, nor a line over another checkpoint; in the policy's order, with the newest time.
+    #[test]
+    fn cosigners_are_the_witnesses_whose_line_verifies() {
+        use crate::tlog::note::{Checkpoint, sign_checkpoint};
+        use ed25519_dalek::Signer as _;
+        let text = format!(
+            "witness b {}\nwitness a {}\nwitness c {}\ngroup g 2 a b c\nquorum g\n",
+            vkey("w.example/b", 2),
+            vkey("w.example/a", 1),
+            vkey("w.example/c", 3)
+        );
+        let policy = Policy::parse(&text).unwrap();
+        let log = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+        let checkpoint = |size| Checkpoint {
+            origin: "o.example/log".into(),
+            size,
+            root: [4; 32],
+        };
+        let mut note = sign_checkpoint(
+            log.verifying_key(),
+            |m| log.sign(m).to_bytes(),
+            &checkpoint(5),
+        );
+        assert_eq!(policy.cosigners(&note), Cosigners::default());
+        cosign(&mut note, "w.example/a", 1, 100);
+        // Another key under c's name: not c's cosignature.
+        cosign(&mut note, "w.example/c", 9, 300);
+        cosign(&mut note, "w.example/b", 2, 200);
+        let cosigners = policy.cosigners(&note);
+        assert_eq!(cosigners.names, ["b", "a"]);
+        assert_eq!(cosigners.newest, Some(200));
+        assert!(policy.satisfied(&cosigners.set()));
+        // The same lines over another checkpoint count for no one.
+        let mut other = note.clone();
+        other.body = checkpoint(6).body();
+        assert_eq!(policy.cosigners(&other), Cosigners::default());
     }
 }

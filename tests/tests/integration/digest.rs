@@ -372,7 +372,7 @@ async fn digests_reread_only_changed_streams_and_match_a_full_recomputation() ->
     let document: Value = serde_json::from_slice(&published[1].get::<_, Vec<u8>>(0))?;
     assert_eq!(document["seq"], json!(2));
     // What `GET /v1/digests/latest` serves is what was published.
-    let served = ra_ledger::digest::build::latest(&pool.get().await?).await?;
+    let served = ra_ledger::digest::sealed::latest(&pool.get().await?).await?;
     // Byte for byte: the outbox row and the document served are written by the same type.
     assert_eq!(
         served
@@ -502,7 +502,7 @@ async fn digests_built_while_writers_append_miss_nothing_and_chain() -> anyhow::
         "{last_build:?}"
     );
     let client = database.connect().await?;
-    let last = ra_ledger::digest::build::latest(&api.ledger.pool().get().await?)
+    let last = ra_ledger::digest::sealed::latest(&api.ledger.pool().get().await?)
         .await?
         .expect("a digest");
     let heads = full_heads(&client).await?;

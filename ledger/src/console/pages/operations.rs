@@ -67,7 +67,7 @@ pub(in crate::console) async fn operations(
     let replays = replay::recent(&client, REPLAYS_LISTED)
         .await
         .map_err(api_error)?;
-    let digest = crate::digest::build::latest(&client)
+    let digest = crate::digest::sealed::latest(&client)
         .await
         .map_err(|error| api_error(ApiError::internal(&error)))?;
     let watched = crate::watcher::findings(&client).await.map_err(api_error)?;

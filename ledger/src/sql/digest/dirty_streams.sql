@@ -1,0 +1,2 @@
+-- The streams whose head moved since the last digest (or `*`: every stream).
+SELECT DISTINCT stream FROM digest_dirty
