@@ -46,6 +46,7 @@ mod run;
 pub mod schema_ids;
 mod setup;
 pub mod slot;
+mod stream;
 
 pub use run::{run, run_process};
 
