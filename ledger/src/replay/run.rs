@@ -353,7 +353,7 @@ impl Attempt {
 }
 
 /// How long an attempt that sent `sent` events in `elapsed` waits before its next batch, so
-/// that its events never run ahead of `rate` per second; `None` when it is not ahead. Pure.
+/// that its events never run ahead of `rate` per second; `None` when it is behind. Pure.
 fn ahead_by(sent: u64, rate: u32, elapsed: Duration) -> Option<Duration> {
     let due = Duration::from_secs_f64(sent as f64 / rate as f64);
     due.checked_sub(elapsed)
@@ -426,14 +426,19 @@ mod tests {
     #[test]
     fn an_attempt_waits_only_while_it_is_ahead_of_its_rate() {
         let second = Duration::from_secs(1);
-        assert_eq!(ahead_by(0, 100, Duration::ZERO), None, "nothing sent yet");
+        assert_eq!(
+            ahead_by(0, 100, Duration::ZERO),
+            Some(Duration::ZERO),
+            "exactly on time: a wait of nothing"
+        );
         assert_eq!(
             ahead_by(100, 100, Duration::from_millis(250)),
             Some(Duration::from_millis(750)),
             "a second's events sent in a quarter of it"
         );
-        assert_eq!(ahead_by(100, 100, second), None, "on time");
+        assert_eq!(ahead_by(100, 100, second), Some(Duration::ZERO), "on time");
         assert_eq!(ahead_by(100, 100, 2 * second), None, "behind");
+        assert_eq!(ahead_by(0, 100, Duration::from_millis(1)), None, "behind");
         assert_eq!(
             ahead_by(1_000, 10_000, Duration::ZERO),
             Some(Duration::from_millis(100))
