@@ -55,19 +55,8 @@ async fn measure(url: &str, history_rows: usize, queries: usize) -> anyhow::Resu
     let scratch = scratch::database(url).await?;
     let pool = db::pool(&scratch.url, "ledger-bench", 1)?;
     let client = pool.get().await?;
-    let businesses = (history_rows / 5).max(1) as i64;
     let seeding = Instant::now();
-    // One contact per jurisdiction, then the history in bulk, straight into the projection
-    // (the query reads only the projection).
-    client
-        .batch_execute(include_str!("sql/as_of_contacts.sql"))
-        .await?;
-    client
-        .execute(include_str!("sql/as_of_businesses.sql"), &[&businesses])
-        .await?;
-    client
-        .batch_execute(include_str!("sql/as_of_history.sql"))
-        .await?;
+    seed(&client, history_rows).await?;
     let seed_seconds = seeding.elapsed().as_secs_f64();
     let history_rows: i64 = client
         .query_one("SELECT count(*) FROM assignments", &[])
@@ -91,26 +80,7 @@ async fn measure(url: &str, history_rows: usize, queries: usize) -> anyhow::Resu
             let jurisdiction = Jurisdiction::parse("jurisdiction", code)?;
             let at = day(index);
             let started = Instant::now();
-            let found = match kind {
-                Kind::AsOf => {
-                    queries::registered_agent_at(&client, *business, jurisdiction, at, Utc::now())
-                        .await?
-                        .into_iter()
-                        .count()
-                }
-                Kind::Period => queries::registered_agents_during(
-                    &client,
-                    *business,
-                    jurisdiction,
-                    at,
-                    at + chrono::Duration::days(400),
-                )
-                .await?
-                .len(),
-                Kind::History => queries::assignment_history(&client, *business, None, 100)
-                    .await?
-                    .len(),
-            };
+            let found = ask(&client, kind, *business, jurisdiction, at).await?;
             latencies.push(started.elapsed());
             anyhow::ensure!(
                 found > 0,
@@ -133,6 +103,52 @@ async fn measure(url: &str, history_rows: usize, queries: usize) -> anyhow::Resu
     pool.close();
     scratch.drop().await?;
     Ok(figures)
+}
+
+/// Seeds about `history_rows` assignments, five a business: one contact per jurisdiction,
+/// then the history in bulk, straight into the projection (the query reads only the
+/// projection).
+async fn seed(client: &impl GenericClient, history_rows: usize) -> anyhow::Result<()> {
+    let businesses = (history_rows / 5).max(1) as i64;
+    client
+        .batch_execute(include_str!("sql/as_of_contacts.sql"))
+        .await?;
+    client
+        .execute(include_str!("sql/as_of_businesses.sql"), &[&businesses])
+        .await?;
+    client
+        .batch_execute(include_str!("sql/as_of_history.sql"))
+        .await?;
+    Ok(())
+}
+
+/// Asks the question of `kind` about `business` in `jurisdiction` at `at`; returns how
+/// many rows answered.
+async fn ask(
+    client: &impl GenericClient,
+    kind: Kind,
+    business: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+) -> anyhow::Result<usize> {
+    Ok(match kind {
+        Kind::AsOf => queries::registered_agent_at(client, business, jurisdiction, at, Utc::now())
+            .await?
+            .into_iter()
+            .count(),
+        Kind::Period => queries::registered_agents_during(
+            client,
+            business,
+            jurisdiction,
+            at,
+            at + chrono::Duration::days(400),
+        )
+        .await?
+        .len(),
+        Kind::History => queries::assignment_history(client, business, None, 100)
+            .await?
+            .len(),
+    })
 }
 
 /// The audit queries the bench times: the API's as-of, period and history questions.

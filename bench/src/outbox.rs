@@ -59,6 +59,37 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         shutdown.clone(),
     ));
 
+    print_header(&options);
+    let reporter = Reporter {
+        pool,
+        metrics,
+        started: Instant::now(),
+    };
+    reporter.report(0).await?;
+    let (written, largest) = write_events(&client, &options, &reporter, &relay).await?;
+    while reporter.metrics.events_published() < written {
+        anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Two more rounds: the slot passes the last mark on the next heartbeat.
+    tokio::time::sleep(options.retention_interval * 2 + Duration::from_secs(1)).await;
+    let end = reporter.report(written).await?;
+    outln!(
+        "largest outbox on disk: {:.1} MB; after the drain: {} rows, {:.1} MB",
+        largest.max(end.bytes) as f64 / 1_048_576.0,
+        end.rows,
+        end.bytes as f64 / 1_048_576.0
+    );
+    shutdown.cancel();
+    relay.await??;
+    retention.await?;
+    drop(client);
+    scratch.drop().await?;
+    Ok(())
+}
+
+/// The run's settings, and the head of its table.
+fn print_header(options: &Options) {
     outln!(
         "{} events, {} per transaction, at most {} unpublished; retention every {:?}",
         options.events,
@@ -75,29 +106,46 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         "outbox MB",
         "marks"
     );
-    let started = Instant::now();
-    let report = |written: u64| {
-        let pool = pool.clone();
-        let published = metrics.events_published();
-        async move {
-            let status = retention::status(&pool).await?;
-            outln!(
-                "{written:>9} {published:>9} {:>6.0} {:>11} {:>10.1} {:>6}",
-                started.elapsed().as_secs_f64(),
-                status.rows,
-                status.bytes as f64 / 1_048_576.0,
-                status.marks
-            );
-            anyhow::Ok(status)
-        }
-    };
-    report(0).await?;
+}
+
+/// Prints a row of the table: what was written and published, and the outbox's size.
+struct Reporter {
+    pool: deadpool_postgres::Pool,
+    metrics: Arc<RelayMetrics>,
+    started: Instant,
+}
+
+impl Reporter {
+    async fn report(&self, written: u64) -> anyhow::Result<retention::Status> {
+        let published = self.metrics.events_published();
+        let status = retention::status(&self.pool).await?;
+        outln!(
+            "{written:>9} {published:>9} {:>6.0} {:>11} {:>10.1} {:>6}",
+            self.started.elapsed().as_secs_f64(),
+            status.rows,
+            status.bytes as f64 / 1_048_576.0,
+            status.marks
+        );
+        Ok(status)
+    }
+}
+
+/// Writes the run's events, never more than `max_unpublished` ahead of the relay, with a
+/// row of the table every tenth; returns how many were written and the largest outbox
+/// on disk seen meanwhile.
+async fn write_events(
+    client: &tokio_postgres::Client,
+    options: &Options,
+    reporter: &Reporter,
+    relay: &tokio::task::JoinHandle<Result<(), ra_ledger_cdc::relay::RelayError>>,
+) -> anyhow::Result<(u64, i64)> {
     let mut written = 0;
     let mut next_report = options.events / 10;
     let mut largest = 0;
     while written < options.events {
         anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
-        if written - metrics.events_published().min(written) >= options.max_unpublished {
+        let published = reporter.metrics.events_published();
+        if written - published.min(written) >= options.max_unpublished {
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         }
@@ -110,27 +158,9 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
             .await?;
         written += rows;
         if written >= next_report {
-            largest = largest.max(report(written).await?.bytes);
+            largest = largest.max(reporter.report(written).await?.bytes);
             next_report += options.events / 10;
         }
     }
-    while metrics.events_published() < written {
-        anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Two more rounds: the slot passes the last mark on the next heartbeat.
-    tokio::time::sleep(options.retention_interval * 2 + Duration::from_secs(1)).await;
-    let end = report(written).await?;
-    outln!(
-        "largest outbox on disk: {:.1} MB; after the drain: {} rows, {:.1} MB",
-        largest.max(end.bytes) as f64 / 1_048_576.0,
-        end.rows,
-        end.bytes as f64 / 1_048_576.0
-    );
-    shutdown.cancel();
-    relay.await??;
-    retention.await?;
-    drop(client);
-    scratch.drop().await?;
-    Ok(())
+    Ok((written, largest))
 }

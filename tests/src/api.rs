@@ -49,6 +49,14 @@ impl Reply {
         &self.body
     }
 
+    /// Checks that the reply is an error of `status` with the `error.code` `code`; another
+    /// fails the test at the caller's line, showing the body.
+    #[track_caller]
+    pub fn expect_error(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "{:?}", self.body);
+        assert_eq!(self.error_code(), code, "{:?}", self.body);
+    }
+
     /// The `error.code` of an error body.
     pub fn error_code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or_default()

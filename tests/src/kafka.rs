@@ -1,8 +1,10 @@
 //! Topics of their own for each test, on the run's broker.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::stack::stack;
 
@@ -68,6 +70,20 @@ impl TestTopics {
         )
         .await?;
         Ok(topic)
+    }
+
+    /// Writes `value` keyed by `key` to partition 0 of `topic`, outside any transaction (a
+    /// position record forged or written ahead by a test).
+    pub async fn write_record(&self, topic: &str, key: &str, value: &str) -> anyhow::Result<()> {
+        let producer: FutureProducer = self.client_config().create()?;
+        producer
+            .send(
+                FutureRecord::to(topic).partition(0).key(key).payload(value),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| error)?;
+        Ok(())
     }
 }
 

@@ -118,72 +118,128 @@ pub fn figures(
         .iter()
         .filter(|id| !seen.contains(id.as_str()))
         .count();
-    // Each life: from a start to the kill that ended it (the last one has none).
-    let starts: Vec<Instant> = std::iter::once(started)
-        .chain(kills.iter().map(|kill| kill.restarted))
-        .collect();
-    let ends: Vec<Option<Instant>> = kills
-        .iter()
-        .map(|kill| Some(kill.at))
-        .chain(std::iter::once(None))
-        .collect();
-    let life_of = |at: Instant| starts.iter().rposition(|start| *start <= at);
-
-    let kill_figures = kills
+    let lives = Lives::new(started, kills);
+    let per_kill = kills
         .iter()
         .enumerate()
         .map(|(index, kill)| {
-            let before: Vec<&&Receipt> = first.iter().filter(|r| r.at <= kill.at).collect();
-            let past: Vec<&&Receipt> = before
-                .iter()
-                .filter(|r| r.commit_lsn >= kill.confirmed)
-                .copied()
-                .collect();
-            let newest_within = before
-                .iter()
-                .filter(|r| r.commit_lsn < kill.confirmed)
-                .map(|r| r.commit_micros)
-                .max();
-            let newest = past.iter().map(|r| r.commit_micros).max();
-            let trailing = match (newest_within, newest) {
-                (Some(within), Some(newest)) => Some(micros(newest - within)),
-                (Some(_), None) => Some(Duration::ZERO),
-                _ => None,
-            };
             let next_kill = kills.get(index + 1).map(|next| next.at);
-            let copies: Vec<&Instant> = again
-                .iter()
-                .filter(|at| **at >= kill.restarted && next_kill.is_none_or(|next| **at < next))
-                .collect();
-            let resent = copies
-                .iter()
-                .min()
-                .map(|at| at.saturating_duration_since(kill.restarted));
-            let first_move = samples
-                .iter()
-                .find(|s| s.at >= kill.restarted && s.confirmed > kill.confirmed)
-                .map(|s| s.at.saturating_duration_since(kill.restarted));
-            KillFigures {
-                life: kill.at.saturating_duration_since(starts[index]),
-                past_confirmed: past.len(),
-                trailing,
-                duplicates: copies.len(),
-                resent,
-                first_move,
-            }
+            kill_figures(
+                kill,
+                lives.starts[index],
+                next_kill,
+                &first,
+                &again,
+                samples,
+            )
         })
         .collect();
+    let (delays, cut_by_kills) = receipt_to_confirmed(&first, samples, &lives);
+    Figures {
+        written: written.len(),
+        received: receipts.len(),
+        lost,
+        duplicates: again.len(),
+        kills: per_kill,
+        receipt_to_confirmed: Latencies::from_samples(delays),
+        cut_by_kills,
+        moves: Latencies::from_samples(cadence(samples, &lives)),
+    }
+}
 
+/// Each life of the relay: from a start to the kill that ended it (the last one has none).
+struct Lives {
+    starts: Vec<Instant>,
+    ends: Vec<Option<Instant>>,
+}
+
+impl Lives {
+    fn new(started: Instant, kills: &[Kill]) -> Self {
+        Self {
+            starts: std::iter::once(started)
+                .chain(kills.iter().map(|kill| kill.restarted))
+                .collect(),
+            ends: kills
+                .iter()
+                .map(|kill| Some(kill.at))
+                .chain(std::iter::once(None))
+                .collect(),
+        }
+    }
+
+    /// The life `at` falls in, if it is after the first start.
+    fn of(&self, at: Instant) -> Option<usize> {
+        self.starts.iter().rposition(|start| *start <= at)
+    }
+}
+
+/// One kill's figures: the life it ended (begun at `life_started`), what was received past
+/// the slot's confirmed position before it, and the copies that arrived after the restart
+/// and before the next kill (at `next_kill`).
+fn kill_figures(
+    kill: &Kill,
+    life_started: Instant,
+    next_kill: Option<Instant>,
+    first: &[&Receipt],
+    again: &[Instant],
+    samples: &[Sample],
+) -> KillFigures {
+    let before: Vec<&&Receipt> = first.iter().filter(|r| r.at <= kill.at).collect();
+    let past: Vec<&&Receipt> = before
+        .iter()
+        .filter(|r| r.commit_lsn >= kill.confirmed)
+        .copied()
+        .collect();
+    let newest_within = before
+        .iter()
+        .filter(|r| r.commit_lsn < kill.confirmed)
+        .map(|r| r.commit_micros)
+        .max();
+    let newest = past.iter().map(|r| r.commit_micros).max();
+    let trailing = match (newest_within, newest) {
+        (Some(within), Some(newest)) => Some(micros(newest - within)),
+        (Some(_), None) => Some(Duration::ZERO),
+        _ => None,
+    };
+    let copies: Vec<&Instant> = again
+        .iter()
+        .filter(|at| **at >= kill.restarted && next_kill.is_none_or(|next| **at < next))
+        .collect();
+    let resent = copies
+        .iter()
+        .min()
+        .map(|at| at.saturating_duration_since(kill.restarted));
+    let first_move = samples
+        .iter()
+        .find(|s| s.at >= kill.restarted && s.confirmed > kill.confirmed)
+        .map(|s| s.at.saturating_duration_since(kill.restarted));
+    KillFigures {
+        life: kill.at.saturating_duration_since(life_started),
+        past_confirmed: past.len(),
+        trailing,
+        duplicates: copies.len(),
+        resent,
+        first_move,
+    }
+}
+
+/// From each first receipt to the first reading of the slot past it, within its life; and
+/// how many lives' kills came first.
+fn receipt_to_confirmed(
+    first: &[&Receipt],
+    samples: &[Sample],
+    lives: &Lives,
+) -> (Vec<Duration>, usize) {
     let mut delays = Vec::with_capacity(first.len());
     let mut cut_by_kills = 0;
-    for receipt in &first {
-        let Some(life) = life_of(receipt.at) else {
+    for receipt in first {
+        let Some(life) = lives.of(receipt.at) else {
             continue;
         };
         // The first reading past the event: the slot only moves forward.
         let index = samples.partition_point(|s| s.confirmed <= receipt.commit_lsn);
         let confirmed_at = samples.get(index).map(|s| s.at);
-        match (confirmed_at, ends[life]) {
+        match (confirmed_at, lives.ends[life]) {
             (Some(at), end) if end.is_none_or(|end| at <= end) => {
                 delays.push(at.saturating_duration_since(receipt.at));
             }
@@ -193,30 +249,24 @@ pub fn figures(
             (Some(_), None) => unreachable!("the last life has no end"),
         }
     }
+    (delays, cut_by_kills)
+}
 
+/// The time between two moves of the slot's confirmed position within one life.
+fn cadence(samples: &[Sample], lives: &Lives) -> Vec<Duration> {
     let mut moves = Vec::new();
     for pair in samples.windows(2) {
         let (a, b) = (pair[0], pair[1]);
-        if b.confirmed > a.confirmed && life_of(a.at).is_some() && life_of(a.at) == life_of(b.at) {
+        if b.confirmed > a.confirmed && lives.of(a.at).is_some() && lives.of(a.at) == lives.of(b.at)
+        {
             moves.push(b.at);
         }
     }
-    let cadence = moves
+    moves
         .windows(2)
-        .filter(|pair| life_of(pair[0]) == life_of(pair[1]))
+        .filter(|pair| lives.of(pair[0]) == lives.of(pair[1]))
         .map(|pair| pair[1].saturating_duration_since(pair[0]))
-        .collect();
-
-    Figures {
-        written: written.len(),
-        received: receipts.len(),
-        lost,
-        duplicates: again.len(),
-        kills: kill_figures,
-        receipt_to_confirmed: Latencies::from_samples(delays),
-        cut_by_kills,
-        moves: Latencies::from_samples(cadence),
-    }
+        .collect()
 }
 
 fn micros(micros: i64) -> Duration {

@@ -6,26 +6,25 @@
 //! the other in one run, side by side.
 //!
 //! - [`ceilings`]: the two ends alone, `pg_recvlogical` on the slot and rdkafka producing.
+//! - [`measure`]: one run: the slots and topics of each relay under test, the backlog, the
+//!   drains one after the other.
 //! - [`sampler`]: the walsender's and the machine's CPU over a drain, read from `/proc`.
 //! - here: the backlog, the run of each drain, and the figures side by side.
 
 mod ceilings;
+mod measure;
 mod sampler;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
-use ra_ledger::db;
-use ra_ledger_cdc::config::{DeliveryMode, RelayConfig, position_topic};
+use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
 use ra_ledger_cdc::value_format::ValueFormat;
 use ra_ledger_proto::v1;
 use uuid::Uuid;
 
-use crate::scratch;
-use ceilings::{SharedCeiling, SlotCeiling, recvlogical_drain};
+use ceilings::{SharedCeiling, SlotCeiling};
 pub(crate) use ceilings::{backlog_keys, rdkafka_alone};
-use sampler::{CpuClock, CpuUse, WalsenderSampler, WalsenderTime};
+use sampler::{CpuUse, WalsenderTime};
 
 /// The backlog to drain, and the formats of its topic to drain it in.
 #[derive(Debug, Clone)]
@@ -97,132 +96,148 @@ pub async fn run(
     if backlog.rows == 0 || backlog.per_transaction == 0 {
         anyhow::bail!("--rows and --per-transaction must be at least 1");
     }
-    let figures = measure(database_url, brokers, &backlog, &modes, &formats).await?;
-    outln!(
-        "backlog: {} outbox rows, {} per transaction, {}-byte envelopes; topic value formats {}",
-        figures.rows,
-        backlog.per_transaction,
-        figures.payload_bytes,
-        figures
-            .value_bytes
-            .iter()
-            .map(|(format, bytes)| format!("{} ({bytes} bytes a value)", format.as_str()))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    for (format, nanos) in &figures.render_nanos {
+    let figures = measure::measure(database_url, brokers, &backlog, &modes, &formats).await?;
+    figures.print_ceilings(backlog.per_transaction, &formats);
+    figures.print_relays();
+    figures.print_comparisons(&backlog.value_formats[0], &formats);
+    Ok(())
+}
+
+impl RelayFigures {
+    /// The backlog, the cost of each value format, and the ceilings the relays sit between.
+    fn print_ceilings(&self, per_transaction: u64, formats: &[Pgoutput]) {
         outln!(
-            "rendering a value ({}, in this process, {RENDERINGS} times): {nanos:.0} ns a value",
-            format.as_str()
+            "backlog: {} outbox rows, {} per transaction, {}-byte envelopes; topic value formats {}",
+            self.rows,
+            per_transaction,
+            self.payload_bytes,
+            self.value_bytes
+                .iter()
+                .map(|(format, bytes)| format!("{} ({bytes} bytes a value)", format.as_str()))
+                .collect::<Vec<_>>()
+                .join(", "),
         );
-    }
-    outln!(
-        "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
-        figures.broker_ceiling
-    );
-    for ceiling in &figures.slot_ceilings {
-        outln!(
-            "slot, alone    (pg_recvlogical to /dev/null, pgoutput {}): {:.0} rows/s; walsender {}",
-            ceiling.format.as_str(),
-            ceiling.rate,
-            ceiling.walsender.describe(ceiling.rate)
-        );
-    }
-    for shared in &figures.shared_ceilings {
-        outln!(
-            "shared ceiling (both at once, sharing the machine, pgoutput {}): slot {:.0}, broker {:.0} rows/s; {}",
-            shared.format.as_str(),
-            shared.slot,
-            shared.broker,
-            shared.cpu.describe(None),
-        );
-    }
-    for format in &formats {
-        if let Some(slot) = figures.slot_ceiling(*format) {
+        for (format, nanos) in &self.render_nanos {
             outln!(
-                "slot ceiling   (the faster of pg_recvlogical's two drains, pgoutput {}): {:.0} rows/s",
-                format.as_str(),
-                slot
+                "rendering a value ({}, in this process, {RENDERINGS} times): {nanos:.0} ns a value",
+                format.as_str()
             );
         }
-    }
-    for run in &figures.relays {
-        let slot_ceiling = figures.slot_ceiling(run.format).unwrap_or(f64::INFINITY);
-        let ceiling = slot_ceiling.min(figures.broker_ceiling);
         outln!(
-            "relay {:<13} (slot -> Kafka, {}, pgoutput {}, values {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90); walsender {}",
-            run.delivery.as_str(),
-            match run.delivery {
-                DeliveryMode::AtLeastOnce => "acknowledged",
-                DeliveryMode::ExactlyOnce => "committed",
-            },
-            run.format.as_str(),
-            run.value_format.as_str(),
-            run.rate,
-            run.rate / ceiling,
-            run.walsender.describe(run.rate),
+            "broker ceiling (rdkafka alone, same messages): {:.0} rows/s",
+            self.broker_ceiling
         );
-        let shared = figures
-            .shared_ceilings
-            .iter()
-            .find(|ceiling| ceiling.format == run.format);
-        if let Some(shared) = shared {
+        for ceiling in &self.slot_ceilings {
             outln!(
-                "  relay / shared ceiling = {:.2}; {}",
-                run.rate / shared.rate(),
-                run.cpu.describe(Some(run.rate))
+                "slot, alone    (pg_recvlogical to /dev/null, pgoutput {}): {:.0} rows/s; walsender {}",
+                ceiling.format.as_str(),
+                ceiling.rate,
+                ceiling.walsender.describe(ceiling.rate)
             );
-        } else {
-            outln!("  {}", run.cpu.describe(Some(run.rate)));
         }
-        outln!("  {}", run.summary);
-    }
-    // Each run of another value format over the last run of the first format before it
-    // (`protobuf,confluent_protobuf,protobuf,confluent_protobuf` pairs each framed drain
-    // with the bare one just before it).
-    for (index, run) in figures.relays.iter().enumerate() {
-        let first = figures.relays[..index].iter().rev().find(|other| {
-            other.delivery == run.delivery
-                && other.format == run.format
-                && other.value_format.as_str() == backlog.value_formats[0].as_str()
-        });
-        if let Some(first) = first
-            && first.value_format.as_str() != run.value_format.as_str()
-        {
+        for shared in &self.shared_ceilings {
             outln!(
-                "{} pgoutput {}: values {} / {} (the drain before) throughput = {:.2}",
+                "shared ceiling (both at once, sharing the machine, pgoutput {}): slot {:.0}, broker {:.0} rows/s; {}",
+                shared.format.as_str(),
+                shared.slot,
+                shared.broker,
+                shared.cpu.describe(None),
+            );
+        }
+        for format in formats {
+            if let Some(slot) = self.slot_ceiling(*format) {
+                outln!(
+                    "slot ceiling   (the faster of pg_recvlogical's two drains, pgoutput {}): {:.0} rows/s",
+                    format.as_str(),
+                    slot
+                );
+            }
+        }
+    }
+
+    /// Each relay's drain against the lower ceiling and the shared one.
+    fn print_relays(&self) {
+        for run in &self.relays {
+            let slot_ceiling = self.slot_ceiling(run.format).unwrap_or(f64::INFINITY);
+            let ceiling = slot_ceiling.min(self.broker_ceiling);
+            outln!(
+                "relay {:<13} (slot -> Kafka, {}, pgoutput {}, values {}): {:.0} rows/s; relay / lower ceiling = {:.2} (target >= 0.90); walsender {}",
                 run.delivery.as_str(),
+                match run.delivery {
+                    DeliveryMode::AtLeastOnce => "acknowledged",
+                    DeliveryMode::ExactlyOnce => "committed",
+                },
                 run.format.as_str(),
                 run.value_format.as_str(),
-                first.value_format.as_str(),
-                run.rate / first.rate
+                run.rate,
+                run.rate / ceiling,
+                run.walsender.describe(run.rate),
             );
-        }
-    }
-    for format in &formats {
-        let rate = |mode| {
-            figures
-                .relays
+            let shared = self
+                .shared_ceilings
                 .iter()
-                .find(|run| {
-                    run.delivery == mode
-                        && run.format == *format
-                        && run.value_format.as_str() == backlog.value_formats[0].as_str()
-                })
-                .map(|run| run.rate)
-        };
-        if let (Some(at_least_once), Some(exactly_once)) = (
-            rate(DeliveryMode::AtLeastOnce),
-            rate(DeliveryMode::ExactlyOnce),
-        ) {
-            outln!(
-                "pgoutput {}: exactly_once / at_least_once throughput = {:.2} (exactly once becomes the default at >= 0.80)",
-                format.as_str(),
-                exactly_once / at_least_once
-            );
+                .find(|ceiling| ceiling.format == run.format);
+            if let Some(shared) = shared {
+                outln!(
+                    "  relay / shared ceiling = {:.2}; {}",
+                    run.rate / shared.rate(),
+                    run.cpu.describe(Some(run.rate))
+                );
+            } else {
+                outln!("  {}", run.cpu.describe(Some(run.rate)));
+            }
+            outln!("  {}", run.summary);
         }
     }
-    Ok(())
+
+    /// Each run of another value format over the run of the first format before it, and
+    /// exactly once over at least once in each pgoutput format.
+    fn print_comparisons(&self, first_format: &ValueFormat, formats: &[Pgoutput]) {
+        // Each run of another value format over the last run of the first format before it
+        // (`protobuf,confluent_protobuf,protobuf,confluent_protobuf` pairs each framed drain
+        // with the bare one just before it).
+        for (index, run) in self.relays.iter().enumerate() {
+            let first = self.relays[..index].iter().rev().find(|other| {
+                other.delivery == run.delivery
+                    && other.format == run.format
+                    && other.value_format.as_str() == first_format.as_str()
+            });
+            if let Some(first) = first
+                && first.value_format.as_str() != run.value_format.as_str()
+            {
+                outln!(
+                    "{} pgoutput {}: values {} / {} (the drain before) throughput = {:.2}",
+                    run.delivery.as_str(),
+                    run.format.as_str(),
+                    run.value_format.as_str(),
+                    first.value_format.as_str(),
+                    run.rate / first.rate
+                );
+            }
+        }
+        for format in formats {
+            let rate = |mode| {
+                self.relays
+                    .iter()
+                    .find(|run| {
+                        run.delivery == mode
+                            && run.format == *format
+                            && run.value_format.as_str() == first_format.as_str()
+                    })
+                    .map(|run| run.rate)
+            };
+            if let (Some(at_least_once), Some(exactly_once)) = (
+                rate(DeliveryMode::AtLeastOnce),
+                rate(DeliveryMode::ExactlyOnce),
+            ) {
+                outln!(
+                    "pgoutput {}: exactly_once / at_least_once throughput = {:.2} (exactly once becomes the default at >= 0.80)",
+                    format.as_str(),
+                    exactly_once / at_least_once
+                );
+            }
+        }
+    }
 }
 
 /// One relay drain.
@@ -296,171 +311,6 @@ impl RelayFigures {
             .map(|ceiling| ceiling.slot);
         alone.chain(shared).reduce(f64::max)
     }
-}
-
-/// Drains `backlog` through rdkafka alone, through the relay (each mode in each pgoutput
-/// format) and through `pg_recvlogical` (each format), in one run.
-async fn measure(
-    url: &str,
-    brokers: &str,
-    backlog: &Backlog,
-    modes: &[DeliveryMode],
-    formats: &[Pgoutput],
-) -> anyhow::Result<RelayFigures> {
-    let payload = bytes::Bytes::from(sample_envelope().encode_to_vec());
-    let scratch = scratch::database(url).await?;
-    let client = db::connect(&scratch.url, "ledger-bench").await?;
-    let mut recvlogical_slots = Vec::new();
-    let mut shared_slots = Vec::new();
-    for format in formats {
-        let purpose = format!("recv_{}", format.as_str());
-        recvlogical_slots.push((*format, scratch.create_slot(&client, &purpose).await?));
-        let purpose = format!("both_{}", format.as_str());
-        shared_slots.push((*format, scratch.create_slot(&client, &purpose).await?));
-    }
-    let prefix = scratch::topic_prefix(brokers, "");
-    // A slot and topics per mode and format, all made before the backlog so each slot
-    // holds it all.
-    let mut configs = Vec::new();
-    for (index, value_format) in backlog.value_formats.iter().enumerate() {
-        // A format given again (`protobuf,confluent_protobuf,protobuf,confluent_protobuf`,
-        // alternating runs on a noisy machine) gets slots and topics of its own.
-        let round = backlog.value_formats[..index]
-            .iter()
-            .filter(|earlier| *earlier == value_format)
-            .count();
-        for format in formats {
-            for delivery in modes {
-                // Short: a slot name has at most 63 characters, the scratch name takes 45.
-                let mode = match (delivery, format) {
-                    (DeliveryMode::AtLeastOnce, Pgoutput::Text) => "alo_text",
-                    (DeliveryMode::AtLeastOnce, Pgoutput::Binary) => "alo_bin",
-                    (DeliveryMode::ExactlyOnce, Pgoutput::Text) => "eos_text",
-                    (DeliveryMode::ExactlyOnce, Pgoutput::Binary) => "eos_bin",
-                };
-                let values = match value_format {
-                    ValueFormat::Protobuf => "pb",
-                    ValueFormat::Json => "js",
-                    ValueFormat::ConfluentProtobuf { .. } => "cf",
-                };
-                let purpose = match round {
-                    0 => format!("{mode}_{values}"),
-                    round => format!("{mode}_{values}{round}"),
-                };
-                let slot = scratch.create_slot(&client, &purpose).await?;
-                let topic_prefix = format!("{prefix}{purpose}.");
-                ra_ledger_testing::create_topics(
-                    brokers,
-                    &[format!("{topic_prefix}assignment")],
-                    3,
-                )
-                .await?;
-                ra_ledger_testing::create_topics(brokers, &[position_topic(&topic_prefix)], 1)
-                    .await?;
-                configs.push((
-                    *format,
-                    RelayConfig {
-                        delivery: *delivery,
-                        pgoutput_binary: format.binary(),
-                        value_formats: BTreeMap::from([("assignment".into(), *value_format)]),
-                        schema_registry_url: value_format
-                            .is_framed()
-                            .then(|| backlog.schema_registry_url.clone()),
-                        ..scratch.relay_config(slot, topic_prefix, brokers)
-                    },
-                ));
-            }
-        }
-    }
-    let per_transaction = backlog.per_transaction;
-    let backlog = insert_backlog(&client, backlog.clone(), &payload).await?;
-    let raw_topic = format!("{prefix}raw.assignment");
-    ra_ledger_testing::create_topics(brokers, std::slice::from_ref(&raw_topic), 3).await?;
-    let baseline = configs
-        .first()
-        .map(|(_, config)| config.clone())
-        .ok_or_else(|| anyhow::anyhow!("no delivery mode to measure"))?;
-    // Each format's value, a framed one with the id its subject gets (registered here as
-    // the relay registers it at start, and found there again by the relay).
-    let mut value_bytes = Vec::new();
-    let mut render_costs = Vec::new();
-    let mut value = bytes::Bytes::new();
-    for (_, config) in &configs {
-        let registered = ra_ledger_cdc::registry::register_topics(config.clone()).await?;
-        let format = registered.value_format("assignment");
-        if value_bytes
-            .iter()
-            .any(|(seen, _): &(ValueFormat, usize)| seen.as_str() == format.as_str())
-        {
-            continue;
-        }
-        let rendered = format.render(&payload)?;
-        if value_bytes.is_empty() {
-            value = rendered.clone();
-        }
-        value_bytes.push((format, rendered.len()));
-        render_costs.push((format, render_nanos(format, &payload)?));
-    }
-    // The ceiling produces the values the relay publishes, in the topic's format.
-    let keys = backlog_keys(&client).await?;
-    let broker_ceiling =
-        rdkafka_alone(&baseline, &raw_topic, &keys, per_transaction, &value).await?;
-    let mut relays = Vec::new();
-    for (format, config) in configs {
-        let delivery = config.delivery;
-        let slot = config.slot.clone();
-        let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
-        let clock = CpuClock::start();
-        let value_format = config.value_format("assignment");
-        let (rate, summary) = relay_drain(config, backlog.rows).await?;
-        relays.push(RelayRun {
-            delivery,
-            format,
-            value_format,
-            rate,
-            summary,
-            cpu: clock.finish(),
-            walsender: sampler.finish().await,
-        });
-    }
-    let mut shared_ceilings = Vec::new();
-    for (format, slot) in shared_slots {
-        let clock = CpuClock::start();
-        let (slot, broker) = tokio::try_join!(
-            recvlogical_drain(&scratch, &slot, &backlog, format),
-            rdkafka_alone(&baseline, &raw_topic, &keys, per_transaction, &value),
-        )?;
-        shared_ceilings.push(SharedCeiling {
-            format,
-            slot,
-            broker,
-            cpu: clock.finish(),
-        });
-    }
-    // The slot itself, read by PostgreSQL's own client. It runs last, so the relay, not
-    // this ceiling, pays for any cold start of decoding.
-    let mut slot_ceilings = Vec::new();
-    for (format, slot) in recvlogical_slots {
-        let sampler = WalsenderSampler::start(&scratch.url, &slot).await?;
-        let rate = recvlogical_drain(&scratch, &slot, &backlog, format).await?;
-        slot_ceilings.push(SlotCeiling {
-            format,
-            rate,
-            walsender: sampler.finish().await,
-        });
-    }
-    drop(client);
-    scratch.drop().await?;
-    Ok(RelayFigures {
-        rows: backlog.rows,
-        slot_ceilings,
-        broker_ceiling,
-        shared_ceilings,
-        relays,
-        payload_bytes: payload.len(),
-        value_bytes,
-        render_nanos: render_costs,
-    })
 }
 
 /// An `AssignmentStarted` envelope as the ledger writes one: UUIDs in text form, a business

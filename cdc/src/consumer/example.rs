@@ -65,8 +65,32 @@ pub async fn run(
     counts: Arc<ExampleCounts>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let (mut client, group) = prepare_database(&args).await?;
+    let kafka = kafka_consumer(&args, &group)?;
+    if !start_reading(&args, &kafka, &mut client, &counts, &shutdown).await? {
+        eprintln!("stopped during the bootstrap: {counts}");
+        return Ok(());
+    }
+    while let Some(messages) = receive_batch(&kafka, &shutdown, &counts).await? {
+        let payloads: Vec<&[u8]> = messages
+            .iter()
+            .map(|m| m.payload().unwrap_or_default())
+            .collect();
+        apply_all(&mut client, &payloads, &counts).await?;
+        log_traces(&messages);
+        // The changes committed first; a crash before this commit only causes duplicates.
+        commit_offsets(&kafka, &messages)?;
+    }
+    eprintln!("stopped: {counts}");
+    Ok(())
+}
+
+/// Connects to the consumer's own database and creates its tables; with `replay`, forgets
+/// everything first. Returns the connection and the consumer group to read as (a new one
+/// with `replay`, so the topics are read from the beginning).
+async fn prepare_database(args: &ExampleArgs) -> anyhow::Result<(tokio_postgres::Client, String)> {
     let settings = crate::infra::pg::config(&args.database_url, CONSUMER)?;
-    let mut client = crate::infra::pg::connect(&settings)
+    let client = crate::infra::pg::connect(&settings)
         .await
         .map_err(|error| anyhow::anyhow!(crate::infra::pg::explain(&error)))?;
     client.batch_execute(INBOX_SCHEMA).await?;
@@ -81,67 +105,68 @@ pub async fn run(
         group = format!("{}-replay-{}", args.group, std::process::id());
         eprintln!("replaying from the beginning as group {group}");
     }
+    Ok((client, group))
+}
+
+/// A `read_committed` consumer in `group` that commits its offsets itself.
+fn kafka_consumer(args: &ExampleArgs, group: &str) -> anyhow::Result<StreamConsumer> {
     // TLS and SASL from the same LEDGER_KAFKA_* variables as the relay and the worker.
     let mut settings = crate::infra::kafka::KafkaSettings::from_env(&args.brokers)?;
     settings.properties.extend(args.kafka.clone());
     let mut kafka_config = settings.client_config()?;
     consumer::read_committed(&mut kafka_config);
-    let kafka: StreamConsumer = kafka_config
-        .set("group.id", &group)
+    Ok(kafka_config
+        .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
-        .create()?;
+        .create()?)
+}
+
+/// Points `kafka` at the live topic: subscribed, or with `bootstrap`, assigned at the
+/// replay's handoff once the replay is applied. `false` when stopped during the bootstrap.
+async fn start_reading(
+    args: &ExampleArgs,
+    kafka: &StreamConsumer,
+    client: &mut tokio_postgres::Client,
+    counts: &ExampleCounts,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<bool> {
     let live_topic = format!("{}assignment", args.topic_prefix);
-    match &args.bootstrap {
-        Some(replay_id) => {
-            let replay_topic = args.replay_topic.clone().unwrap_or_else(|| {
-                replay::replay_topic(replay::DEFAULT_TARGET, &live_topic, replay_id)
-            });
-            let Some(marker) = bootstrap(
-                &kafka,
-                &mut client,
-                replay_id,
-                &replay_topic,
-                &counts,
-                &shutdown,
-            )
-            .await?
-            else {
-                eprintln!("stopped during the bootstrap: {counts}");
-                return Ok(());
-            };
-            eprintln!(
-                "replay {replay_id} read to its markers ({counts}); {} from offsets {:?}",
-                marker.live_topic, marker.handoff
-            );
-            kafka.assign(&marker.live_assignment()?)?;
-            counts.live.store(true, Ordering::Relaxed);
-        }
-        None => kafka.subscribe(&[&live_topic])?,
+    let Some(replay_id) = &args.bootstrap else {
+        kafka.subscribe(&[&live_topic])?;
+        return Ok(true);
+    };
+    let replay_topic = args
+        .replay_topic
+        .clone()
+        .unwrap_or_else(|| replay::replay_topic(replay::DEFAULT_TARGET, &live_topic, replay_id));
+    let Some(marker) = bootstrap(kafka, client, replay_id, &replay_topic, counts, shutdown).await?
+    else {
+        return Ok(false);
+    };
+    eprintln!(
+        "replay {replay_id} read to its markers ({counts}); {} from offsets {:?}",
+        marker.live_topic, marker.handoff
+    );
+    kafka.assign(&marker.live_assignment()?)?;
+    counts.live.store(true, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// Commits the offsets past `messages`, whose changes are committed. A failure is only
+/// logged: a restart re-reads them, and the inbox absorbs the duplicates.
+fn commit_offsets(kafka: &StreamConsumer, messages: &[OwnedMessage]) -> anyhow::Result<()> {
+    let mut offsets = TopicPartitionList::new();
+    for message in messages {
+        offsets.add_partition_offset(
+            message.topic(),
+            message.partition(),
+            Offset::Offset(message.offset() + 1),
+        )?;
     }
-    while let Some(messages) = receive_batch(&kafka, &shutdown, &counts).await? {
-        let payloads: Vec<&[u8]> = messages
-            .iter()
-            .map(|m| m.payload().unwrap_or_default())
-            .collect();
-        apply_all(&mut client, &payloads, &counts).await?;
-        log_traces(&messages);
-        // The changes committed first; a crash before this commit only causes duplicates.
-        let mut offsets = TopicPartitionList::new();
-        for message in &messages {
-            offsets.add_partition_offset(
-                message.topic(),
-                message.partition(),
-                Offset::Offset(message.offset() + 1),
-            )?;
-        }
-        if let Err(error) = kafka.commit(&offsets, CommitMode::Async) {
-            eprintln!(
-                "cannot commit the offsets (a restart re-reads, the inbox absorbs it): {error}"
-            );
-        }
+    if let Err(error) = kafka.commit(&offsets, CommitMode::Async) {
+        eprintln!("cannot commit the offsets (a restart re-reads, the inbox absorbs it): {error}");
     }
-    eprintln!("stopped: {counts}");
     Ok(())
 }
 

@@ -236,22 +236,7 @@ pub fn decode(message: &Bytes) -> Result<LogicalMessage, DecodeError> {
                 new: decode_tuple(&mut reader)?,
             }
         }
-        b'U' => {
-            let relation_oid = reader.u32()?;
-            let marker = reader.expect(b"KON", "'K', 'O' or 'N'")?;
-            let old = if marker == b'N' {
-                None
-            } else {
-                let old = decode_tuple(&mut reader)?;
-                reader.expect(b"N", "'N' (new tuple)")?;
-                Some(old)
-            };
-            LogicalMessage::Update {
-                relation_oid,
-                old,
-                new: decode_tuple(&mut reader)?,
-            }
-        }
+        b'U' => decode_update(&mut reader)?,
         b'D' => {
             let relation_oid = reader.u32()?;
             reader.expect(b"KO", "'K' or 'O'")?;
@@ -260,32 +245,56 @@ pub fn decode(message: &Bytes) -> Result<LogicalMessage, DecodeError> {
                 old: decode_tuple(&mut reader)?,
             }
         }
-        b'T' => {
-            let count = reader.u32()?;
-            let options = reader.u8()?;
-            // Each OID takes four bytes: refuse counts the buffer cannot hold before allocating.
-            reader.ensure(count as usize * 4)?;
-            let relation_oids = (0..count).map(|_| reader.u32()).collect::<Result<_, _>>()?;
-            LogicalMessage::Truncate {
-                options,
-                relation_oids,
-            }
-        }
-        b'M' => {
-            let transactional = reader.u8()? & 1 == 1;
-            let lsn = reader.u64()?;
-            let prefix = reader.string()?;
-            let length = reader.length()?;
-            LogicalMessage::Message {
-                transactional,
-                lsn,
-                prefix,
-                content: reader.bytes(length)?,
-            }
-        }
+        b'T' => decode_truncate(&mut reader)?,
+        b'M' => decode_message(&mut reader)?,
         other => return Err(DecodeError::UnknownTag(other)),
     };
     Ok(decoded)
+}
+
+/// An Update's body: the old tuple when the replica identity sends one, then the new.
+fn decode_update(reader: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
+    let relation_oid = reader.u32()?;
+    let marker = reader.expect(b"KON", "'K', 'O' or 'N'")?;
+    let old = if marker == b'N' {
+        None
+    } else {
+        let old = decode_tuple(reader)?;
+        reader.expect(b"N", "'N' (new tuple)")?;
+        Some(old)
+    };
+    Ok(LogicalMessage::Update {
+        relation_oid,
+        old,
+        new: decode_tuple(reader)?,
+    })
+}
+
+/// A Truncate's body: its options and the relations it truncates.
+fn decode_truncate(reader: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
+    let count = reader.u32()?;
+    let options = reader.u8()?;
+    // Each OID takes four bytes: refuse counts the buffer cannot hold before allocating.
+    reader.ensure(count as usize * 4)?;
+    let relation_oids = (0..count).map(|_| reader.u32()).collect::<Result<_, _>>()?;
+    Ok(LogicalMessage::Truncate {
+        options,
+        relation_oids,
+    })
+}
+
+/// A logical decoding message's body (`pg_logical_emit_message`: the relay's heartbeats).
+fn decode_message(reader: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
+    let transactional = reader.u8()? & 1 == 1;
+    let lsn = reader.u64()?;
+    let prefix = reader.string()?;
+    let length = reader.length()?;
+    Ok(LogicalMessage::Message {
+        transactional,
+        lsn,
+        prefix,
+        content: reader.bytes(length)?,
+    })
 }
 
 fn decode_relation(reader: &mut Reader<'_>) -> Result<Relation, DecodeError> {

@@ -24,8 +24,7 @@ use tracing::{error, info, warn};
 
 use super::RelayError;
 use super::in_flight::{self, Answer, InFlight, Sent};
-use super::published::Published;
-use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
+use super::reader::{Closed, Delivery, Rendered, Settled};
 use super::setup::Opened;
 use crate::ack::{AckTracker, Acknowledged, TransactionSeq};
 use crate::config::{DeliveryMode, RelayConfig};
@@ -50,22 +49,13 @@ pub(super) async fn run(
     shutdown: &CancellationToken,
     opened: Opened,
 ) -> Result<(), RelayError> {
-    let Opened {
-        sql,
-        mut replication,
-        server,
-        coverage,
-        generation,
-        ..
-    } = opened;
+    let (sql, server, stream) = super::stream::split(config, opened);
     if let Some(position) = crate::position::read_in_background(config, Read::Newest).await?
         && let Some(stored) = position.stored()
     {
         history::continues(&stored, &server, position.delivery.is_some())?;
     }
     let producer = in_flight::idempotent(config)?;
-    metrics.set_streaming(true);
-    let published = Published::new(&config.slot, generation, &server.identity.system_id);
     let delivery = AtLeastOnce {
         config,
         metrics,
@@ -76,14 +66,9 @@ pub(super) async fn run(
         unflushed: false,
         newest_commit_micros: 0,
     };
-    let kafka = InFlight::new(producer);
-    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage, published)
-        .run(&mut replication, shutdown)
-        .await?;
-    replication.stop();
-    let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    info!(confirmed = %crate::lsn::format_lsn(confirmed), "session stopped cleanly");
-    Ok(())
+    stream
+        .run(config, metrics, shutdown, &sql, delivery, producer)
+        .await
 }
 
 /// The at-least-once delivery's state.

@@ -15,6 +15,8 @@
 //! Both run behind one WAL reader ([`reader`]): it decodes the stream, keeps what both
 //! share (the producer's messages in flight, [`in_flight`], their bound and Kafka's
 //! answers) and asks the mode's delivery only what differs.
+//! A session's prologue and tail are shared too ([`stream`]): its connections split
+//! between the delivery and the reader, then the stream run and stopped.
 //!
 //! What else publishes stays at least once in both modes: republished parked messages
 //! (`republish_requests` in `run.rs`, `ledger relay parked republish`), digests and replays have
@@ -46,6 +48,7 @@ mod run;
 pub mod schema_ids;
 mod setup;
 pub mod slot;
+mod stream;
 
 pub use run::{run, run_process};
 

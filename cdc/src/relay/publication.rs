@@ -327,29 +327,8 @@ pub fn check(publication: &str, catalog: &Catalog) -> Result<Checked, Publicatio
             reason: "there is no table named outbox on the search path".into(),
         })?;
     let qualified = format!("{}.{}", outbox.schema, outbox.name);
-    if outbox.kind != "r" {
-        return Err(PublicationError::Outbox {
-            reason: format!("{qualified} is not a plain table (relkind {})", outbox.kind),
-        });
-    }
-    for (name, type_oid, required) in COLUMNS {
-        match outbox.columns.iter().find(|column| column.name == name) {
-            None if required => {
-                return Err(PublicationError::Outbox {
-                    reason: format!("{qualified} has no column {name}"),
-                });
-            }
-            Some(column) if column.type_oid != type_oid => {
-                return Err(PublicationError::Outbox {
-                    reason: format!(
-                        "{qualified}.{name} is of type {}, and the relay reads {}",
-                        column.type_name,
-                        crate::outbox::type_name(type_oid)
-                    ),
-                });
-            }
-            _ => {}
-        }
+    if let Some(reason) = unreadable(outbox, &qualified) {
+        return Err(PublicationError::Outbox { reason });
     }
     let wrong = |reason: String| PublicationError::Wrong {
         publication: publication.to_owned(),
@@ -361,8 +340,50 @@ pub fn check(publication: &str, catalog: &Catalog) -> Result<Checked, Publicatio
             publication: publication.to_owned(),
         });
     };
+    if let Some(reason) = not_inserts_alone(row, &catalog.schemas) {
+        return Err(wrong(reason));
+    }
+    let member = outbox_alone(catalog, outbox.oid, &qualified).map_err(wrong)?;
+    Ok(Checked {
+        identity: format!(
+            "publication {}@{} outbox {} membership {}@{}",
+            row.oid, row.xmin, outbox.oid, member.oid, member.xmin
+        ),
+        outbox_oid: outbox.oid,
+        outbox: qualified,
+    })
+}
+
+/// Why the relay cannot read `outbox` (named `qualified`): not a plain table, or a column
+/// it reads missing or of another type; `None` when it can. Pure.
+fn unreadable(outbox: &Outbox, qualified: &str) -> Option<String> {
+    if outbox.kind != "r" {
+        return Some(format!(
+            "{qualified} is not a plain table (relkind {})",
+            outbox.kind
+        ));
+    }
+    for (name, type_oid, required) in COLUMNS {
+        match outbox.columns.iter().find(|column| column.name == name) {
+            None if required => return Some(format!("{qualified} has no column {name}")),
+            Some(column) if column.type_oid != type_oid => {
+                return Some(format!(
+                    "{qualified}.{name} is of type {}, and the relay reads {}",
+                    column.type_name,
+                    crate::outbox::type_name(type_oid)
+                ));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Why the publication `row`, with the schemas it carries, publishes more than the inserts
+/// of the tables it lists; `None` when it publishes those alone. Pure.
+fn not_inserts_alone(row: &Publication, schemas: &[String]) -> Option<String> {
     if row.all_tables {
-        return Err(wrong("it is FOR ALL TABLES".into()));
+        return Some("it is FOR ALL TABLES".into());
     }
     if !row.insert || row.update || row.delete || row.truncate {
         let published: Vec<&str> = [
@@ -374,47 +395,47 @@ pub fn check(publication: &str, catalog: &Catalog) -> Result<Checked, Publicatio
         .into_iter()
         .filter_map(|(on, operation)| on.then_some(operation))
         .collect();
-        return Err(wrong(format!(
+        return Some(format!(
             "it publishes '{}', not 'insert' alone",
             published.join(", ")
-        )));
+        ));
     }
-    if !catalog.schemas.is_empty() {
-        return Err(wrong(format!(
-            "it carries the schemas {}",
-            catalog.schemas.join(", ")
-        )));
+    if !schemas.is_empty() {
+        return Some(format!("it carries the schemas {}", schemas.join(", ")));
     }
+    None
+}
+
+/// The publication's membership of the outbox (OID `outbox_oid`, named `qualified`) when it
+/// carries that table alone, whole; why not otherwise. Pure.
+fn outbox_alone<'a>(
+    catalog: &'a Catalog,
+    outbox_oid: u32,
+    qualified: &str,
+) -> Result<&'a Member, String> {
     let others: Vec<&str> = catalog
         .tables
         .iter()
-        .filter(|member| member.relid != outbox.oid)
+        .filter(|member| member.relid != outbox_oid)
         .map(|member| member.table.as_str())
         .collect();
     if !others.is_empty() {
-        return Err(wrong(format!("it carries {} too", others.join(", "))));
+        return Err(format!("it carries {} too", others.join(", ")));
     }
     let Some(member) = catalog
         .tables
         .iter()
-        .find(|member| member.relid == outbox.oid)
+        .find(|member| member.relid == outbox_oid)
     else {
-        return Err(wrong(format!("it does not carry {qualified}")));
+        return Err(format!("it does not carry {qualified}"));
     };
     if member.row_filter {
-        return Err(wrong(format!("it carries {qualified} with a row filter")));
+        return Err(format!("it carries {qualified} with a row filter"));
     }
     if member.column_list {
-        return Err(wrong(format!("it carries {qualified} with a column list")));
+        return Err(format!("it carries {qualified} with a column list"));
     }
-    Ok(Checked {
-        identity: format!(
-            "publication {}@{} outbox {} membership {}@{}",
-            row.oid, row.xmin, outbox.oid, member.oid, member.xmin
-        ),
-        outbox_oid: outbox.oid,
-        outbox: qualified,
-    })
+    Ok(member)
 }
 
 /// The ways the outbox guard is switched off that `catalog` shows, each with its fix

@@ -1,6 +1,7 @@
 //! `ledger audit`: the audit questions, answered from the projections, as JSON.
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Pool};
 use ra_ledger::digest::prove;
 use ra_ledger::domain::{self, Jurisdiction};
 use ra_ledger::{db, queries};
@@ -81,36 +82,10 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
             let now = Utc::now();
             let at = at.unwrap_or(now);
             if proof {
-                let Some((_, document)) = prove::for_answer(
-                    &pool,
-                    &Default::default(),
-                    business,
-                    jurisdiction,
-                    at,
-                    known_at,
-                )
-                .await?
-                else {
-                    let known_at = known_at.map_or("the newest digest".into(), |k| k.to_string());
-                    anyhow::bail!(
-                        "business {business} had no registered agent in {} at {at} (as known at {known_at}): nothing to prove",
-                        jurisdiction.code()
-                    );
-                };
-                serde_json::to_string_pretty(&document)?
+                proof_at(&pool, business, jurisdiction, at, known_at).await?
             } else {
                 let known_at = known_at.unwrap_or(now);
-                let Some(answer) =
-                    queries::registered_agent_at(&client, business, jurisdiction, at, known_at)
-                        .await?
-                else {
-                    // The API's 404, in the same words: no answer is not an answer of null.
-                    anyhow::bail!(
-                        "business {business} had no registered agent in {} at {at} (as known at {known_at})",
-                        jurisdiction.code()
-                    );
-                };
-                serde_json::to_string_pretty(&answer)?
+                answer_at(&client, business, jurisdiction, at, known_at).await?
             }
         }
         AuditCommand::During {
@@ -131,23 +106,79 @@ pub async fn run(database_url: &str, question: AuditCommand) -> anyhow::Result<(
             serde_json::to_string_pretty(&queries::lineage(&client, contact).await?)?
         }
         AuditCommand::History { business } => {
-            let mut all = Vec::new();
-            let mut after = None;
-            loop {
-                let page = queries::assignment_history(&client, business, after, 500).await?;
-                let full = page.len() == 500;
-                after = page.last().map(|last| queries::HistoryCursor {
-                    started_at: last.started_at,
-                    assignment_id: last.assignment_id,
-                });
-                all.extend(page);
-                if !full {
-                    break;
-                }
-            }
-            serde_json::to_string_pretty(&all)?
+            serde_json::to_string_pretty(&whole_history(&client, business).await?)?
         }
     };
     outln!("{json}");
     Ok(())
+}
+
+/// Who was the RA at `at`, as known at `known_at`, from the projections; an error when
+/// nobody was.
+async fn answer_at(
+    client: &impl GenericClient,
+    business: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: DateTime<Utc>,
+) -> anyhow::Result<String> {
+    let Some(answer) =
+        queries::registered_agent_at(client, business, jurisdiction, at, known_at).await?
+    else {
+        // The API's 404, in the same words: no answer is not an answer of null.
+        anyhow::bail!(
+            "business {business} had no registered agent in {} at {at} (as known at {known_at})",
+            jurisdiction.code()
+        );
+    };
+    Ok(serde_json::to_string_pretty(&answer)?)
+}
+
+/// The proof of who was the RA at `at` against the newest signed digest (as known at
+/// `known_at`, or at that digest's time); an error when nobody was.
+async fn proof_at(
+    pool: &Pool,
+    business: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: Option<DateTime<Utc>>,
+) -> anyhow::Result<String> {
+    let Some((_, document)) = prove::for_answer(
+        pool,
+        &Default::default(),
+        business,
+        jurisdiction,
+        at,
+        known_at,
+    )
+    .await?
+    else {
+        let known_at = known_at.map_or("the newest digest".into(), |k| k.to_string());
+        anyhow::bail!(
+            "business {business} had no registered agent in {} at {at} (as known at {known_at}): nothing to prove",
+            jurisdiction.code()
+        );
+    };
+    Ok(serde_json::to_string_pretty(&document)?)
+}
+
+/// Every assignment of `business`, read a page at a time.
+async fn whole_history(
+    client: &impl GenericClient,
+    business: Uuid,
+) -> anyhow::Result<Vec<queries::AssignmentView>> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = queries::assignment_history(client, business, after, 500).await?;
+        let full = page.len() == 500;
+        after = page.last().map(|last| queries::HistoryCursor {
+            started_at: last.started_at,
+            assignment_id: last.assignment_id,
+        });
+        all.extend(page);
+        if !full {
+            return Ok(all);
+        }
+    }
 }

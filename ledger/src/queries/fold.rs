@@ -20,6 +20,13 @@ pub struct Fold {
     pub assignments: BTreeMap<Uuid, AssignmentView>,
 }
 
+/// When an event took effect, and when the ledger recorded it.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    effective: DateTime<Utc>,
+    recorded: DateTime<Utc>,
+}
+
 fn uuid(field: &str, text: &str) -> Result<Uuid, String> {
     text.parse()
         .map_err(|_| format!("{field} {text:?} is not a UUID"))
@@ -44,118 +51,20 @@ impl Fold {
             if recorded > known_at {
                 continue;
             }
-            let effective = from_micros(envelope.effective_at_micros);
+            let at = At {
+                effective: from_micros(envelope.effective_at_micros),
+                recorded,
+            };
             match &envelope.event {
                 Some(Event::ContactCreated(created)) => {
-                    // Every field by name, as the projections take them: a field added to
-                    // an event does not compile here until the fold takes it too.
-                    let v1::ContactCreated {
-                        contact_id,
-                        jurisdiction,
-                        name,
-                        address,
-                        // A contact is created primary; a supersede demotes it.
-                        status: _,
-                        supersedes,
-                    } = created;
-                    let address = address.clone().unwrap_or_default();
-                    let contact_id = uuid("contact_id", contact_id)?;
-                    fold.contacts.insert(
-                        contact_id,
-                        ContactView {
-                            contact_id,
-                            jurisdiction: Jurisdiction::parse("jurisdiction", jurisdiction)
-                                .map_err(|error| error.to_string())?,
-                            name: name.clone(),
-                            address: PostalAddress {
-                                line1: address.line1,
-                                line2: address.line2,
-                                city: address.city,
-                                region: address.region,
-                                postal_code: address.postal_code,
-                            },
-                            status: ContactStatus::Primary,
-                            supersedes: optional("supersedes", supersedes)?,
-                            superseded_by: None,
-                            created_at: effective,
-                            recorded_at: recorded,
-                            superseded_at: None,
-                            superseded_recorded_at: None,
-                            version: envelope.stream_version,
-                        },
-                    );
+                    fold.contact_created(envelope, created, at)?;
                 }
                 Some(Event::ContactSuperseded(superseded)) => {
-                    let v1::ContactSuperseded {
-                        contact_id,
-                        jurisdiction: _,
-                        superseded_by,
-                    } = superseded;
-                    let contact_id = uuid("contact_id", contact_id)?;
-                    let contact = fold.contacts.get_mut(&contact_id).ok_or_else(|| {
-                        format!(
-                            "event {}: contact {contact_id} superseded before it was created",
-                            envelope.event_id
-                        )
-                    })?;
-                    contact.status = ContactStatus::OnFile;
-                    contact.superseded_by = Some(uuid("superseded_by", superseded_by)?);
-                    contact.superseded_at = Some(effective);
-                    contact.superseded_recorded_at = Some(recorded);
-                    contact.version = envelope.stream_version;
+                    fold.contact_superseded(envelope, superseded, at)?;
                 }
-                Some(Event::AssignmentStarted(started)) => {
-                    let v1::AssignmentStarted {
-                        assignment_id,
-                        business_id,
-                        jurisdiction,
-                        contact_id,
-                        replaces,
-                    } = started;
-                    let assignment_id = uuid("assignment_id", assignment_id)?;
-                    fold.assignments.insert(
-                        assignment_id,
-                        AssignmentView {
-                            assignment_id,
-                            business_id: uuid("business_id", business_id)?,
-                            jurisdiction: Jurisdiction::parse("jurisdiction", jurisdiction)
-                                .map_err(|error| error.to_string())?,
-                            contact_id: uuid("contact_id", contact_id)?,
-                            started_at: effective,
-                            ended_at: None,
-                            end_reason: None,
-                            replaces: optional("replaces", replaces)?,
-                            replaced_by: None,
-                            recorded_at: recorded,
-                            ended_recorded_at: None,
-                        },
-                    );
-                }
+                Some(Event::AssignmentStarted(started)) => fold.assignment_started(started, at)?,
                 Some(Event::AssignmentEnded(ended)) => {
-                    let v1::AssignmentEnded {
-                        assignment_id,
-                        // The assignment has these since its start.
-                        business_id: _,
-                        jurisdiction: _,
-                        contact_id: _,
-                        reason,
-                        replaced_by,
-                    } = ended;
-                    let assignment_id = uuid("assignment_id", assignment_id)?;
-                    let assignment = fold.assignments.get_mut(&assignment_id).ok_or_else(|| {
-                        format!(
-                            "event {}: assignment {assignment_id} ended before it started",
-                            envelope.event_id
-                        )
-                    })?;
-                    assignment.ended_at = Some(effective);
-                    assignment.end_reason = Some(if *reason == v1::EndReason::Replaced as i32 {
-                        EndReason::Replaced
-                    } else {
-                        EndReason::Cancelled
-                    });
-                    assignment.replaced_by = optional("replaced_by", replaced_by)?;
-                    assignment.ended_recorded_at = Some(recorded);
+                    fold.assignment_ended(envelope, ended, at)?
                 }
                 // Runs change no contact and no assignment; an envelope without an event
                 // has nothing to fold. Named, not `_`: a new event type does not compile
@@ -169,6 +78,144 @@ impl Fold {
             }
         }
         Ok(fold)
+    }
+
+    fn contact_created(
+        &mut self,
+        envelope: &v1::Envelope,
+        created: &v1::ContactCreated,
+        at: At,
+    ) -> Result<(), String> {
+        // Every field by name, as the projections take them: a field added to an event does
+        // not compile here until the fold takes it too.
+        let v1::ContactCreated {
+            contact_id,
+            jurisdiction,
+            name,
+            address,
+            // A contact is created primary; a supersede demotes it.
+            status: _,
+            supersedes,
+        } = created;
+        let address = address.clone().unwrap_or_default();
+        let contact_id = uuid("contact_id", contact_id)?;
+        self.contacts.insert(
+            contact_id,
+            ContactView {
+                contact_id,
+                jurisdiction: Jurisdiction::parse("jurisdiction", jurisdiction)
+                    .map_err(|error| error.to_string())?,
+                name: name.clone(),
+                address: PostalAddress {
+                    line1: address.line1,
+                    line2: address.line2,
+                    city: address.city,
+                    region: address.region,
+                    postal_code: address.postal_code,
+                },
+                status: ContactStatus::Primary,
+                supersedes: optional("supersedes", supersedes)?,
+                superseded_by: None,
+                created_at: at.effective,
+                recorded_at: at.recorded,
+                superseded_at: None,
+                superseded_recorded_at: None,
+                version: envelope.stream_version,
+            },
+        );
+        Ok(())
+    }
+
+    fn contact_superseded(
+        &mut self,
+        envelope: &v1::Envelope,
+        superseded: &v1::ContactSuperseded,
+        at: At,
+    ) -> Result<(), String> {
+        let v1::ContactSuperseded {
+            contact_id,
+            jurisdiction: _,
+            superseded_by,
+        } = superseded;
+        let contact_id = uuid("contact_id", contact_id)?;
+        let contact = self.contacts.get_mut(&contact_id).ok_or_else(|| {
+            format!(
+                "event {}: contact {contact_id} superseded before it was created",
+                envelope.event_id
+            )
+        })?;
+        contact.status = ContactStatus::OnFile;
+        contact.superseded_by = Some(uuid("superseded_by", superseded_by)?);
+        contact.superseded_at = Some(at.effective);
+        contact.superseded_recorded_at = Some(at.recorded);
+        contact.version = envelope.stream_version;
+        Ok(())
+    }
+
+    fn assignment_started(
+        &mut self,
+        started: &v1::AssignmentStarted,
+        at: At,
+    ) -> Result<(), String> {
+        let v1::AssignmentStarted {
+            assignment_id,
+            business_id,
+            jurisdiction,
+            contact_id,
+            replaces,
+        } = started;
+        let assignment_id = uuid("assignment_id", assignment_id)?;
+        self.assignments.insert(
+            assignment_id,
+            AssignmentView {
+                assignment_id,
+                business_id: uuid("business_id", business_id)?,
+                jurisdiction: Jurisdiction::parse("jurisdiction", jurisdiction)
+                    .map_err(|error| error.to_string())?,
+                contact_id: uuid("contact_id", contact_id)?,
+                started_at: at.effective,
+                ended_at: None,
+                end_reason: None,
+                replaces: optional("replaces", replaces)?,
+                replaced_by: None,
+                recorded_at: at.recorded,
+                ended_recorded_at: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn assignment_ended(
+        &mut self,
+        envelope: &v1::Envelope,
+        ended: &v1::AssignmentEnded,
+        at: At,
+    ) -> Result<(), String> {
+        let v1::AssignmentEnded {
+            assignment_id,
+            // The assignment has these since its start.
+            business_id: _,
+            jurisdiction: _,
+            contact_id: _,
+            reason,
+            replaced_by,
+        } = ended;
+        let assignment_id = uuid("assignment_id", assignment_id)?;
+        let assignment = self.assignments.get_mut(&assignment_id).ok_or_else(|| {
+            format!(
+                "event {}: assignment {assignment_id} ended before it started",
+                envelope.event_id
+            )
+        })?;
+        assignment.ended_at = Some(at.effective);
+        assignment.end_reason = Some(if *reason == v1::EndReason::Replaced as i32 {
+            EndReason::Replaced
+        } else {
+            EndReason::Cancelled
+        });
+        assignment.replaced_by = optional("replaced_by", replaced_by)?;
+        assignment.ended_recorded_at = Some(at.recorded);
+        Ok(())
     }
 
     /// The assignment in force at `at`: the newest with `started_at <= at < ended_at`, if

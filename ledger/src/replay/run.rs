@@ -267,8 +267,7 @@ async fn publish_past(
 ) -> Result<i64, RunError> {
     let batch_size = (replay.rate / 10).clamp(1, MAX_BATCH) as i64;
     let id_text = id.to_string();
-    let attempt_started = Instant::now();
-    let mut sent_this_attempt = 0u64;
+    let mut attempt = Attempt::new();
     let mut published = current_published(client, id).await?;
     if replay.checkpoint >= replay.past_end {
         return Ok(published);
@@ -302,13 +301,7 @@ async fn publish_past(
         };
         acknowledged?;
         let count = batch.rows.len() as i64;
-        let checkpointed = client
-            .execute(
-                include_str!("../sql/replay/checkpoint.sql"),
-                &[&id, &batch.next_checkpoint, &count],
-            )
-            .await?;
-        if checkpointed == 0 {
+        if !checkpoint(client, id, batch.next_checkpoint, count).await? {
             // No longer running, so cancelled (only this runner ends it otherwise): stop
             // before the next batch.
             shutdown.cancel();
@@ -316,7 +309,7 @@ async fn publish_past(
         }
         replay.checkpoint = batch.next_checkpoint;
         published += count;
-        sent_this_attempt += count as u64;
+        attempt.sent += count as u64;
         metrics.published.fetch_add(count as u64, Ordering::Relaxed);
         metrics
             .batch_duration
@@ -324,21 +317,63 @@ async fn publish_past(
         progress(Progress {
             published,
             total: replay.total,
-            rate: sent_this_attempt as f64 / attempt_started.elapsed().as_secs_f64().max(1e-3),
+            rate: attempt.rate(),
         });
         let Some(next) = next else {
             return Ok(published);
         };
         batch = next?;
-        // The pace: this attempt's events never run ahead of `rate` per second.
-        let due = Duration::from_secs_f64(sent_this_attempt as f64 / replay.rate as f64);
-        if let Some(wait) = due.checked_sub(attempt_started.elapsed()) {
+        if let Some(wait) = ahead_by(attempt.sent, replay.rate, attempt.started.elapsed()) {
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = shutdown.cancelled() => return Ok(published),
             }
         }
     }
+}
+
+/// What one attempt of a run has sent since it started: the pace and the rate it reports.
+struct Attempt {
+    started: Instant,
+    sent: u64,
+}
+
+impl Attempt {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            sent: 0,
+        }
+    }
+
+    /// Events a second since the attempt started.
+    fn rate(&self) -> f64 {
+        self.sent as f64 / self.started.elapsed().as_secs_f64().max(1e-3)
+    }
+}
+
+/// How long an attempt that sent `sent` events in `elapsed` waits before its next batch, so
+/// that its events never run ahead of `rate` per second; `None` when it is behind. Pure.
+fn ahead_by(sent: u64, rate: u32, elapsed: Duration) -> Option<Duration> {
+    let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+    due.checked_sub(elapsed)
+}
+
+/// Records that the replay `id` published `count` more events, up to `next_checkpoint`.
+/// `false` when the replay is no longer running (cancelled).
+async fn checkpoint(
+    client: &Object,
+    id: Uuid,
+    next_checkpoint: i64,
+    count: i64,
+) -> Result<bool, RunError> {
+    let checkpointed = client
+        .execute(
+            include_str!("../sql/replay/checkpoint.sql"),
+            &[&id, &next_checkpoint, &count],
+        )
+        .await?;
+    Ok(checkpointed != 0)
 }
 
 /// The next selected events after position `from`, at most `batch_size` of them within a
@@ -382,4 +417,31 @@ async fn current_published(client: &Object, id: Uuid) -> Result<i64, RunError> {
         .query_one("SELECT published FROM replays WHERE id = $1", &[&id])
         .await?
         .get(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_waits_only_while_it_is_ahead_of_its_rate() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            ahead_by(0, 100, Duration::ZERO),
+            Some(Duration::ZERO),
+            "exactly on time: a wait of nothing"
+        );
+        assert_eq!(
+            ahead_by(100, 100, Duration::from_millis(250)),
+            Some(Duration::from_millis(750)),
+            "a second's events sent in a quarter of it"
+        );
+        assert_eq!(ahead_by(100, 100, second), Some(Duration::ZERO), "on time");
+        assert_eq!(ahead_by(100, 100, 2 * second), None, "behind");
+        assert_eq!(ahead_by(0, 100, Duration::from_millis(1)), None, "behind");
+        assert_eq!(
+            ahead_by(1_000, 10_000, Duration::ZERO),
+            Some(Duration::from_millis(100))
+        );
+    }
 }

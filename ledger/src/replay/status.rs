@@ -134,39 +134,16 @@ pub async fn status(
     let topic_prefix: String = row.get("topic_prefix");
     let template: String = row.get("target_template");
     let handoff: Option<serde_json::Value> = row.get("handoff");
-    let handoffs: BTreeMap<String, BTreeMap<i32, i64>> = handoff
-        .and_then(|value| serde_json::from_value(value).ok())
-        .unwrap_or_default();
-    let targets = aggregate_types
-        .iter()
-        .map(|aggregate| {
-            let live_topic = format!("{topic_prefix}{aggregate}");
-            Target {
-                replay_topic: replay_topic(&template, &live_topic, &id.to_string()),
-                handoff: handoffs.get(&live_topic).cloned(),
-                live_topic,
-            }
-        })
-        .collect();
+    let targets = targets(id, &aggregate_types, &topic_prefix, &template, handoff);
     let total: Option<i64> = row.get("total_events");
     let published: i64 = row.get("published");
     let started_at: Option<DateTime<Utc>> = row.get("started_at");
     let progress_at: Option<DateTime<Utc>> = row.get("progress_at");
-    let percent = match (status, total) {
-        (ReplayState::Complete, _) => 100.0,
-        (_, Some(total)) if total > 0 => (published.min(total) as f64 * 100.0) / total as f64,
-        _ => 0.0,
-    };
-    let events_per_second = started_at.zip(progress_at).and_then(|(start, last)| {
-        let seconds = (last - start).num_milliseconds() as f64 / 1000.0;
-        (seconds > 0.0).then(|| published as f64 / seconds)
-    });
-    let eta_seconds = match (status, total, events_per_second) {
-        (ReplayState::Running, Some(total), Some(rate)) if rate > 0.0 => {
-            Some((total - published).max(0) as f64 / rate)
-        }
-        _ => None,
-    };
+    let Progress {
+        percent,
+        events_per_second,
+        eta_seconds,
+    } = progress(status, total, published, started_at.zip(progress_at));
     Ok(Some(ReplayStatus {
         id,
         status,
@@ -199,6 +176,69 @@ pub async fn status(
         events_per_second,
         eta_seconds,
     }))
+}
+
+/// The replay `id`'s topics: a replay topic per aggregate type, with the live topic it hands
+/// off to and, once started, the offsets of the handoff (`handoff`, as stored).
+fn targets(
+    id: Uuid,
+    aggregate_types: &[String],
+    topic_prefix: &str,
+    template: &str,
+    handoff: Option<serde_json::Value>,
+) -> Vec<Target> {
+    let handoffs: BTreeMap<String, BTreeMap<i32, i64>> = handoff
+        .and_then(|value| serde_json::from_value(value).ok())
+        .unwrap_or_default();
+    aggregate_types
+        .iter()
+        .map(|aggregate| {
+            let live_topic = format!("{topic_prefix}{aggregate}");
+            Target {
+                replay_topic: replay_topic(template, &live_topic, &id.to_string()),
+                handoff: handoffs.get(&live_topic).cloned(),
+                live_topic,
+            }
+        })
+        .collect()
+}
+
+/// How far a replay got, and at what pace.
+#[derive(Debug, PartialEq)]
+struct Progress {
+    percent: f64,
+    events_per_second: Option<f64>,
+    eta_seconds: Option<f64>,
+}
+
+/// The progress of a replay in `status` that published `published` of `total` events,
+/// between its start and its last checkpoint (`started_and_last`). Pure.
+fn progress(
+    status: ReplayState,
+    total: Option<i64>,
+    published: i64,
+    started_and_last: Option<(DateTime<Utc>, DateTime<Utc>)>,
+) -> Progress {
+    let percent = match (status, total) {
+        (ReplayState::Complete, _) => 100.0,
+        (_, Some(total)) if total > 0 => (published.min(total) as f64 * 100.0) / total as f64,
+        _ => 0.0,
+    };
+    let events_per_second = started_and_last.and_then(|(start, last)| {
+        let seconds = (last - start).num_milliseconds() as f64 / 1000.0;
+        (seconds > 0.0).then(|| published as f64 / seconds)
+    });
+    let eta_seconds = match (status, total, events_per_second) {
+        (ReplayState::Running, Some(total), Some(rate)) if rate > 0.0 => {
+            Some((total - published).max(0) as f64 / rate)
+        }
+        _ => None,
+    };
+    Progress {
+        percent,
+        events_per_second,
+        eta_seconds,
+    }
 }
 
 /// A replay in a list: where it stands, without its targets.
@@ -234,4 +274,55 @@ pub async fn recent(
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_the_published_share_and_the_pace_since_the_start() {
+        let start = DateTime::from_timestamp(1_000, 0).unwrap();
+        let ten_seconds = Some((start, start + chrono::Duration::seconds(10)));
+        assert_eq!(
+            progress(ReplayState::Running, Some(1_000), 250, ten_seconds),
+            Progress {
+                percent: 25.0,
+                events_per_second: Some(25.0),
+                eta_seconds: Some(30.0),
+            }
+        );
+        assert_eq!(
+            progress(ReplayState::Complete, Some(1_000), 1_200, ten_seconds),
+            Progress {
+                percent: 100.0,
+                events_per_second: Some(120.0),
+                eta_seconds: None,
+            },
+            "complete: a resend counted twice does not pass 100, and nothing is left"
+        );
+        assert_eq!(
+            progress(ReplayState::Failed, Some(1_000), 1_200, None).percent,
+            100.0,
+            "the share is capped at the total"
+        );
+        assert_eq!(
+            progress(ReplayState::Requested, None, 0, None),
+            Progress {
+                percent: 0.0,
+                events_per_second: None,
+                eta_seconds: None,
+            },
+            "not counted yet"
+        );
+        assert_eq!(
+            progress(ReplayState::Running, Some(0), 0, Some((start, start))),
+            Progress {
+                percent: 0.0,
+                events_per_second: None,
+                eta_seconds: None,
+            },
+            "an empty past, no time yet"
+        );
+    }
 }

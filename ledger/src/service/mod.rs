@@ -92,6 +92,15 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             TreeCache::with_origin(&digests.origin)
         });
     let (gauges, service_metrics) = spawn_gauges(&service, &shutdown).await?;
+    let mut tasks = vec![gauges];
+    tasks.extend(spawn_retention(&service, &shutdown)?);
+    tasks.extend(spawn_watcher(&service, &service_metrics, &shutdown)?);
+    tasks.extend(spawn_cosigning(
+        &service,
+        &service_metrics,
+        &digest_tree,
+        &shutdown,
+    )?);
     let state = AppState {
         digest_tree: digest_tree.clone(),
         ledger: Ledger::new(pool.clone()),
@@ -105,70 +114,9 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
             session_keys: service.session_keys,
             secure_cookies: service.secure_cookies,
             relay_slot: service.relay_slot,
-            witnessing: service.digests.as_ref().and_then(|digests| {
-                let cosigning = digests.cosigning.as_ref()?;
-                Some(crate::tlog::policy::Witnessing::new(
-                    Arc::clone(&cosigning.policy),
-                    digests.interval,
-                    cosigning.interval,
-                ))
-            }),
+            witnessing: witnessing(service.digests.as_ref()),
         },
     };
-    let mut tasks = vec![gauges];
-    if let Some(settings) = service.retention {
-        tracing::info!(
-            slot = %settings.slot,
-            every = ?settings.interval,
-            "outbox retention on: rows are removed once the relay's slot confirmed them"
-        );
-        // Its own small pool: a long delete never takes a connection from the API.
-        let pool = db::pool(&service.database_url, "ledger-retention", 1)?;
-        tasks.push(tokio::spawn(retention::run(
-            pool,
-            settings.slot,
-            settings.interval,
-            settings.batch,
-            shutdown.clone(),
-        )));
-    }
-    if let Some(settings) = service.watcher {
-        tracing::info!(
-            lag_bound = ?settings.lag_bound,
-            every = ?settings.interval,
-            "the end-to-end watcher is on: committed events are compared with the event topics"
-        );
-        // Its own pool: the lock's connection, a round's, and nothing of the API's.
-        let pool = db::pool(&service.database_url, "ledger-watcher", 3)?;
-        tasks.push(tokio::spawn(crate::watcher::run(
-            pool,
-            settings,
-            Arc::clone(&service_metrics.watcher),
-            shutdown.clone(),
-        )));
-    }
-    if let Some(cosigning) = service
-        .digests
-        .as_ref()
-        .and_then(|digests| digests.cosigning.clone())
-    {
-        tracing::info!(
-            witnesses = cosigning.policy.witnesses.len(),
-            quorum = %cosigning.policy.describe(),
-            "checkpoints are sent to the witnesses"
-        );
-        // Its own pool: a slow witness never holds a connection of the API or the builder.
-        let pool = db::pool(&service.database_url, "ledger-witness", 1)?;
-        let metrics = Arc::clone(&service_metrics);
-        let interval = cosigning.interval;
-        tasks.push(tokio::spawn(digest::cosign::run(
-            pool,
-            cosigning,
-            digest_tree.clone(),
-            move |ended| metrics.witnessed(ended, interval, chrono::Utc::now()),
-            shutdown.clone(),
-        )));
-    }
     let digest_pool = db::pool(&service.database_url, "ledger-digest", 1)?;
     tasks.push(spawn_digests(
         digest_pool,
@@ -177,24 +125,7 @@ pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), Se
         &shutdown,
     ));
     let limits = service.limits;
-    tracing::info!(
-        body_read_timeout_ms = limits.body_read_timeout.as_millis() as u64,
-        write_stall_timeout_ms = limits.write_stall_timeout.as_millis() as u64,
-        max_connections = limits.max_connections,
-        "slow clients are bounded"
-    );
-    match &service.tls {
-        Some(_) => tracing::info!(%listen, "ledger serving HTTPS"),
-        None => {
-            if !listen.ip().is_loopback() {
-                tracing::warn!(%listen,
-                    "serving plain HTTP on a non-loopback address: bearer tokens cross the \
-                     network in the clear; set tls_cert_file and tls_key_file, or put a TLS \
-                     terminator in front");
-            }
-            tracing::info!(%listen, "ledger serving");
-        }
-    }
+    log_listening(listen, service.tls.is_some(), &limits);
     let stop = shutdown.clone().cancelled_owned();
     serve(
         listener,
@@ -237,6 +168,119 @@ fn warn_of_random_keys(service: &Service) {
             "no session key (session_key_file, LEDGER_SESSION_KEY_FILE); console sessions will not survive a restart"
         );
     }
+}
+
+/// What the console says of the witnesses, when checkpoints are cosigned.
+fn witnessing(digests: Option<&Digests>) -> Option<crate::tlog::policy::Witnessing> {
+    let digests = digests?;
+    let cosigning = digests.cosigning.as_ref()?;
+    Some(crate::tlog::policy::Witnessing::new(
+        Arc::clone(&cosigning.policy),
+        digests.interval,
+        cosigning.interval,
+    ))
+}
+
+/// Outbox retention's task, when it is on.
+fn spawn_retention(
+    service: &Service,
+    shutdown: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>, ServeError> {
+    let Some(settings) = &service.retention else {
+        return Ok(None);
+    };
+    tracing::info!(
+        slot = %settings.slot,
+        every = ?settings.interval,
+        "outbox retention on: rows are removed once the relay's slot confirmed them"
+    );
+    // Its own small pool: a long delete never takes a connection from the API.
+    let pool = db::pool(&service.database_url, "ledger-retention", 1)?;
+    Ok(Some(tokio::spawn(retention::run(
+        pool,
+        settings.slot.clone(),
+        settings.interval,
+        settings.batch,
+        shutdown.clone(),
+    ))))
+}
+
+/// The end-to-end watcher's task, when it is on.
+fn spawn_watcher(
+    service: &Service,
+    metrics: &crate::metrics::ServiceMetrics,
+    shutdown: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>, ServeError> {
+    let Some(settings) = &service.watcher else {
+        return Ok(None);
+    };
+    tracing::info!(
+        lag_bound = ?settings.lag_bound,
+        every = ?settings.interval,
+        "the end-to-end watcher is on: committed events are compared with the event topics"
+    );
+    // Its own pool: the lock's connection, a round's, and nothing of the API's.
+    let pool = db::pool(&service.database_url, "ledger-watcher", 3)?;
+    Ok(Some(tokio::spawn(crate::watcher::run(
+        pool,
+        settings.clone(),
+        Arc::clone(&metrics.watcher),
+        shutdown.clone(),
+    ))))
+}
+
+/// The task that sends checkpoints to the witnesses, when digests are cosigned.
+fn spawn_cosigning(
+    service: &Service,
+    metrics: &Arc<crate::metrics::ServiceMetrics>,
+    tree: &TreeCache,
+    shutdown: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>, ServeError> {
+    let Some(cosigning) = service
+        .digests
+        .as_ref()
+        .and_then(|digests| digests.cosigning.clone())
+    else {
+        return Ok(None);
+    };
+    tracing::info!(
+        witnesses = cosigning.policy.witnesses.len(),
+        quorum = %cosigning.policy.describe(),
+        "checkpoints are sent to the witnesses"
+    );
+    // Its own pool: a slow witness never holds a connection of the API or the builder.
+    let pool = db::pool(&service.database_url, "ledger-witness", 1)?;
+    let metrics = Arc::clone(metrics);
+    let interval = cosigning.interval;
+    Ok(Some(tokio::spawn(digest::cosign::run(
+        pool,
+        cosigning,
+        tree.clone(),
+        move |ended| metrics.witnessed(ended, interval, chrono::Utc::now()),
+        shutdown.clone(),
+    ))))
+}
+
+/// Says where the service listens, how slow clients are bounded, and warns of plain HTTP
+/// off the loopback.
+fn log_listening(listen: SocketAddr, tls: bool, limits: &Limits) {
+    tracing::info!(
+        body_read_timeout_ms = limits.body_read_timeout.as_millis() as u64,
+        write_stall_timeout_ms = limits.write_stall_timeout.as_millis() as u64,
+        max_connections = limits.max_connections,
+        "slow clients are bounded"
+    );
+    if tls {
+        tracing::info!(%listen, "ledger serving HTTPS");
+        return;
+    }
+    if !listen.ip().is_loopback() {
+        tracing::warn!(%listen,
+            "serving plain HTTP on a non-loopback address: bearer tokens cross the \
+             network in the clear; set tls_cert_file and tls_key_file, or put a TLS \
+             terminator in front");
+    }
+    tracing::info!(%listen, "ledger serving");
 }
 
 /// The gauges' task, and their `/metrics` when `metrics_listen` is set. They read the marks

@@ -636,13 +636,7 @@ async fn proofs_of_100_random_events_verify_offline_and_every_tampering_is_named
         .get(0);
     // Not sealed before the first digest.
     let early = api.get(&format!("/v1/events/{first}/proof")).await;
-    assert_eq!(
-        early.status,
-        axum::http::StatusCode::CONFLICT,
-        "{:?}",
-        early.body
-    );
-    assert_eq!(early.error_code(), "not_sealed");
+    early.expect_error(axum::http::StatusCode::CONFLICT, "not_sealed");
     for (business, assignment_id) in &businesses[..20] {
         let ended = api
             .post(&format!("/v1/assignments/{assignment_id}/end"), json!({}))
@@ -809,13 +803,7 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
     );
     let base = format!("/v1/businesses/{business}/jurisdictions/TX/registered-agent");
     let early = api.get(&format!("{base}?proof=true")).await;
-    assert_eq!(
-        early.status,
-        axum::http::StatusCode::CONFLICT,
-        "{:?}",
-        early.body
-    );
-    assert_eq!(early.error_code(), "not_sealed");
+    early.expect_error(axum::http::StatusCode::CONFLICT, "not_sealed");
 
     let key = DigestKey::from_seed(&[11; 32]);
     let (_, _, digest) = sealed(build(api.ledger.pool(), &key).await?);
@@ -956,13 +944,7 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
             "{base}?at=2025-06-01T00:00:00Z&known_at={after_digest}&proof=true"
         ))
         .await;
-    assert_eq!(
-        later.status,
-        axum::http::StatusCode::CONFLICT,
-        "{:?}",
-        later.body
-    );
-    assert_eq!(later.error_code(), "not_sealed");
+    later.expect_error(axum::http::StatusCode::CONFLICT, "not_sealed");
     let sealed = api
         .get(&format!("{base}?at=2025-06-01T00:00:00Z&proof=true"))
         .await;

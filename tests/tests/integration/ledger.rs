@@ -188,8 +188,7 @@ async fn a_command_that_fails_midway_leaves_no_trace_and_logs_its_cause() -> any
         )
         .await
     };
-    reply.expect(StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(reply.error_code(), "internal");
+    reply.expect_error(StatusCode::INTERNAL_SERVER_ERROR, "internal");
     assert_eq!(
         database.counts().await?.ledger(),
         before,

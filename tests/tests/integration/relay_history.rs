@@ -20,25 +20,6 @@ use ra_ledger_tests::relay::{
 };
 use ra_ledger_tests::stack::PostgresServer;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-
-/// Writes `value` keyed by `key` to `topic`, outside any transaction.
-async fn write_record(
-    topics: &TestTopics,
-    topic: &str,
-    key: &str,
-    value: &str,
-) -> anyhow::Result<()> {
-    let producer: FutureProducer = topics.client_config().create()?;
-    producer
-        .send(
-            FutureRecord::to(topic).partition(0).key(key).payload(value),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(error, _)| error)?;
-    Ok(())
-}
 
 /// The server's WAL position plus `ahead` bytes, as `X/Y`.
 async fn wal_plus(client: &tokio_postgres::Client, ahead: i64) -> anyhow::Result<String> {
@@ -84,7 +65,9 @@ async fn a_position_that_names_no_server_skips_nothing() -> anyhow::Result<()> {
         r#"{{"slot":"{}","commit_lsn":"{far}","end_lsn":"{far}"}}"#,
         config.slot
     );
-    write_record(&topics, &config.position_topic(), &config.slot, &forged).await?;
+    topics
+        .write_record(&config.position_topic(), &config.slot, &forged)
+        .await?;
     let mut collector = Collector::new(&topics)?;
     let relay = RunningRelay::start(config.clone());
     let expected: HashSet<String> = insert_backlog(&client, 20, 1, 32)
@@ -121,7 +104,9 @@ async fn a_position_ahead_of_the_servers_wal_is_refused() -> anyhow::Result<()> 
         r#"{{"slot":"{}","commit_lsn":"{far}","end_lsn":"{far}","system_id":"{system_id}","timeline":{timeline},"database":"{name}"}}"#,
         config.slot
     );
-    write_record(&topics, &config.position_topic(), &config.slot, &forged).await?;
+    topics
+        .write_record(&config.position_topic(), &config.slot, &forged)
+        .await?;
     insert_backlog(&client, 5, 1, 32).await?;
     let confirmed_before: Option<String> = client
         .query_one(

@@ -21,7 +21,6 @@ use ra_ledger_tests::relay::{
 };
 use ra_ledger_tests::stack::PostgresServer;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 
 fn in_mode(config: &RelayConfig, delivery: DeliveryMode) -> RelayConfig {
     RelayConfig {
@@ -116,24 +115,6 @@ async fn switching_modes_by_crashes_refuses_nothing_and_loses_nothing() -> anyho
     switching_modes(true).await.map(|_| ())
 }
 
-/// Writes `value` keyed by `key` to `topic`, outside any transaction.
-async fn write_record(
-    topics: &TestTopics,
-    topic: &str,
-    key: &str,
-    value: &str,
-) -> anyhow::Result<()> {
-    let producer: FutureProducer = topics.client_config().create()?;
-    producer
-        .send(
-            FutureRecord::to(topic).partition(0).key(key).payload(value),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(error, _)| error)?;
-    Ok(())
-}
-
 /// Item 14: the position names timeline 2 of this cluster (a relay published from a
 /// promoted server), and the relay reaches a server of timeline 1 (the old primary back,
 /// first in the URL). At least once used to check timelines only within one process.
@@ -158,7 +139,9 @@ async fn at_least_once_refuses_an_older_timeline_than_it_published_from() -> any
         config.slot,
         timeline + 1
     );
-    write_record(&topics, &config.position_topic(), &config.slot, &newer).await?;
+    topics
+        .write_record(&config.position_topic(), &config.slot, &newer)
+        .await?;
     let error = RunningRelay::start(config.clone())
         .refusal(Duration::from_secs(60))
         .await?;

@@ -661,8 +661,7 @@ async fn replays_beyond_the_bound_are_refused_until_one_ends() -> anyhow::Result
             .get(0))
     };
     let refused = api.operate("/v1/replays", json!({})).await;
-    refused.expect(StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(refused.error_code(), "too_many_replays");
+    refused.expect_error(StatusCode::TOO_MANY_REQUESTS, "too_many_replays");
     let message = refused.body["error"]["message"]
         .as_str()
         .unwrap_or_default();

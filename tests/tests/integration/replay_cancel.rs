@@ -219,8 +219,7 @@ async fn a_cancel_answers_for_each_state_and_refuses_what_it_cannot_cancel() -> 
             )
             .await?;
         let refused = cancel(&api, &id.to_string(), OPERATOR).await;
-        refused.expect(StatusCode::CONFLICT);
-        assert_eq!(refused.error_code(), "conflict");
+        refused.expect_error(StatusCode::CONFLICT, "conflict");
         let message = refused.body["error"]["message"]
             .as_str()
             .unwrap_or_default();

@@ -26,10 +26,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use hyper::server::conn::http1;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
 
-use slots::ConnectionSlots;
 pub use slots::ConnectionStats;
+use slots::{ConnectionSlots, Slot};
 
 use super::write_stall::{DEFAULT_WRITE_STALL_TIMEOUT, WriteStall};
 
@@ -94,14 +96,12 @@ pub async fn serve(
     stats: Arc<ConnectionStats>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .half_close(true)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(bounds.header_read_timeout)
-        .max_header_size(MAX_HEAD_BYTES)
-        .max_headers(MAX_HEADERS);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let connections = Connections {
+        builder: http1_builder(&bounds),
+        graceful: hyper_util::server::graceful::GracefulShutdown::new(),
+        tls,
+        router,
+    };
     let mut slots = ConnectionSlots::new(bounds.max_connections, bounds.cap_remedy, stats);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -128,49 +128,76 @@ pub async fn serve(
         let slot = place.occupy();
         // Small answers: send them now rather than wait for more.
         let _ = stream.set_nodelay(true);
-        let stream = WriteStall::over_tcp(stream, bounds.write_stall_timeout);
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        match &tls {
-            None => {
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let connection = graceful.watch(builder.serve_connection(io, service));
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "HTTP connection ended with an error");
-                    }
-                    drop(slot);
-                });
-            }
-            Some(config) => {
-                // The handshake runs on the connection's task: a slow client holds up
-                // nobody, and one that never finishes is dropped after TLS_HANDSHAKE.
-                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(config));
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let stream =
-                        match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(error)) => {
-                                return tracing::debug!(%error, "TLS handshake failed");
-                            }
-                            Err(_) => return tracing::debug!("TLS handshake timed out"),
-                        };
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let connection = watcher.watch(builder.serve_connection(io, service));
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "HTTPS connection ended with an error");
-                    }
-                    drop(slot);
-                });
-            }
-        }
+        connections.spawn(
+            WriteStall::over_tcp(stream, bounds.write_stall_timeout),
+            slot,
+        );
     }
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+    if tokio::time::timeout(SHUTDOWN_GRACE, connections.graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!("requests still in progress after {SHUTDOWN_GRACE:?}; stopping anyway");
+    }
+}
+
+/// HTTP/1.1 as every connection is served: half-closed connections allowed, the head held
+/// to `bounds` and to [`MAX_HEAD_BYTES`] and [`MAX_HEADERS`].
+fn http1_builder(bounds: &Bounds) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .half_close(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(bounds.header_read_timeout)
+        .max_header_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS);
+    builder
+}
+
+/// How an accepted connection is served: over TLS with `tls`, each watched by `graceful`
+/// for the draining shutdown.
+struct Connections {
+    builder: http1::Builder,
+    graceful: GracefulShutdown,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    router: axum::Router,
+}
+
+impl Connections {
+    /// Serves `stream` on a task of its own, which frees `slot` when the connection ends.
+    fn spawn(&self, stream: WriteStall<TcpStream>, slot: Slot) {
+        let service = hyper_util::service::TowerToHyperService::new(self.router.clone());
+        let Some(config) = &self.tls else {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let connection = self
+                .graceful
+                .watch(self.builder.serve_connection(io, service));
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "HTTP connection ended with an error");
+                }
+                drop(slot);
+            });
+            return;
+        };
+        // The handshake runs on the connection's task: a slow client holds up nobody, and
+        // one that never finishes is dropped after TLS_HANDSHAKE.
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(config));
+        let builder = self.builder.clone();
+        let watcher = self.graceful.watcher();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => return tracing::debug!(%error, "TLS handshake failed"),
+                Err(_) => return tracing::debug!("TLS handshake timed out"),
+            };
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let connection = watcher.watch(builder.serve_connection(io, service));
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "HTTPS connection ended with an error");
+            }
+            drop(slot);
+        });
     }
 }

@@ -1,7 +1,7 @@
 //! A group's end: the Kafka transaction committed (its messages flushed first), the slot
 //! confirmable only after, or the transaction aborted; and the librdkafka calls they need.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
@@ -52,22 +52,7 @@ impl ExactlyOnce<'_> {
             self.failed(&error);
             return Err(self.too_large(error.into()));
         }
-        let record = Position::new(
-            &self.config.slot,
-            &self.identity,
-            self.group.last_commit_lsn,
-            self.group.last_end_lsn,
-            self.last_event.clone(),
-            self.heartbeats,
-            DeliveryMode::ExactlyOnce,
-        );
-        kafka.send_record(
-            &self.position_topic,
-            0,
-            self.config.slot.as_bytes(),
-            &record.encode(),
-            self.group.last_end_lsn,
-        )?;
+        self.send_position(kafka)?;
         let started = Instant::now();
         let timeout = self.config.transaction_timeout();
         match settle(kafka, timeout).await {
@@ -86,7 +71,33 @@ impl ExactlyOnce<'_> {
                 return Err(self.too_large(error.into()));
             }
         }
-        let took = started.elapsed();
+        self.committed(started.elapsed());
+        Ok(())
+    }
+
+    /// The group's position record, sent in its Kafka transaction.
+    fn send_position(&self, kafka: &mut InFlight<u64>) -> Result<(), KafkaError> {
+        let record = Position::new(
+            &self.config.slot,
+            &self.identity,
+            self.group.last_commit_lsn,
+            self.group.last_end_lsn,
+            self.last_event.clone(),
+            self.heartbeats,
+            DeliveryMode::ExactlyOnce,
+        );
+        kafka.send_record(
+            &self.position_topic,
+            0,
+            self.config.slot.as_bytes(),
+            &record.encode(),
+            self.group.last_end_lsn,
+        )
+    }
+
+    /// Books a group Kafka committed (in `took`): the metrics, the new position, and the
+    /// slot confirmable to the group's end.
+    fn committed(&mut self, took: Duration) {
         self.in_kafka_transaction = false;
         self.kafka_started = None;
         let group = std::mem::take(&mut self.group);
@@ -105,7 +116,6 @@ impl ExactlyOnce<'_> {
             end_lsn: group.last_end_lsn,
             commit_micros: group.last_commit_micros,
         });
-        Ok(())
     }
 
     /// Aborts the open Kafka transaction, if the producer still can; the next session's

@@ -66,8 +66,7 @@ use group::{Bounds, Group};
 
 use super::RelayError;
 use super::in_flight::{self, Answer, InFlight, Producer, Sent};
-use super::published::Published;
-use super::reader::{Closed, Delivery, Reader, Rendered, Settled};
+use super::reader::{Closed, Delivery, Rendered, Settled};
 use super::setup::Opened;
 use crate::config::RelayConfig;
 use crate::history::{self, Identity, Server};
@@ -84,14 +83,7 @@ pub(super) async fn run(
 ) -> Result<(), RelayError> {
     // The slot first (`opened` holds it): it is the lock. Fencing before holding it would
     // let two relays waiting for the same slot fence each other in turn.
-    let Opened {
-        sql,
-        mut replication,
-        server,
-        coverage,
-        generation,
-        ..
-    } = opened;
+    let (sql, server, stream) = super::stream::split(config, opened);
     // Check first, fence second: a relay pointed at an old primary or a clone shares the
     // transactional id of the real one, and fencing would abort the real one's transaction.
     // The newest record, committed or not, names the server the slot's relay streams from.
@@ -116,8 +108,6 @@ pub(super) async fn run(
         parked = parked.len(),
         "streaming from the slot, exactly once"
     );
-    metrics.set_streaming(true);
-    let published = Published::new(&config.slot, generation, &server.identity.system_id);
     let delivery = ExactlyOnce {
         config,
         metrics,
@@ -141,14 +131,9 @@ pub(super) async fn run(
         unusable: false,
         confirm_to: None,
     };
-    let kafka = InFlight::new(producer);
-    let confirmed = Reader::new(config, metrics, &sql, delivery, kafka, coverage, published)
-        .run(&mut replication, shutdown)
-        .await?;
-    replication.stop();
-    let _ = tokio::time::timeout(Duration::from_secs(5), replication.shutdown()).await;
-    info!(confirmed = %crate::lsn::format_lsn(confirmed), "session stopped cleanly");
-    Ok(())
+    stream
+        .run(config, metrics, shutdown, &sql, delivery, producer)
+        .await
 }
 
 /// Runs a blocking producer call (`init_transactions`, `commit_transaction`,

@@ -225,8 +225,7 @@ async fn command_racing_a_page(path: &str) -> anyhow::Result<()> {
         panic!("the page must run: {page:?}");
     };
     assert_eq!((report.replaced, report.skipped), (10, 0), "{report:?}");
-    reply.expect(StatusCode::CONFLICT);
-    assert_eq!(reply.error_code(), "conflict");
+    reply.expect_error(StatusCode::CONFLICT, "conflict");
     assert!(
         reply.body["error"]["message"]
             .as_str()
