@@ -172,8 +172,7 @@ pub async fn read_heads(
     let Some(now) = rows.iter().map(|row| row.get::<_, DateTime<Utc>>(4)).max() else {
         // As in the statements above: the transaction's recording time (its id first, then
         // the clock), which the events' trigger writes into what it inserts.
-        let now = cached::query_one(client, "SELECT recording_clock()", &[])
-        .await?;
+        let now = cached::query_one(client, "SELECT recording_clock()", &[]).await?;
         return Ok(Heads::fresh(now.get(0)));
     };
     let streams = rows

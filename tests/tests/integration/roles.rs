@@ -178,8 +178,10 @@ async fn the_database_not_the_app_role_sets_recorded_at() -> anyhow::Result<()> 
     let client =
         ra_ledger_tests::database::connect(&as_role(&database.url, &app, "app-password")?).await?;
 
-    let before: chrono::DateTime<chrono::Utc> =
-        admin.query_one("SELECT clock_timestamp()", &[]).await?.get(0);
+    let before: chrono::DateTime<chrono::Utc> = admin
+        .query_one("SELECT clock_timestamp()", &[])
+        .await?
+        .get(0);
     let backdated: chrono::DateTime<chrono::Utc> = "2020-01-01T00:00:00Z".parse()?;
     let stream = format!("assignment-{}-TX", uuid::Uuid::now_v7());
     let recorded: chrono::DateTime<chrono::Utc> = client
@@ -192,8 +194,10 @@ async fn the_database_not_the_app_role_sets_recorded_at() -> anyhow::Result<()> 
         )
         .await?
         .get(0);
-    let after: chrono::DateTime<chrono::Utc> =
-        admin.query_one("SELECT clock_timestamp()", &[]).await?.get(0);
+    let after: chrono::DateTime<chrono::Utc> = admin
+        .query_one("SELECT clock_timestamp()", &[])
+        .await?
+        .get(0);
     assert!(
         before <= recorded && recorded <= after,
         "the app role sent recorded_at {backdated}; the row holds {recorded}, not the server's \
