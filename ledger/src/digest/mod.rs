@@ -61,6 +61,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod cosign;
 pub mod document;
+pub mod index;
 pub mod log;
 pub mod merkle;
 pub mod prove;
