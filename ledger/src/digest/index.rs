@@ -8,10 +8,14 @@
 //! older heads, pair it with the real cosigned checkpoint and real inclusion paths, and both
 //! verifiers accepted it (the omission forgery of the issue). And no proof can say a stream
 //! does not exist. The index fixes both: a Merkle tree over every stream's entry, sorted by
-//! name, whose root is appended to the transparency log as the digest's last leaf, so the
+//! name, whose root goes into the transparency log as the digest's last leaf, so the
 //! witnesses cosign it with everything before it. A checkpoint counts only when its last
 //! leaf is such an [`IndexLeaf`]; an entry's path to that root shows the head, and two
 //! neighbouring entries show that a name has no entry at all.
+//!
+//! Not hooked in yet: the builder does not append the index leaf, and proofs and verifiers
+//! do not carry or check index paths (docs/auditors.md says what holds today).
+//! [`super::monitor`] uses [`Index::from_log`] already.
 //!
 //! transparency-dev's verifiable index (a map from keys to the positions of their log
 //! entries, committed to the log and recomputed by monitors) is the model; a sorted tree

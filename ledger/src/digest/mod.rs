@@ -64,6 +64,7 @@ pub mod document;
 pub mod index;
 pub mod log;
 pub mod merkle;
+pub mod monitor;
 pub mod prove;
 pub mod published;
 pub mod refused;
