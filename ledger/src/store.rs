@@ -170,13 +170,9 @@ pub async fn read_heads(
     };
     // One row per stream asked for: the clock is read even for streams with no event yet.
     let Some(now) = rows.iter().map(|row| row.get::<_, DateTime<Utc>>(4)).max() else {
-        // As in the statements above: the transaction's id first, then the clock.
-        let now = cached::query_one(
-            client,
-            "WITH writer AS MATERIALIZED (SELECT pg_current_xact_id()) SELECT clock_timestamp() FROM writer",
-            &[],
-        )
-        .await?;
+        // As in the statements above: the transaction's recording time (its id first, then
+        // the clock), which the events' trigger writes into what it inserts.
+        let now = cached::query_one(client, "SELECT recording_clock()", &[]).await?;
         return Ok(Heads::fresh(now.get(0)));
     };
     let streams = rows

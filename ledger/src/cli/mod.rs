@@ -5,6 +5,7 @@
 //! (`bench/`).
 
 mod audit;
+mod digest;
 mod grant;
 mod import;
 mod migrate;
@@ -97,6 +98,12 @@ enum Command {
     },
     /// An event's inclusion proof against the newest signed digest; or check one offline.
     Proof(proof::ProofArgs),
+    /// The signed digests: `monitor` recomputes the heads from the transparency log and
+    /// says whether the digest signed them (exit 1 naming the first difference).
+    Digest {
+        #[command(subcommand)]
+        command: digest::DigestCommand,
+    },
     /// API bearer tokens: make one, or hash one for the service's configuration.
     Token {
         #[command(subcommand)]
@@ -158,6 +165,7 @@ pub async fn run() -> anyhow::Result<()> {
         Command::Token { command } => token::run(command),
         Command::Grant { command } => grant::run(url, command).await,
         Command::Proof(args) => proof::run(url, args).await,
+        Command::Digest { command } => digest::run(url, command).await,
     }
 }
 

@@ -171,6 +171,10 @@ pub async fn build_cached(
 /// every writer that may have recorded an event at or before it has ended. `None` when no
 /// stream is marked and a digest exists: nothing to seal, and nothing to wait for.
 async fn sealing_time(client: &deadpool_postgres::Client) -> Result<Option<i64>, BuildError> {
+    // The clock readings of ended writers (migrations/V24) are no longer needed.
+    client
+        .execute("SELECT prune_recording_clock()", &[])
+        .await?;
     let row = client
         .query_one(include_str!("../sql/digest/sealing_time.sql"), &[])
         .await?;
@@ -455,6 +459,10 @@ pub async fn run(
 /// removed.
 pub async fn clear_marks(pool: &Pool) -> Result<u64, BuildError> {
     let mut client = pool.get().await?;
+    // As the builder does: the clock readings of ended writers (migrations/V24).
+    client
+        .execute("SELECT prune_recording_clock()", &[])
+        .await?;
     let tx = client.transaction().await?;
     let removed = tx
         .execute(

@@ -1,9 +1,9 @@
 -- stream_heads.sql for one stream: its newest event (NULLs when it has none) and the clock.
 -- PostgreSQL plans the array form again on every call (the array's length changes its
--- estimates), about 75 µs a command; this one it plans once and caches. `writer` gives the
--- transaction its id before the clock is read, as stream_heads.sql explains.
-WITH writer AS MATERIALIZED (SELECT pg_current_xact_id() AS xid)
-SELECT $1::text, h.stream_version, h.hash, h.effective_at, clock_timestamp()
+-- estimates), about 75 µs a command; this one it plans once and caches. `writer` reads the
+-- transaction's recording time once, its id given out first, as stream_heads.sql explains.
+WITH writer AS MATERIALIZED (SELECT recording_clock() AS now)
+SELECT $1::text, h.stream_version, h.hash, h.effective_at, writer.now
 FROM writer
 LEFT JOIN LATERAL (
     SELECT e.stream_version, e.hash, e.effective_at

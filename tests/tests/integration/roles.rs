@@ -161,3 +161,76 @@ async fn the_app_role_runs_the_flow_but_cannot_alter_drop_or_rewrite_events() ->
     );
     Ok(())
 }
+
+/// Issue 56, item 2: the service's role used to write any `recorded_at`, and two events
+/// backdated before a digest's time changed a proven "as known at" answer. The database
+/// now writes its own clock reading, whatever the writer sent, and the honest path (which
+/// hashes that reading) still leaves every chain intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_not_the_app_role_sets_recorded_at() -> anyhow::Result<()> {
+    let database = TestDatabase::new().await?;
+    let admin = database.connect().await?;
+    let app = format!("app_{}", random_suffix());
+    admin
+        .batch_execute(&format!("CREATE ROLE {app} LOGIN PASSWORD 'app-password'"))
+        .await?;
+    ra_ledger::migrate::grant_app_role(&admin, &app).await?;
+    let client =
+        ra_ledger_tests::database::connect(&as_role(&database.url, &app, "app-password")?).await?;
+
+    let before: chrono::DateTime<chrono::Utc> = admin
+        .query_one("SELECT clock_timestamp()", &[])
+        .await?
+        .get(0);
+    let backdated: chrono::DateTime<chrono::Utc> = "2020-01-01T00:00:00Z".parse()?;
+    let stream = format!("assignment-{}-TX", uuid::Uuid::now_v7());
+    let recorded: chrono::DateTime<chrono::Utc> = client
+        .query_one(
+            "INSERT INTO events (event_id, stream, stream_version, event_type, schema_version, \
+             payload, recorded_at, effective_at, actor, correlation_id, hash) \
+             VALUES (gen_random_uuid(), $1, 1, 'AssignmentStarted', 1, '\\x00', $2, $2, 'test', \
+                     gen_random_uuid(), '\\x00') RETURNING recorded_at",
+            &[&stream, &backdated],
+        )
+        .await?
+        .get(0);
+    let after: chrono::DateTime<chrono::Utc> = admin
+        .query_one("SELECT clock_timestamp()", &[])
+        .await?
+        .get(0);
+    assert!(
+        before <= recorded && recorded <= after,
+        "the app role sent recorded_at {backdated}; the row holds {recorded}, not the server's \
+         time between {before} and {after}"
+    );
+    let stored: chrono::DateTime<chrono::Utc> = admin
+        .query_one(
+            "SELECT recorded_at FROM events WHERE stream = $1",
+            &[&stream],
+        )
+        .await?
+        .get(0);
+    assert_eq!(stored, recorded);
+
+    // Nobody changes it afterwards, not even the owner with the append-only trigger off.
+    admin
+        .batch_execute("ALTER TABLE events DISABLE TRIGGER events_append_only_rows")
+        .await?;
+    let refused = admin
+        .execute(
+            "UPDATE events SET recorded_at = $2 WHERE stream = $1",
+            &[&stream, &backdated],
+        )
+        .await
+        .expect_err("an UPDATE of recorded_at");
+    admin
+        .batch_execute("ALTER TABLE events ENABLE TRIGGER events_append_only_rows")
+        .await?;
+    assert_eq!(refused.code().map(|code| code.code()), Some("RAL01"));
+    assert!(
+        ra_ledger_cdc::infra::pg::explain(&refused).contains("recorded_at is set by the database"),
+        "{}",
+        ra_ledger_cdc::infra::pg::explain(&refused)
+    );
+    Ok(())
+}
