@@ -55,12 +55,48 @@ pub use run::{run, run_process};
 use pgwire_replication::PgWireError;
 use rdkafka::error::KafkaError;
 
+use crate::confluent_wire::SchemaId;
 use crate::history::HistoryError;
 use crate::outbox::OutboxError;
 use crate::pgoutput::DecodeError;
 
 /// Prefix of the relay's heartbeat messages in the WAL.
 pub const HEARTBEAT_PREFIX: &str = "ra-ledger.heartbeat";
+
+/// Where the runbook says what to do.
+const SCHEMA_IDS_RUNBOOK: &str = "docs/operators.md#schema-ids-recorded";
+
+/// A registry that answers other ids than the relay recorded ([`schema_ids`]). Kept here,
+/// with [`RelayError`], so that this folder's top depends on no room that depends on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaIdError {
+    /// The same schema has another id now.
+    #[error(
+        "the schema registry answers id {answered} for events.proto under subject {subject}, which this relay recorded as id {recorded} (relay_schema_ids, fingerprint {fingerprint}): the registry was lost or restored, and the records framed with id {recorded} would no longer decode, or decode with another schema. Restore the registry with its ids (Apicurio: export and import; Confluent: IMPORT mode), or, once the topic's readers know, delete that row of relay_schema_ids to accept id {answered} ({SCHEMA_IDS_RUNBOOK})"
+    )]
+    Changed {
+        /// The subject.
+        subject: String,
+        /// The id recorded.
+        recorded: SchemaId,
+        /// The id the registry answers now.
+        answered: SchemaId,
+        /// The schema's fingerprint.
+        fingerprint: String,
+    },
+    /// The id the registry answers was recorded for another schema.
+    #[error(
+        "the schema registry answers id {answered} for events.proto under subject {subject}, an id this relay recorded for another schema (relay_schema_ids, fingerprint {other}): the registry was lost or restored, and records framed with id {answered} would decode with the wrong schema. Restore the registry with its ids (Apicurio: export and import; Confluent: IMPORT mode) ({SCHEMA_IDS_RUNBOOK})"
+    )]
+    Reused {
+        /// The subject.
+        subject: String,
+        /// The id.
+        answered: SchemaId,
+        /// The fingerprint recorded with it.
+        other: String,
+    },
+}
 
 /// Why a session ended badly.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +183,7 @@ pub enum RelayError {
     Registry(#[from] crate::registry::RegistryError),
     /// The registry answers other schema ids than the relay recorded: lost or restored.
     #[error("{0}")]
-    SchemaIds(#[from] schema_ids::SchemaIdError),
+    SchemaIds(#[from] SchemaIdError),
     /// The relay's position could not be read back from Kafka (both modes read it at
     /// start).
     #[error(

@@ -22,39 +22,7 @@ use crate::confluent_wire::SchemaId;
 use crate::registry::{fingerprint, value_subject};
 use crate::value_format::ValueFormat;
 
-/// Where the runbook says what to do.
-const RUNBOOK: &str = "docs/operators.md#schema-ids-recorded";
-
-/// A registry that answers other ids than the relay recorded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SchemaIdError {
-    /// The same schema has another id now.
-    #[error(
-        "the schema registry answers id {answered} for events.proto under subject {subject}, which this relay recorded as id {recorded} (relay_schema_ids, fingerprint {fingerprint}): the registry was lost or restored, and the records framed with id {recorded} would no longer decode, or decode with another schema. Restore the registry with its ids (Apicurio: export and import; Confluent: IMPORT mode), or, once the topic's readers know, delete that row of relay_schema_ids to accept id {answered} ({RUNBOOK})"
-    )]
-    Changed {
-        /// The subject.
-        subject: String,
-        /// The id recorded.
-        recorded: SchemaId,
-        /// The id the registry answers now.
-        answered: SchemaId,
-        /// The schema's fingerprint.
-        fingerprint: String,
-    },
-    /// The id the registry answers was recorded for another schema.
-    #[error(
-        "the schema registry answers id {answered} for events.proto under subject {subject}, an id this relay recorded for another schema (relay_schema_ids, fingerprint {other}): the registry was lost or restored, and records framed with id {answered} would decode with the wrong schema. Restore the registry with its ids (Apicurio: export and import; Confluent: IMPORT mode) ({RUNBOOK})"
-    )]
-    Reused {
-        /// The subject.
-        subject: String,
-        /// The id.
-        answered: SchemaId,
-        /// The fingerprint recorded with it.
-        other: String,
-    },
-}
+pub use super::SchemaIdError;
 
 /// What to do with the id `answered` for the schema `fingerprint` under `subject`, given
 /// what is recorded for the subject (fingerprint, id): `Ok(true)` record it, `Ok(false)`
