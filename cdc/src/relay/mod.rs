@@ -37,6 +37,7 @@ mod exactly_once;
 pub mod gate;
 mod health;
 mod in_flight;
+pub mod lacking;
 pub mod lag_report;
 pub mod publication;
 mod published;
