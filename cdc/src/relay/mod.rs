@@ -39,6 +39,7 @@ mod health;
 mod in_flight;
 pub mod lacking;
 pub mod lag_report;
+pub mod partitions;
 pub mod publication;
 mod published;
 mod reader;
