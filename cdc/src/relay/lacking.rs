@@ -32,9 +32,10 @@ pub fn lacking(error: &KafkaError, topic: &str, config: &RelayConfig) -> Option<
              it confirms nothing, retries from the slot, and goes on by itself once the grant is back"
         )),
         RDKafkaErrorCode::ClusterAuthorizationFailed => Some(format!(
-            "Kafka refuses {principal} a cluster operation while producing to {topic} \
-             (CLUSTER_AUTHORIZATION_FAILED): brokers before 2.8 need IDEMPOTENT_WRITE on the \
-             cluster for an idempotent producer. Grant it; the relay holds and retries meanwhile"
+            "Kafka refuses {principal} an idempotent producer while producing to {topic} \
+             (CLUSTER_AUTHORIZATION_FAILED): since Kafka 2.8 that means it may WRITE no topic \
+             at all (before 2.8: it lacks IDEMPOTENT_WRITE on the cluster). Grant it WRITE on \
+             its topics; the relay holds and retries meanwhile"
         )),
         RDKafkaErrorCode::TransactionalIdAuthorizationFailed => Some(format!(
             "Kafka refuses {principal} its transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): \

@@ -1,9 +1,16 @@
 //! An ACL removed: a broker of its own with SASL/SCRAM and KRaft's StandardAuthorizer, the
-//! relay's user allowed to write, read and describe the test's topics (a prefixed ACL), and
-//! its WRITE removed while it streams. Kafka then refuses each produce with
+//! relay's user allowed to read and describe the test's topics and the position reader's
+//! group, and to write each topic it writes; its WRITE on the contact topic removed while it
+//! streams. Kafka then refuses each produce with
 //! TOPIC_AUTHORIZATION_FAILED; the relay holds on it (neither exits nor confirms), says at
 //! `error` what it lacks and the grant that mends it ([`ra_ledger_cdc::relay::lacking`]),
 //! and goes on by itself once the ACL is back. Nothing is lost.
+//!
+//! Found on the way: the relay's principal needs READ on the group
+//! `ra-ledger-relay-position` too (librdkafka looks the group's coordinator up for the
+//! position reader, which otherwise fails with GROUP_AUTHORIZATION_FAILED: the relay holds);
+//! and with no WRITE left on any topic, Kafka refuses the idempotent producer its id
+//! (CLUSTER_AUTHORIZATION_FAILED, librdkafka's fatal error): the same hold.
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -16,7 +23,7 @@ use ra_ledger_tests::stack::run_dir;
 use ra_ledger_tests::tls::Pki;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric, random_suffix};
 
-use super::{LoggedRelay, slot_confirmed, wait_for};
+use super::{LoggedRelay, ids_of_type, slot_confirmed, wait_for};
 
 const ADMIN: (&str, &str) = ("ledger-admin", "admin-password-for-tests");
 const RELAY: (&str, &str) = ("ledger-relay", "relay-password-for-tests");
@@ -78,17 +85,20 @@ fn acls(broker: &BrokerServer, pki: &Pki, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The arguments of an ACL allowing `RELAY` `operations` on every topic named `prefix…`.
-fn on_prefixed_topics<'a>(
+/// The arguments of an ACL allowing `principal` `operations` on `resources` (`--topic`,
+/// `--group` and their names), of `pattern` (`literal`, `prefixed`).
+fn allow<'a>(
     principal: &'a str,
-    prefix: &'a str,
     operations: &[&'a str],
+    resources: &[&'a str],
+    pattern: &'a str,
 ) -> Vec<&'a str> {
     let mut args = vec!["--allow-principal", principal];
     for operation in operations {
         args.extend(["--operation", operation]);
     }
-    args.extend(["--topic", prefix, "--resource-pattern-type", "prefixed"]);
+    args.extend(resources);
+    args.extend(["--resource-pattern-type", pattern]);
     args
 }
 
@@ -116,13 +126,33 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
     config.kafka.extend(scram(RELAY));
     let principal = format!("User:{}", RELAY.0);
     let prefix = format!("{}.", topics.prefix);
-    let mut grant = vec!["--add"];
-    grant.extend(on_prefixed_topics(
+    // What a relay's principal needs, as production grants it: READ and DESCRIBE on its
+    // topics and on the position reader's group (librdkafka looks its coordinator up), and
+    // WRITE on each topic it writes, the position topic's included.
+    let group = "ra-ledger-relay-position";
+    let mut read = vec!["--add"];
+    read.extend(allow(
         &principal,
-        &prefix,
-        &["Write", "Read", "Describe"],
+        &["Read", "Describe"],
+        &["--topic", &prefix, "--group", group],
+        "prefixed",
     ));
-    acls(&broker, &pki, &grant)?;
+    acls(&broker, &pki, &read)?;
+    let contact = config.topic("contact");
+    let written_topics: Vec<String> = [
+        contact.clone(),
+        config.topic("assignment"),
+        config.topic("reassignment"),
+        config.position_topic(),
+    ]
+    .into();
+    let mut resources = Vec::new();
+    for topic in &written_topics {
+        resources.extend(["--topic", topic.as_str()]);
+    }
+    let mut write = vec!["--add"];
+    write.extend(allow(&principal, &["Write"], &resources, "literal"));
+    acls(&broker, &pki, &write)?;
 
     let relay = LoggedRelay::start(&config, &broker.dir.join("relay"))?;
     let mut collector = Collector::on(&topics, &broker.brokers())?;
@@ -139,8 +169,14 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
         relay.log()
     );
 
+    // WRITE on the contact topic removed: every transaction of insert_backlog has contact rows.
     let mut revoke = vec!["--remove", "--force"];
-    revoke.extend(on_prefixed_topics(&principal, &prefix, &["Write"]));
+    revoke.extend(allow(
+        &principal,
+        &["Write"],
+        &["--topic", &contact],
+        "literal",
+    ));
     acls(&broker, &pki, &revoke)?;
     let held: Vec<String> = insert_backlog(&client, 5, 20, 64).await?;
     let written: String = client
@@ -154,7 +190,7 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
         .await?;
     let log = relay.log();
     assert!(
-        log.contains(&principal) && log.contains("WRITE ACL") && log.contains(&prefix),
+        log.contains(&principal) && log.contains("WRITE ACL") && log.contains(&contact),
         "the relay's log does not name the principal, the grant and the topic:\n{log}"
     );
     let sessions = metric(&relay.scrape().await, SESSIONS.name);
@@ -165,13 +201,16 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
         move || async move { Ok(metric(&watched.scrape().await, SESSIONS.name) >= sessions + 2) },
     )
     .await?;
-    let held_ids: HashSet<&str> = held.iter().map(String::as_str).collect();
+    let held_ids: HashSet<&str> = ids_of_type(&held, &client, "contact").await?;
     let arrived = collector
         .until(Duration::from_secs(5), |received| {
             received.iter().any(|r| held_ids.contains(r.id()))
         })
         .await;
-    assert!(!arrived, "an event reached Kafka without the WRITE ACL");
+    assert!(
+        !arrived,
+        "a contact event reached Kafka without the WRITE ACL"
+    );
     let confirmed = slot_confirmed(&client, &config.slot).await?;
     assert!(
         parse_lsn(&confirmed) < parse_lsn(&written),
@@ -181,7 +220,12 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
     assert!(relay.running()?, "the relay exited:\n{}", relay.log());
 
     let mut regrant = vec!["--add"];
-    regrant.extend(on_prefixed_topics(&principal, &prefix, &["Write"]));
+    regrant.extend(allow(
+        &principal,
+        &["Write"],
+        &["--topic", &contact],
+        "literal",
+    ));
     acls(&broker, &pki, &regrant)?;
     let done = collector
         .until_all(Duration::from_secs(120), &expected)

@@ -11,6 +11,7 @@ mod min_insync;
 mod partitions;
 mod wal_level;
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -78,19 +79,24 @@ pub(crate) async fn topic_config(
     Ok(resource.get(name).and_then(|entry| entry.value.clone()))
 }
 
-/// The event ids of `ids` still in the outbox.
-pub(crate) async fn kept_in_outbox(
+/// The ids of `ids` whose rows are of `aggregate_type`.
+pub(crate) async fn ids_of_type<'a>(
+    ids: &'a [String],
     client: &tokio_postgres::Client,
-    ids: &[String],
-) -> anyhow::Result<usize> {
-    let kept: i64 = client
-        .query_one(
-            "SELECT count(*) FROM outbox WHERE event_id::text = ANY($1)",
-            &[&ids],
+    aggregate_type: &str,
+) -> anyhow::Result<HashSet<&'a str>> {
+    let rows = client
+        .query(
+            "SELECT event_id::text FROM outbox WHERE event_id::text = ANY($1) AND aggregate_type = $2",
+            &[&ids, &aggregate_type],
         )
-        .await?
-        .get(0);
-    Ok(usize::try_from(kept)?)
+        .await?;
+    let of_type: HashSet<String> = rows.iter().map(|row| row.get(0)).collect();
+    Ok(ids
+        .iter()
+        .filter(|id| of_type.contains(*id))
+        .map(String::as_str)
+        .collect())
 }
 
 /// The slot's confirmed position, as text.
