@@ -102,6 +102,9 @@ fn allow<'a>(
     args
 }
 
+// Longer than our usual function on purpose: one scenario read top to bottom (the drift,
+// what the system does meanwhile, the drift undone, every event counted); split into
+// pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> anyhow::Result<()> {
     ra_ledger_tests::stack(); // the shared stack clears the run folder when it starts

@@ -20,6 +20,9 @@ use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 
 use super::{ids_of_type, set_topic_config, slot_confirmed, topic_config, wait_for};
 
+// Longer than our usual function on purpose: one scenario read top to bottom (the drift,
+// what the system does meanwhile, the drift undone, every event counted); split into
+// pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_insync_replicas_raised_above_the_replication_factor_is_capped_by_kafka_and_loses_nothing()
 -> anyhow::Result<()> {

@@ -24,6 +24,9 @@ fn partitions_gauge(rendered: &str, topic: &str) -> Option<u64> {
         .find_map(|line| line.strip_prefix(&series)?.parse().ok())
 }
 
+// Longer than our usual function on purpose: one scenario read top to bottom (the drift,
+// what the system does meanwhile, the drift undone, every event counted); split into
+// pieces, the order of its steps would be harder to follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_added_to_an_event_topic_lose_nothing_and_page() -> anyhow::Result<()> {
     let database = TestDatabase::new().await?;
