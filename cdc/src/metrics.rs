@@ -130,6 +130,13 @@ pub const SERVER_TIMELINE: Metric = Metric::gauge(
     "ra_relay_server_timeline",
     "Timeline of the PostgreSQL server the relay streams from.",
 );
+/// Partitions of each event topic as Kafka's metadata says, read at each session's start
+/// and every `health_check_interval_ms` ([`crate::relay::partitions`]): a change means
+/// per-key order across it is not kept for consumers.
+pub const TOPIC_PARTITIONS: Metric = Metric::gauge(
+    "ra_relay_topic_partitions",
+    "Partitions of each event topic as Kafka's metadata says; a change breaks per-key order across it for consumers.",
+);
 
 /// The relay's metrics; cheap to update from any task.
 #[derive(Debug)]
@@ -158,6 +165,8 @@ pub struct RelayMetrics {
     standbys: AtomicU64,
     standby_slots_ready: AtomicU64,
     timeline: AtomicU64,
+    /// Each event topic's partition count last read.
+    pub topic_partitions: crate::relay::partitions::TopicPartitions,
 }
 
 /// Microseconds since the Unix epoch, now.
@@ -196,6 +205,7 @@ impl Default for RelayMetrics {
             standbys: AtomicU64::new(0),
             standby_slots_ready: AtomicU64::new(0),
             timeline: AtomicU64::new(0),
+            topic_partitions: Default::default(),
         }
     }
 }
@@ -384,6 +394,7 @@ impl RelayMetrics {
         STANDBYS.render(&mut out, load(&self.standbys));
         STANDBY_SLOTS_READY.render(&mut out, load(&self.standby_slots_ready));
         SERVER_TIMELINE.render(&mut out, load(&self.timeline));
+        self.topic_partitions.render(&mut out, &TOPIC_PARTITIONS);
         self.commit_to_ack.render(&mut out, &COMMIT_TO_ACK);
         self.transaction_commit
             .render(&mut out, &TRANSACTION_COMMIT);
@@ -398,7 +409,7 @@ mod tests {
     use super::*;
 
     /// Every declaration above.
-    const ALL: [Metric; 22] = [
+    const ALL: [Metric; 23] = [
         REPLICATION_LAG_BYTES,
         NEWEST_PUBLISHED_COMMIT_AGE,
         OLDEST_UNCONFIRMED_COMMIT_AGE,
@@ -421,6 +432,7 @@ mod tests {
         STANDBYS,
         STANDBY_SLOTS_READY,
         SERVER_TIMELINE,
+        TOPIC_PARTITIONS,
     ];
 
     /// Each declaration shows once under its own help and type, and nothing else shows.

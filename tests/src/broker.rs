@@ -66,6 +66,8 @@ pub struct BrokerServer {
     pub security: Security,
     /// Its `node.id`.
     pub node_id: i32,
+    /// Lines added to its `server.properties`, where they win (an authorizer, for one).
+    pub more_properties: String,
     internal_port: u16,
     controller_port: u16,
     quorum: Quorum,
@@ -147,6 +149,7 @@ impl BrokerServer {
             dir: dir.to_owned(),
             security,
             node_id: 1,
+            more_properties: String::new(),
             internal_port: free_port()?,
             controller_port: free_port()?,
             quorum: Quorum::Standalone,
@@ -293,7 +296,8 @@ impl BrokerServer {
         send_signal(pid, signal)
     }
 
-    fn jvm_logging(&self) -> Vec<String> {
+    /// The JVM's arguments before its main class: Kafka's jars, its logging.
+    pub fn jvm_logging(&self) -> Vec<String> {
         vec![
             "-cp".to_owned(),
             format!("{}/*", self.libs.display()),
@@ -375,6 +379,7 @@ impl BrokerServer {
                 );
             }
         }
+        text.push_str(&self.more_properties);
         text
     }
 

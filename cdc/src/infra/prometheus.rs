@@ -104,6 +104,23 @@ impl Metric {
         }
     }
 
+    /// Appends this gauge as one series per `(label value, value)` of `series`, labelled
+    /// `label="<label value>"`; the head alone when there is none. The label values are
+    /// written as they are, so none may hold `"`, `\` or a line break (Kafka topic names
+    /// cannot).
+    pub fn render_labelled<'a, V: std::fmt::Display>(
+        &self,
+        out: &mut String,
+        label: &str,
+        series: impl IntoIterator<Item = (&'a str, V)>,
+    ) {
+        self.render_head(out);
+        for (labelled, value) in series {
+            debug_assert!(!labelled.contains(['"', '\\', '\n']), "{labelled:?}");
+            let _ = writeln!(out, "{}{{{label}=\"{labelled}\"}} {value}", self.name);
+        }
+    }
+
     /// The `# HELP` and `# TYPE` lines.
     fn render_head(&self, out: &mut String) {
         let Self { name, help, kind } = self;

@@ -17,13 +17,13 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::error::RDKafkaErrorCode;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::RelayError;
 use super::in_flight::{self, Answer, InFlight, Sent};
+use super::lacking::lacking;
 use super::reader::{Closed, Delivery, Rendered, Settled};
 use super::setup::Opened;
 use crate::ack::{AckTracker, Acknowledged, TransactionSeq};
@@ -181,16 +181,8 @@ impl Delivery for AtLeastOnce<'_> {
                     .await;
             }
             Err(error) => {
-                if matches!(
-                    error.rdkafka_error_code(),
-                    Some(
-                        RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition
-                    )
-                ) {
-                    error!(
-                        topic = %message.topic,
-                        "topic does not exist; create it (the relay never auto-creates) — the relay retries from the slot meanwhile"
-                    );
+                if let Some(lacking) = lacking(&error, &message.topic, self.config) {
+                    error!(topic = %message.topic, %error, "{lacking}");
                 }
                 return Err(error.into());
             }

@@ -2,7 +2,8 @@
 //! reconnects with backoff; each connection is a session, set up by [`super::setup`] the
 //! same way for both modes and streamed by the configured delivery ([`super::at_least_once`],
 //! [`super::exactly_once`]), watched by [`super::health`], with [`super::lag_report`]
-//! writing its lag and a republisher serving parked messages writers asked for. What ends a
+//! writing its lag, [`super::partitions`] reading the event topics' partition counts, and a
+//! republisher serving parked messages writers asked for. What ends a
 //! session is retried unless it needs an operator ([`super::should_retry`]). (Issue 58,
 //! item 2: this was the relay's `mod.rs`, both the top of its folder and the floor the
 //! rooms below import from; `mod.rs` now holds only what they share.)
@@ -14,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::{
-    RelayError, at_least_once, connect, exactly_once, gate, health, lag_report, schema_ids, setup,
-    should_retry,
+    RelayError, at_least_once, connect, exactly_once, gate, health, lag_report, partitions,
+    schema_ids, setup, should_retry,
 };
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
@@ -69,10 +70,17 @@ pub async fn run(
                 Arc::clone(&metrics),
                 requests.clone(),
             ));
+            // And the event topics' partition counts.
+            let partitions = tokio::spawn(partitions::watch(
+                config.clone(),
+                Arc::clone(&metrics),
+                requests.clone(),
+            ));
             let outcome = session(&config, &metrics, &shutdown, &mut known, &requests).await;
             requests.cancel();
             let _ = republisher.await;
             let _ = reporter.await;
+            let _ = partitions.await;
             metrics.set_streaming(false);
             match outcome {
                 Ok(()) => return Ok(()),

@@ -322,7 +322,8 @@ impl PostgresServer {
             .stderr(log);
         let pid = spawn_kept(command).context("starting postgres")?;
         *self.pid.lock().expect("pid lock") = Some(pid);
-        wait_for_port(self.port, Duration::from_secs(60), "postgres", &log_path)?;
+        let refused = || self.refused_at_start(pid, &log_path);
+        wait_for_port(self.port, Duration::from_secs(60), &refused, &log_path)?;
         // Listening is not yet accepting: wait out recovery after a restart.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -333,6 +334,7 @@ impl PostgresServer {
             if ready {
                 return Ok(());
             }
+            refused()?;
             if Instant::now() > deadline {
                 bail!(
                     "postgres on port {} is not ready after 60 s; see {}",
@@ -342,6 +344,29 @@ impl PostgresServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// An error carrying the end of the server's log when the server `pid` started has
+    /// exited (a zombie until its keeper reaps it, which this does): PostgreSQL refused to
+    /// start (a setting it cannot run with), and waiting for it to listen would only wait
+    /// out the deadline.
+    fn refused_at_start(&self, pid: u32, log: &Path) -> anyhow::Result<()> {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command's name in parentheses: "pid (postgres) Z ...".
+        let exited = state
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !exited {
+            return Ok(());
+        }
+        let _ = self.stop("KILL"); // reaps it; the pid is no longer this server's
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        bail!(
+            "postgres exited at start; its log ({}) ends:\n{}",
+            log.display(),
+            lines[lines.len().saturating_sub(8)..].join("\n")
+        )
     }
 
     /// A fast shutdown, waited out: the server's files are still once this returns (its
@@ -447,16 +472,24 @@ fn as_server_user(
     command
 }
 
-fn wait_for_port(port: u16, timeout: Duration, name: &str, log: &Path) -> anyhow::Result<()> {
+/// Waits until something listens on `port`; fails at once when `refused` does (the server
+/// exited), and after `timeout`.
+fn wait_for_port(
+    port: u16,
+    timeout: Duration,
+    refused: &dyn Fn() -> anyhow::Result<()>,
+    log: &Path,
+) -> anyhow::Result<()> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + timeout;
     loop {
         if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
             return Ok(());
         }
+        refused()?;
         if Instant::now() > deadline {
             bail!(
-                "{name} did not listen on {address} within {timeout:?}; see {}",
+                "postgres did not listen on {address} within {timeout:?}; see {}",
                 log.display()
             );
         }

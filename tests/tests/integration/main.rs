@@ -21,6 +21,7 @@ mod digest_published;
 mod digest_time;
 mod digest_witness;
 mod disclosure;
+mod drifts;
 mod exactly_once;
 mod failover;
 mod failover_harness;
