@@ -60,6 +60,9 @@ pub enum BenchCommand {
         /// Milliseconds between retention rounds.
         #[arg(long, default_value_t = 1_000)]
         retention_interval_ms: u64,
+        /// Events written per second at most; 0: as fast as the relay lets the writer go.
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
         /// Kafka bootstrap servers.
         #[arg(long, env = env::KAFKA_BROKERS, default_value = local::KAFKA_BROKERS)]
         brokers: String,
@@ -313,6 +316,7 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
             per_transaction,
             max_unpublished,
             retention_interval_ms,
+            rate,
             brokers,
         } => {
             let options = outbox::Options {
@@ -320,6 +324,7 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
                 per_transaction,
                 max_unpublished,
                 retention_interval: Duration::from_millis(retention_interval_ms.max(1)),
+                rate,
             };
             outbox::run(database_url, &brokers, options).await
         }

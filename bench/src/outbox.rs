@@ -23,7 +23,12 @@ pub struct Options {
     pub max_unpublished: u64,
     /// Time between retention rounds.
     pub retention_interval: Duration,
+    /// Events written per second at most; 0: as fast as `max_unpublished` lets the writer go.
+    pub rate: u64,
 }
+
+/// How long the drain may take before the run says the outbox did not empty.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(120);
 
 pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow::Result<()> {
     if options.events == 0 || options.per_transaction == 0 || options.max_unpublished == 0 {
@@ -71,14 +76,28 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Two more rounds: the slot passes the last mark on the next heartbeat.
-    tokio::time::sleep(options.retention_interval * 2 + Duration::from_secs(1)).await;
-    let end = reporter.report(written).await?;
+    // The drain: retention removes the last rows once the relay recorded that Kafka holds
+    // them (at most a second later) and a round passed.
+    let published_at = Instant::now();
+    let mut end = retention::status(&reporter.pool).await?;
+    while end.rows > 0 && published_at.elapsed() < DRAIN_DEADLINE {
+        anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        end = retention::status(&reporter.pool).await?;
+    }
+    let drained_in = published_at.elapsed();
+    reporter.report(written).await?;
     outln!(
-        "largest outbox on disk: {:.1} MB; after the drain: {} rows, {:.1} MB",
-        largest.max(end.bytes) as f64 / 1_048_576.0,
+        "largest outbox at a report: {} rows (without retention: {written}), {:.1} MB on disk",
+        largest.rows,
+        largest.bytes.max(end.bytes) as f64 / 1_048_576.0
+    );
+    outln!(
+        "after the drain: {} rows, {:.1} MB, {:.1} s after the last event was published{}",
         end.rows,
-        end.bytes as f64 / 1_048_576.0
+        end.bytes as f64 / 1_048_576.0,
+        drained_in.as_secs_f64(),
+        if end.rows > 0 { " (not empty: the run's deadline)" } else { "" }
     );
     shutdown.cancel();
     relay.await??;
@@ -130,19 +149,31 @@ impl Reporter {
     }
 }
 
-/// Writes the run's events, never more than `max_unpublished` ahead of the relay, with a
-/// row of the table every tenth; returns how many were written and the largest outbox
-/// on disk seen meanwhile.
+/// The largest outbox seen at a report: rows and bytes, each its own maximum.
+#[derive(Debug, Default, Clone, Copy)]
+struct Largest {
+    rows: i64,
+    bytes: i64,
+}
+
+/// Writes the run's events, never more than `max_unpublished` ahead of the relay nor
+/// faster than `rate`, with a row of the table every tenth; returns how many were written
+/// and the largest outbox seen meanwhile.
 async fn write_events(
     client: &tokio_postgres::Client,
     options: &Options,
     reporter: &Reporter,
     relay: &tokio::task::JoinHandle<Result<(), ra_ledger_cdc::relay::RelayError>>,
-) -> anyhow::Result<(u64, i64)> {
+) -> anyhow::Result<(u64, Largest)> {
     let mut written = 0;
     let mut next_report = options.events / 10;
-    let mut largest = 0;
+    let mut largest = Largest::default();
+    let started = Instant::now();
     while written < options.events {
+        if options.rate > 0 {
+            let due = Duration::from_secs_f64(written as f64 / options.rate as f64);
+            tokio::time::sleep_until((started + due).into()).await;
+        }
         anyhow::ensure!(!relay.is_finished(), "the relay stopped early");
         let published = reporter.metrics.events_published();
         if written - published.min(written) >= options.max_unpublished {
@@ -158,7 +189,9 @@ async fn write_events(
             .await?;
         written += rows;
         if written >= next_report {
-            largest = largest.max(reporter.report(written).await?.bytes);
+            let status = reporter.report(written).await?;
+            largest.rows = largest.rows.max(status.rows);
+            largest.bytes = largest.bytes.max(status.bytes);
             next_report += options.events / 10;
         }
     }
