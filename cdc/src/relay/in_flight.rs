@@ -79,6 +79,17 @@ impl ProducerContext for Reports {
     }
 }
 
+impl Reports {
+    /// Whether a report not yet taken by the session is a failure.
+    pub(crate) fn any_failed(&self) -> bool {
+        self.arrived
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(_, outcome)| outcome.is_err())
+    }
+}
+
 /// What was handed to librdkafka. Kept inline, not boxed: a box would be an allocation a
 /// message again, and records are one a Kafka transaction.
 #[allow(clippy::large_enum_variant)]
@@ -340,6 +351,25 @@ mod tests {
         assert_eq!(records, vec![7], "the record's answer comes with its mark");
         assert!(in_flight.is_empty());
         assert_eq!(in_flight.len(), 0);
+    }
+
+    /// What the exactly-once commit asks between its flush and `commit_transaction`.
+    #[tokio::test]
+    async fn a_failure_not_yet_taken_is_seen_and_taking_it_clears_it() {
+        let mut in_flight = InFlight::new(unanswered_producer());
+        assert!(!in_flight.producer().context().any_failed(), "nothing sent");
+        in_flight.send(message("e-1"), 1u32).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !in_flight.producer().context().any_failed() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the message's timeout never arrived as a failure"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let answer = in_flight.next().await.expect("the failed send's answer");
+        assert!(answer.result.is_err());
+        assert!(!in_flight.producer().context().any_failed(), "taken");
     }
 
     #[tokio::test]
