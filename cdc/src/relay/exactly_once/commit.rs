@@ -163,9 +163,10 @@ pub(super) async fn settle(
     timeout: std::time::Duration,
 ) -> Result<(), Unsettled> {
     let producer = in_flight.producer().clone();
+    let failed_before = in_flight.holds_failure();
     let committed = tokio::task::spawn_blocking(move || {
         in_flight::kafka_flush(&producer, timeout)?;
-        if producer.context().any_failed() {
+        if failed_before || producer.context().any_failed() {
             return Ok(false);
         }
         producer.commit_transaction(timeout).map(|()| true)
@@ -192,7 +193,7 @@ pub(super) async fn settle(
     if committed {
         return Ok(());
     }
-    // A failure the flush saw that the answers above did not show: the reader took it
-    // first, and booked it; the group is not committed either way.
+    // Not reached: a failure kept the commit from happening, and the answers above
+    // returned it. Were it reached, the group is not committed all the same.
     Err(Unsettled::Kafka(KafkaError::Canceled))
 }
