@@ -37,13 +37,12 @@ const TRANSACTIONAL_RETRY_BACKOFF_MS: &str = "2";
 pub enum DeliveryMode {
     /// Idempotent producer, slot confirmed behind Kafka's acknowledgements: nothing is
     /// lost, a crash resends what the slot had not confirmed (consumers deduplicate on the
-    /// event id).
+    /// event id). The default: see `docs/exactly-once.md` for why exactly once is not yet.
+    #[default]
     AtLeastOnce,
     /// Transactional producer: whole PostgreSQL transactions committed in Kafka
     /// transactions together with the relay's position, so a `read_committed` consumer
-    /// sees each event once (see `docs/exactly-once.md` and [`crate::relay`]). The default
-    /// since its p99 is within twice at least once's (issue 59).
-    #[default]
+    /// sees each event once (see `docs/exactly-once.md` and [`crate::relay`]).
     ExactlyOnce,
 }
 
@@ -195,10 +194,8 @@ crate::settings! {
         /// confirms nothing new; a newer one is reported within 10 ms
         /// (`relay::connect::STATUS_PROMPT`).
         status_interval_ms: u64 = 1_000;
-        /// `exactly_once` (the default) or `at_least_once` (`LEDGER_RELAY_DELIVERY`). A
-        /// relay that ran at least once and starts with none set switches to exactly once
-        /// (docs/exactly-once.md, "Upgrading from at least once").
-        delivery: DeliveryMode = DeliveryMode::ExactlyOnce,
+        /// `at_least_once` (the default) or `exactly_once` (`LEDGER_RELAY_DELIVERY`).
+        delivery: DeliveryMode = DeliveryMode::AtLeastOnce,
             env env::RELAY_DELIVERY => |c, v| c.delivery = DeliveryMode::parse(v)
                 .ok_or("expected exactly_once or at_least_once")?;
         /// Exactly once: a Kafka transaction closes at the first PostgreSQL transaction
@@ -683,13 +680,7 @@ mod tests {
         .unwrap();
         config.validate().unwrap();
         assert_eq!(config.delivery, DeliveryMode::ExactlyOnce);
-        assert_eq!(RelayConfig::default().delivery, DeliveryMode::ExactlyOnce);
-        let unset: RelayConfig = toml::from_str("slot = \"orders\"").unwrap();
-        assert_eq!(
-            unset.delivery,
-            DeliveryMode::ExactlyOnce,
-            "none set: the default"
-        );
+        assert_eq!(RelayConfig::default().delivery, DeliveryMode::AtLeastOnce);
         let settings = config.transactional_producer_settings("7321").properties;
         assert_eq!(settings["transactional.id"], "ra-ledger-relay-7321-orders");
         assert_eq!(settings["enable.idempotence"], "true");

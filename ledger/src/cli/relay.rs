@@ -14,8 +14,8 @@ pub struct RelayArgs {
     /// TOML file with relay settings (see docs/operators.md); defaults suit the local stack.
     #[arg(long, env = env::RELAY_CONFIG)]
     config: Option<String>,
-    /// `exactly_once` (the default) or `at_least_once`; overrides the file and
-    /// LEDGER_RELAY_DELIVERY (docs/exactly-once.md).
+    /// `exactly_once` or `at_least_once`; overrides the file and LEDGER_RELAY_DELIVERY
+    /// (docs/exactly-once.md).
     #[arg(long, value_parser = ra_ledger::command_line::parse_delivery)]
     delivery: Option<DeliveryMode>,
     #[command(subcommand)]

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use ra_ledger_cdc::config::{DeliveryMode, RelayConfig};
+use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_cdc::relay::RelayError;
 use ra_ledger_cdc::relay::publication::PublicationError;
 use ra_ledger_cdc::relay::recover::{RecoverOptions, recover};
@@ -42,12 +42,7 @@ struct Streaming {
 async fn streaming() -> anyhow::Result<Streaming> {
     let database = TestDatabase::new().await?;
     let mut topics = TestTopics::new();
-    // At least once, set rather than defaulted: these checks were written and timed for
-    // it, and exactly once's start is exactly_once.rs's and relay_positions.rs's subject.
-    let config = RelayConfig {
-        delivery: DeliveryMode::AtLeastOnce,
-        ..test_config(&database, &mut topics).await?
-    };
+    let config = test_config(&database, &mut topics).await?;
     let client = database.connect().await?;
     // The publication is named the same in every test's database (the rebuilt outbox
     // joins it by name); slots are the cluster's.

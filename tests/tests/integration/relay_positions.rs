@@ -7,9 +7,7 @@
 //! - an exactly-once relay pointed at a clone checks before it fences: the real relay goes
 //!   on undisturbed;
 //! - at least once refuses, across restarts, a server on an older timeline than the one it
-//!   published from;
-//! - a relay that ran at least once, restarted with no mode set, runs exactly once (the
-//!   default since issue 59) and loses nothing.
+//!   published from.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -105,75 +103,6 @@ async fn switching_modes_by_crashes_refuses_nothing_and_loses_nothing() -> anyho
     switching_modes(true).await.map(|_| ())
 }
 
-/// Waits until `relay` has published more than `above` events, within a minute.
-async fn published_above(relay: &RunningRelay, above: u64) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let name = ra_ledger_cdc::metrics::EVENTS_PUBLISHED.name;
-    while metric(&relay.metrics.render(), name) <= above {
-        anyhow::ensure!(
-            !relay.task.is_finished(),
-            "the relay stopped before it published"
-        );
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the relay published no more than {above} events in 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
-/// Issue 59, item 1, the upgrade: a deployment whose relay ran at least once (the default
-/// before) gets a relay with no mode set, which is now exactly once. Under writes
-/// throughout: nothing lost, nothing twice (the at-least-once relay stopped cleanly, so
-/// its position covers all it published), the new relay commits Kafka transactions, and
-/// its position record says exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_at_least_once_deployment_restarted_with_no_mode_set_runs_exactly_once_and_loses_nothing()
--> anyhow::Result<()> {
-    let database = TestDatabase::new().await?;
-    let mut topics = TestTopics::new();
-    let unset = test_config(&database, &mut topics).await?;
-    let mut collector = Collector::new(&topics)?;
-    let writer = OpenEndedWriter::spawn(&database, 2, 3, Duration::from_millis(40)).await?;
-    let before = RunningRelay::start(in_mode(&unset, DeliveryMode::AtLeastOnce));
-    published_above(&before, 20).await?;
-    before.stop().await?;
-    // The configuration sets no mode (`test_config` leaves `delivery` at its default).
-    let after = RunningRelay::start(unset.clone());
-    published_above(&after, 20).await?;
-    let written: HashSet<String> = writer.finish().await?.into_iter().collect();
-    let all = collector.until_all(Duration::from_secs(60), &written).await;
-    let rendered = after.metrics.render();
-    after.stop().await?;
-    let tally = Tally::of(
-        "at least once, then no mode set",
-        &written,
-        &collector.received,
-    );
-    assert!(all, "events lost across the upgrade: {tally:?}");
-    assert_eq!(tally.duplicates, 0, "{tally:?}");
-    let transactions = metric(
-        &rendered,
-        &format!(
-            "{}_count",
-            ra_ledger_cdc::metrics::TRANSACTION_MESSAGES.name
-        ),
-    );
-    assert!(
-        transactions > 0,
-        "the relay with no mode set committed no Kafka transaction: it did not run exactly once"
-    );
-    let position = ra_ledger_cdc::position::read_in_background(
-        &unset,
-        ra_ledger_cdc::position::Read::Committed,
-    )
-    .await?
-    .expect("a position record");
-    assert_eq!(position.delivery.as_deref(), Some("exactly_once"));
-    Ok(())
-}
-
 /// Writes `value` keyed by `key` to `topic`, outside any transaction.
 async fn write_record(
     topics: &TestTopics,
@@ -217,7 +146,7 @@ async fn at_least_once_refuses_an_older_timeline_than_it_published_from() -> any
         timeline + 1
     );
     write_record(&topics, &config.position_topic(), &config.slot, &newer).await?;
-    let error = RunningRelay::start(in_mode(&config, DeliveryMode::AtLeastOnce))
+    let error = RunningRelay::start(config.clone())
         .refusal(Duration::from_secs(60))
         .await?;
     assert!(
