@@ -113,12 +113,16 @@ pub enum BenchCommand {
     },
     /// Commit → consumer receipt latency under a steady load through the relay.
     Latency {
-        /// Events per second.
-        #[arg(long, default_value_t = 2_000)]
-        rate: u64,
-        /// Duration in seconds.
+        /// Events per second, or several separated by commas (`2000,10000`), each in turn.
+        #[arg(long, default_value = "2000", value_parser = latency::parse_rates)]
+        rate: std::vec::Vec<u64>,
+        /// Duration of each measurement in seconds.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// Measurements of each delivery mode at each rate, the modes alternating; with more
+        /// than one, the median of the runs' p99 ratios is printed too.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// The relay's delivery mode; both, one after the other, when not given.
         #[arg(long, value_parser = parse_delivery)]
         delivery: Option<DeliveryMode>,
@@ -361,6 +365,7 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
         BenchCommand::Latency {
             rate,
             seconds,
+            runs,
             delivery,
             linger_ms,
             flush_when_idle,
@@ -375,7 +380,12 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
                 &value_format,
                 &schema_registry_url,
             );
-            latency::run(database_url, &brokers, rate, seconds, variants).await
+            let load = latency::Load {
+                rates: rate,
+                seconds,
+                runs,
+            };
+            latency::run(database_url, &brokers, load, variants).await
         }
         BenchCommand::Kills {
             rate,

@@ -27,6 +27,10 @@ const FIXED_KAFKA_SETTINGS: [(&str, &str); 4] = [
     ("max.in.flight.requests.per.connection", "5"),
 ];
 
+/// The transactional producer's `retry.backoff.ms` unless set: how soon the first
+/// AddPartitionsToTxn after a commit is retried while the commit's markers are written.
+const TRANSACTIONAL_RETRY_BACKOFF_MS: &str = "2";
+
 /// How the relay delivers to Kafka (`delivery` in the file, `LEDGER_RELAY_DELIVERY`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -424,13 +428,14 @@ impl RelayConfig {
             settings.properties.insert(key.into(), value);
         }
         // After a commit, the coordinator answers the next transaction's first
-        // AddPartitionsToTxn with CONCURRENT_TRANSACTIONS until its markers are written;
-        // librdkafka retries after `retry.backoff.ms`, 100 ms by default, which showed as
-        // the exactly-once relay's p99. Unless the operator set it.
+        // AddPartitionsToTxn with CONCURRENT_TRANSACTIONS until its markers are written (a
+        // few milliseconds); the vendored librdkafka retries after `retry.backoff.ms` (at
+        // most 20 ms, upstream's fixed wait, which was the exactly-once relay's p99:
+        // vendor/rdkafka-sys/VENDORED.md). Unless the operator set it.
         settings
             .properties
             .entry("retry.backoff.ms".into())
-            .or_insert_with(|| "10".into());
+            .or_insert_with(|| TRANSACTIONAL_RETRY_BACKOFF_MS.into());
         settings
     }
 
@@ -682,6 +687,17 @@ mod tests {
         assert_eq!(
             settings["message.timeout.ms"],
             settings["transaction.timeout.ms"]
+        );
+        assert_eq!(
+            settings["retry.backoff.ms"], "2",
+            "the markers' wait, retried soon"
+        );
+        let mut chosen = config.clone();
+        chosen.kafka.insert("retry.backoff.ms".into(), "50".into());
+        assert_eq!(
+            chosen.transactional_producer_settings("7321").properties["retry.backoff.ms"],
+            "50",
+            "the operator's setting wins"
         );
         assert_eq!(config.position_topic(), "ra.relay-position");
         assert_eq!(

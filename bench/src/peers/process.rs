@@ -162,7 +162,12 @@ pub fn relay_launch(
             (env::TOPIC_PREFIX.into(), prefix.into()),
             (env::METRICS_LISTEN.into(), String::new()),
         ],
-        removed: vec![env::RELAY_CONFIG, env::DATABASE_PASSWORD_FILE],
+        // The relay runs in its default delivery mode, whatever the caller's environment.
+        removed: vec![
+            env::RELAY_CONFIG,
+            env::DATABASE_PASSWORD_FILE,
+            env::RELAY_DELIVERY,
+        ],
         log: dir.join("relay.log"),
     })
 }

@@ -26,7 +26,8 @@ pub fn print_settings(options: &Options) {
         options.kill_seconds
     );
     outln!(
-        "relay settings: max_in_flight {}, status_interval_ms {}, librdkafka {}",
+        "relay settings: delivery {} (the default), max_in_flight {}, status_interval_ms {}, librdkafka {}",
+        relay.delivery.as_str(),
         relay.max_in_flight,
         relay.status_interval_ms,
         relay

@@ -79,6 +79,17 @@ impl ProducerContext for Reports {
     }
 }
 
+impl Reports {
+    /// Whether a report not yet taken by the session is a failure.
+    pub(crate) fn any_failed(&self) -> bool {
+        self.arrived
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(_, outcome)| outcome.is_err())
+    }
+}
+
 /// What was handed to librdkafka. Kept inline, not boxed: a box would be an allocation a
 /// message again, and records are one a Kafka transaction.
 #[allow(clippy::large_enum_variant)]
@@ -212,6 +223,12 @@ impl<T> InFlight<T> {
         self.entries.len()
     }
 
+    /// Whether a failure is among the reports taken from the producer and not yet handed
+    /// out (the rest of the failures are the producer's: [`Reports::any_failed`]).
+    pub(crate) fn holds_failure(&self) -> bool {
+        self.taken.iter().any(|(_, outcome)| outcome.is_err())
+    }
+
     /// Nothing is waiting for Kafka's answer.
     pub(crate) fn is_empty(&self) -> bool {
         self.unanswered == 0
@@ -340,6 +357,33 @@ mod tests {
         assert_eq!(records, vec![7], "the record's answer comes with its mark");
         assert!(in_flight.is_empty());
         assert_eq!(in_flight.len(), 0);
+    }
+
+    /// What the exactly-once commit asks before `commit_transaction`: a failure is seen
+    /// whether it waits in the producer's list or among the reports the session took and
+    /// has not handed out yet, and handing it out clears it.
+    #[tokio::test]
+    async fn a_failure_not_yet_handed_out_is_seen_wherever_it_waits() {
+        let mut in_flight = InFlight::new(unanswered_producer());
+        let seen = |in_flight: &InFlight<u32>| {
+            in_flight.holds_failure() || in_flight.producer().context().any_failed()
+        };
+        assert!(!seen(&in_flight), "nothing sent");
+        in_flight.send(message("e-1"), 1u32).unwrap();
+        in_flight.send(message("e-2"), 2u32).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for _ in 0..2 {
+            while !seen(&in_flight) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a message's timeout never arrived as a failure"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let answer = in_flight.next().await.expect("the failed send's answer");
+            assert!(answer.result.is_err());
+        }
+        assert!(!seen(&in_flight), "both handed out");
     }
 
     #[tokio::test]

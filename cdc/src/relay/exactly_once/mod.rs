@@ -296,6 +296,7 @@ impl Delivery for ExactlyOnce<'_> {
         }
         if !self.in_kafka_transaction {
             self.begin_kafka_transaction(kafka)?;
+            self.send_held_position(kafka)?;
         }
         self.group.sent(message.value.len(), Instant::now());
         self.last_event = Some(LastEvent::new(&message.row.event_id, commit.commit_lsn));
@@ -399,6 +400,37 @@ impl ExactlyOnce<'_> {
         kafka.producer().begin_transaction()?;
         self.in_kafka_transaction = true;
         self.kafka_started = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Sends the position Kafka holds already as the first record of a Kafka transaction
+    /// that carries messages. It adds the position topic's partition to the transaction
+    /// together with the first messages' partitions, in one AddPartitionsToTxn, rather
+    /// than at the commit, where the group's own position record would wait for a
+    /// registration of its own: one round trip more before `commit_transaction` on every
+    /// group. A reader never takes it for the newest: the group's record follows it in the
+    /// same Kafka transaction, and an aborted one shows neither. Not before the first
+    /// commit of a position (nothing is held yet to repeat).
+    fn send_held_position(&mut self, kafka: &mut InFlight<u64>) -> Result<(), RelayError> {
+        if self.position_end == 0 {
+            return Ok(());
+        }
+        let held = Position::new(
+            &self.config.slot,
+            &self.identity,
+            self.position,
+            self.position_end,
+            self.last_event.clone(),
+            self.heartbeats,
+            crate::config::DeliveryMode::ExactlyOnce,
+        );
+        kafka.send_record(
+            &self.position_topic,
+            0,
+            self.config.slot.as_bytes(),
+            &held.encode(),
+            self.position_end,
+        )?;
         Ok(())
     }
 

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+source /home/user/venv/bin/activate
+make style-check
