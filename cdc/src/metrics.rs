@@ -2,7 +2,9 @@
 //! per transaction or per batch (never per row), and rendered from those declarations in
 //! the text exposition format on `/metrics`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::infra::prometheus::{Histogram, Metric};
@@ -166,7 +168,31 @@ pub struct RelayMetrics {
     standby_slots_ready: AtomicU64,
     timeline: AtomicU64,
     /// Each event topic's partition count last read.
-    pub topic_partitions: crate::relay::partitions::TopicPartitions,
+    pub topic_partitions: TopicPartitions,
+}
+
+/// The counts the process last read, one series a topic on the gauge
+/// `ra_relay_topic_partitions`.
+#[derive(Debug, Default)]
+pub struct TopicPartitions {
+    counts: Mutex<BTreeMap<String, i32>>,
+}
+
+impl TopicPartitions {
+    /// Records `read` over what was known and returns the counts known before
+    /// ([`crate::relay::partitions::changes`] tells what changed).
+    pub fn record(&self, read: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = counts.clone();
+        counts.extend(read.iter().map(|(topic, &count)| (topic.clone(), count)));
+        before
+    }
+
+    /// Appends the gauge: its head always, a series for each topic read.
+    pub fn render(&self, out: &mut String, metric: &Metric) {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        metric.render_labelled(out, "topic", counts.iter().map(|(t, &n)| (t.as_str(), n)));
+    }
 }
 
 /// Microseconds since the Unix epoch, now.

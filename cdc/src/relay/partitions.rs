@@ -26,7 +26,7 @@
 //! so now; refusing would add an outage to the same work.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::BaseConsumer;
@@ -34,7 +34,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
 use crate::config::RelayConfig;
-use crate::infra::prometheus::Metric;
 use crate::metrics::RelayMetrics;
 use crate::value_format::ENVELOPE_AGGREGATES;
 
@@ -86,27 +85,10 @@ pub fn changes(
         .collect()
 }
 
-/// The counts the process last read, one series a topic on the gauge
-/// `ra_relay_topic_partitions`.
-#[derive(Debug, Default)]
-pub struct TopicPartitions {
-    counts: Mutex<BTreeMap<String, i32>>,
-}
-
-impl TopicPartitions {
-    /// Records `read` over what was known and returns what changed.
-    pub fn record(&self, read: &BTreeMap<String, i32>) -> Vec<PartitionChange> {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let changed = changes(&counts, read);
-        counts.extend(read.iter().map(|(topic, &count)| (topic.clone(), count)));
-        changed
-    }
-
-    /// Appends the gauge: its head always, a series for each topic read.
-    pub fn render(&self, out: &mut String, metric: &Metric) {
-        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        metric.render_labelled(out, "topic", counts.iter().map(|(t, &n)| (t.as_str(), n)));
-    }
+/// Records the counts just `read` on `metrics` and returns what changed since the
+/// counts it knew.
+pub fn record(metrics: &RelayMetrics, read: &BTreeMap<String, i32>) -> Vec<PartitionChange> {
+    changes(&metrics.topic_partitions.record(read), read)
 }
 
 /// Reads the event topics' partition counts now and every `health_check_interval_ms`
@@ -137,7 +119,7 @@ pub(super) async fn watch(
         let reader = Arc::clone(&client);
         let wanted = topics.clone();
         if let Ok(read) = tokio::task::spawn_blocking(move || read_counts(&reader, &wanted)).await {
-            for change in metrics.topic_partitions.record(&read) {
+            for change in record(&metrics, &read) {
                 error!(
                     topic = %change.topic,
                     before = change.before,
@@ -207,13 +189,9 @@ mod tests {
 
     #[test]
     fn the_gauge_keeps_the_newest_count_of_each_topic_read() {
-        let partitions = TopicPartitions::default();
-        assert!(
-            partitions
-                .record(&counts(&[("t.a", 3), ("t.b", 3)]))
-                .is_empty()
-        );
-        let changed = partitions.record(&counts(&[("t.a", 6)]));
+        let metrics = RelayMetrics::default();
+        assert!(record(&metrics, &counts(&[("t.a", 3), ("t.b", 3)])).is_empty());
+        let changed = record(&metrics, &counts(&[("t.a", 6)]));
         assert_eq!(changed.len(), 1);
         assert!(
             changed[0]
@@ -223,7 +201,7 @@ mod tests {
             changed[0]
         );
         let mut out = String::new();
-        partitions.render(&mut out, &TOPIC_PARTITIONS);
+        metrics.topic_partitions.render(&mut out, &TOPIC_PARTITIONS);
         assert!(
             out.contains("ra_relay_topic_partitions{topic=\"t.a\"} 6\n"),
             "{out}"
@@ -233,6 +211,6 @@ mod tests {
             "{out}"
         );
         // The next change is against the newest count, not the first.
-        assert!(partitions.record(&counts(&[("t.a", 6)])).is_empty());
+        assert!(record(&metrics, &counts(&[("t.a", 6)])).is_empty());
     }
 }
