@@ -54,7 +54,6 @@
 
 use tokio_postgres::Client;
 
-use super::RelayError;
 use crate::config::WithoutStandby;
 
 /// The wait event of a logical walsender held back by the gate (PostgreSQL 17+).
@@ -236,7 +235,7 @@ impl GateState {
     }
 
     /// Reads the setting and the server's physical slots.
-    pub async fn read(sql: &Client) -> Result<Self, RelayError> {
+    pub async fn read(sql: &Client) -> Result<Self, tokio_postgres::Error> {
         let row = sql
             .query_one(include_str!("../sql/gate_state.sql"), &[])
             .await?;
