@@ -97,7 +97,11 @@ pub async fn run(database_url: &str, brokers: &str, options: Options) -> anyhow:
         end.rows,
         end.bytes as f64 / 1_048_576.0,
         drained_in.as_secs_f64(),
-        if end.rows > 0 { " (not empty: the run's deadline)" } else { "" }
+        if end.rows > 0 {
+            " (not empty: the run's deadline)"
+        } else {
+            ""
+        }
     );
     shutdown.cancel();
     relay.await??;

@@ -377,7 +377,10 @@ async fn one_cosigner_at_a_time() -> anyhow::Result<()> {
             cosign::round(&other, &watched.policy, &watched.cache, &watched.http),
         );
         let (one, two) = (one?.expect("a checkpoint"), two?.expect("a checkpoint"));
-        assert!(one.cosigner || two.cosigner, "one of two racing rounds sends");
+        assert!(
+            one.cosigner || two.cosigner,
+            "one of two racing rounds sends"
+        );
         assert_eq!(
             (one.digest_seq, one.size),
             (two.digest_seq, two.size),
