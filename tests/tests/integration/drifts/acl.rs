@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use ra_ledger_cdc::metrics::{SESSIONS, STREAMING};
 use ra_ledger_tests::broker::{BrokerServer, Security};
-use ra_ledger_tests::relay::{Collector, Tally, insert_backlog, parse_lsn, test_config};
+use ra_ledger_tests::relay::{Collector, insert_backlog, parse_lsn, test_config};
 use ra_ledger_tests::stack::run_dir;
 use ra_ledger_tests::tls::Pki;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric, random_suffix};
 
-use super::{LoggedRelay, ids_of_type, slot_confirmed, wait_for};
+use super::{LoggedRelay, ids_of_type, slot_confirmed, tally_after_all, wait_for};
 
 const ADMIN: (&str, &str) = ("ledger-admin", "admin-password-for-tests");
 const RELAY: (&str, &str) = ("ledger-relay", "relay-password-for-tests");
@@ -230,16 +230,14 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
         "literal",
     ));
     acls(&broker, &pki, &regrant)?;
-    let done = collector
-        .until_all(Duration::from_secs(120), &expected)
-        .await;
-    let tally = Tally::of(
-        "the WRITE ACL removed, then granted again",
+    let tally = tally_after_all(
+        &mut collector,
         &expected,
-        &collector.received,
-    );
+        "the WRITE ACL removed, then granted again",
+    )
+    .await;
     assert!(
-        done && tally.lost == 0,
+        tally.lost == 0,
         "{} events lost; the relay's log:\n{}",
         tally.lost,
         relay.log()

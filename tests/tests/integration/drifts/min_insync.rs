@@ -13,12 +13,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use ra_ledger_cdc::metrics::SESSIONS;
-use ra_ledger_tests::relay::{
-    Collector, RunningRelay, Tally, insert_backlog, parse_lsn, test_config,
-};
+use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, parse_lsn, test_config};
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 
-use super::{ids_of_type, set_topic_config, slot_confirmed, topic_config, wait_for};
+use super::{
+    ids_of_type, set_topic_config, slot_confirmed, tally_after_all, topic_config, wait_for,
+};
 
 // Longer than our usual function on purpose: one scenario read top to bottom (the drift,
 // what the system does meanwhile, the drift undone, every event counted); split into
@@ -104,15 +104,13 @@ async fn min_insync_replicas_raised_above_the_replication_factor_is_capped_by_ka
 
     set_topic_config(&topics, &contact, &[("min.insync.replicas", "1")]).await?;
     expected.extend(insert_backlog(&client, 5, 20, 64).await?);
-    let done = collector
-        .until_all(Duration::from_secs(120), &expected)
-        .await;
-    let tally = Tally::of(
-        "min.insync.replicas raised above the replication factor, then lowered",
+    let tally = tally_after_all(
+        &mut collector,
         &expected,
-        &collector.received,
-    );
-    assert!(done && tally.lost == 0, "{} events lost", tally.lost);
+        "min.insync.replicas raised above the replication factor, then lowered",
+    )
+    .await;
+    assert!(tally.lost == 0, "{} events lost", tally.lost);
     relay.stop().await?;
     Ok(())
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use ra_ledger_cdc::config::RelayConfig;
 use ra_ledger_tests::TestTopics;
+use ra_ledger_tests::relay::{Collector, Tally};
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 
@@ -33,6 +34,19 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(())
+}
+
+/// Waits up to 120 s until `collector` received every one of `expected`, then counts what
+/// came under `name` ([`Tally::of`]): each test's end, whose `lost` must be 0.
+pub(crate) async fn tally_after_all(
+    collector: &mut Collector,
+    expected: &HashSet<String>,
+    name: &str,
+) -> Tally {
+    collector
+        .until_all(Duration::from_secs(120), expected)
+        .await;
+    Tally::of(name, expected, &collector.received)
 }
 
 /// An admin client of `topics`' broker.

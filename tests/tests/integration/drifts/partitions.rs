@@ -9,12 +9,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
-use ra_ledger_tests::relay::{Collector, OpenEndedWriter, Tally, insert_backlog, test_config};
+use ra_ledger_tests::relay::{Collector, OpenEndedWriter, insert_backlog, test_config};
 use ra_ledger_tests::stack::run_dir;
 use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
 use rdkafka::admin::{AdminOptions, NewPartitions};
 
-use super::{LoggedRelay, admin, wait_for};
+use super::{LoggedRelay, admin, tally_after_all, wait_for};
 
 /// The series of `ra_relay_topic_partitions` for `topic` in a rendering.
 fn partitions_gauge(rendered: &str, topic: &str) -> Option<u64> {
@@ -100,15 +100,8 @@ async fn partitions_added_to_an_event_topic_lose_nothing_and_page() -> anyhow::R
     expected.extend(writer.finish().await?);
     assert!(moved, "no message reached the new partitions");
 
-    let done = collector
-        .until_all(Duration::from_secs(120), &expected)
-        .await;
-    let tally = Tally::of(
-        "partitions added mid-stream",
-        &expected,
-        &collector.received,
-    );
-    assert!(done && tally.lost == 0, "{} events lost", tally.lost);
+    let tally = tally_after_all(&mut collector, &expected, "partitions added mid-stream").await;
+    assert!(tally.lost == 0, "{} events lost", tally.lost);
     // What consumers lose: keys whose events now sit on two partitions, an old and a new.
     let mut placed: BTreeMap<&str, BTreeSet<i32>> = BTreeMap::new();
     for message in collector.received.iter().filter(|r| r.topic == contact) {

@@ -9,11 +9,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use ra_ledger_cdc::metrics::{SESSIONS, STREAMING};
-use ra_ledger_tests::relay::{Collector, RunningRelay, Tally, insert_backlog, test_config};
+use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
 use ra_ledger_tests::stack::private_postgres;
 use ra_ledger_tests::{TestDatabase, TestTopics, metric};
 
-use super::wait_for;
+use super::{tally_after_all, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_level_lowered_across_a_restart_is_refused_by_postgresql_and_the_relay_holds()
@@ -79,15 +79,8 @@ async fn wal_level_lowered_across_a_restart_is_refused_by_postgresql_and_the_rel
         .map(|row| row.get(0));
     assert_eq!(slot, Some(true), "the slot did not survive intact");
     expected.extend(insert_backlog(&client, 5, 20, 64).await?);
-    let done = collector
-        .until_all(Duration::from_secs(120), &expected)
-        .await;
-    let tally = Tally::of(
-        "wal_level lowered, then raised",
-        &expected,
-        &collector.received,
-    );
-    assert!(done && tally.lost == 0, "{} events lost", tally.lost);
+    let tally = tally_after_all(&mut collector, &expected, "wal_level lowered, then raised").await;
+    assert!(tally.lost == 0, "{} events lost", tally.lost);
     assert!(!relay.task.is_finished(), "the relay stopped");
     relay.stop().await?;
     drop(client);
