@@ -3,7 +3,7 @@
 //! failures at debug level), and the service's configuration is checked in process.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ra_ledger::api::{Role, token_entry};
 use ra_ledger::config::ServeConfig;
@@ -16,7 +16,14 @@ const TOKEN_SECRET: &str = "api-token-secret-Zx3wQ9";
 const CURSOR_SECRET: &str = "cursor-key-secret-Hb6nK1";
 
 /// Runs `binary` with `env` for a few seconds; returns what it logged and its arguments.
-fn observe(binary: &str, env: &[(&str, String)]) -> anyhow::Result<(String, String)> {
+/// Runs `binary` with `env` until its log shows `awaited` (at most 60 s, or until it exits:
+/// a fixed wait of 5 s was too short on a loaded machine), then kills it; returns its log and
+/// its arguments as `/proc` showed them while it ran.
+fn observe(
+    binary: &str,
+    env: &[(&str, String)],
+    awaited: &str,
+) -> anyhow::Result<(String, String)> {
     let log_path = run_dir().join(format!("secrets-{}.log", random_suffix()));
     let log = std::fs::File::create(&log_path)?;
     let mut command = Command::new("setpriv");
@@ -30,10 +37,18 @@ fn observe(binary: &str, env: &[(&str, String)]) -> anyhow::Result<(String, Stri
         command.env(key, value);
     }
     let mut child = command.spawn()?;
-    std::thread::sleep(Duration::from_secs(5));
-    let arguments = std::fs::read(format!("/proc/{}/cmdline", child.id()))
-        .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
-        .unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut arguments = String::new();
+    loop {
+        if let Ok(bytes) = std::fs::read(format!("/proc/{}/cmdline", child.id())) {
+            arguments = String::from_utf8_lossy(&bytes).replace('\0', " ");
+        }
+        let logged = std::fs::read_to_string(&log_path)?.contains(awaited);
+        if logged || child.try_wait()?.is_some() || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let _ = child.kill();
     child.wait()?;
     Ok((std::fs::read_to_string(&log_path)?, arguments))
@@ -86,7 +101,7 @@ async fn secrets_from_files_stay_out_of_arguments_logs_debug_and_errors() -> any
     ] {
         let mut env = common.to_vec();
         env.push(extra);
-        let (log, arguments) = observe(binary, &env)?;
+        let (log, arguments) = observe(binary, &env, refusal)?;
         assert!(
             log.contains(refusal),
             "{binary} did not log {refusal:?}:\n{log}"
