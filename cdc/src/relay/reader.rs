@@ -12,7 +12,9 @@
 //! # The loop
 //!
 //! A `biased` select, in this priority order, each with a comment on why:
-//! 1. shutdown;
+//! 1. shutdown, between transactions: a clean stop inside one reads it to its end first
+//!    (within the shutdown grace), so that nothing it sent is left for the next relay to
+//!    send again;
 //! 2. Kafka's answer to a send: it frees capacity, moves the slot, and a refusal must end a
 //!    group before more joins it;
 //! 3. a heartbeat: a transactional message through the slot, so an idle outbox does not pin
@@ -255,7 +257,21 @@ impl<'a, D: Delivery> Reader<'a, D> {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut check = tokio::time::interval(publication::CHECK_INTERVAL);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A clean stop ends between transactions. Inside one, the rows already sent would
+        // stay unconfirmed (the slot moves past whole transactions only), and the next relay
+        // would send them again: duplicates after a clean stop, seen in a mode switch under
+        // load. The rest of an open transaction is already on its way (the server sends a
+        // transaction whole, after its commit), so the reader reads on to its end, for at
+        // most the shutdown grace.
+        let grace = Duration::from_millis(self.config.shutdown_grace_ms);
+        let mut stopping: Option<tokio::time::Instant> = None;
         loop {
+            if shutdown.is_cancelled() {
+                let since = *stopping.get_or_insert_with(tokio::time::Instant::now);
+                if self.open.is_none() || since.elapsed() >= grace {
+                    return Ok(());
+                }
+            }
             // The in-flight bound: one message waiting long (its partition's leader gone)
             // stops the reading before the memory behind it grows without end.
             let can_read = self.kafka.len() < self.config.max_in_flight;
@@ -271,7 +287,9 @@ impl<'a, D: Delivery> Reader<'a, D> {
             tokio::select! {
                 // The priority order and its reasons: the module doc.
                 biased;
-                () = shutdown.cancelled() => return Ok(()),
+                // Back to the loop's top, which stops now or once the open transaction ends.
+                () = shutdown.cancelled(), if stopping.is_none() => continue,
+                () = tokio::time::sleep(grace), if stopping.is_some() => continue,
                 Some(answer) = self.kafka.next(), if !self.kafka.is_empty() => {
                     self.delivery.answered(answer).await?;
                 }
