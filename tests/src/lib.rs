@@ -51,6 +51,28 @@ pub fn repetitions(name: &str, default: usize) -> usize {
     }
 }
 
+/// Waits until `done` holds, checking every 100 ms, for at most `limit`; fails naming
+/// `what` when it never did.
+pub async fn wait_for<F, Fut>(
+    what: &str,
+    limit: std::time::Duration,
+    mut done: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = std::time::Instant::now() + limit;
+    while !done().await? {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{what}: not after {limit:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 /// The value of an unlabelled metric `name` in a Prometheus text rendering; 0 when absent.
 pub fn metric(rendered: &str, name: &str) -> u64 {
     rendered

@@ -56,7 +56,8 @@ async fn consume_all(client: &Client, slot: &str) -> anyhow::Result<String> {
     }
 }
 
-async fn confirmed_flush(client: &Client, slot: &str) -> anyhow::Result<String> {
+/// The slot's confirmed position, as text.
+pub(crate) async fn confirmed_flush(client: &Client, slot: &str) -> anyhow::Result<String> {
     Ok(client
         .query_one(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",

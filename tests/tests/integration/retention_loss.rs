@@ -7,7 +7,7 @@
 //! recover` changes nothing.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ra_ledger::retention;
 use ra_ledger_cdc::config::RelayConfig;
@@ -15,7 +15,7 @@ use ra_ledger_cdc::history::HistoryError;
 use ra_ledger_cdc::relay::RelayError;
 use ra_ledger_cdc::relay::recover::{RecoverOptions, recover};
 use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
-use ra_ledger_tests::{TestDatabase, TestTopics};
+use ra_ledger_tests::{TestDatabase, TestTopics, wait_for};
 use tokio_postgres::Client;
 
 use crate::relay_faults::spawn_relay;
@@ -77,20 +77,6 @@ async fn published(rows: usize) -> anyhow::Result<Published> {
         expected,
         relay,
     })
-}
-
-/// Waits until `done` holds, checking every 100 ms, for at most `limit`.
-async fn wait_for<F, Fut>(what: &str, limit: Duration, mut done: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + limit;
-    while !done().await? {
-        anyhow::ensure!(Instant::now() < deadline, "{what}: not after {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 /// The reproduction: 1,000 outbox rows, a retention mark, the relay's first start

@@ -21,9 +21,10 @@ use ra_ledger_tests::broker::{BrokerServer, Security};
 use ra_ledger_tests::relay::{Collector, insert_backlog, parse_lsn, test_config};
 use ra_ledger_tests::stack::run_dir;
 use ra_ledger_tests::tls::Pki;
-use ra_ledger_tests::{TestDatabase, TestTopics, metric, random_suffix};
+use ra_ledger_tests::{TestDatabase, TestTopics, metric, random_suffix, wait_for};
 
-use super::{LoggedRelay, ids_of_type, slot_confirmed, tally_after_all, wait_for};
+use super::{LoggedRelay, ids_of_type, tally_after_all};
+use crate::failover_harness::confirmed_flush;
 
 const ADMIN: (&str, &str) = ("ledger-admin", "admin-password-for-tests");
 const RELAY: (&str, &str) = ("ledger-relay", "relay-password-for-tests");
@@ -214,7 +215,7 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
         !arrived,
         "a contact event reached Kafka without the WRITE ACL"
     );
-    let confirmed = slot_confirmed(&client, &config.slot).await?;
+    let confirmed = confirmed_flush(&client, &config.slot).await?;
     assert!(
         parse_lsn(&confirmed) < parse_lsn(&written),
         "the slot confirmed {confirmed}, past rows Kafka refused (written up to {written})"
@@ -246,7 +247,7 @@ async fn the_write_acl_removed_holds_the_relay_until_it_is_granted_again() -> an
     wait_for(
         "the slot confirmed past the held rows",
         Duration::from_secs(60),
-        move || async move { Ok(parse_lsn(&slot_confirmed(sql, slot).await?) >= written) },
+        move || async move { Ok(parse_lsn(&confirmed_flush(sql, slot).await?) >= written) },
     )
     .await?;
     assert_eq!(metric(&relay.scrape().await, STREAMING.name), 1);

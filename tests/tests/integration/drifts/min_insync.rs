@@ -14,11 +14,10 @@ use std::time::Duration;
 
 use ra_ledger_cdc::metrics::SESSIONS;
 use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, parse_lsn, test_config};
-use ra_ledger_tests::{TestDatabase, TestTopics, metric};
+use ra_ledger_tests::{TestDatabase, TestTopics, metric, wait_for};
 
-use super::{
-    ids_of_type, set_topic_config, slot_confirmed, tally_after_all, topic_config, wait_for,
-};
+use super::{ids_of_type, set_topic_config, tally_after_all, topic_config};
+use crate::failover_harness::confirmed_flush;
 
 // Longer than our usual function on purpose: one scenario read top to bottom (the drift,
 // what the system does meanwhile, the drift undone, every event counted); split into
@@ -93,7 +92,7 @@ async fn min_insync_replicas_raised_above_the_replication_factor_is_capped_by_ka
     wait_for(
         "the slot confirmed past the rows written at min.insync.replicas=2",
         Duration::from_secs(60),
-        move || async move { Ok(parse_lsn(&slot_confirmed(sql, slot).await?) >= end) },
+        move || async move { Ok(parse_lsn(&confirmed_flush(sql, slot).await?) >= end) },
     )
     .await?;
     assert_eq!(

@@ -21,21 +21,6 @@ use ra_ledger_tests::relay::{Collector, Tally};
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 
-/// Waits until `done` holds, checking every 200 ms, for at most `limit`; fails naming
-/// `what` when it never did.
-pub(crate) async fn wait_for<F, Fut>(what: &str, limit: Duration, mut done: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + limit;
-    while !done().await? {
-        anyhow::ensure!(Instant::now() < deadline, "{what}: not after {limit:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
-}
-
 /// Waits up to 120 s until `collector` received every one of `expected`, then counts what
 /// came under `name` ([`Tally::of`]): each test's end, whose `lost` must be 0.
 pub(crate) async fn tally_after_all(
@@ -111,20 +96,6 @@ pub(crate) async fn ids_of_type<'a>(
         .filter(|id| of_type.contains(*id))
         .map(String::as_str)
         .collect())
-}
-
-/// The slot's confirmed position, as text.
-pub(crate) async fn slot_confirmed(
-    client: &tokio_postgres::Client,
-    slot: &str,
-) -> anyhow::Result<String> {
-    Ok(client
-        .query_one(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?
-        .get(0))
 }
 
 /// The relay as a process of its own, its log (stderr, at `warn` and above) in a file and

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use ra_ledger_tests::relay::{Collector, OpenEndedWriter, insert_backlog, test_config};
 use ra_ledger_tests::stack::run_dir;
-use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix};
+use ra_ledger_tests::{TestDatabase, TestTopics, random_suffix, wait_for};
 use rdkafka::admin::{AdminOptions, NewPartitions};
 
-use super::{LoggedRelay, admin, tally_after_all, wait_for};
+use super::{LoggedRelay, admin, tally_after_all};
 
 /// The series of `ra_relay_topic_partitions` for `topic` in a rendering.
 fn partitions_gauge(rendered: &str, topic: &str) -> Option<u64> {

@@ -11,9 +11,9 @@ use std::time::Duration;
 use ra_ledger_cdc::metrics::{SESSIONS, STREAMING};
 use ra_ledger_tests::relay::{Collector, RunningRelay, insert_backlog, test_config};
 use ra_ledger_tests::stack::private_postgres;
-use ra_ledger_tests::{TestDatabase, TestTopics, metric};
+use ra_ledger_tests::{TestDatabase, TestTopics, metric, wait_for};
 
-use super::{tally_after_all, wait_for};
+use super::tally_after_all;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_level_lowered_across_a_restart_is_refused_by_postgresql_and_the_relay_holds()
