@@ -1,6 +1,7 @@
-"""Ed25519 signature checks (RFC 8032, section 6) and RFC 9162 Merkle trees, with Python's
-standard library alone: the primitives of tests/verify_digest.py (kept beside it), written
-from the RFCs, not from the Rust code."""
+"""Ed25519 signature checks (RFC 8032, section 6), RFC 9162 Merkle trees and the digest's
+index of streams, with Python's standard library alone: the primitives of
+tests/verify_digest.py (kept beside it), written from the RFCs and the documented byte
+layouts, not from the Rust code."""
 
 import base64
 import hashlib
@@ -168,6 +169,169 @@ def consistency_holds(old, new, old_root, new_root, proof):
     return sn == 0 and fr == old_root and sr == new_root
 
 
+def inclusion_path(leaves, m):
+    """RFC 9162 section 2.1.3.1, PATH(m, D[n]): for the self-test's proofs."""
+    n = len(leaves)
+    if n <= 1:
+        return []
+    k = 1 << ((n - 1).bit_length() - 1)
+    if m < k:
+        return inclusion_path(leaves[:k], m) + [tree_root(leaves[k:])]
+    return inclusion_path(leaves[k:], m - k) + [tree_root(leaves[:k])]
+
+
+# --- The digest's index of streams (issue 56, item 2) --------------------------------------
+#
+# Entry (one per stream), an RFC 9162 leaf: 4-byte length L of the stream name, the name
+# (L bytes of UTF-8), 8-byte head version, 32-byte head event hash, 8-byte head event's log
+# position, 32-byte positions chain (P_0 = 32 zero bytes, P_v = SHA-256(P_(v-1) || the
+# 8-byte position of version v)). Entries sorted by name bytes; the root is RFC 9162's.
+# Index leaf (a checkpoint's last log leaf, 80 bytes): 24-byte prefix, 8-byte digest seq
+# (signed), 8-byte digest time in microseconds (signed), 8-byte number of entries, root.
+
+INDEX_LEAF_PREFIX = b"ra-ledger index v1" + b"\x00" * 6
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+
+def hash32(text, what):
+    """The 32 bytes of a hex hash, or a ValueError naming `what`."""
+    raw = bytes.fromhex(text)
+    if len(raw) != 32:
+        raise ValueError(f"{what} is {len(raw)} bytes, not 32")
+    return raw
+
+
+def entry_bytes(entry):
+    """An index entry's bytes, from its JSON ({"stream", "version", "head_hash",
+    "head_position", "positions"})."""
+    name = entry["stream"].encode("utf-8")
+    return (
+        len(name).to_bytes(4, "big")
+        + name
+        + entry["version"].to_bytes(8, "big")
+        + hash32(entry["head_hash"], f"the index entry of {entry['stream']}: head_hash")
+        + entry["head_position"].to_bytes(8, "big")
+        + hash32(entry["positions"], f"the index entry of {entry['stream']}: positions")
+    )
+
+
+def positions_chain(positions):
+    """P_n over the log positions of versions 1 to n."""
+    chain = bytes(32)
+    for position in positions:
+        chain = hashlib.sha256(chain + position.to_bytes(8, "big")).digest()
+    return chain
+
+
+def index_leaf(seq, time_micros, entries, root):
+    """The 80 bytes of an index leaf."""
+    return (INDEX_LEAF_PREFIX + seq.to_bytes(8, "big", signed=True)
+            + time_micros.to_bytes(8, "big", signed=True) + entries.to_bytes(8, "big") + root)
+
+
+def parse_index_leaf(data):
+    """(seq, time_micros, entries, root) of an index leaf's bytes, or None when they are not
+    one."""
+    if len(data) != 80 or data[:24] != INDEX_LEAF_PREFIX:
+        return None
+    return (int.from_bytes(data[24:32], "big", signed=True),
+            int.from_bytes(data[32:40], "big", signed=True),
+            int.from_bytes(data[40:48], "big"), data[48:])
+
+
+def _sorts(a, b):
+    """Whether stream name a sorts strictly before b (by their UTF-8 bytes)."""
+    return a.encode("utf-8") < b.encode("utf-8")
+
+
+def _path_failure(at, size, root):
+    """What is wrong with an index path ({"entry", "index", "path"}), or None."""
+    leaf = leaf_hash(entry_bytes(at["entry"]))
+    path = [hash32(h, "an index path's hash") for h in at["path"]]
+    if isinstance(at["index"], int) and verify_inclusion(leaf, at["index"], size, path, root):
+        return None
+    return (f"the index path of stream {at['entry']['stream']} (entry {at['index']} of {size}) "
+            f"does not lead to the index root {root.hex()}: the index does not hold that entry")
+
+
+def _after_failure(after, index, name, size, root):
+    """What is wrong with the entry just after an absent name, which must be at `index`."""
+    failure = _path_failure(after, size, root)
+    if failure:
+        return failure
+    if after["index"] != index:
+        return f"the entry after is at {after['index']}, not at {index}: entries between them are not shown"
+    if not _sorts(name, after["entry"]["stream"]):
+        return f"the entry after, {after['entry']['stream']}, does not sort after it"
+    return None
+
+
+def index_proof_failure(proof, root):
+    """What does not hold of an IndexProof ({"stream", "size", and "entry", or "before" and
+    "after"}) against the index root of `proof["size"]` entries, or None: its entry's path,
+    or the neighbours at consecutive indices that show the stream has none."""
+    name, size = proof["stream"], proof["size"]
+    if proof.get("entry") is not None:
+        if proof["entry"]["entry"]["stream"] != name:
+            return f"the index proof of stream {name} shows the entry of stream {proof['entry']['entry']['stream']}"
+        return _path_failure(proof["entry"], size, root)
+    before, after = proof.get("before"), proof.get("after")
+    why = None
+    if before is None and after is None:
+        if size != 0:
+            why = f"no neighbour of it among the index's {size} entries"
+        elif root != EMPTY_ROOT:
+            why = "an empty index has another root"
+    elif before is None:
+        why = _after_failure(after, 0, name, size, root)
+    else:
+        why = _path_failure(before, size, root)
+        if why is None and not _sorts(before["entry"]["stream"], name):
+            why = f"the entry before, {before['entry']['stream']}, does not sort before it"
+        if why is None and after is not None:
+            why = _after_failure(after, before["index"] + 1, name, size, root)
+        if why is None and after is None and before["index"] + 1 != size:
+            why = f"the entry before is {before['index']} of {size}, not the last, and no entry after is shown"
+    return why and f"the index does not show that stream {name} is absent: {why}"
+
+
+def index_self_test():
+    """The index code against an index built here: presence, absence between two entries,
+    before the first and after the last, an empty index; and forged neighbours that fail."""
+    entries = [
+        {"stream": name, "version": v, "head_hash": hashlib.sha256(name.encode()).hexdigest(),
+         "head_position": 10 * v, "positions": positions_chain(range(v)).hex()}
+        for v, name in enumerate(["alpha", "charlie", "echo"], 1)
+    ]
+    hashes = [leaf_hash(entry_bytes(e)) for e in entries]
+    root = tree_root(hashes)
+
+    def at(i):
+        return {"entry": entries[i], "index": i,
+                "path": [h.hex() for h in inclusion_path(hashes, i)]}
+
+    def proof(name, **parts):
+        return dict(parts, stream=name, size=len(entries))
+
+    assert parse_index_leaf(index_leaf(-1, 5, 3, root)) == (-1, 5, 3, root), "index leaf"
+    assert index_proof_failure(proof("charlie", entry=at(1)), root) is None, "presence"
+    assert index_proof_failure(proof("bravo", before=at(0), after=at(1)), root) is None, "between"
+    assert index_proof_failure(proof("aaa", after=at(0)), root) is None, "before the first"
+    assert index_proof_failure(proof("zulu", before=at(2)), root) is None, "after the last"
+    assert index_proof_failure({"stream": "x", "size": 0}, EMPTY_ROOT) is None, "empty"
+    forged = [
+        proof("delta", before=at(0), after=at(2)),   # not neighbours: charlie is between
+        proof("charlie", before=at(0), after=at(2)),  # present, said absent
+        proof("bravo", after=at(1)),                  # alpha before it is not shown
+        proof("delta", before=at(1)),                 # not the last, nothing after
+        proof("alpha", entry=at(1)),                  # another stream's entry
+        proof("charlie", entry=dict(at(1), entry=dict(entries[1], version=1))),
+        {"stream": "x", "size": 3},                   # no neighbours of 3 entries
+    ]
+    for i, bad in enumerate(forged):
+        assert index_proof_failure(bad, root) is not None, f"forged index proof {i}"
+
+
 def self_test():
     # RFC 8032, section 7.1, test 1 (empty message).
     public = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
@@ -177,3 +341,4 @@ def self_test():
     )
     assert ed25519_verify(public, b"", signature), "RFC 8032 test 1"
     assert not ed25519_verify(public, b"x", signature), "RFC 8032 test 1, other message"
+    index_self_test()
