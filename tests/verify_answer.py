@@ -8,7 +8,10 @@ What it checks of a proof with "question" and "answer" (issue 56, item 1):
   and, when an assignment is in force at the question's instant as known at its known_at,
   that assignment's contact stream (`contact-<contact>`); each once, each whole from
   version 1. An answer of null ("no registered agent") therefore needs the assignment
-  stream, and its events must show no assignment in force;
+  stream, and its events must show no assignment in force; or, when the business has no
+  assignment stream in that jurisdiction at all, no streams and the answer null: then the
+  proof's index (log.index, checked by verify_digest.py's check_log) must prove that the
+  stream is absent, and a proof without a log does not hold;
 - the events recorded by known_at fold to the answer, field by field.
 And, given the question the auditor states (--business, --jurisdiction, --at, --known-at),
 that the proof answers that question.
@@ -217,18 +220,37 @@ def check_streams(registration, live, carried):
     return None
 
 
-def check_answer(document):
-    """What does not hold of a proof's answer against its question and its streams, or None.
-    The streams' chains and paths were checked before."""
-    question, streams = document["question"], document["streams"]
+def registration_stream(question):
+    """The question's assignment stream, `assignment-<business>-<CODE>`, or a ValueError
+    naming the jurisdiction that is not one."""
     code = str(question.get("jurisdiction", "")).strip().upper()
     if len(code) != 2 or not code.isalpha():
-        return f"question.jurisdiction {question.get('jurisdiction')!r} is not a jurisdiction"
-    business = _id(question["business_id"])
-    registration = f"assignment-{business}-{code}"
+        raise ValueError(f"question.jurisdiction {question.get('jurisdiction')!r} is not a jurisdiction")
+    try:
+        business = _id(question["business_id"])
+    except (TypeError, ValueError):
+        raise ValueError(f"question.business_id {question['business_id']!r} is not a UUID")
+    return f"assignment-{business}-{code}"
+
+
+def check_answer(document):
+    """What does not hold of a proof's answer against its question and its streams, or None.
+    The streams' chains and paths were checked before. A proof of no streams with the answer
+    null holds here: the index's proof that the assignment stream is absent is check_log's."""
+    question, streams = document["question"], document["streams"]
+    try:
+        registration = registration_stream(question)
+    except ValueError as problem:
+        return str(problem)
     if registration not in [s["stream"] for s in streams]:
-        return (f"the proof does not prove stream {registration}, the assignments of business "
-                f"{business} in {code}, which the question names")
+        if streams:
+            return (f"the proof does not prove stream {registration}, the assignments of business "
+                    f"{_id(question['business_id'])} in {registration[-2:]}, which the question names")
+        if document.get("answer") is not None:
+            return (f"the proof carries no streams, so it can prove at most that {registration} "
+                    f"does not exist (no registered agent), but its answer is "
+                    f"{describe(document.get('answer'))}")
+        return None
     for s in streams:
         if s["events"][0]["stream_version"] != 1:
             return (f"the proof of stream {s['stream']} starts at version "
