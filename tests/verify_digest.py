@@ -30,7 +30,9 @@ their hashes cover, "index" and "path" of the head's leaf), "digest", "public_ke
 and "event_id" for an event's proof. For a proven audit answer ("question", "answer"), this
 checks the events, that the question's known_at is not after the digest's time (a digest
 proves what was recorded by its time, nothing later), that the streams are exactly the
-question's assignment stream and the in-force assignment's contact stream, and that the
+question's assignment stream and the in-force assignment's contact stream (or none at all,
+when the business has no assignment stream there: the answer is then null, and the log's
+index must prove that stream absent, so such a proof without a log fails), and that the
 events fold to the answer (verify_answer.py). --business, --jurisdiction, --at and
 --known-at state the question you asked: a proof of another is refused, naming the part.
 
@@ -38,15 +40,43 @@ A proof may carry "log" (issue 47): "checkpoint", a C2SP signed note (origin, si
 root) signed by the digest key under the name of its origin (signed-note key id: the first 4
 bytes of SHA-256(origin || "\n" || 0x01 || key)), with witnesses' cosignature/v1 lines;
 "heads", per stream the index and path of its head event's leaf SHA-256(0x00 || event hash)
-in that checkpoint's RFC 6962 tree; "consistency", RFC 6962 consistency proofs from earlier
-sizes. This checks the log's signature, the checkpoint's size against the digest's event
-count, and each head's inclusion; with --policy (C2SP tlog-policy: witness, group and quorum
-lines), that verified cosignatures meet the quorum, counting each key once (a policy that
-names one key twice, or a group whose members share a witness, is refused), and that its
-`log` line, if any, is the --public-key's and the checkpoint's origin; with
---saved-checkpoint (checkpoints you kept), that the proof's log extends each one; with
---max-age (90s, 15m, 2h, 1d; needs --policy), that the newest verified cosignature is not
-older than that.
+in that checkpoint's RFC 6962 tree, and "positions", the log position of each event of the
+stream the proof carries, in order (the last is the head's index); "consistency", RFC 6962
+consistency proofs from earlier sizes ({"old_size", "proof"}), each with "index_leaf" and
+"index_path" when 0 < old_size < size: the log's leaf at old_size - 1 and its path in the
+checkpoint's tree; and "index" (issue 56, item 2), the index of streams the checkpoint ends
+with: {"leaf": hex, "path": [hex], "streams": [IndexProof]}.
+
+    The index: one entry per stream, sorted by the name's UTF-8 bytes, its root RFC 9162's
+    over their leaf hashes SHA-256(0x00 || entry). Entry (big-endian): 4-byte length L of
+    the name, the name (L bytes), 8-byte head version, 32-byte head event hash, 8-byte head
+    event's log position, 32-byte positions chain (P_0 = 32 zero bytes, P_v =
+    SHA-256(P_(v-1) || 8-byte position of version v)); in JSON {"stream", "version",
+    "head_hash", "head_position", "positions"}. The index leaf, the log's leaf at size - 1
+    (80 bytes): "ra-ledger index v1" and six zero bytes, the digest's seq (8, signed), its
+    time_micros (8, signed), the number of entries (8), the index root (32).
+    IndexProof: {"stream", "size" (the number of entries), "entry": {"entry", "index",
+    "path"}} for a stream the index holds; without "entry", its absence: "before" and/or
+    "after", the neighbouring entries with their paths at consecutive indices ("before"
+    alone when it is the last, "after" alone at index 0, neither when the index is empty).
+
+This checks the log's signature; that log.index's leaf is an index leaf, the checkpoint's
+last leaf, of the digest's time, seq (a v2 digest's) and stream count; that each head is in
+the log; that every IndexProof is of the index's size and holds against its root; that the
+index holds each proven stream's head (version, hash, log position), so a proof of an older
+head fails; that the positions are one per event carried, increasing, the last the head's,
+and chain to the index's when the stream is carried from version 1; and, for a "no RA"
+answer that carries no streams, that the index proves the question's assignment stream
+absent. With --policy (C2SP tlog-policy: witness, group and quorum lines), that verified
+cosignatures meet the quorum, counting each key once (a policy that names one key twice, or
+a group whose members share a witness, is refused), and that its `log` line, if any, is the
+--public-key's and the checkpoint's origin; with --saved-checkpoint (checkpoints you kept),
+that the proof's log extends each one, that it ends with an index leaf (log.index.leaf, or
+the consistency entry's index_leaf on its path at old_size - 1), and that every carried
+event at a log position at or after its size is recorded after that index leaf's digest
+time (else it was backdated); with --max-age (90s, 15m, 2h, 1d; needs --policy), that the
+newest verified cosignature is not older than that. A proof whose log has no index (sealed
+before the index) fails: ask for a new proof.
 
 The saved answer of `registered-agent?...&proof=true` (the answer's fields and the proof
 under "proof") is read as it is: its fields must equal the proof's "answer".
@@ -66,8 +96,9 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import verify_answer  # noqa: E402  (beside this file)
 from verify_crypto import (  # noqa: E402  (beside this file)
-    consistency_holds, ed25519_verify, leaf_bytes, leaf_hash, node_hash, public_key_from_pem,
-    self_test, tree_root, verify_inclusion,
+    consistency_holds, ed25519_verify, hash32, index_proof_failure, leaf_bytes, leaf_hash,
+    node_hash, parse_index_leaf, positions_chain, public_key_from_pem, self_test, tree_root,
+    verify_inclusion,
 )
 
 # --- The digest --------------------------------------------------------------------------
@@ -157,6 +188,14 @@ def check_stream(entry):
         previous = computed
 
 
+def no_streams_without_log(question):
+    """The failure of an answer's proof that carries no streams and no log to prove why."""
+    registration = verify_answer.registration_stream(question)
+    return (f"the proof carries no streams and no transparency log: \"no RA\" without stream "
+            f"{registration} needs the index's proof that the stream is absent, which only a "
+            "proof with a log carries: ask for a new proof")
+
+
 def check(document, public_pem=None):
     """Yields what does not hold, in order. `public_pem` is the key to trust; without it,
     the document's own key is used, which proves only that the document is consistent."""
@@ -198,7 +237,7 @@ def check(document, public_pem=None):
             yield "the leaves do not reproduce the digest's root"
     inclusions = [document["inclusion"]] if "inclusion" in document else []
     if "streams" in document:
-        if not document["streams"]:
+        if not document["streams"] and question is None:
             yield "the proof has no streams"
             return
         for entry in document["streams"]:
@@ -221,6 +260,9 @@ def check(document, public_pem=None):
             if failure:
                 yield failure
                 return
+        if not document["streams"] and "log" not in document:
+            yield no_streams_without_log(question)
+            return
     for inc in inclusions:
         leaf = leaf_hash(leaf_bytes(inc["stream"], inc["version"], bytes.fromhex(inc["hash"])))
         path = [bytes.fromhex(h) for h in inc["path"]]
@@ -366,6 +408,195 @@ def quorum_holds(policy, member, cosigned):
     return sum(quorum_holds(policy, m, cosigned) for m in members) >= k
 
 
+# --- The index of streams each checkpoint ends with (issue 56, item 2) -----------------------
+
+READ_ERRORS = (KeyError, TypeError, ValueError, OverflowError, AttributeError)
+NOT_THIS_DIGESTS = "the checkpoint does not end with this digest's index"
+
+
+def unread(what, call, *args):
+    """call(*args): what does not hold, or None; or, when the part does not read, that."""
+    try:
+        return call(*args)
+    except READ_ERRORS as problem:
+        return f"{what} does not read: {problem!r}"
+
+
+def hex_hashes(texts, what):
+    return [hash32(h, what) for h in texts]
+
+
+def index_leaf_failure(log, digest, size, root):
+    """What does not hold of log.index's leaf, or None: an index leaf, the last leaf of the
+    checkpoint, of the digest's time, number (a v2 digest's) and number of streams."""
+    index = log.get("index")
+    if index is None:
+        return ("the proof carries no index of its checkpoint (sealed before the index): "
+                "ask for a new proof")
+    raw = bytes.fromhex(index["leaf"])
+    leaf = parse_index_leaf(raw)
+    if leaf is None:
+        return (f"log.index.leaf is not an index leaf: {len(raw)} bytes, an index leaf is 80 "
+                "starting with \"ra-ledger index v1\"")
+    path = hex_hashes(index["path"], "a hash of log.index.path")
+    if size == 0 or not verify_inclusion(leaf_hash(raw), size - 1, size, path, root):
+        return (f"the index leaf is not the last leaf of the checkpoint (position {size - 1} of "
+                f"its {size}): the checkpoint the witnesses cosigned does not end with this index")
+    seq, when, entries, _ = leaf
+    if when != digest["time_micros"]:
+        return (f"the index leaf is of time {when} microseconds, the digest of "
+                f"{digest['time_micros']}: {NOT_THIS_DIGESTS}")
+    if digest.get("format", FORMAT_V1) == FORMAT_V2 and seq != digest["seq"]:
+        return f"the index leaf is of digest {seq}, the digest is number {digest['seq']}: {NOT_THIS_DIGESTS}"
+    if entries != digest["stream_count"]:
+        return (f"the index leaf counts {entries} streams, the digest {digest['stream_count']}: "
+                f"{NOT_THIS_DIGESTS}")
+    return None
+
+
+def index_proofs(index, entries, index_root):
+    """({stream: IndexProof}, None) when each IndexProof in log.index.streams is of the
+    index's size and holds against its root; else (None, what does not hold)."""
+    proven = {}
+    for proof in index["streams"]:
+        name = proof["stream"]
+        if name in proven:
+            return None, f"log.index.streams proves stream {name} twice"
+        if proof["size"] != entries:
+            return None, (f"the index proof of stream {name} is of an index of {proof['size']} "
+                          f"entries, the index leaf counts {entries}")
+        failure = index_proof_failure(proof, index_root)
+        if failure:
+            return None, failure
+        proven[name] = proof
+    return proven, None
+
+
+def positions_failure(name, events, head, held, size):
+    """What does not hold of log.heads' positions of one stream's carried events, or None:
+    one per event, increasing, in the checkpoint, the last the head's; and, when the stream
+    is carried from version 1, chaining to the positions the index holds."""
+    positions = head.get("positions")
+    if not isinstance(positions, list) or len(positions) != len(events):
+        return (f"log.heads of stream {name} does not give the log position of each of its "
+                f"{len(events)} events carried: ask for a new proof")
+    for i, position in enumerate(positions):
+        if type(position) is not int or not 0 <= position < size:
+            return f"log.heads of stream {name}: position {position!r} is not one of the checkpoint's {size} leaves"
+        if i and position <= positions[i - 1]:
+            return (f"log.heads of stream {name}: version {events[i]['stream_version']} at log "
+                    f"position {position}, not after version {events[i - 1]['stream_version']}'s "
+                    f"{positions[i - 1]}")
+    if positions[-1] != head["index"]:
+        return f"log.heads of stream {name}: the last position {positions[-1]} is not the head's index {head['index']}"
+    if events[0]["stream_version"] == 1 and positions_chain(positions) != hash32(
+            held["positions"], f"the index entry of {name}: positions"):
+        return (f"the log positions log.heads gives stream {name}'s events do not chain to the "
+                "positions the index holds: the proof places them elsewhere than the log does")
+    return None
+
+
+def head_failure(entry, head, proof, size):
+    """What does not hold of one proven stream against the index, or None: the index holds
+    its head (version, hash, log position), and log.heads' positions of its events hold."""
+    name, events = entry["stream"], entry["events"]
+    last = events[-1]
+    if proof is None or proof.get("entry") is None:
+        return (f"the proof carries no index entry of stream {name}: nothing the witnesses "
+                "cosigned shows that its head is the stream's newest")
+    held = proof["entry"]["entry"]
+    if held["version"] != last["stream_version"]:
+        return (f"the index holds stream {name} at version {held['version']}, the proof's head is "
+                f"version {last['stream_version']}: the proof is not of the stream's newest head")
+    if hash32(held["head_hash"], f"the index entry of {name}: head_hash") != bytes.fromhex(last["hash"]):
+        return (f"the index holds stream {name} at version {held['version']} with head hash "
+                f"{held['head_hash']}, the proof's head is {last['hash']}: the proof is not of "
+                "the head the index holds")
+    if held["head_position"] != head["index"]:
+        return (f"the index holds stream {name}'s head at log position {held['head_position']}, "
+                f"the proof's head is at {head['index']}: the proof is not of the head the index holds")
+    return positions_failure(name, events, head, held, size)
+
+
+def absence_failure(document, proven):
+    """For an answer whose assignment stream the proof does not carry: what does not hold of
+    the index's proof that the stream is absent, or None."""
+    question = document.get("question")
+    if question is None:
+        return None
+    registration = verify_answer.registration_stream(question)
+    if registration in [s["stream"] for s in document["streams"]]:
+        return None
+    proof = proven.get(registration)
+    if proof is None:
+        return (f"the proof does not carry stream {registration}, and its index does not prove it "
+                "absent: \"no RA\" needs the stream's events or the index's proof that it has none")
+    if proof.get("entry") is not None:
+        return (f"the index holds stream {registration} at version "
+                f"{proof['entry']['entry']['version']}, which the proof does not carry: its "
+                "\"no RA\" is not proven")
+    if document.get("answer") is not None:
+        return f"the index proves stream {registration} absent, and the answer is not \"no RA\""
+    return None
+
+
+def index_failure(document, log, size):
+    """What does not hold of log.index's proofs and log.heads against the index, or None."""
+    index = log["index"]
+    _, _, entries, index_root = parse_index_leaf(bytes.fromhex(index["leaf"]))
+    proven, failure = index_proofs(index, entries, index_root)
+    if failure:
+        return failure
+    for entry, head in zip(document["streams"], log["heads"]):
+        failure = head_failure(entry, head, proven.get(entry["stream"]), size)
+        if failure:
+            return failure
+    return absence_failure(document, proven)
+
+
+def saved_time_failure(log, old_size, size, root):
+    """(the time of the index leaf your saved checkpoint ends with, None), or (None, what does
+    not hold): log.index.leaf when it is of the proof's size, else log.consistency's
+    index_leaf for old_size, on its path at old_size - 1 in the proof's tree."""
+    lead = f"your saved checkpoint of size {old_size} does not end with an index leaf"
+    if old_size == size:
+        raw = bytes.fromhex(log["index"]["leaf"])
+    else:
+        shown = next((c for c in log["consistency"] if c["old_size"] == old_size), {})
+        if shown.get("index_leaf") is None:
+            return None, (f"{lead}, as far as the proof shows: log.consistency carries no "
+                          f"index_leaf for old_size {old_size}: ask for a new proof")
+        raw = bytes.fromhex(shown["index_leaf"])
+        path = hex_hashes(shown.get("index_path") or [], "a hash of an index_path")
+        if not verify_inclusion(leaf_hash(raw), old_size - 1, size, path, root):
+            return None, (f"{lead}: the index_leaf the proof shows is not the log's leaf at "
+                          f"position {old_size - 1}")
+    leaf = parse_index_leaf(raw)
+    if leaf is None:
+        return None, (f"{lead}: the log's leaf at position {old_size - 1} is not one, so no "
+                      "digest sealed the log at that size")
+    return leaf[1], None
+
+
+def backdating_failure(document, log, old_size, size, root):
+    """What does not hold of the events carried against a saved checkpoint of old_size, or
+    None: each event after it in the log is recorded after its digest's time."""
+    if old_size == 0:
+        return None
+    before, failure = saved_time_failure(log, old_size, size, root)
+    if failure:
+        return failure
+    rfc3339 = verify_answer.rfc3339
+    for entry, head in zip(document["streams"], log["heads"]):
+        for event, position in zip(entry["events"], head["positions"]):
+            if position >= old_size and event["recorded_at_micros"] <= before:
+                return (f"event {event['event_id']} is recorded at "
+                        f"{rfc3339(event['recorded_at_micros'])} (not after your saved "
+                        f"checkpoint's digest time {rfc3339(before)}) but sits at log position "
+                        f"{position}, after that checkpoint's size {old_size}: it was BACKDATED")
+    return None
+
+
 def check_log(document, public, policy, saved, max_age=None):
     """Yields what does not hold in the proof's transparency-log part."""
     log = document.get("log")
@@ -382,8 +613,9 @@ def check_log(document, public, policy, saved, max_age=None):
     if failure:
         yield failure
         return
-    if size != document["digest"]["event_count"]:
-        yield f"the checkpoint's size {size} is not the digest's event count {document['digest']['event_count']}"
+    failure = unread("log.index", index_leaf_failure, log, document["digest"], size, root)
+    if failure:
+        yield failure
         return
     if policy is not None:
         times = {w: cosigned_by(note, name, key) for w, (name, key) in policy["witnesses"].items()}
@@ -406,6 +638,10 @@ def check_log(document, public, policy, saved, max_age=None):
         if not verify_inclusion(leaf, head["index"], size, path, root):
             yield f"the head of stream {entry['stream']} is not in the log at index {head['index']}"
             return
+    failure = unread("log.index or log.heads", index_failure, document, log, size)
+    if failure:
+        yield failure
+        return
     proofs = {c["old_size"]: [bytes.fromhex(h) for h in c["proof"]] for c in log["consistency"]}
     for i, text in enumerate(saved, 1):
         try:
@@ -429,6 +665,10 @@ def check_log(document, public, policy, saved, max_age=None):
                 f"(root {base64.b64encode(old_root).decode()}): the log's history as of your "
                 "checkpoint was rewritten, or you were shown a split view"
             )
+            return
+        failure = unread("log.consistency", backdating_failure, document, log, old_size, size, root)
+        if failure:
+            yield failure
             return
 
 
@@ -460,16 +700,21 @@ def verify_file(path, public_pem, policy=None, saved=(), max_age=None, stated=No
     for failure in check_log(document, public, policy, list(saved), max_age):
         return False, f"FAIL: {failure}"
     checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion", "log") if part in document]
+    if "log" in document:
+        checked.append("the index")
     if policy is not None:
         checked.append("the witnesses' quorum")
     if saved:
         checked.append(f"consistency with {len(saved)} saved checkpoints")
+        checked.append("no backdating past them")
     if max_age is not None:
         checked.append("the newest cosignature's age")
     if "question" in document:
         return True, (
             f"ok: {', '.join(checked)} hold, known_at is not after the digest, and the proven "
             f"events fold to the answer: {verify_answer.describe(document.get('answer'))}"
+            + ("" if document["streams"] else
+               f" (the index proves stream {verify_answer.registration_stream(document['question'])} absent)")
             + ("" if stated else " (the question was not stated: it is the proof's own)")
         )
     return True, f"ok: {', '.join(checked)} hold"
