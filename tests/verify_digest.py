@@ -38,7 +38,7 @@ events fold to the answer (verify_answer.py). --business, --jurisdiction, --at a
 
 A proof may carry "log" (issue 47): "checkpoint", a C2SP signed note (origin, size, base64
 root) signed by the digest key under the name of its origin (signed-note key id: the first 4
-bytes of SHA-256(origin || "\n" || 0x01 || key)), with witnesses' cosignature/v1 lines;
+bytes of SHA-256(origin || "\\n" || 0x01 || key)), with witnesses' cosignature/v1 lines;
 "heads", per stream the index and path of its head event's leaf SHA-256(0x00 || event hash)
 in that checkpoint's RFC 6962 tree, and "positions", the log position of each event of the
 stream the proof carries, in order (the last is the head's index); "consistency", RFC 6962
