@@ -676,7 +676,7 @@ def unwrap(document):
     """A saved `registered-agent?...&proof=true` answer: its proof, once the fields beside it
     are found to be the proof's answer."""
     if "proof" in document and "digest" not in document:
-        outer = {k: v for k, v in document.items() if k != "proof"}
+        outer = {k: v for k, v in document.items() if k != "proof"} or None  # none: "no RA"
         if document["proof"].get("answer") != outer:
             raise ValueError("the answer's fields beside `proof` are not the proof's `answer`")
         return document["proof"]

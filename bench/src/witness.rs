@@ -138,6 +138,8 @@ pub async fn run(bench: WitnessBench) -> anyhow::Result<()> {
                 .into_iter()
                 .map(Hex)
                 .collect(),
+            index_leaf: None,
+            index_path: None,
         }],
         heads: vec![LogInclusion {
             index,
@@ -147,7 +149,9 @@ pub async fn run(bench: WitnessBench) -> anyhow::Result<()> {
                 .into_iter()
                 .map(Hex)
                 .collect(),
+            positions: vec![index],
         }],
+        index: None,
     };
     let json = serde_json::to_string(&part)?;
     outln!(

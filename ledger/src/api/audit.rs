@@ -41,8 +41,9 @@ pub(super) struct AtQuery {
 /// The answer, with its proof when asked for.
 #[derive(Debug, Serialize)]
 pub(super) struct AtAnswer {
+    /// None only with a proof: a proven "no RA" (issue 56) is the proof alone.
     #[serde(flatten)]
-    answer: RegisteredAgent,
+    answer: Option<RegisteredAgent>,
     /// The events the answer folds, proven against a signed digest
     /// ([`crate::digest::prove`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -97,11 +98,10 @@ pub(super) async fn registered_agent_at(
                 "invalid_field",
                 error.to_string(),
             )),
-            Ok(Some((answer, proof))) => Ok(Json(AtAnswer {
+            Ok((answer, proof)) => Ok(Json(AtAnswer {
                 answer,
                 proof: Some(proof),
             })),
-            Ok(None) => Err(none()),
             Err(error @ ProofError::NotSealed(_)) => Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "not_sealed",
@@ -115,7 +115,7 @@ pub(super) async fn registered_agent_at(
         .await?
         .map(|answer| {
             Json(AtAnswer {
-                answer,
+                answer: Some(answer),
                 proof: None,
             })
         })

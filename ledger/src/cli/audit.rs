@@ -135,7 +135,8 @@ async fn answer_at(
 }
 
 /// The proof of who was the RA at `at` against the newest signed digest (as known at
-/// `known_at`, or at that digest's time); an error when nobody was.
+/// `known_at`, or at that digest's time). "No RA" is proven too (issue 56): the document's
+/// `answer` is then `null`.
 async fn proof_at(
     pool: &Pool,
     business: Uuid,
@@ -143,7 +144,7 @@ async fn proof_at(
     at: DateTime<Utc>,
     known_at: Option<DateTime<Utc>>,
 ) -> anyhow::Result<String> {
-    let Some((_, document)) = prove::for_answer(
+    let (_, document) = prove::for_answer(
         pool,
         &Default::default(),
         business,
@@ -151,14 +152,7 @@ async fn proof_at(
         at,
         known_at,
     )
-    .await?
-    else {
-        let known_at = known_at.map_or("the newest digest".into(), |k| k.to_string());
-        anyhow::bail!(
-            "business {business} had no registered agent in {} at {at} (as known at {known_at}): nothing to prove",
-            jurisdiction.code()
-        );
-    };
+    .await?;
     Ok(serde_json::to_string_pretty(&document)?)
 }
 

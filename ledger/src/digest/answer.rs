@@ -35,6 +35,7 @@ pub(super) fn verify_answer(
     streams: &[ProvenStream],
     envelopes: &[ra_ledger_proto::v1::Envelope],
     digest_time_micros: i64,
+    absent: &[String],
 ) -> Result<String, Refused> {
     let business_id = question.business_id;
     let jurisdiction = Jurisdiction::parse("question.jurisdiction", &question.jurisdiction)
@@ -51,7 +52,10 @@ pub(super) fn verify_answer(
         "the assignments of business {business_id} in {}, which the question names",
         jurisdiction.code()
     );
-    if !streams.iter().any(|proven| proven.stream == registration) {
+    // Not carried: only when the index shows the stream has no entry ("no RA", proven).
+    if !streams.iter().any(|proven| proven.stream == registration)
+        && !absent.contains(&registration)
+    {
         return Err(Refused::MissingStream {
             stream: registration,
             why: asked,

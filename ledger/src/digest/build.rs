@@ -36,8 +36,10 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use tokio_postgres::IsolationLevel;
 
+use super::index::Index;
 use super::log::{
-    CachedLeaf, CachedTree, LogError, TreeCache, append_log, hash32, merge, read_leaves, read_log,
+    CachedLeaf, CachedTree, LogError, TreeCache, append_log, hash32, merge, read_indexed,
+    read_leaves,
 };
 use super::merkle::Hash;
 use super::{AGGREGATE_TYPE, DigestDocument, DigestKey, Head, SignedDigest, Statement, merkle};
@@ -88,6 +90,9 @@ pub enum BuildError {
     /// The database holds a head hash that is not 32 bytes.
     #[error("digest: stream {0} has a head hash that is not 32 bytes")]
     BadHash(String),
+    /// The log's events do not follow each other in their streams.
+    #[error("digest: the transparency log itself: {0}")]
+    BrokenLog(String),
     /// Writers older than the digest's time did not end in time.
     #[error(
         "digest: transactions older than its time are still open after {0:?} ({1}); \
@@ -101,6 +106,7 @@ impl From<LogError> for BuildError {
         match error {
             LogError::Database(error) => Self::Database(error),
             LogError::BadHash(what) => Self::BadHash(what),
+            LogError::Broken(why) => Self::BrokenLog(why),
         }
     }
 }
@@ -205,7 +211,9 @@ async fn build_locked(
     let last = tx
         .query_opt(include_str!("../sql/digest/last_digest.sql"), &[])
         .await?;
-    if changed.is_empty() && last.is_some() {
+    // A newest digest sealed before V25 has no index leaf: seal one that has.
+    let indexed = last.as_ref().is_some_and(|row| row.get::<_, bool>(4));
+    if changed.is_empty() && indexed {
         return Ok((Built::Unchanged, tree));
     }
     let (seq, previous) = match &last {
@@ -224,8 +232,10 @@ async fn build_locked(
     let heads = upsert_heads(&tx, &changed, seq, tree.is_some()).await?;
     let upserted = started.elapsed();
     let cached = tree.is_some();
-    let (leaves, event_count, log) = next_tree(&tx, tree, heads, seq).await?;
-    let (checkpoint, note) = seal_checkpoint(key, origin, &log, seq, event_count);
+    let (leaves, event_count, mut log, index) = next_tree(&tx, tree, heads, seq).await?;
+    let index_leaf = index.leaf(seq, time_micros);
+    log.push_hash(index_leaf.leaf_hash());
+    let (checkpoint, note) = seal_checkpoint(key, origin, &log, seq, (event_count, &index));
     let hashes: Vec<Hash> = leaves.iter().map(|leaf| leaf.leaf_hash).collect();
     let digest = key.sign(Statement {
         seq: Some(seq),
@@ -236,7 +246,13 @@ async fn build_locked(
         previous,
     });
     let rooted = started.elapsed();
-    insert_digest(&tx, seq, &digest, key, changed.len(), (&checkpoint, &note)).await?;
+    let sealed = Sealed {
+        changed: changed.len(),
+        checkpoint: &checkpoint,
+        note: &note,
+        index_leaf: &index_leaf.bytes(),
+    };
+    insert_digest(&tx, seq, &digest, key, sealed).await?;
     // Exactly the rows this snapshot shows: later appends keep theirs.
     tx.execute(include_str!("../sql/digest/sealed_marks.sql"), &[])
         .await?;
@@ -256,6 +272,7 @@ async fn build_locked(
         leaves,
         hashes,
         log,
+        index,
     });
     let built = Built::Sealed {
         seq,
@@ -265,54 +282,58 @@ async fn build_locked(
     Ok((built, Some(tree)))
 }
 
-/// The checkpoint of `log` that digest `seq` seals, signed with the digest key. Its size is
-/// the digest's `event_count` in an honest history (every sealed event is one leaf); when it
-/// is not, it is sealed anyway (the witnesses judge the log) and said loudly.
+/// The checkpoint of `log` that digest `seq` seals, signed with the digest key. In an honest
+/// history the log's index (its events, stream by stream) counts the digest's `event_count`
+/// events in as many streams as the digest's leaves; when it does not, it is sealed anyway
+/// (the witnesses judge the log, `ledger digest monitor` names the stream) and said loudly.
 fn seal_checkpoint(
     key: &DigestKey,
     origin: &str,
     log: &Tree,
     seq: i64,
-    event_count: u64,
+    (event_count, index): (u64, &Index),
 ) -> (Checkpoint, SignedNote) {
     let checkpoint = Checkpoint {
         origin: origin.to_owned(),
         size: log.size(),
         root: log.root(),
     };
-    if checkpoint.size != event_count {
+    let logged: u64 = index.entries().iter().map(|entry| entry.version).sum();
+    if logged != event_count {
         tracing::error!(
             seq,
             log_size = checkpoint.size,
+            logged_events = logged,
             event_count,
-            "the transparency log's size is not the digest's event count: the sealed history was changed"
+            "the transparency log does not hold the events the digest seals: the sealed history was changed"
         );
     }
     let note = sign_checkpoint(key.public(), |m| key.sign_bytes(m), &checkpoint);
     (checkpoint, note)
 }
 
-/// The tree and the log of digest `seq`: the cached ones with the changed `heads` merged
-/// and the log's new leaves appended, or, without a cache, both read whole.
+/// The tree, the log (without the index leaf) and the index of digest `seq`: the cached ones
+/// with the changed `heads` merged and the log's new leaves appended, or, without a cache,
+/// all read whole.
 async fn next_tree(
     tx: &deadpool_postgres::Transaction<'_>,
     tree: Option<Arc<CachedTree>>,
     heads: Vec<CachedLeaf>,
     seq: i64,
-) -> Result<(Vec<CachedLeaf>, u64, Tree), BuildError> {
+) -> Result<(Vec<CachedLeaf>, u64, Tree, Index), BuildError> {
     Ok(match tree {
         Some(tree) => {
             // Copied only if a proof still holds it.
             let tree = Arc::try_unwrap(tree).unwrap_or_else(|shared| (*shared).clone());
             let mut log = tree.log;
-            append_log(tx, &mut log, seq).await?;
+            let index = append_log(tx, &mut log, tree.index, seq).await?;
             let (leaves, event_count) = merge(tree.leaves, heads, tree.event_count);
-            (leaves, event_count, log)
+            (leaves, event_count, log, index)
         }
         None => {
             let (leaves, event_count) = read_leaves(tx).await?;
-            let log = read_log(tx, seq).await?;
-            (leaves, event_count, log)
+            let (log, index) = read_indexed(tx, seq).await?;
+            (leaves, event_count, log, index)
         }
     })
 }
@@ -387,17 +408,32 @@ async fn upsert_heads(
     Ok(heads)
 }
 
+/// What a digest sealed beside its statement: the streams it re-read, its checkpoint as
+/// signed, and its index leaf.
+struct Sealed<'a> {
+    changed: usize,
+    checkpoint: &'a Checkpoint,
+    note: &'a SignedNote,
+    index_leaf: &'a [u8; super::index::INDEX_LEAF_LEN],
+}
+
 /// Inserts digest `seq` and, in the same statement, its outbox row: the digest document
 /// the relay publishes on `<prefix>digest`; then the checkpoint it sealed, as signed
-/// (`checkpoint` and its `note`), into the checkpoints' room.
+/// (`checkpoint` and its `note`), into the checkpoints' room; the digests row keeps its index
+/// leaf.
 async fn insert_digest(
     tx: &deadpool_postgres::Transaction<'_>,
     seq: i64,
     digest: &SignedDigest,
     key: &DigestKey,
-    changed: usize,
-    (checkpoint, note): (&Checkpoint, &SignedNote),
+    sealed: Sealed<'_>,
 ) -> Result<(), BuildError> {
+    let Sealed {
+        changed,
+        checkpoint,
+        note,
+        index_leaf,
+    } = sealed;
     let mut document = DigestDocument::new(seq, digest, key.public_pem());
     document.checkpoint = Some(note.text());
     let statement = &digest.statement;
@@ -418,6 +454,7 @@ async fn insert_digest(
             &AGGREGATE_TYPE,
             &serde_json::to_vec(&document).expect("a digest document always serializes"),
             &statement.version(),
+            &index_leaf.to_vec(),
         ],
     )
     .await?;

@@ -35,9 +35,13 @@
 //!   checkpoint's tree; `consistency`, per earlier size asked for (`consistent_with`), the
 //!   RFC 6962 consistency proof (`old_size`, `proof`) to the checkpoint's size. Hashes in
 //!   hex, as everywhere in the document.
+//!   Since issue 56 each head also has `positions` (the log position of each carried event),
+//!   each consistency entry the `index_leaf` ending that size and its `index_path`, and
+//!   `index` ([`LogIndex`]) the index leaf ending the checkpoint, its path, and each named
+//!   stream's entry or absence ([`super::index::IndexProof`]).
 //! - The answer of `registered-agent?...&proof=true` is the answer's fields and this proof
 //!   under `proof`: both verifiers read it as saved (the outer fields must equal
-//!   `proof.answer`).
+//!   `proof.answer`; no fields beside `proof` stand for an answer of `null`, "no RA").
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::{self, Deserializer};
@@ -361,6 +365,22 @@ pub struct LogProof {
     pub consistency: Vec<ConsistencyProof>,
     /// One per proven stream, in the order of `streams`: its head event's place in the log.
     pub heads: Vec<LogInclusion>,
+    /// The index leaf that ends the checkpoint, its path, and each stream's entry or
+    /// absence (issue 56, item 2). Absent in proofs against digests sealed before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<LogIndex>,
+}
+
+/// A proof's part in the index ([`super::index`]) of its checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogIndex {
+    /// The index leaf's 80 bytes: the checkpoint's last leaf.
+    pub leaf: HexBytes,
+    /// Its RFC 6962 inclusion path at `size - 1` in the checkpoint's tree.
+    pub path: Vec<HexHash>,
+    /// One per proven stream, in the order of `streams`, then, for an answer whose
+    /// assignment stream is not carried, that stream's absence.
+    pub streams: Vec<super::index::IndexProof>,
 }
 
 /// An event's leaf in the log: `SHA-256(0x00 || event hash)` at `index`.
@@ -370,6 +390,11 @@ pub struct LogInclusion {
     pub index: u64,
     /// Its RFC 6962 inclusion path in the checkpoint's tree.
     pub path: Vec<HexHash>,
+    /// The log position of each of the stream's events the proof carries, in order (the
+    /// last is `index`): what the index entry's positions chain covers, and what shows an
+    /// event sealed after a checkpoint the auditor kept.
+    #[serde(default)]
+    pub positions: Vec<u64>,
 }
 
 /// RFC 6962 `PROOF(old_size, D[size])`, to the checkpoint's size.
@@ -379,6 +404,13 @@ pub struct ConsistencyProof {
     pub old_size: u64,
     /// The hashes.
     pub proof: Vec<HexHash>,
+    /// The index leaf at `old_size - 1`, which ends the saved checkpoint (its digest's
+    /// time bounds the events recorded before it), when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_leaf: Option<HexBytes>,
+    /// Its RFC 6962 inclusion path in the proof's checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_path: Option<Vec<HexHash>>,
 }
 
 impl ProofDocument {

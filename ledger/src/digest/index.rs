@@ -13,9 +13,10 @@
 //! leaf is such an [`IndexLeaf`]; an entry's path to that root shows the head, and two
 //! neighbouring entries show that a name has no entry at all.
 //!
-//! Not hooked in yet: the builder does not append the index leaf, and proofs and verifiers
-//! do not carry or check index paths (docs/auditors.md says what holds today).
-//! [`super::monitor`] uses [`Index::from_log`] already.
+//! The builder ([`super::build`]) keeps the index beside the digest's tree and appends its
+//! leaf after each digest's events; proofs ([`super::prove`]) carry the index leaf, its path
+//! to the checkpoint's root and each stream's entry or absence; [`super::indexed`] checks
+//! them; [`super::monitor`] recomputes the index from the log with [`Index::from_log`].
 //!
 //! transparency-dev's verifiable index (a map from keys to the positions of their log
 //! entries, committed to the log and recomputed by monitors) is the model; a sorted tree
@@ -56,7 +57,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::document::HexHash;
+use super::document::{Hex, HexHash};
 use super::merkle::{self, Hash};
 
 /// The first 24 bytes of an index leaf.
@@ -257,15 +258,30 @@ impl Index {
     pub fn from_log<'a>(
         events: impl IntoIterator<Item = (u64, &'a str, u64, Hash)>,
     ) -> Result<Self, String> {
-        let mut heads: std::collections::HashMap<&'a str, IndexEntry> = Default::default();
+        Self::default().extended(events)
+    }
+
+    /// This index with the log's next `events` (as [`Self::from_log`] takes them) applied:
+    /// what the builder does with the events a digest appends. Only the streams they move
+    /// are hashed again.
+    pub fn extended<'a>(
+        self,
+        events: impl IntoIterator<Item = (u64, &'a str, u64, Hash)>,
+    ) -> Result<Self, String> {
+        let mut moved: std::collections::HashMap<&'a str, IndexEntry> = Default::default();
         for (position, stream, version, hash) in events {
-            let entry = heads.entry(stream).or_insert_with(|| IndexEntry {
-                stream: stream.to_owned(),
-                version: 0,
-                head_hash: crate::digest::document::Hex([0; 32]),
-                head_position: 0,
-                positions: crate::digest::document::Hex([0; 32]),
-            });
+            let entry = match moved.entry(stream) {
+                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+                std::collections::hash_map::Entry::Vacant(vacant) => {
+                    vacant.insert(self.entry(stream).cloned().unwrap_or_else(|| IndexEntry {
+                        stream: stream.to_owned(),
+                        version: 0,
+                        head_hash: Hex([0; 32]),
+                        head_position: 0,
+                        positions: Hex([0; 32]),
+                    }))
+                }
+            };
             if version != entry.version + 1 {
                 return Err(format!(
                     "stream {stream}: version {version} at log position {position} follows \
@@ -274,12 +290,64 @@ impl Index {
                 ));
             }
             entry.version = version;
-            entry.head_hash = crate::digest::document::Hex(hash);
+            entry.head_hash = Hex(hash);
             entry.head_position = position;
-            entry.positions =
-                crate::digest::document::Hex(extend_positions(&entry.positions.0, position));
+            entry.positions = Hex(extend_positions(&entry.positions.0, position));
         }
-        Self::new(heads.into_values().collect()).map_err(|error| error.to_string())
+        Ok(self.merged(moved.into_values().collect()))
+    }
+
+    /// This index with `changes` replacing or added to its entries, in one pass.
+    fn merged(self, mut changes: Vec<IndexEntry>) -> Self {
+        if changes.is_empty() {
+            return self;
+        }
+        changes.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
+        let total = self.entries.len() + changes.len();
+        let (mut entries, mut hashes) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        let mut changes = changes.into_iter().peekable();
+        let mut push = |entry: IndexEntry, hash: Hash| {
+            entries.push(entry);
+            hashes.push(hash);
+        };
+        for (entry, hash) in self.entries.into_iter().zip(self.hashes) {
+            while let Some(change) =
+                changes.next_if(|change| change.stream.as_bytes() < entry.stream.as_bytes())
+            {
+                let hash = change.leaf_hash();
+                push(change, hash);
+            }
+            match changes.next_if(|change| change.stream == entry.stream) {
+                Some(change) => {
+                    let hash = change.leaf_hash();
+                    push(change, hash);
+                }
+                None => push(entry, hash),
+            }
+        }
+        for change in changes {
+            let hash = change.leaf_hash();
+            push(change, hash);
+        }
+        Self { entries, hashes }
+    }
+
+    /// The entry of `stream`, if it has one.
+    pub fn entry(&self, stream: &str) -> Option<&IndexEntry> {
+        self.entries
+            .binary_search_by(|entry| entry.stream.as_bytes().cmp(stream.as_bytes()))
+            .ok()
+            .map(|index| &self.entries[index])
+    }
+
+    /// The index leaf digest `seq` of `time_micros` appends for this index.
+    pub fn leaf(&self, seq: i64, time_micros: i64) -> IndexLeaf {
+        IndexLeaf {
+            seq,
+            time_micros,
+            entries: self.entries.len() as u64,
+            root: self.root(),
+        }
     }
 
     /// The number of entries.
@@ -341,7 +409,7 @@ impl Index {
             path: merkle::inclusion_path(&self.hashes, index)
                 .expect("an index in range")
                 .into_iter()
-                .map(crate::digest::document::Hex)
+                .map(Hex)
                 .collect(),
         }
     }

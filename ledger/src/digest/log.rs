@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::index::Index;
 use super::merkle::{self, Hash};
 use crate::tlog::tree::Tree;
 
@@ -18,6 +19,9 @@ pub enum LogError {
     /// The database holds a head hash that is not 32 bytes.
     #[error("digest: stream {0} has a head hash that is not 32 bytes")]
     BadHash(String),
+    /// The log's events do not follow each other in their streams.
+    #[error("digest: the transparency log itself: {0}")]
+    Broken(String),
 }
 
 /// The leaves as the last digest this process sealed left them, so that the next digest
@@ -84,8 +88,10 @@ pub struct CachedTree {
     pub(super) leaves: Vec<CachedLeaf>,
     /// The leaves' hashes, in the same order.
     pub(super) hashes: Vec<Hash>,
-    /// The transparency log as this digest's checkpoint sealed it.
+    /// The transparency log as this digest's checkpoint sealed it, its index leaf last.
     pub(super) log: Tree,
+    /// The index of every stream's head and log positions, whose leaf ends the log.
+    pub(super) index: Index,
 }
 
 impl CachedTree {
@@ -97,6 +103,11 @@ impl CachedTree {
     /// The transparency log its checkpoint sealed.
     pub fn log(&self) -> &Tree {
         &self.log
+    }
+
+    /// The index whose leaf ends that log.
+    pub fn index(&self) -> &Index {
+        &self.index
     }
 
     /// The index of `stream`'s leaf and its inclusion path, if the tree has it.
@@ -123,8 +134,9 @@ pub(super) struct CachedLeaf {
 pub enum SealedLog {
     /// The builder's tree in memory.
     Cached(Arc<CachedTree>),
-    /// Read from `digest_leaf_changes` and `events`.
-    Read(Arc<Tree>),
+    /// Read from `digest_leaf_changes`, `events` and `digests`, with the index recomputed
+    /// from it.
+    Read(Arc<(Tree, Index)>),
 }
 
 impl SealedLog {
@@ -136,7 +148,7 @@ impl SealedLog {
     ) -> Result<Self, LogError> {
         match cache.newest().filter(|tree| tree.seq == seq) {
             Some(tree) => Ok(Self::Cached(tree)),
-            None => Ok(Self::Read(Arc::new(read_log(client, seq).await?))),
+            None => Ok(Self::Read(Arc::new(read_indexed(client, seq).await?))),
         }
     }
 
@@ -144,28 +156,71 @@ impl SealedLog {
     pub fn tree(&self) -> &Tree {
         match self {
             Self::Cached(cached) => &cached.log,
-            Self::Read(tree) => tree,
+            Self::Read(read) => &read.0,
+        }
+    }
+
+    /// The index of the streams' heads as of that checkpoint.
+    pub fn index(&self) -> &Index {
+        match self {
+            Self::Cached(cached) => &cached.index,
+            Self::Read(read) => &read.1,
         }
     }
 }
 
-/// Appends to `log` the leaves digest `seq` seals (`sql/tlog/log_appended.sql`).
+/// Appends to `log` the event leaves digest `seq` seals (`sql/tlog/log_appended.sql`) and
+/// moves `index` past them; the caller appends the index leaf.
 pub(super) async fn append_log(
     tx: &deadpool_postgres::Transaction<'_>,
     log: &mut Tree,
+    index: Index,
     seq: i64,
-) -> Result<(), LogError> {
-    for row in tx
+) -> Result<Index, LogError> {
+    let rows = tx
         .query(include_str!("../sql/tlog/log_appended.sql"), &[&seq])
-        .await?
-    {
-        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
+        .await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let hash = hash32("a log leaf", row.get(2))?;
+        events.push((
+            log.size(),
+            row.get::<_, &str>(0),
+            row.get::<_, i64>(1) as u64,
+            hash,
+        ));
+        log.push_hash(merkle::leaf_hash(&hash));
     }
-    Ok(())
+    index.extended(events).map_err(LogError::Broken)
 }
 
-/// The whole transparency log up to digest `seq`, read from `digest_leaf_changes` and
-/// `events` (`sql/tlog/log_leaves.sql`): a leaf is `SHA-256(0x00 || event hash)`.
+/// The whole transparency log up to digest `seq` with the index its events give
+/// (`sql/tlog/log_entries.sql`): an event's leaf is `SHA-256(0x00 || event hash)`, an index
+/// leaf's `SHA-256(0x00 || its 80 bytes)`.
+pub async fn read_indexed(
+    client: &impl deadpool_postgres::GenericClient,
+    seq: i64,
+) -> Result<(Tree, Index), LogError> {
+    let rows = client
+        .query(include_str!("../sql/tlog/log_entries.sql"), &[&seq])
+        .await?;
+    let mut log = Tree::new();
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let leaf: &[u8] = row.get(2);
+        if let Some(stream) = row.get::<_, Option<&str>>(0) {
+            let hash = hash32("a log leaf", leaf.to_vec())?;
+            events.push((log.size(), stream, row.get::<_, i64>(1) as u64, hash));
+        }
+        log.push_hash(merkle::leaf_hash(leaf));
+    }
+    let index = Index::from_log(events).map_err(LogError::Broken)?;
+    Ok((log, index))
+}
+
+/// The whole transparency log up to digest `seq`, read from `digest_leaf_changes`, `events`
+/// and `digests` (`sql/tlog/log_leaves.sql`): a leaf is `SHA-256(0x00 || event hash)`, or
+/// `SHA-256(0x00 || the index leaf's 80 bytes)` after each digest's events.
 pub async fn read_log(
     client: &impl deadpool_postgres::GenericClient,
     seq: i64,
@@ -175,7 +230,7 @@ pub async fn read_log(
         .await?;
     let mut log = Tree::new();
     for row in rows {
-        log.push_hash(merkle::leaf_hash(&hash32("a log leaf", row.get(0))?));
+        log.push_hash(merkle::leaf_hash(row.get::<_, &[u8]>(0)));
     }
     Ok(log)
 }

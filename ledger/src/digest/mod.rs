@@ -65,6 +65,7 @@ pub mod checkpoint;
 pub mod cosign;
 pub mod document;
 pub mod index;
+pub mod indexed;
 pub mod log;
 pub mod merkle;
 pub mod monitor;

@@ -10,15 +10,15 @@
 //! that the heads it gives are, stream for stream, the leaves digest N signed. It exits 1
 //! naming the first difference.
 //!
-//! What it does not do yet: compare with an index root committed to the log (the index
-//! leaf of [`super::index`] is not appended by the builder yet), so it checks the digests
-//! the ledger stored and published, not a statement shown to one auditor alone.
+//! It also checks the digest's index leaf, the log's last leaf, which the witnesses cosign
+//! with it: it must commit to the index the log gives ([`super::index`]), the one every
+//! proof's index part is checked against.
 
 use std::collections::BTreeMap;
 
 use deadpool_postgres::GenericClient;
 
-use super::index::Index;
+use super::index::{Index, IndexLeaf};
 use super::log::hash32;
 use super::merkle::{self, Hash};
 use super::signed::Head;
@@ -39,6 +39,9 @@ pub enum MonitorError {
     /// A stored hash is not 32 bytes.
     #[error("monitor: {0} is not 32 bytes")]
     BadHash(String),
+    /// The log's events do not follow each other in their streams.
+    #[error("monitor: the transparency log itself: {0}")]
+    Broken(String),
 }
 
 impl From<super::log::LogError> for MonitorError {
@@ -46,6 +49,7 @@ impl From<super::log::LogError> for MonitorError {
         match error {
             super::log::LogError::Database(error) => Self::Database(error),
             super::log::LogError::BadHash(what) => Self::BadHash(what),
+            super::log::LogError::Broken(why) => Self::Broken(why),
         }
     }
 }
@@ -72,6 +76,8 @@ struct Signed {
     stream_count: u64,
     event_count: u64,
     checkpoint: Option<(u64, Hash)>,
+    /// The index leaf it sealed (none before V25).
+    index_leaf: Option<Vec<u8>>,
 }
 
 /// Checks digest `seq` (the newest when `None`) against the log it sealed.
@@ -80,26 +86,17 @@ pub async fn monitor(
     seq: Option<i64>,
 ) -> Result<Verdict, MonitorError> {
     let signed = read_signed(client, seq).await?;
-    let rows = client
-        .query(include_str!("../sql/tlog/log_entries.sql"), &[&signed.seq])
-        .await?;
-    let mut log = Tree::new();
-    let mut events = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let hash = hash32("a log leaf", row.get(2))?;
-        log.push_hash(merkle::leaf_hash(&hash));
-        events.push((row.get::<_, &str>(0), row.get::<_, i64>(1) as u64, hash));
-    }
-    let positioned = events
-        .iter()
-        .enumerate()
-        .map(|(position, (stream, version, hash))| (position as u64, *stream, *version, *hash));
-    let (index, difference) = match Index::from_log(positioned) {
-        Ok(index) => {
+    let (log, index, difference) = match super::log::read_indexed(client, signed.seq).await {
+        Ok((log, index)) => {
             let difference = judge(client, &signed, &log, &index).await?;
-            (index, difference)
+            (log, index, difference)
         }
-        Err(broken) => (Index::default(), Some(format!("the log itself: {broken}"))),
+        Err(super::log::LogError::Broken(broken)) => (
+            Tree::new(),
+            Index::default(),
+            Some(format!("the log itself: {broken}")),
+        ),
+        Err(error) => return Err(error.into()),
     };
     Ok(Verdict {
         seq: signed.seq,
@@ -128,6 +125,7 @@ async fn read_signed(
         stream_count: row.get::<_, i64>(2) as u64,
         event_count: row.get::<_, i64>(3) as u64,
         checkpoint,
+        index_leaf: row.get(6),
     })
 }
 
@@ -150,6 +148,24 @@ async fn judge(
             signed.seq,
             crate::hex::hex(&root)
         )));
+    }
+    if let Some(stored) = &signed.index_leaf {
+        let recomputed = index.leaf(signed.seq, 0);
+        let leaf = IndexLeaf::parse(stored);
+        let honest = leaf.is_some_and(|leaf| {
+            leaf.seq == signed.seq
+                && leaf.entries == recomputed.entries
+                && leaf.root == recomputed.root
+        });
+        if !honest {
+            return Ok(Some(format!(
+                "the index leaf digest {} sealed (the log's last leaf) does not commit to the \
+                 index the log gives ({} streams, root {}): the ledger's index is not honest",
+                signed.seq,
+                recomputed.entries,
+                crate::hex::hex(&recomputed.root)
+            )));
+        }
     }
     let heads: Vec<Hash> = index
         .entries()

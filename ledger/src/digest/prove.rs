@@ -8,8 +8,8 @@ use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
 use super::document::{
-    ConsistencyProof, EventRecord, Hex, HexBytes, LogInclusion, LogProof, ProofDocument, Question,
-    StreamProof,
+    ConsistencyProof, EventRecord, Hex, HexBytes, LogInclusion, LogIndex, LogProof, ProofDocument,
+    Question, StreamProof,
 };
 use super::log::{CachedTree, TreeCache};
 use super::{DigestDocument, merkle};
@@ -113,6 +113,7 @@ pub async fn for_event_with(
             sealed_at_least: version,
             what: format!("event {event_id}"),
         }],
+        &[],
         consistent_with,
     )
     .await?;
@@ -122,9 +123,11 @@ pub async fn for_event_with(
 }
 
 /// "Who was the RA of `business_id` in `jurisdiction` at `at`, as known at `known_at`",
-/// answered with its proof against the newest digest, both from one snapshot. `None` when
-/// there was no RA then. Without `known_at`, the answer is as known at the newest digest's
-/// time, the latest instant a digest can vouch for (see [`provable_known_at`]).
+/// answered with its proof against the newest digest, both from one snapshot. An answer of
+/// `None` (no RA then) is proven too: by the assignment stream's events, or by the index's
+/// proof that the stream has none (issue 56). Without `known_at`, the answer is as known at
+/// the newest digest's time, the latest instant a digest can vouch for (see
+/// [`provable_known_at`]).
 pub async fn for_answer(
     pool: &Pool,
     tree: &TreeCache,
@@ -132,7 +135,7 @@ pub async fn for_answer(
     jurisdiction: Jurisdiction,
     at: DateTime<Utc>,
     known_at: Option<DateTime<Utc>>,
-) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
+) -> Result<(Option<RegisteredAgent>, ProofDocument), ProofError> {
     for_answer_with(pool, tree, business_id, jurisdiction, at, known_at, &[]).await
 }
 
@@ -145,35 +148,32 @@ pub async fn for_answer_with(
     at: DateTime<Utc>,
     known_at: Option<DateTime<Utc>>,
     consistent_with: &[u64],
-) -> Result<Option<(RegisteredAgent, ProofDocument)>, ProofError> {
+) -> Result<(Option<RegisteredAgent>, ProofDocument), ProofError> {
     let mut client = pool.get().await?;
     let tx = read_only_snapshot(&mut client).await?;
     let sealed_time = super::sealed::latest(&tx)
         .await?
         .and_then(|digest| DateTime::from_timestamp_micros(digest.time_micros));
     let known_at = provable_known_at(known_at, sealed_time)?;
-    let Some(answer) =
-        queries::registered_agent_at(&tx, business_id, jurisdiction, at, known_at).await?
-    else {
-        return Ok(None);
-    };
-    let mut spans = Vec::with_capacity(2);
-    for (stream, what) in [
-        (
-            assignment_stream(business_id, jurisdiction),
-            format!(
-                "the assignments of business {business_id} in {} recorded by {known_at}",
-                jurisdiction.code()
-            ),
+    let answer = queries::registered_agent_at(&tx, business_id, jurisdiction, at, known_at).await?;
+    let mut named = vec![(
+        assignment_stream(business_id, jurisdiction),
+        format!(
+            "the assignments of business {business_id} in {} recorded by {known_at}",
+            jurisdiction.code()
         ),
-        (
+    )];
+    if let Some(answer) = &answer {
+        named.push((
             contact_stream(answer.contact.contact_id),
             format!(
                 "contact {} as recorded by {known_at}",
                 answer.contact.contact_id
             ),
-        ),
-    ] {
+        ));
+    }
+    let (mut spans, mut absent) = (Vec::with_capacity(2), Vec::new());
+    for (stream, what) in named {
         // Every event the answer folds must be sealed: those recorded by `known_at`.
         let folded: i64 = tx
             .query_one(
@@ -182,6 +182,16 @@ pub async fn for_answer_with(
             )
             .await?
             .get(0);
+        let sealed = tx
+            .query_opt(include_str!("../sql/digest/sealed_version.sql"), &[&stream])
+            .await?
+            .is_some();
+        if answer.is_none() && !sealed {
+            // No RA, and no assignment of this business here sealed: the index proves
+            // the stream's absence.
+            absent.push(stream);
+            continue;
+        }
         spans.push(Span {
             stream,
             from_version: 1,
@@ -189,7 +199,7 @@ pub async fn for_answer_with(
             what,
         });
     }
-    let mut document = prove(&tx, tree, &spans, consistent_with).await?;
+    let mut document = prove(&tx, tree, &spans, &absent, consistent_with).await?;
     tx.commit().await?;
     document.question = Some(Question::new(
         business_id,
@@ -198,7 +208,7 @@ pub async fn for_answer_with(
         known_at,
     ));
     document.answer = Some(serde_json::to_value(&answer).expect("an answer always serializes"));
-    Ok(Some((answer, document)))
+    Ok((answer, document))
 }
 
 /// The `known_at` an answer can be proven as of, given the newest digest's time: the one
@@ -222,16 +232,22 @@ pub fn provable_known_at(
     }
 }
 
-/// The proof of `spans` against the newest digest, in `tx`'s snapshot.
+/// The proof of `spans` against the newest digest, in `tx`'s snapshot; its index part
+/// also proves that each stream of `absent` has no entry.
 async fn prove(
     tx: &Transaction<'_>,
     tree: &TreeCache,
     spans: &[Span],
+    absent: &[String],
     consistent_with: &[u64],
 ) -> Result<ProofDocument, ProofError> {
-    let digest = super::sealed::latest(tx)
-        .await?
-        .ok_or_else(|| ProofError::NotSealed(spans[0].what.clone()))?;
+    let digest = super::sealed::latest(tx).await?.ok_or_else(|| {
+        ProofError::NotSealed(
+            spans
+                .first()
+                .map_or("the ledger".into(), |s| s.what.clone()),
+        )
+    })?;
     let paths = Paths::of(tx, tree, &digest).await?;
     let mut streams = Vec::with_capacity(spans.len());
     for span in spans {
@@ -261,20 +277,23 @@ async fn prove(
             stream: span.stream.clone(),
         });
     }
-    let log = log_part(tx, tree, &digest, &streams, consistent_with).await?;
+    let log = log_part(tx, tree, &digest, &streams, absent, consistent_with).await?;
     let mut document = ProofDocument::new(digest, streams);
     document.log = log;
     Ok(document)
 }
 
 /// The proof's part in the transparency log: the checkpoint `digest` sealed with its
-/// cosignatures, each stream's head event in that checkpoint's tree, and the consistency
-/// proofs from `consistent_with`. `None` for a digest sealed before checkpoints were.
+/// cosignatures, each stream's events in that checkpoint's tree, the consistency proofs
+/// from `consistent_with` with the index leaves that end those sizes, and the index part
+/// (its leaf, which ends the checkpoint, and the entry or absence of each stream and of
+/// `absent`). `None` for a digest sealed before checkpoints were.
 async fn log_part(
     tx: &Transaction<'_>,
     tree: &TreeCache,
     digest: &DigestDocument,
     streams: &[StreamProof],
+    absent: &[String],
     consistent_with: &[u64],
 ) -> Result<Option<LogProof>, ProofError> {
     let Some((_, note)) = super::checkpoint::cosigned(tx, Some(digest.seq))
@@ -292,57 +311,89 @@ async fn log_part(
             size,
         });
     }
+    let index_leaf: Option<Vec<u8>> = tx
+        .query_opt(include_str!("../sql/digest/index_leaf.sql"), &[&digest.seq])
+        .await?
+        .and_then(|row| row.get(0));
+    let mut ending = Vec::with_capacity(consistent_with.len());
+    for &old_size in consistent_with {
+        let leaf: Option<Vec<u8>> = match old_size {
+            0 => None,
+            _ => tx
+                .query_opt(
+                    include_str!("../sql/checkpoints/index_leaf_at.sql"),
+                    &[&(old_size as i64)],
+                )
+                .await?
+                .map(|row| row.get(0)),
+        };
+        ending.push((old_size, leaf));
+    }
     let log = super::log::SealedLog::of(tx, tree, digest.seq).await?;
-    let leaves: Vec<merkle::Hash> = streams
+    let heads: Vec<Vec<merkle::Hash>> = streams
         .iter()
-        .filter_map(|stream| stream.events.last())
-        .map(|head| merkle::leaf_hash(&head.hash.0))
+        .map(|stream| {
+            let events = stream.events.iter();
+            events
+                .map(|event| merkle::leaf_hash(&event.hash.0))
+                .collect()
+        })
         .collect();
-    let consistent_with = consistent_with.to_vec();
-    // A pass over the leaves per head, and hashing: off the async threads.
-    let (heads, consistency) = tokio::task::spawn_blocking(move || {
-        let heads: Option<Vec<LogInclusion>> = leaves
+    let mut named: Vec<String> = streams.iter().map(|s| s.stream.clone()).collect();
+    named.extend(absent.iter().cloned());
+    let seq = digest.seq;
+    // Passes over the leaves and hashing: off the async threads.
+    tokio::task::spawn_blocking(move || {
+        let tree = log.tree();
+        let heads = heads
             .iter()
-            .map(|leaf| {
-                let index = log.tree().position(leaf)?;
-                let path = log.tree().inclusion_proof(index, size)?;
-                Some(LogInclusion {
+            .map(|events| {
+                let positions: Option<Vec<u64>> = tree.positions(events).into_iter().collect();
+                let positions = positions.ok_or_else(|| {
+                    ProofError::Log(format!(
+                        "a proven event is not in the log of checkpoint {} (size {size})",
+                        seq
+                    ))
+                })?;
+                let index = *positions.last().expect("a proven stream has events");
+                Ok(LogInclusion {
                     index,
-                    path: path.into_iter().map(Hex).collect(),
+                    path: hexes(tree.inclusion_proof(index, size)),
+                    positions,
                 })
             })
-            .collect();
-        let consistency: Option<Vec<ConsistencyProof>> = consistent_with
-            .iter()
-            .map(|&old_size| {
-                Some(ConsistencyProof {
+            .collect::<Result<Vec<_>, ProofError>>()?;
+        let consistency = ending
+            .into_iter()
+            .map(|(old_size, leaf)| {
+                let proof = tree.consistency_proof(old_size, size).ok_or_else(|| {
+                    ProofError::Log(format!("the log has fewer than {size} leaves"))
+                })?;
+                let index_path = leaf
+                    .as_ref()
+                    .map(|_| hexes(tree.inclusion_proof(old_size - 1, size)));
+                Ok(ConsistencyProof {
                     old_size,
-                    proof: log
-                        .tree()
-                        .consistency_proof(old_size, size)?
-                        .into_iter()
-                        .map(Hex)
-                        .collect(),
+                    proof: proof.into_iter().map(Hex).collect(),
+                    index_leaf: leaf.map(HexBytes),
+                    index_path,
                 })
             })
-            .collect();
-        (heads, consistency)
+            .collect::<Result<Vec<_>, ProofError>>()?;
+        let index = index_leaf.map(|leaf| LogIndex {
+            leaf: HexBytes(leaf),
+            path: hexes(tree.inclusion_proof(size - 1, size)),
+            streams: named.iter().map(|name| log.index().prove(name)).collect(),
+        });
+        Ok(Some(LogProof {
+            checkpoint: note.text(),
+            consistency,
+            heads,
+            index,
+        }))
     })
     .await
-    .map_err(|error| ProofError::Log(error.to_string()))?;
-    let heads = heads.ok_or_else(|| {
-        ProofError::Log(format!(
-            "a proven head is not in the log of checkpoint {} (size {size})",
-            digest.seq
-        ))
-    })?;
-    let consistency = consistency
-        .ok_or_else(|| ProofError::Log(format!("the log has fewer than {size} leaves")))?;
-    Ok(Some(LogProof {
-        checkpoint: note.text(),
-        consistency,
-        heads,
-    }))
+    .map_err(|error| ProofError::Log(error.to_string()))?
 }
 
 /// Where the Merkle paths come from: the builder's tree in memory when it is the newest
@@ -393,6 +444,12 @@ impl Paths {
             }
         }
     }
+}
+
+/// A path as a proof carries it (empty when the tree has no such leaf: the verifier says
+/// the path does not hold).
+fn hexes(path: Option<Vec<merkle::Hash>>) -> Vec<Hex<32>> {
+    path.unwrap_or_default().into_iter().map(Hex).collect()
 }
 
 /// An event row of `sql/digest/span_events.sql` as a proof carries it.

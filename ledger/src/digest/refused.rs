@@ -215,13 +215,75 @@ pub enum Refused {
         /// What is wrong.
         problem: String,
     },
-    /// A checkpoint of another size than the digest's event count.
-    #[error("the checkpoint's size {size} is not the digest's event count {events}")]
-    CheckpointSize {
-        /// The checkpoint's size.
-        size: u64,
-        /// The digest's events.
-        events: u64,
+    /// A proof with a log part but no index part.
+    #[error(
+        "the proof carries no index of its checkpoint (its digest was sealed before the \
+         index): ask for a new proof"
+    )]
+    NoIndex,
+    /// The index leaf does not read, is not the checkpoint's last leaf, or is another
+    /// digest's.
+    #[error("the index leaf: {0}")]
+    IndexLeaf(String),
+    /// An index proof that does not hold.
+    #[error("{0}")]
+    Index(String),
+    /// A proven stream without its entry in the index.
+    #[error(
+        "the proof carries no index entry of stream {0}: nothing shows that its head is the \
+         newest"
+    )]
+    NotIndexed(String),
+    /// A proven head that is not the one the index holds.
+    #[error(
+        "the index holds stream {stream} at version {indexed} (head at log position \
+         {position}), the proof's head is version {proven} at {proven_position}: the proof is \
+         not of the stream's newest head"
+    )]
+    NotNewestHead {
+        /// The stream.
+        stream: String,
+        /// The version the index holds.
+        indexed: u64,
+        /// Its head's log position.
+        position: u64,
+        /// The version proven.
+        proven: i64,
+        /// The proven head's log position.
+        proven_position: u64,
+    },
+    /// The log positions of a stream's events that do not hold.
+    #[error("the log positions of stream {stream}: {problem}")]
+    Positions {
+        /// The stream.
+        stream: String,
+        /// What does not hold.
+        problem: String,
+    },
+    /// A saved checkpoint whose index leaf the proof does not show.
+    #[error(
+        "your saved checkpoint of size {0} does not end with an index leaf the proof shows \
+         (saved before the index, or the proof was cut): save a newer checkpoint, or ask \
+         again with consistent_with={0}"
+    )]
+    SavedWithoutIndex(u64),
+    /// An event sealed after a saved checkpoint, recorded before that checkpoint's time.
+    #[error(
+        "event {event_id} is recorded at {recorded} (by the time {saved_time} of your saved \
+         checkpoint's digest) but sits at log position {position}, after that checkpoint's \
+         size {saved_size}: it was BACKDATED"
+    )]
+    Backdated {
+        /// The event.
+        event_id: Uuid,
+        /// Its recorded_at.
+        recorded: String,
+        /// Its log position.
+        position: u64,
+        /// The saved checkpoint's size.
+        saved_size: u64,
+        /// That checkpoint's digest's time.
+        saved_time: String,
     },
     /// Cosignatures short of the policy's quorum.
     #[error("the checkpoint is cosigned by [{cosigned}], short of the policy's quorum {quorum}")]

@@ -55,7 +55,11 @@ impl ClaimedProof {
                 if let Some(fields) = outer.as_object_mut() {
                     fields.remove("proof");
                 }
-                if proof.get("answer") != Some(&outer) {
+                // No field beside the proof is the answer `null`: "no RA", proven.
+                if outer.as_object().is_some_and(|fields| fields.is_empty()) {
+                    outer = Value::Null;
+                }
+                if proof.get("answer").unwrap_or(&Value::Null) != &outer {
                     return Err(Refused::AnswerBesideProof);
                 }
                 proof
@@ -81,7 +85,23 @@ pub fn verify(
     if !signed.verify(public_key) {
         return Err(Refused::Signature);
     }
-    if proof.streams.is_empty() {
+    // The index part, when the digest sealed a checkpoint: the heads are the newest, and
+    // the streams it shows absent.
+    let indexed = match &proof.log {
+        Some(log) => {
+            let (_, checkpoint) = read_checkpoint("log.checkpoint", &log.checkpoint, public_key)?;
+            let statement = &signed.statement;
+            Some(super::indexed::verify_index(
+                proof,
+                log,
+                &checkpoint,
+                statement,
+            )?)
+        }
+        None => None,
+    };
+    // Only an answer may carry no stream: "no RA" with the assignment stream shown absent.
+    if proof.streams.is_empty() && proof.question.is_none() {
         return Err(Refused::NoStreams);
     }
     let mut streams = Vec::with_capacity(proof.streams.len());
@@ -105,6 +125,9 @@ pub fn verify(
             &streams,
             &envelopes,
             signed.statement.time_micros,
+            indexed
+                .as_ref()
+                .map_or(&[][..], |indexed| &indexed.absent[..]),
         )?),
     };
     Ok(VerifiedProof {
@@ -228,11 +251,9 @@ pub fn verify_log(
     if let Some(pinned) = policy.and_then(|policy| policy.log.as_ref()) {
         pinned_log_key(pinned, public_key, &checkpoint.origin)?;
     }
-    if checkpoint.size != proof.digest.event_count {
-        return Err(Refused::CheckpointSize {
-            size: checkpoint.size,
-            events: proof.digest.event_count,
-        });
+    // The index leaf, not the event count, ties the checkpoint to the digest (verify).
+    if log.index.is_none() {
+        return Err(Refused::NoIndex);
     }
     let cosigners = policy
         .map(|policy| policy.cosigners(&note))
@@ -246,7 +267,7 @@ pub fn verify_log(
         });
     }
     verify_heads(proof, log, &checkpoint)?;
-    let consistent_with = verify_saved(log, &checkpoint, saved, public_key)?;
+    let consistent_with = verify_saved(proof, &checkpoint, saved, public_key)?;
     Ok(VerifiedLog {
         checkpoint,
         cosigned: cosigners.names,
@@ -257,7 +278,7 @@ pub fn verify_log(
 
 /// A checkpoint as a signed note, read and checked with the log's key (the digest key,
 /// named by the checkpoint's origin); the error names `what`.
-fn read_checkpoint(
+pub(super) fn read_checkpoint(
     what: &str,
     text: &str,
     public_key: &ed25519_dalek::VerifyingKey,
@@ -315,11 +336,12 @@ fn verify_heads(
 /// That the log extends every checkpoint in `saved` (the auditor's own copies, read with
 /// the same key); the sizes it was proven consistent with.
 fn verify_saved(
-    log: &LogProof,
+    proof: &ClaimedProof,
     checkpoint: &Checkpoint,
     saved: &[String],
     public_key: &ed25519_dalek::VerifyingKey,
 ) -> Result<Vec<u64>, Refused> {
+    let log = proof.log.as_ref().ok_or(Refused::NoLog)?;
     let mut consistent_with = Vec::new();
     for (i, text) in saved.iter().enumerate() {
         let (_, old) = read_checkpoint(&format!("saved checkpoint {}", i + 1), text, public_key)?;
@@ -360,6 +382,7 @@ fn verify_saved(
             &hashes,
         )
         .map_err(|problem| inconsistent(problem.to_string()))?;
+        super::indexed::not_backdated(proof, log, checkpoint, &old)?;
         consistent_with.push(old.size);
     }
     Ok(consistent_with)

@@ -114,6 +114,24 @@ impl Tree {
             .map(|index| index as u64)
     }
 
+    /// The index of the first leaf with each of these leaf hashes, in one pass over the
+    /// leaves however many are asked.
+    pub fn positions(&self, hashes: &[Hash]) -> Vec<Option<u64>> {
+        let mut found: std::collections::HashMap<&Hash, Option<u64>> =
+            hashes.iter().map(|hash| (hash, None)).collect();
+        let mut missing = found.len();
+        for (index, leaf) in self.levels.first().into_iter().flatten().enumerate() {
+            if missing == 0 {
+                break;
+            }
+            if let Some(slot @ None) = found.get_mut(leaf) {
+                *slot = Some(index as u64);
+                missing -= 1;
+            }
+        }
+        hashes.iter().map(|hash| found[hash]).collect()
+    }
+
     /// The leaf hash at `index`.
     pub fn leaf(&self, index: u64) -> Option<Hash> {
         self.levels.first()?.get(index as usize).copied()

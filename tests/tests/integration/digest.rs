@@ -885,8 +885,12 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         (
             "the contact's stream left out",
             Box::new(|d: &mut Value| {
-                let streams = d["streams"].as_array_mut().expect("streams");
-                streams.pop();
+                // With its head in the log and its index entry: all of it.
+                for part in ["/streams", "/log/heads", "/log/index/streams"] {
+                    if let Some(list) = d.pointer_mut(part).and_then(Value::as_array_mut) {
+                        list.pop();
+                    }
+                }
             }),
             "does not prove stream contact-",
         ),
@@ -895,6 +899,13 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
             Box::new(|d: &mut Value| {
                 let events = d["streams"][0]["events"].as_array_mut().expect("events");
                 events.remove(0);
+                // And its log position, which the index part lists per event.
+                if let Some(positions) = d
+                    .pointer_mut("/log/heads/0/positions")
+                    .and_then(Value::as_array_mut)
+                {
+                    positions.remove(0);
+                }
             }),
             "an answer needs whole streams",
         ),
@@ -964,16 +975,28 @@ async fn a_proven_audit_answer_verifies_and_its_events_fold_to_it() -> anyhow::R
         sealed.body
     );
     verify_proof(&sealed.body["proof"], &key.public()).map_err(anyhow::Error::msg)?;
-    // No RA: 404 with or without proof; bad values: 400.
+    // No RA: 404 without proof; with it, 200 and the proof alone (answer null), which
+    // verifies as saved (issue 56). Bad values: 400.
+    let plain = api.get(&format!("{base}?at=2020-01-01T00:00:00Z")).await;
+    assert_eq!(
+        plain.status,
+        axum::http::StatusCode::NOT_FOUND,
+        "{:?}",
+        plain.body
+    );
     let none = api
         .get(&format!("{base}?at=2020-01-01T00:00:00Z&proof=true"))
         .await;
-    assert_eq!(
-        none.status,
-        axum::http::StatusCode::NOT_FOUND,
-        "{:?}",
-        none.body
-    );
+    assert_eq!(none.status, axum::http::StatusCode::OK, "{:?}", none.body);
+    assert_eq!(none.body["proof"]["answer"], Value::Null);
+    assert_eq!(none.body.as_object().map(|fields| fields.len()), Some(1));
+    let said = verify_proof(&none.body, &key.public())
+        .map_err(anyhow::Error::msg)?
+        .answer
+        .unwrap_or_default();
+    assert!(said.contains("nobody"), "{said}");
+    let (holds, said) = python_verdict(&none.body)?;
+    assert!(holds && said.contains("no registered agent"), "{said}");
     let bad = api.get(&format!("{base}?proof=maybe")).await;
     assert_eq!(
         bad.status,

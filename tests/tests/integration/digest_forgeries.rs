@@ -126,8 +126,7 @@ impl Audited {
             None,
             consistent_with,
         )
-        .await?
-        .expect("an RA to prove");
+        .await?;
         Ok(serde_json::to_value(&document)?)
     }
 
@@ -139,7 +138,7 @@ impl Audited {
     }
 
     /// `ledger proof verify`'s checks, as the library runs them, with the policy.
-    fn rust_verdict(&self, document: &Value) -> Result<String, String> {
+    pub fn rust_verdict(&self, document: &Value) -> Result<String, String> {
         use ra_ledger::digest::verify::{ClaimedProof, verify, verify_log};
         ClaimedProof::from_json(document)
             .and_then(|proof| {
@@ -198,10 +197,32 @@ fn heads(document: &mut Value) -> &mut Vec<Value> {
     document["log"]["heads"].as_array_mut().expect("log.heads")
 }
 
-/// Removes stream `i` and its head in the log, as a forger must to keep the log part whole.
+fn indexed(document: &mut Value) -> &mut Vec<Value> {
+    document["log"]["index"]["streams"]
+        .as_array_mut()
+        .expect("log.index.streams")
+}
+
+/// Removes stream `i`, its head in the log and its index entry, as a forger must to keep
+/// the log part whole.
 fn drop_stream(document: &mut Value, i: usize) {
     streams(document).remove(i);
     heads(document).remove(i);
+    indexed(document).remove(i);
+}
+
+/// Stream `i` of `document` replaced by stream `j` of `from`, with its head and its entry.
+fn put_stream(document: &mut Value, i: usize, from: &Value, j: usize) {
+    streams(document)[i] = from["streams"][j].clone();
+    heads(document)[i] = from["log"]["heads"][j].clone();
+    indexed(document)[i] = from["log"]["index"]["streams"][j].clone();
+}
+
+/// Stream `j` of `from`, with its head and its entry, added last to `document`.
+fn add_stream(document: &mut Value, from: &Value, j: usize) {
+    streams(document).push(from["streams"][j].clone());
+    heads(document).push(from["log"]["heads"][j].clone());
+    indexed(document).push(from["log"]["index"]["streams"][j].clone());
 }
 
 type Forgery = (&'static str, Value, String);
@@ -218,10 +239,7 @@ fn forgeries(audited: &Audited, tx: &Value, ny: &Value, other: &Value) -> Vec<Fo
         change(&mut copy);
         copy
     };
-    let swap_contact = |copy: &mut Value| {
-        streams(copy)[1] = ny["streams"][1].clone();
-        heads(copy)[1] = ny["log"]["heads"][1].clone();
-    };
+    let swap_contact = |copy: &mut Value| put_stream(copy, 1, ny, 1);
     let missing = |stream: &str| format!("the proof does not prove stream {stream}, ");
     let not_named = |stream: &str| format!("the proof carries stream {stream}, which the question");
     vec![
@@ -281,26 +299,19 @@ fn forgeries(audited: &Audited, tx: &Value, ny: &Value, other: &Value) -> Vec<Fo
             "the assignment stream swapped for another business's, the answer null",
             edit(&|d| {
                 drop_stream(d, 1);
-                streams(d)[0] = other["streams"][0].clone();
-                heads(d)[0] = other["log"]["heads"][0].clone();
+                put_stream(d, 0, other, 0);
                 d["answer"] = Value::Null;
             }),
             missing(&format!("assignment-{b}-TX")),
         ),
         (
             "another registration's stream brought along",
-            edit(&|d| {
-                streams(d).push(ny["streams"][0].clone());
-                heads(d).push(ny["log"]["heads"][0].clone());
-            }),
+            edit(&|d| add_stream(d, ny, 0)),
             not_named(&format!("assignment-{b}-NY")),
         ),
         (
             "the contact stream twice",
-            edit(&|d| {
-                streams(d).push(tx["streams"][1].clone());
-                heads(d).push(tx["log"]["heads"][1].clone());
-            }),
+            edit(&|d| add_stream(d, tx, 1)),
             format!("the proof carries stream {tx_contact} twice"),
         ),
         (
@@ -330,6 +341,10 @@ fn forgeries(audited: &Audited, tx: &Value, ny: &Value, other: &Value) -> Vec<Fo
                     .as_array_mut()
                     .expect("events")
                     .remove(0);
+                heads(d)[0]["positions"]
+                    .as_array_mut()
+                    .expect("positions")
+                    .remove(0);
             }),
             format!(
                 "the proof of stream assignment-{b}-TX starts at version 2: an answer needs \
@@ -355,10 +370,19 @@ async fn both_verifiers_refuse_the_same_forged_answers_and_accept_a_proven_no_ra
     drop_stream(&mut no_ra, 1);
     no_ra["answer"] = Value::Null;
     no_ra["question"]["at_micros"] = json!(946_684_800_000_000i64); // 2000-01-01
-    let honest = [&tx, &ny, &other, &no_ra];
+    // "No RA" where the business was never served: the index shows it has no stream.
+    let never = audited.proof(audited.business, "CA", now, &[]).await?;
+    assert_eq!(never["streams"], json!([]), "{never}");
+    assert_eq!(never["answer"], Value::Null);
+    let honest = [&tx, &ny, &other, &no_ra, &never];
     for document in honest {
         audited.rust_verdict(document).map_err(anyhow::Error::msg)?;
     }
+    let said = audited.rust_verdict(&never).map_err(anyhow::Error::msg)?;
+    assert!(
+        said.ends_with("is nobody: no assignment in force"),
+        "{said}"
+    );
     let said = audited.rust_verdict(&no_ra).map_err(anyhow::Error::msg)?;
     assert!(
         said.ends_with("is nobody: no assignment in force"),

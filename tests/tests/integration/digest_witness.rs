@@ -127,13 +127,14 @@ async fn both_witnesses_cosign_a_growing_log_and_refuse_a_rewritten_event() -> a
     let first = logged.seal_and_cosign(&cache).await?;
     assert!(first.quorum, "{:?}", outcomes(&first));
     assert_eq!(first.cosigners, BTreeSet::from(["a".into(), "b".into()]));
-    // Every event is one leaf: the contact's and the six assignments'.
-    assert_eq!(first.size, 7);
+    // Every event is one leaf, the contact's and the six assignments', then the digest's
+    // index leaf.
+    assert_eq!(first.size, 8);
     let saved = audited(&logged, &first.cosigned);
     logged.assign(3).await;
     let second = logged.seal_and_cosign(&cache).await?;
     assert!(second.quorum, "{:?}", outcomes(&second));
-    assert_eq!(second.size, 10);
+    assert_eq!(second.size, 12);
     let kept = audited(&logged, &second.cosigned);
     // A round again: the cosignatures are kept, nothing is sent twice.
     let again = logged.round(&cache).await?;
@@ -197,10 +198,13 @@ async fn both_witnesses_cosign_a_growing_log_and_refuse_a_rewritten_event() -> a
         let proof = log
             .consistency_proof(saved.size, new.size)
             .expect("a proof");
-        assert_eq!(
-            verify_consistency(saved.size, new.size, &saved.root, &new.root, &proof),
-            Err(ProofError::Root(saved.root)),
-            "from size {}",
+        // One of the two roots does not come out of the proof (the old one, or the new one
+        // when the old size is a power of two and the proof starts from its root).
+        let checked = verify_consistency(saved.size, new.size, &saved.root, &new.root, &proof);
+        assert!(
+            checked == Err(ProofError::Root(saved.root))
+                || checked == Err(ProofError::Root(new.root)),
+            "from size {}: {checked:?}",
             saved.size
         );
     }

@@ -15,6 +15,7 @@ mod deploy;
 mod digest;
 mod digest_forgeries;
 mod digest_go;
+mod digest_index;
 mod digest_monitor;
 mod digest_numbers;
 mod digest_published;

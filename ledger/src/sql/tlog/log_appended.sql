@@ -1,7 +1,8 @@
--- The log's leaves digest $1 appends, in the order of log_leaves.sql: the streams whose head
--- it moved, by name bytes, and in each the events after the version sealed before (one
--- index probe per stream, not a pass over every digest's changes).
-SELECT e.hash
+-- The event leaves digest $1 appends, in the order of log_leaves.sql, with their streams
+-- and versions: the streams whose head it moved, by name bytes, and in each the events
+-- after the version sealed before (one index probe per stream, not a pass over every
+-- digest's changes). The builder appends the digest's index leaf after them.
+SELECT e.stream, e.stream_version, e.hash
 FROM digest_leaf_changes c
 LEFT JOIN LATERAL (
     SELECT p.version FROM digest_leaf_changes p
