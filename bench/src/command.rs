@@ -224,6 +224,9 @@ pub enum BenchCommand {
         /// Incremental digests to time.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// The Python verifier the complete proof is checked with (skipped when absent).
+        #[arg(long, default_value = "tests/verify_digest.py")]
+        python_verifier: std::path::PathBuf,
     },
     /// The transparency log at a million events against real witnesses (the stack's): the
     /// cosigning round trip per cosignature, a proof's log part in bytes, its offline check.
@@ -443,7 +446,8 @@ async fn dispatch(database_url: &str, benchmark: BenchCommand) -> anyhow::Result
             streams,
             changed,
             rounds,
-        } => digest::run(database_url, streams, changed, rounds).await,
+            python_verifier,
+        } => digest::run(database_url, streams, changed, rounds, &python_verifier).await,
         BenchCommand::Witness {
             policy,
             witness_dbs,

@@ -1,5 +1,8 @@
 //! `ledger-bench digest`: the cost of sealing a digest over many streams when few changed,
-//! of the first (full) digest, and of a proof at that size.
+//! of the first (full) digest, and of a proof at that size; the index's share of a digest
+//! (issue 56: its entries moved and its root, in memory), and a complete proven answer at
+//! that size (a business written through the ledger among the seeded streams): its bytes
+//! and its offline check in Rust and in `tests/verify_digest.py`.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +23,7 @@ pub async fn run(
     streams: u64,
     changed: u64,
     rounds: usize,
+    python_verifier: &std::path::Path,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=streams).contains(&changed),
@@ -46,9 +50,138 @@ pub async fn run(
     nothing_changed(&builder).await?;
     print_proofs(&pool, &client, &cache, streams).await?;
     incremental.sort();
+    let median = incremental[incremental.len() / 2];
     outln!(
         "incremental digest ({changed} of {streams} changed): median {:.0} ms over {rounds} round(s)",
-        incremental[incremental.len() / 2].as_secs_f64() * 1e3
+        median.as_secs_f64() * 1e3
+    );
+    index_share(&cache, changed, median)?;
+    complete_proof(&builder, &key, streams, python_verifier).await?;
+    Ok(())
+}
+
+/// What the index adds to a digest with `changed` streams moved: its entries moved past one
+/// event each and its root, in memory, timed apart, against the incremental digest's
+/// `median` (which includes it).
+fn index_share(cache: &TreeCache, changed: u64, median: Duration) -> anyhow::Result<()> {
+    let tree = cache.newest().ok_or_else(|| anyhow::anyhow!("no digest in memory"))?;
+    let index = tree.index().clone();
+    let entries = index.entries();
+    let stride = (entries.len() / changed.max(1) as usize).max(1);
+    let next = tree.log().size();
+    let moved: Vec<(u64, String, u64, [u8; 32])> = entries
+        .iter()
+        .step_by(stride)
+        .take(changed as usize)
+        .enumerate()
+        .map(|(i, entry)| (next + i as u64, entry.stream.clone(), entry.version + 1, [7; 32]))
+        .collect();
+    let started = Instant::now();
+    let moved = index
+        .extended(moved.iter().map(|(p, s, v, h)| (*p, s.as_str(), *v, *h)))
+        .map_err(anyhow::Error::msg)?;
+    let leaf = moved.leaf(0, 0);
+    let took = started.elapsed();
+    outln!(
+        "the index per digest ({changed} of {} entries moved, root {}…): {:.0} ms, {:.1}% of the incremental digest's median {:.0} ms",
+        leaf.entries,
+        &ra_ledger::hex::hex(&leaf.root)[..8],
+        took.as_secs_f64() * 1e3,
+        100.0 * took.as_secs_f64() / median.as_secs_f64(),
+        median.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// A business written through the ledger among the seeded streams, sealed, and the proof of
+/// its RA: its size, and its offline check (Rust, in this process; Python, `verifier` in a
+/// process of its own, when it is there).
+async fn complete_proof(
+    builder: &Builder<'_>,
+    key: &DigestKey,
+    streams: u64,
+    verifier: &std::path::Path,
+) -> anyhow::Result<()> {
+    use ra_ledger::digest::verify::{ClaimedProof, verify, verify_log};
+    let ledger = ra_ledger::commands::Ledger::new(builder.pool.clone());
+    let (metadata, _) = crate::seed::bench_contact(&ledger).await?;
+    let business = uuid::Uuid::now_v7();
+    ledger
+        .assign(
+            ra_ledger::commands::Assign {
+                business_id: business,
+                jurisdiction: "TX".into(),
+                effective_at: None,
+            },
+            &metadata,
+        )
+        .await?;
+    builder.build().await?;
+    let (_, proof) = ra_ledger::digest::prove::for_answer(
+        builder.pool,
+        builder.cache,
+        business,
+        ra_ledger::domain::Jurisdiction::parse("jurisdiction", "TX").map_err(anyhow::Error::msg)?,
+        chrono::Utc::now(),
+        None,
+    )
+    .await?;
+    let json = serde_json::to_vec(&proof)?;
+    let document: serde_json::Value = serde_json::from_slice(&json)?;
+    let public = key.public();
+    let check = || -> anyhow::Result<()> {
+        let claimed = ClaimedProof::from_json(&document).map_err(|e| anyhow::anyhow!("{e}"))?;
+        verify(&claimed, &public).map_err(|e| anyhow::anyhow!("{e}"))?;
+        verify_log(&claimed, &public, None, &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(())
+    };
+    let runs = 200;
+    let started = Instant::now();
+    for _ in 0..runs {
+        check()?;
+    }
+    let rust = started.elapsed() / runs;
+    outln!(
+        "a complete proven answer at {streams}+ streams ({} streams proven, log of {} leaves): {} bytes of JSON ({} pretty-printed); offline check in Rust {:.2} ms (mean of {runs})",
+        proof.streams.len(),
+        proof
+            .log
+            .as_ref()
+            .and_then(|log| log.checkpoint.lines().nth(1))
+            .unwrap_or("?"),
+        json.len(),
+        serde_json::to_vec_pretty(&proof)?.len(),
+        rust.as_secs_f64() * 1e3
+    );
+    if !verifier.exists() {
+        outln!(
+            "the Python verifier: not timed ({} is not there: run from the checkout's root, or give --python-verifier)",
+            verifier.display()
+        );
+        return Ok(());
+    }
+    let dir = std::env::temp_dir().join(format!("ledger-bench-proof-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("proof.json"), &json)?;
+    std::fs::write(dir.join("public.pem"), key.public_pem())?;
+    let started = Instant::now();
+    let output = std::process::Command::new("python3")
+        .arg(verifier)
+        .arg(dir.join("proof.json"))
+        .arg("--public-key")
+        .arg(dir.join("public.pem"))
+        .output()?;
+    let python = started.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(
+        output.status.success(),
+        "the Python verifier refused the proof: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    outln!(
+        "offline check in Python ({}, one process, its start included): {:.0} ms",
+        verifier.display(),
+        python.as_secs_f64() * 1e3
     );
     Ok(())
 }

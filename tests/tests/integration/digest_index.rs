@@ -260,3 +260,38 @@ async fn events_backdated_before_a_kept_checkpoint_are_refused_by_both_verifiers
     );
     Ok(())
 }
+
+/// `ledger-bench digest` at a small size: its figures are printed, the index's share and a
+/// complete proven answer among them, which both verifiers accept (the bench fails
+/// otherwise). The figures at a million streams are in docs/benchmarks.md.
+#[tokio::test]
+async fn ledger_bench_digest_prints_the_index_share_and_a_complete_proof_both_verifiers_accept()
+-> anyhow::Result<()> {
+    let verifier = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("verify_digest.py");
+    let verifier = verifier.display().to_string();
+    // (Not `cli::bench`: this command takes no --brokers.)
+    let output = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
+        .args(["--database-url", &ra_ledger_tests::stack::stack().admin_url])
+        .args(["digest", "--streams", "3000", "--changed", "300", "--rounds", "2"])
+        .args(["--python-verifier", &verifier])
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "the index per digest (300 of 3000 entries moved",
+        "a complete proven answer at 3000+ streams (2 streams proven",
+        "offline check in Python (",
+    ] {
+        assert!(stdout.contains(line), "{line:?} is not in:\n{stdout}");
+    }
+    Ok(())
+}
