@@ -64,7 +64,9 @@ pub async fn run(
 /// event each and its root, in memory, timed apart, against the incremental digest's
 /// `median` (which includes it).
 fn index_share(cache: &TreeCache, changed: u64, median: Duration) -> anyhow::Result<()> {
-    let tree = cache.newest().ok_or_else(|| anyhow::anyhow!("no digest in memory"))?;
+    let tree = cache
+        .newest()
+        .ok_or_else(|| anyhow::anyhow!("no digest in memory"))?;
     let index = tree.index().clone();
     let entries = index.entries();
     let stride = (entries.len() / changed.max(1) as usize).max(1);
@@ -74,7 +76,14 @@ fn index_share(cache: &TreeCache, changed: u64, median: Duration) -> anyhow::Res
         .step_by(stride)
         .take(changed as usize)
         .enumerate()
-        .map(|(i, entry)| (next + i as u64, entry.stream.clone(), entry.version + 1, [7; 32]))
+        .map(|(i, entry)| {
+            (
+                next + i as u64,
+                entry.stream.clone(),
+                entry.version + 1,
+                [7; 32],
+            )
+        })
         .collect();
     let started = Instant::now();
     let moved = index

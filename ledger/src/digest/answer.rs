@@ -8,9 +8,9 @@
 //! assignment stream (business and jurisdiction); the assignment in force at the instant
 //! names the contact stream; nothing else may come along. A "no RA" answer is accepted only
 //! when the proof carries the question's assignment stream, whole, and its events show no
-//! assignment in force at the instant. What that does not prove (that the sealed head is the
-//! stream's newest, or that a business with no stream at all had none) is said in
-//! docs/auditors.md.
+//! assignment in force at the instant, or when it carries no stream and its index part
+//! shows the assignment stream has no entry ([`super::indexed`], which also shows each
+//! carried head is the stream's newest). docs/auditors.md says what that proves.
 
 use std::time::Duration;
 

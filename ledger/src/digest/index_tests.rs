@@ -156,3 +156,46 @@ fn the_log_gives_the_index_a_monitor_compares() {
         "{error}"
     );
 }
+
+/// What the builder does digest after digest (extend the last index with the events the
+/// digest appended) gives the index a monitor recomputes from the whole log, root and all.
+#[test]
+fn an_index_extended_digest_by_digest_is_the_one_the_whole_log_gives() {
+    // 40 log leaves over 7 streams, versions in order, with index leaves' positions skipped
+    // (every 9th position is a digest's index leaf).
+    let mut versions = std::collections::HashMap::new();
+    let names: Vec<String> = (0..7).map(|i| format!("stream-{}", (i * 5) % 7)).collect();
+    let events: Vec<(u64, String, u64, Hash)> = (0..40u64)
+        .filter(|position| position % 9 != 8)
+        .map(|position| {
+            let name = names[(position as usize * 3) % 7].clone();
+            let version = versions.entry(name.clone()).or_insert(0u64);
+            *version += 1;
+            (
+                position,
+                name,
+                *version,
+                merkle::leaf_hash(&position.to_be_bytes()),
+            )
+        })
+        .collect();
+    let borrowed = |from: usize, to: usize| {
+        events[from..to]
+            .iter()
+            .map(|(p, s, v, h)| (*p, s.as_str(), *v, *h))
+            .collect::<Vec<_>>()
+    };
+    let whole = Index::from_log(borrowed(0, events.len())).unwrap();
+    let mut stepped = Index::default();
+    for (from, to) in [(0, 3), (3, 4), (4, 20), (20, 20), (20, events.len())] {
+        stepped = stepped.extended(borrowed(from, to)).unwrap();
+    }
+    assert_eq!(stepped.entries(), whole.entries());
+    assert_eq!(stepped.root(), whole.root());
+    assert_eq!(whole.len(), 7);
+    // A version out of order is named.
+    let mut skipped = borrowed(0, 5);
+    skipped[4].2 += 1;
+    let refused = Index::default().extended(skipped).unwrap_err();
+    assert!(refused.contains("follows version"), "{refused}");
+}

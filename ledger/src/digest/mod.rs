@@ -55,8 +55,11 @@
 //! digest read back), [`log`] (the transparency log and the tree in memory), and [`cosign`]
 //! (the gateway that sends each digest's checkpoint of the transparency log, [`crate::tlog`],
 //! to the witnesses) with [`checkpoint`] (the checkpoints as kept: stored when sealed, read
-//! and written by the rounds, read back with their cosignatures, published). The statements
-//! are in `sql/digest/` and `sql/checkpoints/`.
+//! and written by the rounds, read back with their cosignatures, published). [`index`] is
+//! the index of every stream's head whose leaf ends each digest's part of the log (issue 56,
+//! item 2), [`indexed`] its checks in a proof, [`monitor`] its recomputation from the log,
+//! and [`answer`] with [`refused`] what a proven answer must hold. The statements are in
+//! `sql/digest/` and `sql/checkpoints/`.
 
 pub mod answer;
 pub mod build;

@@ -384,6 +384,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn positions_finds_each_leaf_in_one_pass_and_none_for_a_missing_one() {
+        let leaves: Vec<Hash> = (0u64..50).map(|i| leaf_hash(&i.to_be_bytes())).collect();
+        let tree = Tree::from_leaf_hashes(leaves.iter().copied());
+        let missing = leaf_hash(b"missing");
+        let asked = [leaves[7], missing, leaves[0], leaves[49], leaves[7]];
+        assert_eq!(
+            tree.positions(&asked),
+            [Some(7), None, Some(0), Some(49), Some(7)]
+        );
+        assert_eq!(tree.positions(&[]), Vec::<Option<u64>>::new());
+    }
+
     /// RFC 6962's `MTH`, written from its recursive definition.
     fn mth(leaves: &[Hash]) -> Hash {
         match leaves.len() {

@@ -272,7 +272,15 @@ async fn ledger_bench_digest_prints_the_index_share_and_a_complete_proof_both_ve
     // (Not `cli::bench`: this command takes no --brokers.)
     let output = tokio::process::Command::new(ra_ledger_tests::cli::bench_binary()?)
         .args(["--database-url", &ra_ledger_tests::stack::stack().admin_url])
-        .args(["digest", "--streams", "3000", "--changed", "300", "--rounds", "2"])
+        .args([
+            "digest",
+            "--streams",
+            "3000",
+            "--changed",
+            "300",
+            "--rounds",
+            "2",
+        ])
         .args(["--python-verifier", &verifier])
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
