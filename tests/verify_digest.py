@@ -4,7 +4,8 @@ layouts documented in ledger/src/digest/mod.rs alone, with Python's standard lib
 (Ed25519 is RFC 8032's reference algorithm, section 6).
 
     verify_digest.py FILE.json... [--public-key PUBLIC.pem] [--policy POLICY]
-                     [--saved-checkpoint CHECKPOINT]... [--max-age DURATION]
+                     [--saved-checkpoint CHECKPOINT]... [--previous-key OLD.pem]...
+                     [--max-age DURATION]
                      [--business ID] [--jurisdiction CODE] [--at TIME] [--known-at TIME]
 
 PUBLIC.pem is the ledger's public key (`GET /v1/digests/public-key`); without it the
@@ -74,7 +75,8 @@ a group whose members share a witness, is refused), and that its `log` line, if 
 that the proof's log extends each one, that it ends with an index leaf (log.index.leaf, or
 the consistency entry's index_leaf on its path at old_size - 1), and that every carried
 event at a log position at or after its size is recorded after that index leaf's digest
-time (else it was backdated); with --max-age (90s, 15m, 2h, 1d; needs --policy), that the
+time (else it was backdated); a saved checkpoint may be signed by a --previous-key (a digest
+key the ledger used before a rotation, as its operator announced it); with --max-age (90s, 15m, 2h, 1d; needs --policy), that the
 newest verified cosignature is not older than that. A proof whose log has no index (sealed
 before the index) fails: ask for a new proof.
 
@@ -597,8 +599,9 @@ def backdating_failure(document, log, old_size, size, root):
     return None
 
 
-def check_log(document, public, policy, saved, max_age=None):
-    """Yields what does not hold in the proof's transparency-log part."""
+def check_log(document, public, policy, saved, max_age=None, previous=()):
+    """Yields what does not hold in the proof's transparency-log part. A saved checkpoint may
+    be signed by one of the `previous` keys (the ledger's before a rotation)."""
     log = document.get("log")
     if log is None:
         if policy is not None or saved:
@@ -645,7 +648,7 @@ def check_log(document, public, policy, saved, max_age=None):
     proofs = {c["old_size"]: [bytes.fromhex(h) for h in c["proof"]] for c in log["consistency"]}
     for i, text in enumerate(saved, 1):
         try:
-            old_origin, old_size, old_root, _ = read_checkpoint(text, public, f"saved checkpoint {i}")
+            old_origin, old_size, old_root, _ = read_saved(text, public, previous, i)
         except ValueError as problem:
             yield str(problem)
             return
@@ -672,6 +675,20 @@ def check_log(document, public, policy, saved, max_age=None):
             return
 
 
+def read_saved(text, public, previous, i):
+    """A saved checkpoint signed by the log's key or one it had before a rotation; refused,
+    it is the current key's refusal that is said."""
+    try:
+        return read_checkpoint(text, public, f"saved checkpoint {i}")
+    except ValueError as problem:
+        for key in previous:
+            try:
+                return read_checkpoint(text, key, f"saved checkpoint {i}")
+            except ValueError:
+                pass
+        raise problem
+
+
 def unwrap(document):
     """A saved `registered-agent?...&proof=true` answer: its proof, once the fields beside it
     are found to be the proof's answer."""
@@ -683,7 +700,7 @@ def unwrap(document):
     return document
 
 
-def verify_file(path, public_pem, policy=None, saved=(), max_age=None, stated=None):
+def verify_file(path, public_pem, policy=None, saved=(), max_age=None, stated=None, previous=()):
     """One document's verdict: (True, what holds) or (False, the first failure)."""
     with open(path, encoding="utf-8") as file:
         document = json.load(file)
@@ -697,7 +714,7 @@ def verify_file(path, public_pem, policy=None, saved=(), max_age=None, stated=No
     for failure in check(document, public_pem):
         return False, f"FAIL: {failure}"
     public = public_key_from_pem(public_pem or document["public_key_pem"])
-    for failure in check_log(document, public, policy, list(saved), max_age):
+    for failure in check_log(document, public, policy, list(saved), max_age, previous):
         return False, f"FAIL: {failure}"
     checked = ["signature"] + [part for part in ("leaves", "streams", "inclusion", "log") if part in document]
     if "log" in document:
@@ -724,17 +741,20 @@ FLAGS = ("--public-key", "--policy", "--max-age", "--business", "--jurisdiction"
          "--known-at")
 
 
+REPEATED = ("--saved-checkpoint", "--previous-key")
+
+
 def parse_args(args):
-    """(files, {flag: value}, [saved checkpoint paths]), or a ValueError naming the flag."""
-    files, values, saved = [], {}, []
+    """(files, {flag: value}, {repeated flag: [values]}), or a ValueError naming the flag."""
+    files, values, repeated = [], {}, {flag: [] for flag in REPEATED}
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg in FLAGS or arg == "--saved-checkpoint":
+        if arg in FLAGS or arg in REPEATED:
             if i + 1 >= len(args):
                 raise ValueError(f"{arg} needs a value")
-            if arg == "--saved-checkpoint":
-                saved.append(args[i + 1])
+            if arg in REPEATED:
+                repeated[arg].append(args[i + 1])
             else:
                 values[arg] = args[i + 1]
             i += 2
@@ -743,7 +763,7 @@ def parse_args(args):
         else:
             files.append(arg)
             i += 1
-    return files, values, saved
+    return files, values, repeated
 
 
 def read_options(values):
@@ -777,12 +797,16 @@ def main(argv):
         print(__doc__)
         return 0
     try:
-        paths, values, saved_paths = parse_args(args)
+        paths, values, repeated = parse_args(args)
         public_pem, policy, max_age, stated = read_options(values)
         saved = []
-        for path in saved_paths:
+        for path in repeated["--saved-checkpoint"]:
             with open(path, encoding="utf-8") as file:
                 saved.append(file.read())
+        previous = []
+        for path in repeated["--previous-key"]:
+            with open(path, encoding="ascii") as file:
+                previous.append(public_key_from_pem(file.read()))
     except (OSError, ValueError) as problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -792,7 +816,7 @@ def main(argv):
     self_test()
     failed = 0
     for path in paths:
-        ok, said = verify_file(path, public_pem, policy, saved, max_age, stated)
+        ok, said = verify_file(path, public_pem, policy, saved, max_age, stated, previous)
         failed += not ok
         print(f"{path}: {said}" if len(paths) > 1 else said)
     if public_pem is None:

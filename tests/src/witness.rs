@@ -46,6 +46,20 @@ impl WitnessServer {
         run(Command::new(&ctl).args(["add-key", "-db", &db, "-origin", origin, "-key", vkey]))
     }
 
+    /// Registers one more key of log `origin` (a rotation's new key, issue 56 item 4).
+    pub fn add_key(&self, origin: &str, vkey: &str) -> anyhow::Result<()> {
+        let db = self.db.to_string_lossy().into_owned();
+        run(Command::new(self.bin.join("witnessctl"))
+            .args(["add-key", "-db", &db, "-origin", origin, "-key", vkey]))
+    }
+
+    /// Removes a key of log `origin` (a rotation's old key, once the new one is cosigned).
+    pub fn del_key(&self, origin: &str, vkey: &str) -> anyhow::Result<()> {
+        let db = self.db.to_string_lossy().into_owned();
+        run(Command::new(self.bin.join("witnessctl"))
+            .args(["del-key", "-db", &db, "-origin", origin, "-key", vkey]))
+    }
+
     /// Its line in a policy file.
     pub fn policy_line(&self, policy_name: &str) -> String {
         format!("witness {policy_name} {} {}", self.key.vkey(), self.url)

@@ -54,6 +54,11 @@ pub struct VerifyArgs {
     /// gave it); repeat for each. The proof's log must extend every one.
     #[arg(long = "saved-checkpoint")]
     saved_checkpoints: Vec<String>,
+    /// A digest key the ledger signed with before a rotation (PEM), as its operator
+    /// announced it to you; repeat for each: a saved checkpoint may be signed by it (the
+    /// proof itself must verify with --public-key).
+    #[arg(long = "previous-key")]
+    previous_keys: Vec<String>,
     /// The business you asked about: an answer's proof of another is refused.
     #[arg(long)]
     business: Option<uuid::Uuid>,
@@ -126,6 +131,14 @@ fn verify_offline(args: VerifyArgs) -> anyhow::Result<()> {
             "--max-age needs --policy: the age is the newest cosignature's, verified with the witnesses' keys"
         );
     }
+    let previous = args
+        .previous_keys
+        .iter()
+        .map(|path| {
+            public_key_from_pem(&read(path)?)
+                .ok_or_else(|| anyhow::anyhow!("{path}: not an Ed25519 public key in PEM"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let saved = args
         .saved_checkpoints
         .iter()
@@ -141,7 +154,13 @@ fn verify_offline(args: VerifyArgs) -> anyhow::Result<()> {
         answer::check_question(&stated, proof.question.as_ref())?;
         let verified = verify::verify(&proof, &key)?;
         let log = if proof.log.is_some() || policy.is_some() || !saved.is_empty() {
-            Some(verify::verify_log(&proof, &key, policy.as_ref(), &saved)?)
+            Some(verify::verify_log_across(
+                &proof,
+                &key,
+                &previous,
+                policy.as_ref(),
+                &saved,
+            )?)
         } else {
             None
         };

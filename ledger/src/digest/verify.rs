@@ -246,6 +246,19 @@ pub fn verify_log(
     policy: Option<&crate::tlog::policy::Policy>,
     saved: &[String],
 ) -> Result<VerifiedLog, Refused> {
+    verify_log_across(proof, public_key, &[], policy, saved)
+}
+
+/// [`verify_log`] across a rotation of the digest key: a saved checkpoint may be signed by
+/// one of the `previous` keys (the ledger's before, as announced to the auditor), and the
+/// log must still extend it.
+pub fn verify_log_across(
+    proof: &ClaimedProof,
+    public_key: &ed25519_dalek::VerifyingKey,
+    previous: &[ed25519_dalek::VerifyingKey],
+    policy: Option<&crate::tlog::policy::Policy>,
+    saved: &[String],
+) -> Result<VerifiedLog, Refused> {
     let log = proof.log.as_ref().ok_or(Refused::NoLog)?;
     let (note, checkpoint) = read_checkpoint("log.checkpoint", &log.checkpoint, public_key)?;
     if let Some(pinned) = policy.and_then(|policy| policy.log.as_ref()) {
@@ -267,7 +280,7 @@ pub fn verify_log(
         });
     }
     verify_heads(proof, log, &checkpoint)?;
-    let consistent_with = verify_saved(proof, &checkpoint, saved, public_key)?;
+    let consistent_with = verify_saved(proof, &checkpoint, saved, public_key, previous)?;
     Ok(VerifiedLog {
         checkpoint,
         cosigned: cosigners.names,
@@ -340,11 +353,20 @@ fn verify_saved(
     checkpoint: &Checkpoint,
     saved: &[String],
     public_key: &ed25519_dalek::VerifyingKey,
+    previous: &[ed25519_dalek::VerifyingKey],
 ) -> Result<Vec<u64>, Refused> {
     let log = proof.log.as_ref().ok_or(Refused::NoLog)?;
     let mut consistent_with = Vec::new();
     for (i, text) in saved.iter().enumerate() {
-        let (_, old) = read_checkpoint(&format!("saved checkpoint {}", i + 1), text, public_key)?;
+        let what = format!("saved checkpoint {}", i + 1);
+        // Signed by the key, or by a key before a rotation; refused, it is --public-key's
+        // refusal that is said.
+        let old = std::iter::once(public_key)
+            .chain(previous)
+            .map(|key| read_checkpoint(&what, text, key))
+            .reduce(|first, next| first.or_else(|refused| next.map_err(|_| refused)))
+            .expect("one key at least")
+            .map(|(_, old)| old)?;
         let inconsistent = |problem: String| Refused::Inconsistent {
             saved_size: old.size,
             saved_root: base64_of(&old.root),

@@ -19,6 +19,7 @@ mod digest_index;
 mod digest_monitor;
 mod digest_numbers;
 mod digest_published;
+mod digest_rotation;
 mod digest_time;
 mod digest_witness;
 mod disclosure;
