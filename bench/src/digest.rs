@@ -162,6 +162,24 @@ async fn complete_proof(
         serde_json::to_vec_pretty(&proof)?.len(),
         rust.as_secs_f64() * 1e3
     );
+    let part = |pointer: &str| {
+        document
+            .pointer(pointer)
+            .map_or(0, |value| value.to_string().len())
+    };
+    let paths: usize = (0..proof.streams.len())
+        .map(|i| part(&format!("/streams/{i}/path")))
+        .sum();
+    let events: usize = (0..proof.streams.len())
+        .map(|i| part(&format!("/streams/{i}/events")))
+        .sum();
+    outln!(
+        "  of which: events {events}, the digest tree's paths {paths}, the log's heads {}, the index part {}, the digest {}, the question and answer {}",
+        part("/log/heads"),
+        part("/log/index"),
+        part("/digest"),
+        part("/question") + part("/answer")
+    );
     if !verifier.exists() {
         outln!(
             "the Python verifier: not timed ({} is not there: run from the checkout's root, or give --python-verifier)",

@@ -59,6 +59,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::document::{Hex, HexHash};
 use super::merkle::{self, Hash};
+use crate::tlog::tree::Tree;
 
 /// The first 24 bytes of an index leaf.
 pub const INDEX_LEAF_PREFIX: &[u8; 24] = b"ra-ledger index v1\0\0\0\0\0\0";
@@ -230,11 +231,13 @@ pub struct IndexProof {
     pub after: Option<IndexPath>,
 }
 
-/// A digest's index in memory: the entries sorted by name, and their leaf hashes.
+/// A digest's index in memory: the entries sorted by name, and the tree of their leaf
+/// hashes with every complete subtree kept, so that a digest that moves a few entries hashes
+/// their paths only (and the entries after the first new one).
 #[derive(Debug, Clone, Default)]
 pub struct Index {
     entries: Vec<IndexEntry>,
-    hashes: Vec<Hash>,
+    tree: Tree,
 }
 
 impl Index {
@@ -247,8 +250,8 @@ impl Index {
         {
             return Err(IndexError::Duplicate(twice[0].stream.clone()));
         }
-        let hashes = entries.iter().map(IndexEntry::leaf_hash).collect();
-        Ok(Self { entries, hashes })
+        let tree = Tree::from_leaf_hashes(entries.iter().map(IndexEntry::leaf_hash));
+        Ok(Self { entries, tree })
     }
 
     /// The index the log gives, as a monitor recomputes it: `events` are the log's event
@@ -297,39 +300,50 @@ impl Index {
         Ok(self.merged(moved.into_values().collect()))
     }
 
-    /// This index with `changes` replacing or added to its entries, in one pass.
+    /// This index with `changes` replacing or added to its entries, in one pass over the
+    /// entries; the tree hashes the replaced entries' paths, and again every entry from the
+    /// first added one on (their places moved).
     fn merged(self, mut changes: Vec<IndexEntry>) -> Self {
         if changes.is_empty() {
             return self;
         }
         changes.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
-        let total = self.entries.len() + changes.len();
-        let (mut entries, mut hashes) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        let Self {
+            entries: old,
+            mut tree,
+        } = self;
+        let mut entries = Vec::with_capacity(old.len() + changes.len());
+        let mut replaced = Vec::new();
+        let mut first_added = None;
         let mut changes = changes.into_iter().peekable();
-        let mut push = |entry: IndexEntry, hash: Hash| {
-            entries.push(entry);
-            hashes.push(hash);
-        };
-        for (entry, hash) in self.entries.into_iter().zip(self.hashes) {
+        for entry in old {
             while let Some(change) =
                 changes.next_if(|change| change.stream.as_bytes() < entry.stream.as_bytes())
             {
-                let hash = change.leaf_hash();
-                push(change, hash);
+                first_added.get_or_insert(entries.len());
+                entries.push(change);
             }
             match changes.next_if(|change| change.stream == entry.stream) {
                 Some(change) => {
-                    let hash = change.leaf_hash();
-                    push(change, hash);
+                    replaced.push(entries.len());
+                    entries.push(change);
                 }
-                None => push(entry, hash),
+                None => entries.push(entry),
             }
         }
         for change in changes {
-            let hash = change.leaf_hash();
-            push(change, hash);
+            first_added.get_or_insert(entries.len());
+            entries.push(change);
         }
-        Self { entries, hashes }
+        let kept = first_added.unwrap_or(entries.len());
+        for &at in replaced.iter().filter(|&&at| at < kept) {
+            tree.set(at as u64, entries[at].leaf_hash());
+        }
+        tree.truncate(kept as u64);
+        for entry in &entries[kept..] {
+            tree.push_hash(entry.leaf_hash());
+        }
+        Self { entries, tree }
     }
 
     /// The entry of `stream`, if it has one.
@@ -367,7 +381,7 @@ impl Index {
 
     /// The root.
     pub fn root(&self) -> Hash {
-        merkle::root(&self.hashes)
+        self.tree.root()
     }
 
     /// The first entry (in order) where `self` and `other` differ, by name: what a monitor
@@ -406,7 +420,9 @@ impl Index {
         IndexPath {
             entry: self.entries[index].clone(),
             index: index as u64,
-            path: merkle::inclusion_path(&self.hashes, index)
+            path: self
+                .tree
+                .inclusion_proof(index as u64, self.tree.size())
                 .expect("an index in range")
                 .into_iter()
                 .map(Hex)

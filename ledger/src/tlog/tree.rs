@@ -114,6 +114,33 @@ impl Tree {
             .map(|index| index as u64)
     }
 
+    /// Replaces the hash of leaf `index` (below the size) and of the complete subtrees above
+    /// it: one hash per level, not a pass over the leaves.
+    pub fn set(&mut self, index: u64, hash: Hash) {
+        let mut at = index as usize;
+        self.levels[0][at] = hash;
+        let mut level = 0;
+        // A complete pair has its parent stored one level up (push_hash stores it).
+        while let Some(sibling) = self.levels[level].get(at ^ 1).copied() {
+            let mine = self.levels[level][at];
+            let parent = if at.is_multiple_of(2) {
+                node_hash(&mine, &sibling)
+            } else {
+                node_hash(&sibling, &mine)
+            };
+            at /= 2;
+            level += 1;
+            self.levels[level][at] = parent;
+        }
+    }
+
+    /// Keeps its first `size` leaves (and the complete subtrees within them).
+    pub fn truncate(&mut self, size: u64) {
+        for (level, hashes) in self.levels.iter_mut().enumerate() {
+            hashes.truncate((size >> level) as usize);
+        }
+    }
+
     /// The index of the first leaf with each of these leaf hashes, in one pass over the
     /// leaves however many are asked.
     pub fn positions(&self, hashes: &[Hash]) -> Vec<Option<u64>> {
@@ -383,6 +410,31 @@ pub fn verify_consistency(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn set_and_truncate_leave_the_tree_built_from_the_leaves_it_holds() {
+        let hash = |i: u64| leaf_hash(&i.to_be_bytes());
+        for size in [1u64, 2, 3, 5, 8, 13, 64, 100] {
+            let mut leaves: Vec<Hash> = (0..size).map(hash).collect();
+            let mut tree = Tree::from_leaf_hashes(leaves.iter().copied());
+            for index in (0..size).step_by(3) {
+                leaves[index as usize] = hash(1_000 + index);
+                tree.set(index, leaves[index as usize]);
+            }
+            assert_eq!(tree.root(), mth(&leaves), "set, size {size}");
+            for keep in [0, size / 2, size] {
+                let mut cut = tree.clone();
+                cut.truncate(keep);
+                for extra in 0..3 {
+                    cut.push_hash(hash(5_000 + extra));
+                }
+                let mut expected = leaves[..keep as usize].to_vec();
+                expected.extend((0..3).map(|extra| hash(5_000 + extra)));
+                assert_eq!(cut.root(), mth(&expected), "truncate to {keep} of {size}");
+                assert!(cut.inclusion_proof(0, cut.size()).is_some());
+            }
+        }
+    }
 
     #[test]
     fn positions_finds_each_leaf_in_one_pass_and_none_for_a_missing_one() {
