@@ -307,6 +307,19 @@ impl Index {
         if changes.is_empty() {
             return self;
         }
+        // Only heads that moved (no new stream): replaced in place, one path each.
+        let places: Option<Vec<usize>> = changes
+            .iter()
+            .map(|change| self.place(&change.stream).ok())
+            .collect();
+        if let Some(places) = places {
+            let mut index = self;
+            for (at, change) in places.into_iter().zip(changes) {
+                index.tree.set(at as u64, change.leaf_hash());
+                index.entries[at] = change;
+            }
+            return index;
+        }
         changes.sort_by(|a, b| a.stream.as_bytes().cmp(b.stream.as_bytes()));
         let Self {
             entries: old,
@@ -348,10 +361,13 @@ impl Index {
 
     /// The entry of `stream`, if it has one.
     pub fn entry(&self, stream: &str) -> Option<&IndexEntry> {
+        self.place(stream).ok().map(|index| &self.entries[index])
+    }
+
+    /// Where `stream`'s entry is, or where it would go.
+    fn place(&self, stream: &str) -> Result<usize, usize> {
         self.entries
             .binary_search_by(|entry| entry.stream.as_bytes().cmp(stream.as_bytes()))
-            .ok()
-            .map(|index| &self.entries[index])
     }
 
     /// The index leaf digest `seq` of `time_micros` appends for this index.

@@ -193,6 +193,14 @@ fn an_index_extended_digest_by_digest_is_the_one_the_whole_log_gives() {
     assert_eq!(stepped.entries(), whole.entries());
     assert_eq!(stepped.root(), whole.root());
     assert_eq!(whole.len(), 7);
+    // Heads moved and no stream new: the in-place path gives the same index.
+    let (last, name, version, _) = events.last().unwrap().clone();
+    let moved = (last + 1, name.as_str(), version + 1, [9; 32]);
+    let mut all = borrowed(0, events.len());
+    all.push(moved);
+    let in_place = whole.clone().extended([moved]).unwrap();
+    assert_eq!(in_place.len(), 7);
+    assert_eq!(in_place.root(), Index::from_log(all).unwrap().root());
     // A version out of order is named.
     let mut skipped = borrowed(0, 5);
     skipped[4].2 += 1;
