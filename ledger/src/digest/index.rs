@@ -314,8 +314,13 @@ impl Index {
             .collect();
         if let Some(places) = places {
             let mut index = self;
+            let hashes: Vec<(u64, Hash)> = places
+                .iter()
+                .zip(&changes)
+                .map(|(&at, change)| (at as u64, change.leaf_hash()))
+                .collect();
+            index.tree.set_many(hashes);
             for (at, change) in places.into_iter().zip(changes) {
-                index.tree.set(at as u64, change.leaf_hash());
                 index.entries[at] = change;
             }
             return index;
@@ -349,9 +354,12 @@ impl Index {
             entries.push(change);
         }
         let kept = first_added.unwrap_or(entries.len());
-        for &at in replaced.iter().filter(|&&at| at < kept) {
-            tree.set(at as u64, entries[at].leaf_hash());
-        }
+        tree.set_many(
+            replaced
+                .iter()
+                .filter(|&&at| at < kept)
+                .map(|&at| (at as u64, entries[at].leaf_hash())),
+        );
         tree.truncate(kept as u64);
         for entry in &entries[kept..] {
             tree.push_hash(entry.leaf_hash());

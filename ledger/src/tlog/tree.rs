@@ -134,6 +134,35 @@ impl Tree {
         }
     }
 
+    /// [`Self::set`] for many leaves at once: each stored subtree above them is hashed
+    /// once, however many of the leaves it holds.
+    pub fn set_many(&mut self, leaves: impl IntoIterator<Item = (u64, Hash)>) {
+        let mut dirty: Vec<usize> = Vec::new();
+        for (index, hash) in leaves {
+            self.levels[0][index as usize] = hash;
+            dirty.push(index as usize);
+        }
+        let mut level = 0;
+        while !dirty.is_empty() && level + 1 < self.levels.len() {
+            let mut parents: Vec<usize> = dirty
+                .iter()
+                .map(|at| at / 2)
+                .filter(|parent| *parent < self.levels[level + 1].len())
+                .collect();
+            parents.sort_unstable();
+            parents.dedup();
+            for &parent in &parents {
+                let (left, right) = (
+                    self.levels[level][2 * parent],
+                    self.levels[level][2 * parent + 1],
+                );
+                self.levels[level + 1][parent] = node_hash(&left, &right);
+            }
+            dirty = parents;
+            level += 1;
+        }
+    }
+
     /// Keeps its first `size` leaves (and the complete subtrees within them).
     pub fn truncate(&mut self, size: u64) {
         for (level, hashes) in self.levels.iter_mut().enumerate() {
@@ -417,11 +446,18 @@ mod tests {
         for size in [1u64, 2, 3, 5, 8, 13, 64, 100] {
             let mut leaves: Vec<Hash> = (0..size).map(hash).collect();
             let mut tree = Tree::from_leaf_hashes(leaves.iter().copied());
+            let mut many = tree.clone();
             for index in (0..size).step_by(3) {
                 leaves[index as usize] = hash(1_000 + index);
                 tree.set(index, leaves[index as usize]);
             }
             assert_eq!(tree.root(), mth(&leaves), "set, size {size}");
+            many.set_many(
+                (0..size)
+                    .step_by(3)
+                    .map(|index| (index, leaves[index as usize])),
+            );
+            assert_eq!(many.root(), mth(&leaves), "set_many, size {size}");
             for keep in [0, size / 2, size] {
                 let mut cut = tree.clone();
                 cut.truncate(keep);
