@@ -49,7 +49,6 @@ use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
 use super::{SignedDigest, Statement};
-use crate::hex::{hex, unhex};
 
 /// The `format` of a digest document sealed now: its number is signed.
 pub const DIGEST_FORMAT: &str = "ra-ledger digest v2";
@@ -58,51 +57,7 @@ pub const DIGEST_FORMAT_V1: &str = "ra-ledger digest v1";
 /// The `format` of a proof document.
 pub const PROOF_FORMAT: &str = "ra-ledger proof v1";
 
-/// Exactly `N` bytes, written as lowercase hex.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hex<const N: usize>(pub [u8; N]);
-
-/// A SHA-256 hash in hex.
-pub type HexHash = Hex<32>;
-/// An Ed25519 signature in hex.
-pub type HexSignature = Hex<64>;
-
-impl<const N: usize> Serialize for Hex<N> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&hex(&self.0))
-    }
-}
-
-impl<'de, const N: usize> Deserialize<'de> for Hex<N> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let bytes = unhex(&text).ok_or_else(|| de::Error::custom(format!("not hex: {text:?}")))?;
-        let count = bytes.len();
-        bytes
-            .try_into()
-            .map(Self)
-            .map_err(|_| de::Error::custom(format!("not {N} bytes: {text:?} is {count} bytes")))
-    }
-}
-
-/// Bytes of any length, written as lowercase hex (an event's payload).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HexBytes(pub Vec<u8>);
-
-impl Serialize for HexBytes {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&hex(&self.0))
-    }
-}
-
-impl<'de> Deserialize<'de> for HexBytes {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        unhex(&text)
-            .map(Self)
-            .ok_or_else(|| de::Error::custom(format!("not hex: {text:?}")))
-    }
-}
+pub use super::hexed::{Hex, HexBytes, HexHash, HexSignature};
 
 /// The `format` of a digest document, which says which signed message its signature is of
 /// ([`DIGEST_FORMAT`] or [`DIGEST_FORMAT_V1`]); reading another text is an error.

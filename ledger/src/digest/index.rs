@@ -57,7 +57,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::document::{Hex, HexHash};
+use super::hexed::{Hex, HexHash};
 use super::merkle::{self, Hash};
 use crate::tlog::tree::Tree;
 

@@ -12,10 +12,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::document::{EventRecord, LogProof};
+use super::document::{EventRecord, LogProof, StreamProof};
 use super::index::{self, IndexLeaf};
 use super::refused::Refused;
-use super::verify::ClaimedProof;
 use super::{Statement, merkle};
 use crate::tlog::note::Checkpoint;
 use crate::tlog::tree;
@@ -30,7 +29,7 @@ pub struct Indexed {
 /// Checks `log`'s index part against `checkpoint` (already read with the log's key) and
 /// the digest's `statement`; the error names the first thing that does not hold.
 pub fn verify_index(
-    proof: &ClaimedProof,
+    streams: &[StreamProof],
     log: &LogProof,
     checkpoint: &Checkpoint,
     statement: &Statement,
@@ -61,17 +60,8 @@ pub fn verify_index(
             .map_err(|error| Refused::Index(error.to_string()))?;
         shown.insert(at.stream.as_str(), entry);
     }
-    if log.heads.len() != proof.streams.len() {
-        return Err(Refused::Malformed {
-            field: "log.heads".into(),
-            problem: format!(
-                "{} heads for {} streams",
-                log.heads.len(),
-                proof.streams.len()
-            ),
-        });
-    }
-    for (stream, head) in proof.streams.iter().zip(&log.heads) {
+    one_head_per_stream(streams, log)?;
+    for (stream, head) in streams.iter().zip(&log.heads) {
         let name = &stream.stream;
         let Some(Some(entry)) = shown.get(name.as_str()) else {
             return Err(Refused::NotIndexed(name.clone()));
@@ -111,6 +101,17 @@ pub fn verify_index(
         .map(|(stream, _)| stream.to_owned())
         .collect();
     Ok(Indexed { absent })
+}
+
+/// That the log part has one head per proven stream.
+pub(super) fn one_head_per_stream(streams: &[StreamProof], log: &LogProof) -> Result<(), Refused> {
+    if log.heads.len() == streams.len() {
+        return Ok(());
+    }
+    Err(Refused::Malformed {
+        field: "log.heads".into(),
+        problem: format!("{} heads for {} streams", log.heads.len(), streams.len()),
+    })
 }
 
 /// That `positions` are one per event, increasing, in the log, the last at the head.
@@ -173,7 +174,7 @@ fn ending_leaf(
 /// or past `saved.size`) was recorded by the time of the digest that sealed `saved`, whose
 /// index leaf ends it.
 pub fn not_backdated(
-    proof: &ClaimedProof,
+    streams: &[StreamProof],
     log: &LogProof,
     checkpoint: &Checkpoint,
     saved: &Checkpoint,
@@ -197,7 +198,7 @@ pub fn not_backdated(
     let leaf = ending_leaf(bytes, path, saved.size - 1, checkpoint)
         .map_err(|_| Refused::SavedWithoutIndex(saved.size))?;
     let saved_time = words(leaf.time_micros);
-    for (stream, head) in proof.streams.iter().zip(&log.heads) {
+    for (stream, head) in streams.iter().zip(&log.heads) {
         for (event, &position) in stream.events.iter().zip(&head.positions) {
             if position >= saved.size && event.recorded_at.timestamp_micros() <= leaf.time_micros {
                 return Err(Refused::Backdated {

@@ -67,6 +67,7 @@ pub mod chain;
 pub mod checkpoint;
 pub mod cosign;
 pub mod document;
+pub mod hexed;
 pub mod index;
 pub mod indexed;
 pub mod log;

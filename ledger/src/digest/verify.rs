@@ -91,8 +91,9 @@ pub fn verify(
         Some(log) => {
             let (_, checkpoint) = read_checkpoint("log.checkpoint", &log.checkpoint, public_key)?;
             let statement = &signed.statement;
+            let streams = &proof.streams;
             Some(super::indexed::verify_index(
-                proof,
+                streams,
                 log,
                 &checkpoint,
                 statement,
@@ -314,16 +315,7 @@ fn verify_heads(
     log: &LogProof,
     checkpoint: &Checkpoint,
 ) -> Result<(), Refused> {
-    if log.heads.len() != proof.streams.len() {
-        return Err(Refused::Malformed {
-            field: "log.heads".into(),
-            problem: format!(
-                "{} heads for {} streams",
-                log.heads.len(),
-                proof.streams.len()
-            ),
-        });
-    }
+    super::indexed::one_head_per_stream(&proof.streams, log)?;
     for (stream, head) in proof.streams.iter().zip(&log.heads) {
         let event = stream
             .events
@@ -404,7 +396,7 @@ fn verify_saved(
             &hashes,
         )
         .map_err(|problem| inconsistent(problem.to_string()))?;
-        super::indexed::not_backdated(proof, log, checkpoint, &old)?;
+        super::indexed::not_backdated(&proof.streams, log, checkpoint, &old)?;
         consistent_with.push(old.size);
     }
     Ok(consistent_with)

@@ -61,12 +61,17 @@ fn both_refuse(verdicts: (Result<String, String>, Result<String, String>), words
     assert!(python.contains(words), "Python: {python}");
 }
 
-/// The assignment in force in an answer.
-fn assignment_of(answer: &Value) -> String {
-    answer["assignment"]["assignment_id"]
+/// Ends the assignment in force in `proof`'s answer, through the API.
+async fn end_in_force(audited: &Audited, proof: &Value) -> anyhow::Result<()> {
+    let assignment = proof["answer"]["assignment"]["assignment_id"]
         .as_str()
-        .expect("an assignment in force")
-        .to_owned()
+        .expect("an assignment in force");
+    let ended = audited
+        .api
+        .post(&format!("/v1/assignments/{assignment}/end"), json!({}))
+        .await;
+    anyhow::ensure!(ended.status.is_success(), "{:?}", ended.body);
+    Ok(())
 }
 
 #[tokio::test]
@@ -76,14 +81,7 @@ async fn a_digest_resigned_over_an_older_head_is_refused_by_both_verifiers() -> 
     audited.seal_and_cosign().await?;
     let first = audited.proof(b, "TX", chrono::Utc::now(), &[]).await?;
     // B's TX assignment ends: the truth is now "no RA".
-    let ended = audited
-        .api
-        .post(
-            &format!("/v1/assignments/{}/end", assignment_of(&first["answer"])),
-            json!({}),
-        )
-        .await;
-    assert!(ended.status.is_success(), "{:?}", ended.body);
+    end_in_force(&audited, &first).await?;
     audited.seal_and_cosign().await?;
     let at = chrono::Utc::now();
     let truth = audited.proof(b, "TX", at, &[]).await?;
@@ -223,15 +221,9 @@ async fn events_backdated_before_a_kept_checkpoint_are_refused_by_both_verifiers
             backdated.to_rfc3339()
         ))
         .await?;
-    let ended = audited
-        .api
-        .post(
-            &format!("/v1/assignments/{}/end", assignment_of(&first["answer"])),
-            json!({}),
-        )
-        .await;
+    let ended = end_in_force(&audited, &first).await;
     client.batch_execute(&honest).await?;
-    assert!(ended.status.is_success(), "{:?}", ended.body);
+    ended?;
     audited.seal_and_cosign().await?;
 
     // The honest ledger's proof of "RA of B at the kept digest's time, as known then": the
