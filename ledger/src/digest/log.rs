@@ -218,21 +218,14 @@ pub async fn read_indexed(
     Ok((log, index))
 }
 
-/// The whole transparency log up to digest `seq`, read from `digest_leaf_changes`, `events`
-/// and `digests` (`sql/tlog/log_leaves.sql`): a leaf is `SHA-256(0x00 || event hash)`, or
-/// `SHA-256(0x00 || the index leaf's 80 bytes)` after each digest's events.
+/// The whole transparency log up to digest `seq` ([`read_indexed`]'s tree): a leaf is
+/// `SHA-256(0x00 || event hash)`, or `SHA-256(0x00 || the index leaf's 80 bytes)` after each
+/// digest's events.
 pub async fn read_log(
     client: &impl deadpool_postgres::GenericClient,
     seq: i64,
 ) -> Result<Tree, LogError> {
-    let rows = client
-        .query(include_str!("../sql/tlog/log_leaves.sql"), &[&0i64, &seq])
-        .await?;
-    let mut log = Tree::new();
-    for row in rows {
-        log.push_hash(merkle::leaf_hash(row.get::<_, &[u8]>(0)));
-    }
-    Ok(log)
+    Ok(read_indexed(client, seq).await?.0)
 }
 
 /// Every leaf from `digest_leaves`, in the tree's order, and the events they count.

@@ -117,21 +117,7 @@ impl Tree {
     /// Replaces the hash of leaf `index` (below the size) and of the complete subtrees above
     /// it: one hash per level, not a pass over the leaves.
     pub fn set(&mut self, index: u64, hash: Hash) {
-        let mut at = index as usize;
-        self.levels[0][at] = hash;
-        let mut level = 0;
-        // A complete pair has its parent stored one level up (push_hash stores it).
-        while let Some(sibling) = self.levels[level].get(at ^ 1).copied() {
-            let mine = self.levels[level][at];
-            let parent = if at.is_multiple_of(2) {
-                node_hash(&mine, &sibling)
-            } else {
-                node_hash(&sibling, &mine)
-            };
-            at /= 2;
-            level += 1;
-            self.levels[level][at] = parent;
-        }
+        self.set_many([(index, hash)]);
     }
 
     /// [`Self::set`] for many leaves at once: each stored subtree above them is hashed

@@ -61,6 +61,16 @@ fn both_refuse(verdicts: (Result<String, String>, Result<String, String>), words
     assert!(python.contains(words), "Python: {python}");
 }
 
+/// The checkpoint `proof` carries, as an auditor keeps it, and its size.
+pub fn kept(proof: &Value) -> anyhow::Result<(String, u64)> {
+    let kept = proof["log"]["checkpoint"]
+        .as_str()
+        .expect("a checkpoint")
+        .to_owned();
+    let size = kept.lines().nth(1).expect("a size").parse()?;
+    Ok((kept, size))
+}
+
 /// Ends the assignment in force in `proof`'s answer, through the API.
 async fn end_in_force(audited: &Audited, proof: &Value) -> anyhow::Result<()> {
     let assignment = proof["answer"]["assignment"]["assignment_id"]
@@ -192,11 +202,7 @@ async fn events_backdated_before_a_kept_checkpoint_are_refused_by_both_verifiers
     let b = audited.business;
     audited.seal_and_cosign().await?;
     let first = audited.proof(b, "TX", chrono::Utc::now(), &[]).await?;
-    let kept = first["log"]["checkpoint"]
-        .as_str()
-        .expect("a checkpoint")
-        .to_owned();
-    let kept_size: u64 = kept.lines().nth(1).expect("a size").parse()?;
+    let (kept, kept_size) = kept(&first)?;
     let sealed_at = first["digest"]["time_micros"].as_i64().expect("a time");
     let last_recorded = first["streams"][0]["events"]
         .as_array()

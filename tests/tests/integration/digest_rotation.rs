@@ -38,11 +38,7 @@ async fn the_digest_key_rotates_and_the_witnesses_cosign_across_the_rotation() -
     let b = audited.business;
     audited.seal_and_cosign().await?;
     let before = audited.proof(b, "TX", chrono::Utc::now(), &[]).await?;
-    let kept = before["log"]["checkpoint"]
-        .as_str()
-        .expect("a checkpoint")
-        .to_owned();
-    let kept_size: u64 = kept.lines().nth(1).expect("a size").parse()?;
+    let (kept, kept_size) = crate::digest_index::kept(&before)?;
 
     // Steps 1 and 2: a new key, its log key registered with every witness.
     let old_key = &audited.key;

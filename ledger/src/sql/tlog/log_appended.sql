@@ -1,4 +1,4 @@
--- The event leaves digest $1 appends, in the order of log_leaves.sql, with their streams
+-- The event leaves digest $1 appends, in the order of log_entries.sql, with their streams
 -- and versions: the streams whose head it moved, by name bytes, and in each the events
 -- after the version sealed before (one index probe per stream, not a pass over every
 -- digest's changes). The builder appends the digest's index leaf after them.

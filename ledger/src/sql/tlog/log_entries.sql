@@ -1,6 +1,8 @@
--- log_leaves.sql with each leaf's stream and version: the log up to digest $1, in log
--- order, for the monitor and the proofs (ledger/src/digest/log.rs `read_indexed`). An
--- index leaf has no stream (NULL) and its 80 bytes as the leaf.
+-- The transparency log up to digest $1, in log order, each leaf with its stream and version
+-- (ledger/src/digest/log.rs `read_indexed`, the one reading of the whole log): for each
+-- digest in order, the streams whose head it moved, by name bytes, and in each the events
+-- after the version sealed before, by version; then the digest's index leaf, which has no
+-- stream (NULL) and its 80 bytes as the leaf (none for digests sealed before V25).
 WITH batches AS (
     SELECT stream, digest_seq, version,
            coalesce(lag(version) OVER (PARTITION BY stream ORDER BY digest_seq), 0) AS before
