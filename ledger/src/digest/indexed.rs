@@ -35,8 +35,12 @@ pub fn verify_index(
     statement: &Statement,
 ) -> Result<Indexed, Refused> {
     let part = log.index.as_ref().ok_or(Refused::NoIndex)?;
-    let leaf = ending_leaf(&part.leaf.0, &part.path, checkpoint.size - 1, checkpoint)
-        .map_err(Refused::IndexLeaf)?;
+    let last = checkpoint
+        .size
+        .checked_sub(1)
+        .ok_or_else(|| Refused::IndexLeaf("the checkpoint is empty: no leaf ends it".into()))?;
+    let leaf =
+        ending_leaf(&part.leaf.0, &part.path, last, checkpoint).map_err(Refused::IndexLeaf)?;
     let digest_seq = statement.seq.unwrap_or(leaf.seq);
     if leaf.seq != digest_seq
         || leaf.time_micros != statement.time_micros
