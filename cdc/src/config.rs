@@ -401,6 +401,11 @@ impl RelayConfig {
             // commit -> consumer receipt 36-40 ms with 10-20 ms, 93-134 ms with 1 ms, at a
             // cost of about 1 ms at the median.
             ("linger.ms".to_owned(), "10".to_owned()),
+            // A broker back from a restart is reached within a second, as the Java client's
+            // default does: librdkafka doubles its wait between attempts up to 10 s, so a
+            // broker down for ten seconds or more (a kill and a JVM start) left the relay
+            // idle up to 10 s after it answered again, with the slot's backlog growing.
+            ("reconnect.backoff.max.ms".to_owned(), "1000".to_owned()),
             (
                 "queue.buffering.max.messages".to_owned(),
                 (self.max_in_flight * 2).max(100_000).to_string(),
@@ -536,6 +541,8 @@ mod tests {
         let settings = config.producer_settings();
         assert_eq!(settings["linger.ms"], "20");
         assert_eq!(settings["compression.type"], "zstd");
+        // The relay's own default, which a setting of the operator's would replace.
+        assert_eq!(settings["reconnect.backoff.max.ms"], "1000");
     }
 
     #[test]

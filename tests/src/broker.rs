@@ -139,6 +139,15 @@ pub mod cluster_timing {
     pub const REPLICA_LAG_TIME_MAX_MS: u64 = 10_000;
 }
 
+/// The settings of a node of its own that the harness shortens for test speed.
+pub mod standalone_timing {
+    /// `broker.session.timeout.ms` (default 9,000): a node restarted after a kill -9 waits
+    /// this long for its own controller to let its broker register again.
+    pub const BROKER_SESSION_TIMEOUT_MS: u64 = 4_000;
+    /// `broker.heartbeat.interval.ms` (default 2,000).
+    pub const BROKER_HEARTBEAT_INTERVAL_MS: u64 = 1_000;
+}
+
 impl BrokerServer {
     /// A broker (not started yet) on free ports, keeping its files in `dir`: a cluster of
     /// one node, its own KRaft quorum.
@@ -388,14 +397,22 @@ impl BrokerServer {
     /// the shorter failure detection of [`cluster_timing`].
     fn quorum_properties(&self) -> String {
         match &self.quorum {
+            // The broker's session shortened as on a cluster: a node killed with -9 and
+            // started again is refused by its own controller (DuplicateBrokerRegistration)
+            // until its old registration's session ran out, 9 s by default, which was most
+            // of each restart.
             Quorum::Standalone => format!(
                 "controller.quorum.bootstrap.servers=127.0.0.1:{controller}\n\
+                 broker.session.timeout.ms={session}\n\
+                 broker.heartbeat.interval.ms={heartbeat}\n\
                  offsets.topic.replication.factor=1\n\
                  transaction.state.log.replication.factor=1\n\
                  transaction.state.log.min.isr=1\n\
                  share.coordinator.state.topic.replication.factor=1\n\
                  share.coordinator.state.topic.min.isr=1\n",
                 controller = self.controller_port,
+                session = standalone_timing::BROKER_SESSION_TIMEOUT_MS,
+                heartbeat = standalone_timing::BROKER_HEARTBEAT_INTERVAL_MS,
             ),
             Quorum::Member {
                 voters, brokers, ..

@@ -228,6 +228,9 @@ pub fn subscribe_with(
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
+        // Back within a second of a broker's restart, as the relay is: librdkafka's 10 s
+        // ceiling left the tests' readers idle long after a killed broker answered again.
+        .set("reconnect.backoff.max.ms", "1000")
         .create()?;
     let names: Vec<String> = AGGREGATES
         .iter()
