@@ -77,7 +77,9 @@ witness_up() {
             rm -f "$socket"
             (nohup ssh-agent -D -a "$socket" >/dev/null 2>&1 & echo $! > "$agent_pid")
             local tries=0
-            until [ -S "$socket" ]; do
+            # Listening, not only bound: `ssh-add -l` exits 2 while it cannot connect (the
+            # socket file appears before the agent listens), 1 for an agent with no key.
+            until SSH_AUTH_SOCK=$socket ssh-add -l >/dev/null 2>&1 || [ $? -eq 1 ]; do
                 tries=$((tries + 1)); [ $tries -lt 100 ] || die "ssh-agent of witness $name did not start"
                 sleep 0.05
             done

@@ -114,7 +114,12 @@ fn start(name: &str) -> anyhow::Result<WitnessServer> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     spawn_kept(agent).context("starting ssh-agent")?;
-    wait_for(|| socket.exists(), "ssh-agent's socket")?;
+    // Listening, not only there: the agent binds its socket (the file appears) before it
+    // listens, and an ssh-add between the two was refused ("Connection refused").
+    wait_for(
+        || std::os::unix::net::UnixStream::connect(&socket).is_ok(),
+        "ssh-agent listening on its socket",
+    )?;
     run(Command::new("ssh-add")
         .arg(&key_file)
         .env("SSH_AUTH_SOCK", &socket))?;
