@@ -38,6 +38,7 @@ async fn switching_modes(crash: bool) -> anyhow::Result<Tally> {
     let config = test_config(&database, &mut topics).await?;
     let mut collector = Collector::new(&topics)?;
     let writer = OpenEndedWriter::spawn(&database, 2, 3, Duration::from_millis(40)).await?;
+    let client = database.connect().await?;
     let modes = [
         DeliveryMode::ExactlyOnce,
         DeliveryMode::AtLeastOnce,
@@ -75,12 +76,31 @@ async fn switching_modes(crash: bool) -> anyhow::Result<Tally> {
             delivery.as_str(),
             relay.task.await
         );
+        // Each mode's account, printed (a failure shows it): a session that ended in an
+        // error is resent from the slot by design, which a clean stop's duplicate is not.
+        let sessions = metric(
+            &relay.metrics.render(),
+            ra_ledger_cdc::metrics::SESSIONS.name,
+        );
+        let events = published();
         if crash {
             relay.task.abort();
             let _ = relay.task.await;
         } else {
             relay.stop().await?;
         }
+        let confirmed: String = client
+            .query_one(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&config.slot],
+            )
+            .await?
+            .get(0);
+        println!(
+            "{}: {sessions} session(s), {events} events published, the slot at {confirmed} after its {}",
+            delivery.as_str(),
+            if crash { "crash" } else { "clean stop" }
+        );
     }
     let written: HashSet<String> = writer.finish().await?.into_iter().collect();
     let relay = RunningRelay::start(in_mode(&config, DeliveryMode::ExactlyOnce));
