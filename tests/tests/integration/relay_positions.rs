@@ -89,13 +89,7 @@ async fn switching_modes(crash: bool) -> anyhow::Result<Tally> {
         } else {
             relay.stop().await?;
         }
-        let confirmed: String = client
-            .query_one(
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &[&config.slot],
-            )
-            .await?
-            .get(0);
+        let confirmed = crate::failover_harness::confirmed_flush(&client, &config.slot).await?;
         println!(
             "{}: {sessions} session(s), {events} events published, the slot at {confirmed} after its {}",
             delivery.as_str(),
