@@ -62,7 +62,7 @@ fn both_refuse(verdicts: (Result<String, String>, Result<String, String>), words
 }
 
 /// The checkpoint `proof` carries, as an auditor keeps it, and its size.
-pub fn kept(proof: &Value) -> anyhow::Result<(String, u64)> {
+pub(crate) fn kept(proof: &Value) -> anyhow::Result<(String, u64)> {
     let kept = proof["log"]["checkpoint"]
         .as_str()
         .expect("a checkpoint")
