@@ -226,7 +226,8 @@ impl BrokerCluster {
     pub fn transaction_coordinator(&self, transactional_id: &str) -> anyhow::Result<i32> {
         let libs = kafka_libs()?;
         let output = Command::new("java")
-            .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"])
+            .args(crate::broker::TEST_JVM)
+            .arg("-Xmx256m")
             .arg("-cp")
             .arg(format!("{}/*", libs.display()))
             .arg("-Dlog4j2.level=error")
