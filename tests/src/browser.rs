@@ -1,7 +1,6 @@
 //! A real headless Chromium driven over WebDriver (`fantoccini`, through Debian's
 //! `chromedriver`), for the console's browser tests.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,7 +41,7 @@ impl Driver {
             "no chromedriver at {path}: the browser tests need Debian's chromium and \
              chromium-driver (apt-get install chromium chromium-driver; .ci/run installs them)"
         );
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = crate::process::free_port()?;
         let child = Command::new("setpriv")
             .args(["--pdeathsig", "SIGKILL", "--", &path])
             .arg(format!("--port={port}"))

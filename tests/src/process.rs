@@ -4,7 +4,7 @@
 //! [`crate::stack`](mod@crate::stack) (PostgreSQL) and [`crate::broker`] (Kafka) both start their servers
 //! through here; this module uses neither.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::TcpListener;
 use std::process::{Child, Command};
 use std::sync::mpsc;
@@ -88,7 +88,16 @@ pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A free port on 127.0.0.1.
+/// A free port on 127.0.0.1, never one this process handed out before. The kernel may give
+/// again a port it gave a moment ago (bound, then closed): a broker once got one port for
+/// two of its listeners, and its format refused them (a loaded run, 2026-12-07).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if HANDED_OUT.lock().expect("ports lock").insert(port) {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("100 free ports in a row had been handed out before")
 }
