@@ -4,6 +4,7 @@
 //! records what ran in `refinery_schema_history`), and a PostgreSQL advisory lock makes
 //! concurrent starters take turns, so two processes never apply the same migration.
 
+use ra_ledger_cdc::infra::entry::Entry;
 use tokio_postgres::Client;
 
 refinery::embed_migrations!("../migrations");
@@ -73,7 +74,12 @@ fn cause(error: &refinery::Error) -> String {
 
 /// Applies every pending migration, waiting for any other process migrating the same
 /// database to finish first.
-pub async fn run(client: &mut Client) -> Result<MigrationReport, MigrateError> {
+#[inline(never)]
+pub fn run<'a>(client: &'a mut Client) -> Entry<'a, Result<MigrationReport, MigrateError>> {
+    Box::pin(run_inner(client))
+}
+
+async fn run_inner(client: &mut Client) -> Result<MigrationReport, MigrateError> {
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
         .await

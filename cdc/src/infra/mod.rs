@@ -1,6 +1,8 @@
 //! What every process of the project shares, the relay's or not: the ledger service, the
 //! reassignment worker, the CLI's tools and the example consumer build on these too.
 //!
+//! - [`entry`]: the boxed futures of the long-running entry points, compiled in their own
+//!   crate only.
 //! - [`settings`]: the local stack's defaults, TOML and secret files, checks of names.
 //! - [`pg`]: PostgreSQL connection settings and TLS.
 //! - [`kafka`]: librdkafka settings and their security checks.
@@ -17,6 +19,7 @@
 //! (a password put into a URL) and `kafka` uses `settings` (its errors and secret files),
 //! never the other way round.
 
+pub mod entry;
 pub mod kafka;
 pub mod partition_end;
 pub mod pg;

@@ -33,6 +33,7 @@ use tracing::info;
 use crate::confluent_wire::SchemaId;
 
 use crate::config::RelayConfig;
+use crate::infra::entry::Entry;
 use crate::value_format::ValueFormat;
 
 /// The compatibility level of the relay's subjects: `BACKWARD_TRANSITIVE`, a new version
@@ -105,7 +106,14 @@ pub async fn register(
 /// `ledger relay register`: events.proto registered under the subject of every topic
 /// `config` frames for registries, with credentials that may write, so that relays may run
 /// with read-only ones. Empty when no topic is framed.
-pub async fn register_all(config: &RelayConfig) -> Result<Vec<Registered>, RegistryError> {
+#[inline(never)]
+pub fn register_all<'a>(
+    config: &'a RelayConfig,
+) -> Entry<'a, Result<Vec<Registered>, RegistryError>> {
+    Box::pin(register_all_inner(config))
+}
+
+async fn register_all_inner(config: &RelayConfig) -> Result<Vec<Registered>, RegistryError> {
     let framed = framed(config);
     if framed.is_empty() {
         return Ok(Vec::new());

@@ -45,6 +45,7 @@ use super::in_flight::{self, Answer, InFlight, Sent};
 use super::{RelayError, connect, publication, slot};
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
+use crate::infra::entry::Entry;
 use crate::infra::pg::Settings;
 use crate::lsn::{format_lsn, parse_lsn};
 use crate::outbox::OutboxRow;
@@ -81,7 +82,15 @@ pub struct Recovered {
 
 /// Recovers the slot of `config` (see the module doc). The relay must not be streaming.
 /// Topics framed for registries get their schema ids first, as the relay's start does.
-pub async fn recover(
+#[inline(never)]
+pub fn recover<'a>(
+    config: &'a RelayConfig,
+    options: &'a RecoverOptions,
+) -> Entry<'a, Result<Recovered, RelayError>> {
+    Box::pin(recover_inner(config, options))
+}
+
+async fn recover_inner(
     config: &RelayConfig,
     options: &RecoverOptions,
 ) -> Result<Recovered, RelayError> {

@@ -20,6 +20,7 @@ use super::{
 };
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::history::Identity;
+use crate::infra::entry::Entry;
 use crate::metrics::RelayMetrics;
 
 /// Runs the relay until `shutdown` is cancelled or a definite error, reconnecting with
@@ -223,7 +224,12 @@ async fn republish_requests(config: RelayConfig, stop: CancellationToken) {
 
 /// Runs the relay as a process does: `/metrics` on the configured address, SIGTERM or
 /// Ctrl-C starts a clean shutdown. `ledger relay` is this.
-pub async fn run_process(config: RelayConfig) -> Result<(), RelayError> {
+#[inline(never)]
+pub fn run_process(config: RelayConfig) -> Entry<'static, Result<(), RelayError>> {
+    Box::pin(run_process_inner(config))
+}
+
+async fn run_process_inner(config: RelayConfig) -> Result<(), RelayError> {
     if let Some(weakness) = config.kafka_settings().weakness() {
         tracing::warn!("{weakness}");
     }

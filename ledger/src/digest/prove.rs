@@ -16,6 +16,7 @@ use super::{DigestDocument, merkle};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::{self, RegisteredAgent};
 use crate::tlog::note::Checkpoint;
+use ra_ledger_cdc::infra::entry::Entry;
 
 /// Why there is no proof.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +89,17 @@ pub async fn for_event(
 
 /// [`for_event`], with the log's consistency proofs from each size of `consistent_with`
 /// (sizes of checkpoints the auditor saved) to the proof's checkpoint.
-pub async fn for_event_with(
+#[inline(never)]
+pub fn for_event_with<'a>(
+    pool: &'a Pool,
+    event_id: Uuid,
+    tree: &'a TreeCache,
+    consistent_with: &'a [u64],
+) -> Entry<'a, Result<ProofDocument, ProofError>> {
+    Box::pin(for_event_with_inner(pool, event_id, tree, consistent_with))
+}
+
+async fn for_event_with_inner(
     pool: &Pool,
     event_id: Uuid,
     tree: &TreeCache,
@@ -140,7 +151,28 @@ pub async fn for_answer(
 }
 
 /// [`for_answer`], with the log's consistency proofs from each size of `consistent_with`.
-pub async fn for_answer_with(
+#[inline(never)]
+pub fn for_answer_with<'a>(
+    pool: &'a Pool,
+    tree: &'a TreeCache,
+    business_id: Uuid,
+    jurisdiction: Jurisdiction,
+    at: DateTime<Utc>,
+    known_at: Option<DateTime<Utc>>,
+    consistent_with: &'a [u64],
+) -> Entry<'a, Result<(Option<RegisteredAgent>, ProofDocument), ProofError>> {
+    Box::pin(for_answer_with_inner(
+        pool,
+        tree,
+        business_id,
+        jurisdiction,
+        at,
+        known_at,
+        consistent_with,
+    ))
+}
+
+async fn for_answer_with_inner(
     pool: &Pool,
     tree: &TreeCache,
     business_id: Uuid,

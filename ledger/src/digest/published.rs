@@ -20,6 +20,7 @@ use tokio_postgres::Client;
 use super::Head;
 use super::document::{DigestFormat, SignedFields};
 use super::merkle::{self, Hash};
+use ra_ledger_cdc::infra::entry::Entry;
 
 pub use super::chain::Published;
 
@@ -172,7 +173,18 @@ impl DigestReport {
 
 /// Reads every digest published on `topic` and checks them against the tables (see
 /// [`check`]); messages that are not digests are reported as problems.
-pub async fn verify_topic(
+#[inline(never)]
+pub fn verify_topic<'a>(
+    client: &'a Client,
+    config: rdkafka::ClientConfig,
+    topic: &'a str,
+    key: &'a ed25519_dalek::VerifyingKey,
+    timeout: Duration,
+) -> Entry<'a, Result<DigestReport, VerifyError>> {
+    Box::pin(verify_topic_inner(client, config, topic, key, timeout))
+}
+
+async fn verify_topic_inner(
     client: &Client,
     config: rdkafka::ClientConfig,
     topic: &str,

@@ -23,6 +23,7 @@ use ra_ledger_proto::v1;
 use tokio_postgres::IsolationLevel;
 
 use crate::projections::{self, ProjectionError};
+use ra_ledger_cdc::infra::entry::Entry;
 
 /// Projection tables, in the order they are filled (contacts before the assignments that
 /// reference them).
@@ -87,15 +88,27 @@ pub enum RebuildError {
 ///
 /// Takes a connection of its own: its statement cache is cleared before and after, since
 /// the same statement text resolves to the temporary tables while the rebuild runs.
-pub async fn rebuild(
-    client: &mut Object,
+pub fn rebuild<'a>(
+    client: &'a mut Object,
     verify_only: bool,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<RebuildReport, RebuildError> {
-    client.statement_cache.clear();
-    let outcome = replay(client, verify_only, &mut progress).await;
-    client.statement_cache.clear();
-    outcome
+    progress: impl FnMut(u64, u64) + Send + 'a,
+) -> Entry<'a, Result<RebuildReport, RebuildError>> {
+    rebuild_boxed(client, verify_only, Box::new(progress))
+}
+
+/// [`rebuild`]'s future, made here ([`Entry`]).
+#[inline(never)]
+fn rebuild_boxed<'a>(
+    client: &'a mut Object,
+    verify_only: bool,
+    mut progress: Box<dyn FnMut(u64, u64) + Send + 'a>,
+) -> Entry<'a, Result<RebuildReport, RebuildError>> {
+    Box::pin(async move {
+        client.statement_cache.clear();
+        let outcome = replay(client, verify_only, &mut progress).await;
+        client.statement_cache.clear();
+        outcome
+    })
 }
 
 async fn replay(

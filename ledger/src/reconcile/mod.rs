@@ -54,6 +54,7 @@ use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE};
 mod start;
 mod verdict;
 
+use ra_ledger_cdc::infra::entry::Entry;
 use verdict::Kafka;
 pub use verdict::{Missing, Report, classify_missing};
 
@@ -119,7 +120,16 @@ pub enum ReconcileError {
 }
 
 /// One run: the ledger's events against the relay's live topics.
-pub async fn run(
+#[inline(never)]
+pub fn run<'a>(
+    pool: &'a Pool,
+    relay: &'a RelayConfig,
+    options: &'a Options,
+) -> Entry<'a, Result<Report, ReconcileError>> {
+    Box::pin(run_inner(pool, relay, options))
+}
+
+async fn run_inner(
     pool: &Pool,
     relay: &RelayConfig,
     options: &Options,

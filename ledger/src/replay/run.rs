@@ -21,6 +21,7 @@ use super::kafka::{self, await_deliveries, produce_batch};
 use super::stored::Replay;
 pub use super::stored::RunError;
 use crate::metrics::ReplayMetrics;
+use ra_ledger_cdc::infra::entry::Entry;
 
 /// Positions scanned by one query at most: a selective filter never turns a batch into a
 /// scan of the whole ledger.
@@ -60,7 +61,22 @@ pub struct Progress {
 /// other process runs it. `progress` is called after every batch. With a `registry`, the
 /// events of live topics framed for it are framed on their replay topics too
 /// ([`super::framing`]).
-pub async fn run(
+#[inline(never)]
+pub fn run<'a>(
+    pool: &'a Pool,
+    kafka: &'a KafkaSettings,
+    registry: Option<&'a SchemaRegistry>,
+    id: Uuid,
+    metrics: &'a ReplayMetrics,
+    shutdown: &'a CancellationToken,
+    progress: &'a mut (dyn FnMut(Progress) + Send),
+) -> Entry<'a, Result<Outcome, RunError>> {
+    Box::pin(run_inner(
+        pool, kafka, registry, id, metrics, shutdown, progress,
+    ))
+}
+
+async fn run_inner(
     pool: &Pool,
     kafka: &KafkaSettings,
     registry: Option<&SchemaRegistry>,

@@ -29,6 +29,7 @@ use crate::db::{self, DbError};
 use crate::digest::log::TreeCache;
 use crate::migrate::{self, MigrateError};
 use crate::{api, console, digest, gauges, health, retention};
+use ra_ledger_cdc::infra::entry::Entry;
 
 mod deadline;
 mod limits;
@@ -71,7 +72,15 @@ impl ServeError {
 /// Runs `ledger serve` with `service` until `shutdown`: the schema migrated, the API, the
 /// console and the health endpoints served, outbox retention and the digest builder
 /// beside them. Returns once every task stopped.
-pub async fn run(service: Service, shutdown: CancellationToken) -> Result<(), ServeError> {
+#[inline(never)]
+pub fn run(
+    service: Service,
+    shutdown: CancellationToken,
+) -> Entry<'static, Result<(), ServeError>> {
+    Box::pin(run_inner(service, shutdown))
+}
+
+async fn run_inner(service: Service, shutdown: CancellationToken) -> Result<(), ServeError> {
     warn_of_random_keys(&service);
     migrate::prepare_service(&service.database_url).await?;
     let pool = db::command_pool(

@@ -30,6 +30,7 @@ use tracing::{info, warn};
 pub use crate::config::WorkerConfig;
 use crate::db;
 use crate::metrics::WorkerMetrics;
+use ra_ledger_cdc::infra::entry::Entry;
 
 /// How often the worker looks for replays to run (requested, or left by a dead runner).
 pub const REPLAY_POLL: Duration = Duration::from_secs(2);
@@ -175,7 +176,12 @@ fn consumer_config(
 }
 
 /// Runs the worker as a process: `/metrics`, SIGTERM/Ctrl-C stop it after the current page.
-pub async fn run_process(config: WorkerConfig) -> Result<(), WorkerError> {
+#[inline(never)]
+pub fn run_process(config: WorkerConfig) -> Entry<'static, Result<(), WorkerError>> {
+    Box::pin(run_process_inner(config))
+}
+
+async fn run_process_inner(config: WorkerConfig) -> Result<(), WorkerError> {
     if let Some(weakness) = config.kafka_settings().weakness() {
         tracing::warn!("{weakness}");
     }

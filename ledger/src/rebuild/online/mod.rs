@@ -42,6 +42,7 @@ use tables::prepare;
 use windows::{apply_window, count, window_end};
 
 use super::{RebuildError, TABLES};
+use ra_ledger_cdc::infra::entry::Entry;
 
 /// The schema the new tables are built in.
 pub const SCHEMA: &str = "projection_rebuild";
@@ -119,10 +120,28 @@ pub enum Phase {
 
 /// Rebuilds the projections while writes continue (see [`OnlineOptions`]). Must run as the owner of the projection tables (like `ledger migrate`).
 /// `progress(phase, done, total)` is called after every chunk.
-pub async fn rebuild_online(
+pub fn rebuild_online<'a>(
+    pool: &'a Pool,
+    options: OnlineOptions,
+    progress: impl FnMut(Phase, u64, u64) + Send + 'a,
+) -> Entry<'a, Result<OnlineReport, RebuildError>> {
+    rebuild_online_boxed(pool, options, Box::new(progress))
+}
+
+/// [`rebuild_online`]'s future, made here ([`Entry`]).
+#[inline(never)]
+fn rebuild_online_boxed<'a>(
+    pool: &'a Pool,
+    options: OnlineOptions,
+    progress: Box<dyn FnMut(Phase, u64, u64) + Send + 'a>,
+) -> Entry<'a, Result<OnlineReport, RebuildError>> {
+    Box::pin(rebuild_online_inner(pool, options, progress))
+}
+
+async fn rebuild_online_inner(
     pool: &Pool,
     options: OnlineOptions,
-    mut progress: impl FnMut(Phase, u64, u64),
+    mut progress: Box<dyn FnMut(Phase, u64, u64) + Send + '_>,
 ) -> Result<OnlineReport, RebuildError> {
     let mut work = pool.get().await?;
     let locker = pool.get().await?;
