@@ -143,10 +143,13 @@ kafka_start() {
     # The cluster id first (one), then the folders side by side: a format is a JVM run.
     if [ ${#to_format[@]} -gt 0 ]; then
         [ -s "$KAFKA_CLUSTER_DIR/cluster-id" ] || kafka_format "${to_format[0]}"
+        # Waits for these formats only: `up` builds the ledger in the background meanwhile.
+        local formats=()
         for i in "${to_format[@]}"; do
             [ -f "$(kafka_node_dir "$i")/data/meta.properties" ] || kafka_format "$i" &
+            formats+=($!)
         done
-        wait
+        wait "${formats[@]}"
         for i in "${to_format[@]}"; do
             [ -f "$(kafka_node_dir "$i")/data/meta.properties" ] || die "node $i's log folder was not formatted"
         done
@@ -184,10 +187,12 @@ kafka_wait_listening() {
 # one, the last of three would wait for a quorum that left before it.
 kafka_stop() {
     local grace=${1:-30} i
+    local stops=()
     for i in $(seq 1 "$KAFKA_NODES"); do
         stop_pidfile "Kafka node $i" "$(kafka_node_dir "$i")/broker.pid" "$(kafka_node_cmdline "$i")" "$grace" &
+        stops+=($!)
     done
-    wait
+    wait "${stops[@]}"
 }
 
 # One status line per node.
