@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
+use ra_ledger_cdc::infra::entry::Entry;
 use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
@@ -16,7 +17,6 @@ use super::{DigestDocument, merkle};
 use crate::domain::{Jurisdiction, assignment_stream, contact_stream};
 use crate::queries::{self, RegisteredAgent};
 use crate::tlog::note::Checkpoint;
-use ra_ledger_cdc::infra::entry::Entry;
 
 /// Why there is no proof.
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ra_ledger_cdc::infra::entry::Entry;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -20,7 +21,6 @@ use tokio_postgres::Client;
 use super::Head;
 use super::document::{DigestFormat, SignedFields};
 use super::merkle::{self, Hash};
-use ra_ledger_cdc::infra::entry::Entry;
 
 pub use super::chain::Published;
 

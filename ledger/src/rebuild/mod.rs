@@ -19,11 +19,11 @@ pub mod online;
 
 use deadpool_postgres::{Object, Transaction};
 use prost::Message as _;
+use ra_ledger_cdc::infra::entry::Entry;
 use ra_ledger_proto::v1;
 use tokio_postgres::IsolationLevel;
 
 use crate::projections::{self, ProjectionError};
-use ra_ledger_cdc::infra::entry::Entry;
 
 /// Projection tables, in the order they are filled (contacts before the assignments that
 /// reference them).

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use ra_ledger_cdc::config::RelayConfig;
+use ra_ledger_cdc::infra::entry::Entry;
 use ra_ledger_cdc::infra::partition_end::PartitionEndContext;
 use ra_ledger_cdc::lsn::parse_lsn;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -54,7 +55,6 @@ use crate::domain::{ASSIGNMENT_AGGREGATE, CONTACT_AGGREGATE};
 mod start;
 mod verdict;
 
-use ra_ledger_cdc::infra::entry::Entry;
 use verdict::Kafka;
 pub use verdict::{Missing, Report, classify_missing};
 

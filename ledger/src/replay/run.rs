@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Object, Pool};
+use ra_ledger_cdc::infra::entry::Entry;
 use ra_ledger_cdc::infra::kafka::KafkaSettings;
 use ra_ledger_cdc::registry::SchemaRegistry;
 use rdkafka::ClientConfig;
@@ -21,7 +22,6 @@ use super::kafka::{self, await_deliveries, produce_batch};
 use super::stored::Replay;
 pub use super::stored::RunError;
 use crate::metrics::ReplayMetrics;
-use ra_ledger_cdc::infra::entry::Entry;
 
 /// Positions scanned by one query at most: a selective filter never turns a batch into a
 /// scan of the whole ledger.

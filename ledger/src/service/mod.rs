@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use deadpool_postgres::Pool;
+use ra_ledger_cdc::infra::entry::Entry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +30,6 @@ use crate::db::{self, DbError};
 use crate::digest::log::TreeCache;
 use crate::migrate::{self, MigrateError};
 use crate::{api, console, digest, gauges, health, retention};
-use ra_ledger_cdc::infra::entry::Entry;
 
 mod deadline;
 mod limits;

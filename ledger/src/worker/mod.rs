@@ -22,6 +22,7 @@ mod stalls;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ra_ledger_cdc::infra::entry::Entry;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,6 @@ use tracing::{info, warn};
 pub use crate::config::WorkerConfig;
 use crate::db;
 use crate::metrics::WorkerMetrics;
-use ra_ledger_cdc::infra::entry::Entry;
 
 /// How often the worker looks for replays to run (requested, or left by a dead runner).
 pub const REPLAY_POLL: Duration = Duration::from_secs(2);

@@ -32,6 +32,7 @@
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{GenericClient, Object, Pool};
+use ra_ledger_cdc::infra::entry::Entry;
 
 mod swap;
 mod tables;
@@ -42,7 +43,6 @@ use tables::prepare;
 use windows::{apply_window, count, window_end};
 
 use super::{RebuildError, TABLES};
-use ra_ledger_cdc::infra::entry::Entry;
 
 /// The schema the new tables are built in.
 pub const SCHEMA: &str = "projection_rebuild";
