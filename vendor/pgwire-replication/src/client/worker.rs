@@ -420,7 +420,7 @@ impl WorkerState {
             if drained > 0 {
                 // Check stop signal without blocking
                 if self.stop_rx.has_changed().unwrap_or(false) && *self.stop_rx.borrow() {
-                    let _ = write_copy_done(stream).await;
+                    self.finish(stream).await;
                     return Ok(());
                 }
                 continue;
@@ -446,7 +446,7 @@ impl WorkerState {
 
                 _ = self.stop_rx.changed() => {
                     if *self.stop_rx.borrow() {
-                        let _ = write_copy_done(stream).await;
+                        self.finish(stream).await;
                         return Ok(());
                     }
                     continue;
@@ -580,7 +580,7 @@ impl WorkerState {
                             {
                                 return Ok(true);
                             }
-                            let _ = write_copy_done(stream).await;
+                            self.finish(stream).await;
                             return Ok(true); // should stop.
                         }
                     }
@@ -619,7 +619,7 @@ impl WorkerState {
                             return Ok(true);
                         }
 
-                        let _ = write_copy_done(stream).await;
+                        self.finish(stream).await;
                         return Ok(true);
                     }
                 }
@@ -696,15 +696,16 @@ impl WorkerState {
             raised.mark_unchanged();
             let advanced = self.advanced(self.progress.take_signal());
             let deadline = status_due(*last_status_sent, advanced, &self.cfg);
-            tokio::select! {
+            // Whether a stop came: the stream is finished after the select, which
+            // holds `self.out` borrowed.
+            let stopping = tokio::select! {
                 biased;
 
                 _ = self.stop_rx.changed() => {
-                    if *self.stop_rx.borrow() {
-                        let _ = write_copy_done(stream).await;
-                        return Ok(true);
+                    if !*self.stop_rx.borrow() {
+                        continue;
                     }
-                    continue;
+                    true
                 }
 
                 permit = self.out.reserve() => {
@@ -725,7 +726,11 @@ impl WorkerState {
                 // The sender lives in `self.progress`, so this never closes.
                 _ = raised.changed(), if !advanced => continue,
 
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep_until(deadline) => false,
+            };
+            if stopping {
+                self.finish(stream).await;
+                return Ok(true);
             }
             // A status update is due while parked.
             let applied = self.progress.load_applied();
@@ -850,6 +855,21 @@ impl WorkerState {
     /// (or none was written yet).
     fn advanced(&self, applied: Lsn) -> bool {
         self.last_sent.is_none_or(|sent| applied > sent)
+    }
+
+    /// Ends the stream, as a stop asks: a position applied since the last
+    /// status update is sent first, then CopyDone. Without it a position
+    /// applied within `min_status_interval` of the last update would never
+    /// reach the server: the session ends before its timer fires, and the
+    /// slot keeps the older position (a restart sends those rows again).
+    /// Both writes are best effort, as CopyDone alone was: the session ends
+    /// either way.
+    async fn finish<S: AsyncWrite + Unpin>(&mut self, stream: &mut S) {
+        let applied = self.progress.load_applied();
+        if self.advanced(applied) {
+            let _ = self.send_feedback(stream, applied, false).await;
+        }
+        let _ = write_copy_done(stream).await;
     }
 
     /// Send standby status update to server.
@@ -1987,6 +2007,22 @@ mod tests {
             .expect("the worker ends without waiting for the timer");
         assert!(ended.unwrap().is_ok());
         assert!(t.elapsed() < SECOND);
+        // The pending position went out before CopyDone, not with the timer.
+        assert_eq!(r.server.status().await.applied, 900);
+        let done = r.server.reader.read(&mut r.server.end).await.unwrap();
+        assert_eq!(done.tag, b'c', "CopyDone follows the last status update");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_with_nothing_pending_sends_no_status() {
+        let progress = Arc::new(SharedProgress::new(Lsn(0)));
+        let mut r = run_stream(&progress, 64 * 1024);
+        assert_eq!(r.server.status().await.applied, 0);
+        r.stop.send(true).unwrap();
+        let ended = tokio::time::timeout(SECOND, r.task).await.unwrap();
+        assert!(ended.unwrap().is_ok());
+        let done = r.server.reader.read(&mut r.server.end).await.unwrap();
+        assert_eq!(done.tag, b'c', "CopyDone alone: nothing new to report");
     }
 
     /// Raises from another thread race the worker clearing its signal and
