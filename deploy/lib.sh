@@ -38,6 +38,15 @@ WITNESS_BIN="$RA_CACHE_DIR/torchwood-$TORCHWOOD_VERSION/bin"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# Stops background job $1 of this shell and its children (a cargo build and its rustc
+# processes) if it still runs: the builds deploy/test and deploy/stack start beside the
+# tools, when the script ends before it waited for them. Nothing when $1 is empty.
+stop_job() {
+    [ -n "${1:-}" ] || return 0
+    pkill -P "$1" 2>/dev/null || true
+    kill "$1" 2>/dev/null || true
+}
+
 # Directory of the newest PostgreSQL server binaries (15 or later), or nothing.
 pg_bindir() {
     local dir
